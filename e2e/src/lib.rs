@@ -1,0 +1,1 @@
+//! End-to-end harness: chaos proxy and client drivers (work in progress).

@@ -1,0 +1,1 @@
+//! Loom models for replay-ring live in `tests/`; see docs/verification.md.

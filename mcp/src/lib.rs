@@ -1,0 +1,1 @@
+//! rmcp event store backed by replay-ring (work in progress).
