@@ -1,0 +1,69 @@
+//! A lock-free, single-producer / multi-reader replay buffer for resumable event streams.
+//!
+//! A server keeps each stream's recent events in a [`ReplayRing`] so that a client reconnecting with
+//! an SSE `Last-Event-ID` gets *every* event it missed, exactly once, or an explicit error — never a
+//! stream that silently starts somewhere else.
+//!
+//! # Guarantees
+//!
+//! - **Eager, gap-free ids.** Every accepted event gets the next id (1, 2, 3, …) before its payload
+//!   is built ([`Producer::try_push_with`]). A refused push consumes no id. Ids never wrap: the
+//!   last one is `u64::MAX - 1`, after which pushes fail with [`PushError::IdsExhausted`].
+//! - **Release, never evict.** Events leave the window only through
+//!   [`ReplayRing::release_through`]. When the window is full the producer is backpressured
+//!   ([`PushError::Full`], or [`Producer::push`] waits) — nothing a resume may ask for is dropped.
+//! - **Typed resume.** [`ReplayRing::resume`] with `Last-Event-ID = x` yields exactly
+//!   `x + 1 ..= head`, or [`ResumeError::BelowFloor`] / [`ResumeError::AheadOfHead`].
+//! - **Wait-free, zero-copy replay.** A resume and each read take a bounded number of steps (no lock,
+//!   no CAS loop) and lend the events as at most two slices ([`Batch::as_slices`]); the producer
+//!   cannot overwrite them while they are lent.
+//! - **Bounded waiting.** Waiting producers and readers park in a waker table allocated at
+//!   construction; push and read allocate nothing.
+//! - **Checked.** The protocol is model-checked with loom (`loom-tests/`, `docs/verification.md`).
+//!
+//! # Example
+//!
+//! ```
+//! use replay_ring::{ReplayRing, ResumeError};
+//!
+//! let (mut producer, ring) = ReplayRing::<String>::new(4, 8).unwrap();
+//! for n in 1..=4 {
+//!     producer.try_push_with(|id| format!("progress {n} (id {id})")).unwrap();
+//! }
+//! // Full: the producer is told, nothing is evicted.
+//! assert!(producer.try_push("five".into()).unwrap_err().is_full());
+//!
+//! // A client that saw id 2 reconnects and gets exactly 3 and 4.
+//! let mut reader = ring.resume(Some(2)).unwrap();
+//! let ids: Vec<u64> = reader.try_read().unwrap().unwrap().iter().map(|(id, _)| id).collect();
+//! assert_eq!(ids, [3, 4]);
+//!
+//! // The server's retention policy acknowledges 1..=2; a client asking for 1 gets an explicit gap.
+//! ring.release_through(2).unwrap();
+//! assert_eq!(
+//!     ring.resume(Some(0)).unwrap_err(),
+//!     ResumeError::BelowFloor { requested: 0, floor: 3, head: 4 }
+//! );
+//! assert_eq!(producer.try_push("five".into()), Ok(5));
+//! ```
+//!
+//! The [`sse`] module puts rings on the wire: event-id format, `Last-Event-ID` parsing, frame
+//! encoding, the resume decision and its HTTP mapping, a retention policy and a client-side
+//! continuity verifier.
+#![deny(missing_docs, missing_debug_implementations, unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
+#![warn(rust_2018_idioms, unreachable_pub)]
+
+mod error;
+mod metrics;
+mod producer;
+mod reader;
+mod ring;
+mod sync;
+mod wait;
+
+pub use error::{BuildError, CloseReason, PushError, ReadError, ReleaseError, ResumeError};
+pub use metrics::Metrics;
+pub use producer::Producer;
+pub use reader::{Batch, Event, Reader};
+pub use ring::{Builder, ReplayRing, MAX_CAPACITY, MAX_READERS};

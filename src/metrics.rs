@@ -1,0 +1,91 @@
+//! Counter snapshot. Nothing here adds a contended atomic to push or read: enqueued and released
+//! counts are derived from `head` and `floor`, producer counters are written only by the producer,
+//! and resume counters live in each reader's own table entry.
+
+use crate::ring::Shared;
+use crate::sync::{AtomicU64, Ordering::Acquire, Ordering::Relaxed};
+
+/// Resume outcomes of one reader-table entry, written only by its current owner.
+#[derive(Debug, Default)]
+pub(crate) struct ReaderCounters {
+    pub(crate) resumes_ok: AtomicU64,
+    pub(crate) resumes_noop: AtomicU64,
+    pub(crate) resumes_from_evicted_id: AtomicU64,
+    pub(crate) resumes_ahead_of_head: AtomicU64,
+}
+
+impl ReaderCounters {
+    /// Single-writer increment: a load and a store, no RMW.
+    pub(crate) fn count(&self, counter: &AtomicU64) {
+        // Relaxed: statistics only; the entry's owner is the only writer, and snapshots tolerate a
+        // value that is one behind.
+        counter.store(counter.load(Relaxed) + 1, Relaxed);
+    }
+}
+
+/// A point-in-time snapshot of a stream's counters, from [`ReplayRing::metrics`](crate::ReplayRing::metrics).
+///
+/// Fields are read one by one, so a snapshot taken while the stream runs is not atomic across
+/// fields (each is exact on its own).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct Metrics {
+    /// Events accepted by the producer (each got an id).
+    pub events_enqueued: u64,
+    /// Events that left the window through `release_through`.
+    pub events_released: u64,
+    /// Events dropped before they were acknowledged. Always 0: the ring has no such code path, and
+    /// exposing it lets operators alert on the seeds' alarm counter uniformly across backends.
+    pub events_evicted_before_ack: u64,
+    /// Resumes that replayed a suffix.
+    pub resumes_ok: u64,
+    /// Resumes from exactly the head (nothing to replay).
+    pub resumes_noop: u64,
+    /// Resumes refused because the cursor was below the floor (`ResumeError::BelowFloor`).
+    pub resumes_from_evicted_id: u64,
+    /// Resumes refused because the cursor was ahead of the head (`ResumeError::AheadOfHead`).
+    pub resumes_ahead_of_head: u64,
+    /// Pushes refused with `PushError::Full`.
+    pub producer_full: u64,
+    /// Times the producer went to sleep waiting for space.
+    pub producer_waits: u64,
+    /// Readers registered right now.
+    pub readers_active: usize,
+    /// Oldest retained id.
+    pub floor: u64,
+    /// Newest id.
+    pub head: u64,
+    /// Window capacity.
+    pub capacity: usize,
+}
+
+impl Metrics {
+    pub(crate) fn collect<T>(shared: &Shared<T>) -> Metrics {
+        let mut m = Metrics {
+            // Acquire: pairs with the Release publish of `head` / the Release half of the floor's
+            // `fetch_max`; a snapshot should not show a floor ahead of what it says was enqueued.
+            // Floor first: it never exceeds the head + 1 it was released against, and the head only
+            // grows, so the snapshot keeps `floor <= head + 1`.
+            floor: shared.floor.load(Acquire),
+            head: shared.head.load(Acquire),
+            capacity: shared.slots.len(),
+            // Relaxed: statistics written by the producer alone.
+            producer_full: shared.producer_full.load(Relaxed),
+            producer_waits: shared.producer_waits.load(Relaxed),
+            ..Metrics::default()
+        };
+        let origin = shared.first_id - 1;
+        m.events_enqueued = m.head - origin;
+        m.events_released = m.floor.saturating_sub(1) - origin;
+        for slot in shared.readers.iter() {
+            // Relaxed (all below): statistics; see `ReaderCounters::count`.
+            let c = &slot.counters;
+            m.resumes_ok += c.resumes_ok.load(Relaxed);
+            m.resumes_noop += c.resumes_noop.load(Relaxed);
+            m.resumes_from_evicted_id += c.resumes_from_evicted_id.load(Relaxed);
+            m.resumes_ahead_of_head += c.resumes_ahead_of_head.load(Relaxed);
+            m.readers_active += usize::from(slot.claimed.load(Relaxed));
+        }
+        m
+    }
+}

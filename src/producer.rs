@@ -1,0 +1,311 @@
+//! The single producer: assigns ids eagerly, writes slots, publishes `head`, and is backpressured
+//! (never evicts) when the window is full.
+
+use std::fmt;
+use std::future::poll_fn;
+use std::task::{Context, Poll};
+#[cfg(not(replay_ring_loom))]
+use std::time::{Duration, Instant};
+
+use crate::error::{CloseReason, PushError};
+use crate::ring::{ReplayRing, Shared, LAST_ID, UNPINNED};
+use crate::sync::{
+    lock, ord, seq_cst_fence, Arc,
+    Ordering::{Acquire, Relaxed, Release},
+};
+
+/// The writing end of a stream. There is exactly one per ring; it is `Send` but not `Clone`.
+///
+/// Every accepted event gets the next id (1, 2, 3, …); a refused push consumes none. When the window
+/// is full the producer is told ([`try_push`](Self::try_push) → [`PushError::Full`]) or waits
+/// ([`push`](Self::push), [`push_blocking`](Self::push_blocking)); it never drops a retained event.
+///
+/// Dropping the producer closes the stream with [`CloseReason::ProducerDropped`].
+///
+/// ```
+/// use replay_ring::{CloseReason, ReadError, ReplayRing};
+///
+/// let (mut producer, ring) = ReplayRing::<String>::new(16, 1).unwrap();
+/// let mut reader = ring.reader().unwrap();
+/// let id = producer.try_push_with(|id| format!("id: {id}\ndata: hello\n\n")).unwrap();
+/// assert_eq!(id, 1);
+/// producer.close(CloseReason::Completed);
+///
+/// assert_eq!(reader.try_next().unwrap().unwrap().data, "id: 1\ndata: hello\n\n");
+/// assert_eq!(reader.try_next(), Err(ReadError::Closed(CloseReason::Completed)));
+/// ```
+pub struct Producer<T> {
+    shared: Arc<Shared<T>>,
+    /// The id the next accepted push gets (`head + 1`; only this handle writes `head`).
+    next_id: u64,
+    /// Ids below this bound may be written without looking at shared state: their slots' previous
+    /// occupants were released and unpinned when it was computed, and stay so (the floor only grows
+    /// and new pins start at or above the floor).
+    write_limit: u64,
+    full: u64,
+    waits: u64,
+    waiting: bool,
+    closed: bool,
+    #[cfg(not(replay_ring_loom))]
+    thread_waker: crate::wait::ThreadWaker,
+}
+
+// SAFETY: the producer moves `T` values into slots and drops replaced ones, which needs only
+// `T: Send`; it never hands out `&T`.
+unsafe impl<T: Send> Send for Producer<T> {}
+
+impl<T> fmt::Debug for Producer<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Producer")
+            .field("next_id", &self.next_id)
+            .field("write_limit", &self.write_limit)
+            .finish()
+    }
+}
+
+impl<T> Producer<T> {
+    pub(crate) fn new(shared: Arc<Shared<T>>) -> Self {
+        let next_id = shared.first_id;
+        let write_limit = next_id.saturating_add(shared.capacity());
+        Producer {
+            shared,
+            next_id,
+            write_limit,
+            full: 0,
+            waits: 0,
+            waiting: false,
+            closed: false,
+            #[cfg(not(replay_ring_loom))]
+            thread_waker: Default::default(),
+        }
+    }
+
+    /// The id the next accepted push will get. Pushes that are refused do not advance it.
+    pub fn next_id(&self) -> u64 {
+        self.next_id
+    }
+
+    /// A handle on this producer's ring.
+    pub fn ring(&self) -> ReplayRing<T> {
+        ReplayRing {
+            shared: self.shared.clone(),
+        }
+    }
+
+    /// Appends `value` if there is room, returning its id.
+    ///
+    /// ```
+    /// let (mut producer, _ring) = replay_ring::ReplayRing::<u8>::new(2, 1).unwrap();
+    /// assert_eq!(producer.try_push(b'a'), Ok(1));
+    /// assert_eq!(producer.try_push(b'b'), Ok(2));
+    /// assert!(producer.try_push(b'c').unwrap_err().is_full());
+    /// ```
+    pub fn try_push(&mut self, value: T) -> Result<u64, PushError<T>> {
+        match self.try_push_with(|_| value) {
+            Ok(id) => Ok(id),
+            Err(PushError::Full(f)) => Err(PushError::Full(f(0))),
+            Err(PushError::IdsExhausted(f)) => Err(PushError::IdsExhausted(f(0))),
+        }
+    }
+
+    /// Appends the value `make(id)` if there is room, returning `id`. `make` learns the event's id
+    /// before the event exists (eager assignment), so it can write `id:` into its own SSE frame. If the
+    /// push is refused, `make` is handed back uncalled and no id is consumed.
+    ///
+    /// ```
+    /// let (mut producer, ring) = replay_ring::ReplayRing::<String>::new(4, 1).unwrap();
+    /// let id = producer.try_push_with(|id| format!("event {id}")).unwrap();
+    /// let mut reader = ring.resume(Some(0)).unwrap();
+    /// assert_eq!(reader.try_next().unwrap().unwrap().data, format!("event {id}"));
+    /// ```
+    #[inline]
+    pub fn try_push_with<F: FnOnce(u64) -> T>(&mut self, make: F) -> Result<u64, PushError<F>> {
+        let id = self.next_id;
+        if id > LAST_ID {
+            return Err(PushError::IdsExhausted(make));
+        }
+        if id >= self.write_limit && !self.refresh_limit() {
+            self.full += 1;
+            // Relaxed: a statistic with a single writer (this producer).
+            self.shared.producer_full.store(self.full, Relaxed);
+            return Err(PushError::Full(make));
+        }
+        let value = make(id);
+        let shared = &*self.shared;
+        let index = shared.index(id);
+        let replaced = id >= shared.first_id.saturating_add(shared.capacity());
+        let old = {
+            let _track = shared.trackers[index].write();
+            let cell = shared.slots[index].get();
+            // SAFETY: `id < write_limit`, so the slot's previous occupant `id - capacity` was released
+            // and no reader pin covers it (see `refresh_limit`); readers only touch ids `<= head`,
+            // and `id > head`. So nobody else accesses this slot now. It was initialised iff an
+            // earlier id mapped to it (`replaced`).
+            unsafe {
+                let old = replaced.then(|| (*cell).assume_init_read());
+                (*cell).write(value);
+                old
+            }
+        };
+        // Release: pairs with the Acquire loads of `head` in readers, so the slot write above
+        // happens-before any read of it.
+        shared
+            .head
+            .store(id, ord("publish_relaxed", Release, Relaxed));
+        self.next_id = id + 1;
+        shared.wake_readers();
+        // Dropped after the publish: a panicking `Drop` cannot leave the ring half-updated.
+        drop(old);
+        Ok(id)
+    }
+
+    /// Recomputes `write_limit` from the floor and the reader pins. Returns whether the next id fits.
+    #[cold]
+    fn refresh_limit(&mut self) -> bool {
+        let shared = &*self.shared;
+        // Acquire: pairs with the Release half of `release_through`'s `fetch_max`. It makes that
+        // release happen-before the fence below, which is what lets a reader's floor check and our
+        // pin scan exclude each other (docs/design.md, "release vs a reader starting a replay").
+        let floor = shared
+            .floor
+            .load(ord("floor_acquire_relaxed", Acquire, Relaxed));
+        // SeqCst fence: pairs with the fence in `reader::pin_and_check` between the pin store and
+        // the floor load. Either we see that reader's pin, or it sees a floor at least this one.
+        seq_cst_fence("no_pin_scan_fence");
+        let mut limit = floor;
+        for slot in shared.readers.iter() {
+            // Acquire: pairs with the Release pin stores (and unpin stores) in `reader.rs`, so the
+            // reader's earlier reads of slots below this value happen-before we overwrite them.
+            let pin = slot.pin.load(Acquire);
+            if pin != UNPINNED && pin < limit {
+                limit = pin;
+            }
+        }
+        self.write_limit = limit.saturating_add(shared.capacity());
+        self.next_id < self.write_limit
+    }
+
+    /// Ready when one push would be accepted (or ids are exhausted, which `try_push` reports).
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        if self.next_id < self.write_limit || self.next_id > LAST_ID || self.refresh_limit() {
+            return Poll::Ready(());
+        }
+        let shared = &*self.shared;
+        shared.producer_waker.register(cx.waker());
+        if !self.waiting {
+            self.waiting = true;
+            self.waits += 1;
+            // Relaxed: statistic with a single writer.
+            shared.producer_waits.store(self.waits, Relaxed);
+        }
+        // Relaxed: ordered by the fence below.
+        shared.producer_waiting.store(true, Relaxed);
+        // SeqCst fence: pairs with the fence in `Shared::wake_producer` (after a release or an
+        // unpin). Either that side sees `producer_waiting`, or our re-check below sees its change.
+        seq_cst_fence("no_producer_wait_fence");
+        if self.refresh_limit() {
+            self.stop_waiting();
+            return Poll::Ready(());
+        }
+        Poll::Pending
+    }
+
+    fn stop_waiting(&mut self) {
+        if self.waiting {
+            self.waiting = false;
+            // Relaxed: a stale `true` only costs a releaser one spurious wake.
+            self.shared.producer_waiting.store(false, Relaxed);
+        }
+    }
+
+    /// Waits until a push would be accepted: until enough events are released and no reader is
+    /// still borrowing the slot to reuse.
+    pub async fn ready(&mut self) {
+        poll_fn(|cx| self.poll_ready(cx)).await;
+        self.stop_waiting();
+    }
+
+    /// Appends `value`, waiting for space if the window is full. Only fails when ids are exhausted.
+    ///
+    /// ```
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+    /// let (mut producer, ring) = replay_ring::ReplayRing::<u8>::new(1, 1).unwrap();
+    /// producer.push(1).await.unwrap();
+    /// let releaser = tokio::spawn(async move { ring.release_through(1).unwrap() });
+    /// assert_eq!(producer.push(2).await, Ok(2)); // waited for the release
+    /// releaser.await.unwrap();
+    /// # });
+    /// ```
+    pub async fn push(&mut self, value: T) -> Result<u64, PushError<T>> {
+        self.ready().await;
+        self.try_push(value)
+    }
+
+    /// Like [`push`](Self::push), with the id passed to `make` before the value is built.
+    pub async fn push_with<F: FnOnce(u64) -> T>(&mut self, make: F) -> Result<u64, PushError<F>> {
+        self.ready().await;
+        self.try_push_with(make)
+    }
+
+    /// Ends the stream. Readers read everything still retained, then get
+    /// [`ReadError::Closed`](crate::ReadError::Closed) with `reason`.
+    pub fn close(mut self, reason: CloseReason) {
+        self.close_inner(reason);
+    }
+
+    fn close_inner(&mut self, reason: CloseReason) {
+        if self.closed {
+            return;
+        }
+        self.closed = true;
+        let shared = &*self.shared;
+        *lock(&shared.close_reason) = Some(reason);
+        // Release: pairs with the Acquire loads of `closed` in readers; every `head` publish and the
+        // reason happen-before a reader that sees the stream closed.
+        shared.closed.store(true, Release);
+        shared.wake_readers();
+    }
+}
+
+#[cfg(not(replay_ring_loom))]
+impl<T> Producer<T> {
+    /// Appends `value`, blocking the thread up to `timeout` for space. On timeout the value comes
+    /// back in [`PushError::Full`] and no id is consumed. For servers without an async runtime.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let (mut producer, ring) = replay_ring::ReplayRing::<u8>::new(1, 1).unwrap();
+    /// producer.try_push(1).unwrap();
+    /// let err = producer.push_blocking(2, Duration::from_millis(1)).unwrap_err();
+    /// assert!(err.is_full());
+    /// ring.release_through(1).unwrap();
+    /// assert_eq!(producer.push_blocking(2, Duration::from_secs(1)), Ok(2));
+    /// ```
+    pub fn push_blocking(&mut self, value: T, timeout: Duration) -> Result<u64, PushError<T>> {
+        if self.wait_ready_timeout(timeout) {
+            self.try_push(value)
+        } else {
+            self.full += 1;
+            // Relaxed: a statistic with a single writer (this producer).
+            self.shared.producer_full.store(self.full, Relaxed);
+            Err(PushError::Full(value))
+        }
+    }
+
+    /// Blocks up to `timeout` until a push would be accepted. Returns whether it would.
+    pub fn wait_ready_timeout(&mut self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let mut waker = std::mem::take(&mut self.thread_waker);
+        let ready = crate::wait::block_on_deadline(&mut waker, deadline, |cx| self.poll_ready(cx));
+        self.thread_waker = waker;
+        self.stop_waiting();
+        ready.is_some()
+    }
+}
+
+impl<T> Drop for Producer<T> {
+    fn drop(&mut self) {
+        self.close_inner(CloseReason::ProducerDropped);
+    }
+}

@@ -1,0 +1,506 @@
+//! Readers: a resume positions a reader, a pinned [`Batch`] lends the replayed (or live) events as at
+//! most two slices, and the live tail waits on the reader's own waker slot.
+
+use std::fmt;
+use std::future::poll_fn;
+use std::slice;
+use std::task::{Context, Poll};
+#[cfg(not(replay_ring_loom))]
+use std::time::{Duration, Instant};
+
+use crate::error::ReadError;
+use crate::ring::{free_reader_slot, ReaderSlot, Shared, UNPINNED};
+use crate::sync::{
+    lock, ord, seq_cst_fence, Arc,
+    Ordering::{Acquire, Relaxed, Release},
+    ReadTrack,
+};
+
+/// Pins `next` in `slot`, then checks it is still retained. On `Err(floor)` the slot is unpinned
+/// again. A fixed number of steps: one store, one fence, one load — no retry loop.
+pub(crate) fn pin_and_check<T>(
+    shared: &Shared<T>,
+    slot: &ReaderSlot,
+    next: u64,
+) -> Result<(), u64> {
+    // Release: pairs with the producer's Acquire pin scan, so this reader's earlier reads of ids
+    // below `next` happen-before the producer overwrites them.
+    slot.pin.store(next, ord("pin_relaxed", Release, Relaxed));
+    // SeqCst fence: pairs with the producer's fence in `refresh_limit` (between its floor load and its
+    // pin scan). Either the producer sees this pin, or the floor load below sees every release the
+    // producer based its reuse on.
+    seq_cst_fence("no_pin_fence");
+    // Acquire: pairs with the Release half of `release_through`'s `fetch_max` (only the value
+    // matters; the fence above does the ordering work).
+    let floor = shared.floor.load(Acquire);
+    if next < floor && !crate::sync::mutant("skip_floor_check") {
+        unpin(shared, slot);
+        return Err(floor);
+    }
+    Ok(())
+}
+
+/// Ends a borrow and wakes the producer if it was waiting for this slot.
+fn unpin<T>(shared: &Shared<T>, slot: &ReaderSlot) {
+    // Release: pairs with the producer's Acquire pin scan; our slot reads happen-before its reuse.
+    slot.pin
+        .store(UNPINNED, ord("unpin_relaxed", Release, Relaxed));
+    shared.wake_producer();
+}
+
+/// One event, cloned out of the ring (see [`Reader::try_next`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event<T> {
+    /// The event's id.
+    pub id: u64,
+    /// The payload.
+    pub data: T,
+}
+
+/// A registered reader: replays from where it was resumed, then follows live events.
+///
+/// Obtained from [`ReplayRing::resume`](crate::ReplayRing::resume) or
+/// [`ReplayRing::reader`](crate::ReplayRing::reader). Each reader owns one entry of the ring's fixed
+/// reader table until it is dropped.
+///
+/// A reader never skips: if its next event was released before it read it, every read returns
+/// [`ReadError::Gap`]. After the producer closes the stream and the reader has read everything
+/// retained, reads return [`ReadError::Closed`].
+///
+/// ```
+/// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+/// use replay_ring::{CloseReason, ReadError, ReplayRing};
+///
+/// let (mut producer, ring) = ReplayRing::<u32>::new(64, 2).unwrap();
+/// let mut reader = ring.reader().unwrap();
+/// let task = tokio::spawn(async move {
+///     let mut seen = Vec::new();
+///     loop {
+///         match reader.read().await {
+///             Ok(batch) => seen.extend(batch.iter().map(|(id, v)| (id, *v))),
+///             Err(ReadError::Closed(reason)) => return (seen, reason),
+///             Err(gap) => panic!("{gap}"),
+///         }
+///     }
+/// });
+/// for n in 1..=10 {
+///     producer.push(n * n).await.unwrap();
+/// }
+/// producer.close(CloseReason::Completed);
+/// let (seen, reason) = task.await.unwrap();
+/// assert_eq!(seen.len(), 10);
+/// assert!(seen.iter().all(|&(id, v)| v == (id * id) as u32));
+/// assert!(reason.is_completed());
+/// # });
+/// ```
+pub struct Reader<T> {
+    shared: Arc<Shared<T>>,
+    index: usize,
+    /// The next id this reader yields.
+    cursor: u64,
+    /// The pin at `cursor` is already set and validated (after a replaying resume).
+    pinned: bool,
+    /// Registered in `reader_waiters`.
+    waiting: bool,
+    /// A `Gap` or `Closed` already reported: the reader is finished.
+    done: bool,
+    #[cfg(not(replay_ring_loom))]
+    thread_waker: crate::wait::ThreadWaker,
+}
+
+// SAFETY: a reader lends `&T` to whichever thread owns it while the producer moves `T`s in on
+// another: that needs `T: Send + Sync`. Its other fields are plain data and an `Arc`.
+unsafe impl<T: Send + Sync> Send for Reader<T> {}
+// SAFETY: `&Reader` exposes only `cursor()`; every read needs `&mut`.
+unsafe impl<T: Send + Sync> Sync for Reader<T> {}
+
+impl<T> fmt::Debug for Reader<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Reader")
+            .field("slot", &self.index)
+            .field("cursor", &self.cursor)
+            .finish()
+    }
+}
+
+impl<T> Reader<T> {
+    pub(crate) fn new(shared: Arc<Shared<T>>, index: usize, cursor: u64, pinned: bool) -> Self {
+        Reader {
+            shared,
+            index,
+            cursor,
+            pinned,
+            waiting: false,
+            done: false,
+            #[cfg(not(replay_ring_loom))]
+            thread_waker: Default::default(),
+        }
+    }
+
+    fn slot(&self) -> &ReaderSlot {
+        &self.shared.readers[self.index]
+    }
+
+    /// The id this reader yields next. After a resume from `x`, it is `x + 1`.
+    pub fn cursor(&self) -> u64 {
+        self.cursor
+    }
+
+    /// `Ok(true)` when at least one event is available at the cursor; the terminal errors once the
+    /// stream is closed and drained.
+    fn available(&mut self) -> Result<bool, ReadError> {
+        if self.pinned {
+            return Ok(true);
+        }
+        // Acquire: pairs with the producer's Release publish.
+        if self.cursor <= self.shared.head.load(Acquire) {
+            return Ok(true);
+        }
+        // Acquire: pairs with the Release store in `Producer::close_inner`, which follows the last
+        // publish; so the head re-read below is final.
+        if self.shared.closed.load(Acquire) {
+            // Acquire: as above.
+            if self.cursor <= self.shared.head.load(Acquire) {
+                return Ok(true);
+            }
+            let reason = lock(&self.shared.close_reason)
+                .clone()
+                .unwrap_or(crate::CloseReason::ProducerDropped);
+            return Err(self.finish(ReadError::Closed(reason)));
+        }
+        Ok(false)
+    }
+
+    fn finish(&mut self, error: ReadError) -> ReadError {
+        self.done = true;
+        self.stop_waiting();
+        error
+    }
+
+    /// Pins and lends `cursor..=head`. Requires `available()` to have returned `Ok(true)`.
+    fn borrow_available(&mut self) -> Result<Batch<'_, T>, ReadError> {
+        let shared = &*self.shared;
+        let slot = &shared.readers[self.index];
+        if !self.pinned {
+            if let Err(floor) = pin_and_check(shared, slot, self.cursor) {
+                // Acquire: pairs with the producer's Release publish; for the error's content only.
+                let head = shared.head.load(Acquire);
+                let gap = ReadError::Gap {
+                    next: self.cursor,
+                    floor,
+                    head,
+                };
+                return Err(self.finish(gap));
+            }
+        }
+        self.pinned = false;
+        // Acquire: pairs with the producer's Release publish: slots up to `head` are written.
+        let head = shared.head.load(Acquire);
+        debug_assert!(self.cursor <= head && head - self.cursor < shared.capacity());
+        Ok(Batch::new(self, head))
+    }
+
+    /// Lends every event available now, from the cursor to the head, without copying; `Ok(None)` when
+    /// the reader has caught up. Dropping the batch marks its events read.
+    ///
+    /// ```
+    /// let (mut producer, ring) = replay_ring::ReplayRing::<u8>::new(4, 1).unwrap();
+    /// let mut reader = ring.reader().unwrap();
+    /// assert!(reader.try_read().unwrap().is_none());
+    /// producer.try_push(7).unwrap();
+    /// producer.try_push(8).unwrap();
+    /// let batch = reader.try_read().unwrap().unwrap();
+    /// assert_eq!(batch.as_slices(), (&[7, 8][..], &[][..]));
+    /// drop(batch);
+    /// assert_eq!(reader.cursor(), 3);
+    /// ```
+    pub fn try_read(&mut self) -> Result<Option<Batch<'_, T>>, ReadError> {
+        if self.done {
+            return Err(self.terminal_error());
+        }
+        if !self.available()? {
+            return Ok(None);
+        }
+        self.borrow_available().map(Some)
+    }
+
+    /// The error a finished reader keeps returning.
+    fn terminal_error(&self) -> ReadError {
+        let shared = &*self.shared;
+        match shared.close_reason() {
+            // Acquire: pairs with the producer's Release publish; the final head.
+            Some(reason) if self.cursor > shared.head.load(Acquire) => ReadError::Closed(reason),
+            _ => ReadError::Gap {
+                next: self.cursor,
+                // Acquire: pairs with the Release half of `release_through`'s `fetch_max`.
+                floor: shared.floor.load(Acquire),
+                // Acquire: pairs with the producer's Release publish.
+                head: shared.head.load(Acquire),
+            },
+        }
+    }
+
+    /// Ready when a read would not return `Ok(None)`.
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ReadError>> {
+        if self.done {
+            return Poll::Ready(Err(self.terminal_error()));
+        }
+        if self.available()? {
+            self.stop_waiting();
+            return Poll::Ready(Ok(()));
+        }
+        let shared = &*self.shared;
+        shared.readers[self.index].waker.register(cx.waker());
+        if !self.waiting {
+            self.waiting = true;
+            // Relaxed: ordered by the fence below.
+            shared.reader_waiters.fetch_add(1, Relaxed);
+        }
+        // SeqCst fence: pairs with the fence in `Shared::wake_readers` after every publish and on
+        // close. Either the producer sees us in `reader_waiters`, or we see its new `head`.
+        seq_cst_fence("no_reader_wait_fence");
+        if self.available()? {
+            self.stop_waiting();
+            return Poll::Ready(Ok(()));
+        }
+        Poll::Pending
+    }
+
+    fn stop_waiting(&mut self) {
+        if self.waiting {
+            self.waiting = false;
+            // Relaxed: a stale count only costs the producer one wake scan.
+            self.shared.reader_waiters.fetch_sub(1, Relaxed);
+        }
+    }
+
+    /// Waits until at least one event is available and lends all available ones.
+    pub async fn read(&mut self) -> Result<Batch<'_, T>, ReadError> {
+        poll_fn(|cx| self.poll_ready(cx)).await?;
+        self.borrow_available()
+    }
+
+    /// Clones the next event out, if any. One pin per event: for throughput prefer
+    /// [`try_read`](Self::try_read), which lends a whole batch.
+    pub fn try_next(&mut self) -> Result<Option<Event<T>>, ReadError>
+    where
+        T: Clone,
+    {
+        Ok(self.try_read()?.map(Batch::take_first))
+    }
+
+    /// Waits for the next event and clones it out.
+    pub async fn next(&mut self) -> Result<Event<T>, ReadError>
+    where
+        T: Clone,
+    {
+        self.read().await.map(Batch::take_first)
+    }
+}
+
+#[cfg(not(replay_ring_loom))]
+impl<T> Reader<T> {
+    /// Blocks the thread up to `timeout` for at least one event; `Ok(None)` on timeout.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let (mut producer, ring) = replay_ring::ReplayRing::<u8>::new(4, 1).unwrap();
+    /// let mut reader = ring.reader().unwrap();
+    /// assert!(reader.read_blocking(Duration::from_millis(1)).unwrap().is_none());
+    /// std::thread::spawn(move || producer.try_push(5).unwrap());
+    /// let batch = reader.read_blocking(Duration::from_secs(10)).unwrap().unwrap();
+    /// assert_eq!(batch.as_slices().0, &[5]);
+    /// ```
+    pub fn read_blocking(&mut self, timeout: Duration) -> Result<Option<Batch<'_, T>>, ReadError> {
+        let deadline = Instant::now() + timeout;
+        let mut waker = std::mem::take(&mut self.thread_waker);
+        let ready = crate::wait::block_on_deadline(&mut waker, deadline, |cx| self.poll_ready(cx));
+        self.thread_waker = waker;
+        match ready {
+            None => {
+                self.stop_waiting();
+                Ok(None)
+            }
+            Some(Err(e)) => Err(e),
+            Some(Ok(())) => self.borrow_available().map(Some),
+        }
+    }
+}
+
+impl<T> Drop for Reader<T> {
+    fn drop(&mut self) {
+        self.stop_waiting();
+        if self.pinned {
+            unpin(&self.shared, self.slot());
+        }
+        free_reader_slot(&self.shared, self.index);
+    }
+}
+
+#[cfg(feature = "stream")]
+impl<T: Clone> futures_core::Stream for Reader<T> {
+    type Item = Result<Event<T>, ReadError>;
+
+    /// Yields events in id order; on a gap or the end of the stream yields that error once, then
+    /// `None`.
+    fn poll_next(self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        if this.done {
+            return Poll::Ready(None);
+        }
+        match this.poll_ready(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Err(e)) => Poll::Ready(Some(Err(e))),
+            Poll::Ready(Ok(())) => {
+                Poll::Ready(Some(this.borrow_available().map(Batch::take_first)))
+            }
+        }
+    }
+}
+
+/// Events lent by a [`Reader`]: ids `first_id()..=last_id()`, in order, as at most two slices.
+///
+/// While a batch lives, the producer cannot overwrite its events (a full window backpressures it
+/// instead), so hold it only as long as it takes to copy or write the events out. Dropping it marks
+/// the events read; [`mark_read`](Self::mark_read) keeps a tail for the next read (for example after a
+/// short socket write).
+pub struct Batch<'a, T> {
+    reader: &'a mut Reader<T>,
+    first: u64,
+    last: u64,
+    /// How many events, from the front, count as read when the batch is dropped.
+    read: u64,
+    #[allow(dead_code)] // Held only so loom tracks the reads; empty outside loom builds.
+    tracks: Vec<ReadTrack>,
+}
+
+impl<T> fmt::Debug for Batch<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Batch")
+            .field("first_id", &self.first)
+            .field("last_id", &self.last)
+            .finish()
+    }
+}
+
+impl<'a, T> Batch<'a, T> {
+    fn new(reader: &'a mut Reader<T>, last: u64) -> Self {
+        let first = reader.cursor;
+        let shared = &*reader.shared;
+        let tracks = if cfg!(replay_ring_loom) {
+            (first..=last)
+                .map(|id| shared.trackers[shared.index(id)].read())
+                .collect()
+        } else {
+            Vec::new()
+        };
+        Batch {
+            first,
+            last,
+            read: last - first + 1,
+            tracks,
+            reader,
+        }
+    }
+
+    /// Id of the first event.
+    pub fn first_id(&self) -> u64 {
+        self.first
+    }
+
+    /// Id of the last event.
+    pub fn last_id(&self) -> u64 {
+        self.last
+    }
+
+    /// Number of events (never 0).
+    pub fn len(&self) -> usize {
+        (self.last - self.first + 1) as usize
+    }
+
+    /// Always `false`: an empty read returns `None` instead of a batch.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// The events in id order: the first slice starts at `first_id()`, the second (possibly empty)
+    /// continues where the ring wrapped around. Zero-copy.
+    ///
+    /// ```
+    /// let (mut producer, ring) = replay_ring::ReplayRing::<u32>::new(4, 1).unwrap();
+    /// for n in 1..=4 {
+    ///     producer.try_push(n).unwrap();
+    /// }
+    /// ring.release_through(2).unwrap();
+    /// producer.try_push(5).unwrap(); // reuses the slot of id 1
+    /// let mut reader = ring.resume(Some(2)).unwrap();
+    /// let batch = reader.try_read().unwrap().unwrap();
+    /// // Id k lives in slot k % 4: id 3 ends the array, ids 4 and 5 start it again.
+    /// assert_eq!(batch.as_slices(), (&[3][..], &[4, 5][..]));
+    /// assert_eq!(batch.iter().map(|(id, v)| (id, *v)).collect::<Vec<_>>(), [(3, 3), (4, 4), (5, 5)]);
+    /// ```
+    pub fn as_slices(&self) -> (&[T], &[T]) {
+        let shared = &*self.reader.shared;
+        let start = shared.index(self.first);
+        let len = self.len();
+        let head_len = len.min(shared.slots.len() - start);
+        let base = shared.slots.as_ptr().cast::<T>();
+        // SAFETY: ids `first..=last` were published (`last <= head`, loaded with Acquire) so their
+        // slots are initialised, and this reader's pin at `first` keeps the producer from
+        // overwriting any of them while `self` lives. `UnsafeCell<MaybeUninit<T>>` has `T`'s layout,
+        // the ranges `start..start + head_len` and `0..len - head_len` are in bounds (len <=
+        // capacity), and only shared references are created (readers never write).
+        unsafe {
+            (
+                slice::from_raw_parts(base.add(start), head_len),
+                slice::from_raw_parts(base, len - head_len),
+            )
+        }
+    }
+
+    /// `(id, &event)` pairs in id order.
+    pub fn iter(&self) -> impl Iterator<Item = (u64, &T)> + '_ {
+        let (a, b) = self.as_slices();
+        (self.first..).zip(a.iter().chain(b))
+    }
+
+    /// Marks only the first `n` events as read (clamped to the batch length): the next read starts
+    /// at `first_id() + n`. The rest stay retained (unless released) and pinned no longer.
+    ///
+    /// ```
+    /// let (mut producer, ring) = replay_ring::ReplayRing::<u8>::new(4, 1).unwrap();
+    /// let mut reader = ring.reader().unwrap();
+    /// for n in 1..=3 {
+    ///     producer.try_push(n).unwrap();
+    /// }
+    /// let mut batch = reader.try_read().unwrap().unwrap();
+    /// batch.mark_read(1); // say only one event fit into the socket
+    /// drop(batch);
+    /// assert_eq!(reader.try_read().unwrap().unwrap().first_id(), 2);
+    /// ```
+    pub fn mark_read(&mut self, n: usize) {
+        self.read = (n as u64).min(self.last - self.first + 1);
+    }
+
+    fn take_first(mut self) -> Event<T>
+    where
+        T: Clone,
+    {
+        self.mark_read(1);
+        let data = self.as_slices().0[0].clone();
+        Event {
+            id: self.first,
+            data,
+        }
+    }
+}
+
+impl<T> Drop for Batch<'_, T> {
+    fn drop(&mut self) {
+        // End loom's read tracking before the unpin makes the slots writable again.
+        self.tracks.clear();
+        self.reader.cursor = self.first + self.read;
+        unpin(&self.reader.shared, self.reader.slot());
+    }
+}

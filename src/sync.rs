@@ -1,0 +1,118 @@
+//! The one place that names atomics, `UnsafeCell`, `Arc`, locks and wakers.
+//!
+//! Under `--cfg replay_ring_loom` every primitive is swapped for its loom twin so the models in
+//! `loom-tests/` explore the real protocol. The cfg is the crate's own (not bare `loom`) so that a
+//! global `RUSTFLAGS="--cfg loom"` in a downstream project never flips this crate into model mode.
+
+#[cfg(not(replay_ring_loom))]
+mod imp {
+    pub(crate) use atomic_waker::AtomicWaker;
+    pub(crate) use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
+    pub(crate) use std::sync::Arc;
+
+    /// A lock for cold paths only (the close reason). Never taken on push or read.
+    pub(crate) type Mutex<T> = parking_lot::Mutex<T>;
+
+    pub(crate) fn lock<T>(m: &Mutex<T>) -> parking_lot::MutexGuard<'_, T> {
+        m.lock()
+    }
+
+    /// Zero-sized stand-in for loom's access tracking of one slot.
+    ///
+    /// The slots themselves are std `UnsafeCell`s in every build, because a reader borrows a whole run
+    /// of them as one `&[T]`; loom's cell cannot hand out such a slice. Under loom this type carries a
+    /// `loom::cell::UnsafeCell<()>` whose guards span exactly the real accesses, so loom still reports
+    /// a read that overlaps a write of the same slot.
+    #[derive(Debug, Default)]
+    pub(crate) struct SlotTracker;
+
+    impl SlotTracker {
+        #[inline(always)]
+        pub(crate) fn read(&self) -> ReadTrack {
+            ReadTrack
+        }
+        #[inline(always)]
+        pub(crate) fn write(&self) -> WriteTrack {
+            WriteTrack
+        }
+    }
+
+    /// Held while a reader borrows a slot.
+    #[derive(Debug)]
+    pub(crate) struct ReadTrack;
+    /// Held while the producer writes a slot.
+    #[derive(Debug)]
+    pub(crate) struct WriteTrack;
+
+    /// Mutant hook: always the real ordering outside loom builds.
+    #[inline(always)]
+    pub(crate) fn mutant(_name: &str) -> bool {
+        false
+    }
+}
+
+#[cfg(replay_ring_loom)]
+mod imp {
+    pub(crate) use loom::future::AtomicWaker;
+    pub(crate) use loom::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
+    pub(crate) use loom::sync::Arc;
+
+    pub(crate) type Mutex<T> = loom::sync::Mutex<T>;
+
+    pub(crate) fn lock<T>(m: &Mutex<T>) -> loom::sync::MutexGuard<'_, T> {
+        m.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Loom-tracked access to one slot; see the std twin.
+    #[derive(Debug)]
+    pub(crate) struct SlotTracker(loom::cell::UnsafeCell<()>);
+
+    impl Default for SlotTracker {
+        fn default() -> Self {
+            SlotTracker(loom::cell::UnsafeCell::new(()))
+        }
+    }
+
+    impl SlotTracker {
+        pub(crate) fn read(&self) -> ReadTrack {
+            ReadTrack(self.0.get())
+        }
+        pub(crate) fn write(&self) -> WriteTrack {
+            WriteTrack(self.0.get_mut())
+        }
+    }
+
+    /// Loom records a read access for as long as this guard lives.
+    #[derive(Debug)]
+    pub(crate) struct ReadTrack(#[allow(dead_code)] loom::cell::ConstPtr<()>);
+    /// Loom records a write access for as long as this guard lives.
+    #[derive(Debug)]
+    pub(crate) struct WriteTrack(#[allow(dead_code)] loom::cell::MutPtr<()>);
+
+    /// Mutation testing: `REPLAY_RING_MUTANT=<name>` weakens the named protocol step, so the loom
+    /// models can prove they notice. Read per call (cheap enough in a model) so one build serves
+    /// every mutant; see `docs/verification.md`.
+    pub(crate) fn mutant(name: &str) -> bool {
+        std::env::var("REPLAY_RING_MUTANT").is_ok_and(|m| m == name)
+    }
+}
+
+pub(crate) use imp::*;
+
+/// `ordering` unless the named mutant is active, then `weakened`.
+#[inline(always)]
+pub(crate) fn ord(name: &str, ordering: Ordering, weakened: Ordering) -> Ordering {
+    if mutant(name) {
+        weakened
+    } else {
+        ordering
+    }
+}
+
+/// A `fence(SeqCst)` that the named mutant removes.
+#[inline(always)]
+pub(crate) fn seq_cst_fence(name: &str) {
+    if !mutant(name) {
+        fence(Ordering::SeqCst);
+    }
+}
