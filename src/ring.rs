@@ -267,6 +267,8 @@ impl<T: Send> Builder<T> {
             head: CachePadded::new(AtomicU64::new(self.first_id - 1)),
             floor: CachePadded::new(AtomicU64::new(self.first_id)),
             slots: slots.into_boxed_slice(),
+            // A unit struct outside loom, a loom cell inside it.
+            #[allow(clippy::default_constructed_unit_structs)]
             trackers: (0..capacity).map(|_| SlotTracker::default()).collect(),
             mask: capacity as u64 - 1,
             first_id: self.first_id,
