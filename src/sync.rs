@@ -53,7 +53,21 @@ mod imp {
 
 #[cfg(replay_ring_loom)]
 mod imp {
-    pub(crate) use loom::future::AtomicWaker;
+    /// loom's `AtomicWaker` takes the waker by value; this gives it atomic-waker's by-reference API.
+    #[derive(Debug, Default)]
+    pub(crate) struct AtomicWaker(loom::future::AtomicWaker);
+
+    impl AtomicWaker {
+        pub(crate) fn new() -> Self {
+            AtomicWaker(loom::future::AtomicWaker::new())
+        }
+        pub(crate) fn register(&self, waker: &std::task::Waker) {
+            self.0.register_by_ref(waker);
+        }
+        pub(crate) fn wake(&self) {
+            self.0.wake();
+        }
+    }
     pub(crate) use loom::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
     pub(crate) use loom::sync::Arc;
 
