@@ -62,6 +62,8 @@ mod ring;
 mod sync;
 mod wait;
 
+pub mod sse;
+
 pub use error::{BuildError, CloseReason, PushError, ReadError, ReleaseError, ResumeError};
 pub use metrics::Metrics;
 pub use producer::Producer;

@@ -70,7 +70,10 @@ impl fmt::Display for StreamIdError {
         match *self {
             StreamIdError::Empty => f.write_str("stream name is empty"),
             StreamIdError::TooLong { len } => {
-                write!(f, "stream name is {len} bytes, the maximum is {MAX_STREAM_LEN}")
+                write!(
+                    f,
+                    "stream name is {len} bytes, the maximum is {MAX_STREAM_LEN}"
+                )
             }
             StreamIdError::InvalidByte { position } => write!(
                 f,
@@ -111,7 +114,10 @@ impl StreamId {
         }
         let mut bytes = [0u8; MAX_STREAM_LEN];
         bytes[..name.len()].copy_from_slice(name);
-        Ok(StreamId { len: name.len() as u8, bytes })
+        Ok(StreamId {
+            len: name.len() as u8,
+            bytes,
+        })
     }
 
     /// The name as a string slice.
@@ -455,7 +461,10 @@ impl EventId {
             return Err(LastEventIdError::Empty);
         }
         if value.len() > MAX_EVENT_ID_LEN {
-            return Err(LastEventIdError::TooLong { len: value.len(), max: MAX_EVENT_ID_LEN });
+            return Err(LastEventIdError::TooLong {
+                len: value.len(),
+                max: MAX_EVENT_ID_LEN,
+            });
         }
         if let Some(position) = value.iter().position(|b| !b.is_ascii()) {
             return Err(LastEventIdError::NonAscii { position });
@@ -475,7 +484,9 @@ impl EventId {
         let stream = StreamId::from_bytes(&value[..stream_end]).map_err(|e| match e {
             StreamIdError::Empty => malformed(0, Malformed::EmptyStream),
             StreamIdError::TooLong { .. } => malformed(MAX_STREAM_LEN, Malformed::StreamTooLong),
-            StreamIdError::InvalidByte { position } => malformed(position, Malformed::InvalidStreamByte),
+            StreamIdError::InvalidByte { position } => {
+                malformed(position, Malformed::InvalidStreamByte)
+            }
         })?;
 
         // Epoch: lowercase hex up to the second '.'.
@@ -495,7 +506,11 @@ impl EventId {
         // Sequence: decimal to the end (a further '.' is an invalid byte).
         let seq_start = epoch_start + epoch_len + 1;
         let seq = parse_number(&value[seq_start..], seq_start, 10, IdField::Sequence)?;
-        Ok(EventId { stream, epoch: Epoch(epoch), seq })
+        Ok(EventId {
+            stream,
+            epoch: Epoch(epoch),
+            seq,
+        })
     }
 
     /// Writes the canonical form into a stack buffer (no allocation).
@@ -506,7 +521,10 @@ impl EventId {
     /// assert_eq!(id.encode().as_str(), "a.0.0");
     /// ```
     pub fn encode(&self) -> EventIdBuf {
-        let mut buf = EventIdBuf { len: 0, bytes: [0; MAX_EVENT_ID_LEN] };
+        let mut buf = EventIdBuf {
+            len: 0,
+            bytes: [0; MAX_EVENT_ID_LEN],
+        };
         buf.push(self.stream.as_str().as_bytes());
         buf.push(b".");
         let mut digits = [0u8; 20];
@@ -592,13 +610,21 @@ fn is_lower_hex(b: u8) -> bool {
 
 /// Parses a canonical number (no sign, no leading zero) in base 10 or 16; `offset` is where the
 /// digits start in the whole value, for error positions.
-fn parse_number(digits: &[u8], offset: usize, radix: u32, field: IdField) -> Result<u64, LastEventIdError> {
+fn parse_number(
+    digits: &[u8],
+    offset: usize,
+    radix: u32,
+    field: IdField,
+) -> Result<u64, LastEventIdError> {
     let (empty, invalid) = match field {
         IdField::Epoch => (Malformed::EmptyEpoch, Malformed::InvalidEpochByte),
         IdField::Sequence => (Malformed::EmptySequence, Malformed::InvalidSequenceByte),
     };
     if digits.is_empty() {
-        return Err(LastEventIdError::Malformed { position: offset, reason: empty });
+        return Err(LastEventIdError::Malformed {
+            position: offset,
+            reason: empty,
+        });
     }
     let mut value: u64 = 0;
     let mut overflow = false;
@@ -606,16 +632,27 @@ fn parse_number(digits: &[u8], offset: usize, radix: u32, field: IdField) -> Res
         let d = match (radix, b) {
             (_, b'0'..=b'9') => u64::from(b - b'0'),
             (16, b'a'..=b'f') => u64::from(b - b'a' + 10),
-            _ => return Err(LastEventIdError::Malformed { position: offset + i, reason: invalid }),
+            _ => {
+                return Err(LastEventIdError::Malformed {
+                    position: offset + i,
+                    reason: invalid,
+                })
+            }
         };
         // Keep scanning after an overflow so that a later invalid byte is still reported as such.
-        match value.checked_mul(u64::from(radix)).and_then(|v| v.checked_add(d)) {
+        match value
+            .checked_mul(u64::from(radix))
+            .and_then(|v| v.checked_add(d))
+        {
             Some(v) => value = v,
             None => overflow = true,
         }
     }
     if digits.len() > 1 && digits[0] == b'0' {
-        return Err(LastEventIdError::Malformed { position: offset, reason: Malformed::LeadingZero });
+        return Err(LastEventIdError::Malformed {
+            position: offset,
+            reason: Malformed::LeadingZero,
+        });
     }
     if overflow {
         return Err(LastEventIdError::Overflow { field });

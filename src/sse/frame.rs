@@ -327,7 +327,9 @@ struct DataLines<'a> {
 
 impl<'a> DataLines<'a> {
     fn new(payload: &'a [u8]) -> Self {
-        DataLines { rest: Some(payload) }
+        DataLines {
+            rest: Some(payload),
+        }
     }
 }
 
@@ -342,7 +344,11 @@ impl<'a> Iterator for DataLines<'a> {
                 Some(rest)
             }
             Some(i) => {
-                let skip = if rest[i] == b'\r' && rest.get(i + 1) == Some(&b'\n') { 2 } else { 1 };
+                let skip = if rest[i] == b'\r' && rest.get(i + 1) == Some(&b'\n') {
+                    2
+                } else {
+                    1
+                };
                 self.rest = Some(&rest[i + skip..]);
                 Some(&rest[..i])
             }

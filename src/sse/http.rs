@@ -1,0 +1,215 @@
+//! The HTTP mapping of a [`ResumeDecision`], as plain data any framework can copy into its
+//! response type. See `docs/protocol.md` for the reasoning behind each status code.
+//!
+//! | decision | status | body |
+//! |---|---|---|
+//! | `Live`, `Replay`, `NoOp` | 200 `text/event-stream` | the stream (priming event first) |
+//! | `Gap` | 416 | `{"error":"replay_gap",...,"floor":F,"head":H}` |
+//! | `Mismatch` | 409 | `{"error":"cursor_ahead_of_head",...}` |
+//! | `InvalidCursor` | 400 | `{"error":"invalid_last_event_id","reason":...}` |
+//! | `StreamLost` | 404 | `{"error":"stream_lost","reason":...}` |
+//! | `SessionLost` | 404 | `{"error":"session_lost"}` |
+//! | `Busy` | 503 + `Retry-After` | `{"error":"too_many_readers","limit":N}` |
+//!
+//! Every response for an existing stream carries `Replay-Floor` and `Replay-Head`.
+
+use bytes::Bytes;
+
+use super::json::JsonObject;
+use super::resume::{Refused, ResumeDecision, StreamState};
+
+/// Response header naming the oldest id the stream can still replay (decimal sequence number).
+pub const REPLAY_FLOOR_HEADER: &str = "replay-floor";
+/// Response header naming the stream's newest id (decimal sequence number).
+pub const REPLAY_HEAD_HEADER: &str = "replay-head";
+/// Response header naming the stream and epoch (`<stream>.<epoch>`), so a client can tell a
+/// restarted stream from the one it was reading before it sees any event.
+pub const REPLAY_STREAM_HEADER: &str = "replay-stream";
+/// Request header a client sends to resume (per the HTML standard; header names are
+/// case-insensitive).
+pub const LAST_EVENT_ID_HEADER: &str = "last-event-id";
+/// Content type of an event stream.
+pub const EVENT_STREAM_CONTENT_TYPE: &str = "text/event-stream";
+
+/// A status, headers and body: the full answer to one GET, independent of the HTTP framework.
+/// For a 200 the body is empty here: the event stream follows.
+///
+/// ```
+/// use replay_ring::sse::{HttpResponse, ResumeDecision, StreamState, StreamIdentity, StreamId, Epoch};
+///
+/// let me = StreamIdentity::new(StreamId::new("events").unwrap(), Epoch::new(0xa));
+/// let state = StreamState { identity: me, floor: 65, head: 130 };
+/// let gap = ResumeDecision::Gap { requested: 41, floor: 65, head: 130 };
+/// let resp = HttpResponse::for_decision(&gap, Some(&state));
+/// assert_eq!(resp.status, 416);
+/// assert_eq!(resp.header("replay-floor"), Some("65"));
+/// assert_eq!(resp.header("content-type"), Some("application/json"));
+/// let body = std::str::from_utf8(&resp.body).unwrap();
+/// assert!(body.starts_with(r#"{"error":"replay_gap","#));
+/// assert!(body.contains(r#""requested":41,"floor":65,"head":130"#));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpResponse {
+    /// HTTP status code.
+    pub status: u16,
+    /// Header names (lowercase) and values, in order. Values are visible ASCII.
+    pub headers: Vec<(&'static str, String)>,
+    /// JSON body for refusals; empty for a 200 (the stream follows).
+    pub body: Bytes,
+}
+
+impl HttpResponse {
+    /// The first value of header `name` (compared case-insensitively).
+    ///
+    /// ```
+    /// use replay_ring::sse::{HttpResponse, ResumeDecision};
+    /// let r = HttpResponse::for_decision(&ResumeDecision::SessionLost, None);
+    /// assert_eq!(r.header("Content-Type"), Some("application/json"));
+    /// ```
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The response for `decision`. `state` is the stream's snapshot (`None` if it does not
+    /// exist); it supplies the `Replay-*` headers.
+    ///
+    /// ```
+    /// use replay_ring::sse::{HttpResponse, ResumeDecision, StreamState, StreamIdentity, StreamId, Epoch};
+    /// let me = StreamIdentity::new(StreamId::new("s").unwrap(), Epoch::new(1));
+    /// let state = StreamState { identity: me, floor: 3, head: 9 };
+    /// let ok = HttpResponse::for_decision(&ResumeDecision::Replay { from: 5, through: 9 }, Some(&state));
+    /// assert_eq!(ok.status, 200);
+    /// assert_eq!(ok.header("content-type"), Some("text/event-stream"));
+    /// assert_eq!(ok.header("replay-head"), Some("9"));
+    /// assert!(ok.body.is_empty());
+    /// ```
+    pub fn for_decision(decision: &ResumeDecision, state: Option<&StreamState>) -> Self {
+        let status = status_for(decision);
+        let mut headers: Vec<(&'static str, String)> = Vec::with_capacity(7);
+        if decision.is_accepted() {
+            headers.push(("content-type", EVENT_STREAM_CONTENT_TYPE.to_owned()));
+            headers.push(("cache-control", "no-store".to_owned()));
+            // Tell buffering reverse proxies (nginx) to pass frames through as they are written.
+            headers.push(("x-accel-buffering", "no".to_owned()));
+        } else {
+            headers.push(("content-type", "application/json".to_owned()));
+            headers.push(("cache-control", "no-store".to_owned()));
+        }
+        if let Some(s) = state {
+            headers.push((REPLAY_FLOOR_HEADER, s.floor.to_string()));
+            headers.push((REPLAY_HEAD_HEADER, s.head.to_string()));
+            headers.push((
+                REPLAY_STREAM_HEADER,
+                format!("{}.{}", s.identity.stream, s.identity.epoch),
+            ));
+        }
+        if let ResumeDecision::Busy { .. } = decision {
+            headers.push(("retry-after", "1".to_owned()));
+        }
+        let body = if decision.is_accepted() {
+            Bytes::new()
+        } else {
+            error_body(decision, state)
+        };
+        HttpResponse {
+            status,
+            headers,
+            body,
+        }
+    }
+
+    /// The 200 head for an accepted stream.
+    ///
+    /// ```
+    /// use replay_ring::sse::{HttpResponse, StreamState, StreamIdentity, StreamId, Epoch};
+    /// let me = StreamIdentity::new(StreamId::new("s").unwrap(), Epoch::new(1));
+    /// let r = HttpResponse::stream(&StreamState { identity: me, floor: 1, head: 0 });
+    /// assert_eq!((r.status, r.header("replay-floor")), (200, Some("1")));
+    /// ```
+    pub fn stream(state: &StreamState) -> Self {
+        Self::for_decision(&ResumeDecision::NoOp { head: state.head }, Some(state))
+    }
+
+    /// The response for a refusal from [`resume`](super::resume()).
+    ///
+    /// ```
+    /// use replay_ring::sse::{resume, Epoch, HttpResponse, StreamId, StreamIdentity};
+    /// let me = StreamIdentity::new(StreamId::new("s").unwrap(), Epoch::new(1));
+    /// let (_p, ring) = replay_ring::ReplayRing::<u8>::new(4, 1).unwrap();
+    /// let refused = resume(&ring, &me, Some(b"s.1.5")).unwrap_err();
+    /// assert_eq!(HttpResponse::refused(&refused).status, 409);
+    /// ```
+    pub fn refused(refused: &Refused) -> Self {
+        Self::for_decision(&refused.decision, refused.state.as_ref())
+    }
+}
+
+/// The status code for a decision (see the module table).
+///
+/// ```
+/// use replay_ring::sse::{status_for, ResumeDecision};
+/// assert_eq!(status_for(&ResumeDecision::Mismatch { requested: 9, head: 3 }), 409);
+/// assert_eq!(status_for(&ResumeDecision::SessionLost), 404);
+/// ```
+pub fn status_for(decision: &ResumeDecision) -> u16 {
+    match decision {
+        ResumeDecision::Live { .. }
+        | ResumeDecision::Replay { .. }
+        | ResumeDecision::NoOp { .. } => 200,
+        ResumeDecision::Gap { .. } => 416,
+        ResumeDecision::Mismatch { .. } => 409,
+        ResumeDecision::InvalidCursor(_) => 400,
+        ResumeDecision::StreamLost(_) | ResumeDecision::SessionLost => 404,
+        ResumeDecision::Busy { .. } => 503,
+    }
+}
+
+fn error_body(decision: &ResumeDecision, state: Option<&StreamState>) -> Bytes {
+    let message = decision.to_string();
+    let mut json = JsonObject::new().string("error", decision.code());
+    match *decision {
+        ResumeDecision::InvalidCursor(err) | ResumeDecision::StreamLost(err) => {
+            json = json.string("reason", err.code());
+        }
+        _ => {}
+    }
+    json = json.string("message", &message);
+    match *decision {
+        ResumeDecision::Gap {
+            requested,
+            floor,
+            head,
+        } => {
+            json = json
+                .number("requested", requested)
+                .number("floor", floor)
+                .number("head", head)
+                .number("lost_from", requested.saturating_add(1))
+                .number("lost_through", floor.saturating_sub(1));
+        }
+        ResumeDecision::Mismatch { requested, head } => {
+            json = json.number("requested", requested);
+            if let Some(s) = state {
+                json = json.number("floor", s.floor);
+            }
+            json = json.number("head", head);
+        }
+        ResumeDecision::Busy { limit } => {
+            json = json.number("limit", limit as u64);
+        }
+        _ => {
+            if let Some(s) = state {
+                json = json.number("floor", s.floor).number("head", s.head);
+            }
+        }
+    }
+    if let Some(s) = state {
+        json = json
+            .string("stream", s.identity.stream.as_str())
+            .string("epoch", &s.identity.epoch.to_string());
+    }
+    json.finish()
+}

@@ -1,0 +1,69 @@
+//! Server-Sent Events on top of a [`ReplayRing`](crate::ReplayRing): the wire format, the resume
+//! decision and its HTTP mapping, a retention policy, and a client-side continuity verifier. No
+//! HTTP framework is involved; `examples/sse_server` wires it into axum. The protocol is
+//! specified in `docs/protocol.md`.
+//!
+//! - [`EventId`]: `<stream>.<epoch>.<seq>` ids, and strict parsing of an untrusted
+//!   `Last-Event-ID` ([`LastEventIdError`]).
+//! - [`Frame`], [`encode_event`], [`encode_priming`], [`encode_keep_alive`]: event-stream frames
+//!   into `bytes`, refusing CR/LF/NUL in ids, event names and comments.
+//! - [`resume`] / [`decide`] → [`ResumeDecision`] → [`HttpResponse`]: replay, or an explicit 4xx
+//!   naming floor and head; never a 200 that skips ids.
+//! - [`Retention`], [`BackpressureClock`]: release on acknowledgement and after the resumption
+//!   window; close with an explicit error instead of dropping.
+//! - [`ContinuityVerifier`], [`classify`]: what a client must check after reconnecting.
+//!
+//! ```
+//! use bytes::BytesMut;
+//! use replay_ring::sse::{encode_event, encode_priming, resume, Epoch, HttpResponse, StreamId, StreamIdentity};
+//! use replay_ring::ReplayRing;
+//!
+//! let me = StreamIdentity::new(StreamId::new("events").unwrap(), Epoch::new(0x5));
+//! let (mut producer, ring) = ReplayRing::<&'static str>::new(8, 2).unwrap();
+//! for payload in ["a", "b", "c"] {
+//!     producer.try_push(payload).unwrap();
+//! }
+//!
+//! // A browser reconnects with Last-Event-ID: events.5.1
+//! let mut ok = resume(&ring, &me, Some(b"events.5.1")).unwrap();
+//! assert_eq!(HttpResponse::stream(&ok.state).status, 200);
+//! let mut out = BytesMut::new();
+//! encode_priming(&mut out, me.event_id(ok.reader.cursor() - 1), None);
+//! for (id, payload) in ok.reader.try_read().unwrap().unwrap().iter() {
+//!     encode_event(&mut out, me.event_id(id), None, payload.as_bytes()).unwrap();
+//! }
+//! assert_eq!(&out[..], &b"id: events.5.1\ndata:\n\nid: events.5.2\ndata: b\n\nid: events.5.3\ndata: c\n\n"[..]);
+//!
+//! // A client from before a restart (epoch 4) is told the stream is gone.
+//! let lost = resume(&ring, &me, Some(b"events.4.2")).unwrap_err();
+//! assert_eq!(HttpResponse::refused(&lost).status, 404);
+//! ```
+
+mod event_id;
+mod frame;
+mod http;
+mod json;
+mod resume;
+mod retention;
+mod verifier;
+
+pub use event_id::{
+    Epoch, EventId, EventIdBuf, IdField, LastEventIdError, Malformed, StreamId, StreamIdError,
+    StreamIdentity, MAX_EVENT_ID_LEN, MAX_STREAM_LEN,
+};
+pub use frame::{
+    encode_event, encode_keep_alive, encode_priming, Frame, FrameError, FrameField, KEEP_ALIVE,
+};
+pub use http::{
+    status_for, HttpResponse, EVENT_STREAM_CONTENT_TYPE, LAST_EVENT_ID_HEADER, REPLAY_FLOOR_HEADER,
+    REPLAY_HEAD_HEADER, REPLAY_STREAM_HEADER,
+};
+pub use resume::{decide, resume, Refused, ResumeDecision, Resumed, StreamState};
+pub use retention::{
+    BackpressureClock, ConnectionId, Retention, RetentionConfig, RetentionStats, CHECKPOINTS,
+    DEFAULT_BACKPRESSURE_TIMEOUT, DEFAULT_RESUMPTION_WINDOW,
+};
+pub use verifier::{
+    classify, BodyState, ContinuityError, ContinuityVerifier, Observation, Reconnect,
+    ResumptionFailure, StallClass,
+};

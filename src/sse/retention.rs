@@ -1,0 +1,399 @@
+//! The retention policy every server shares: when events may leave the window, and when a
+//! backpressured producer must give up (explicitly, never by dropping).
+//!
+//! Events leave the window only through [`ReplayRing::release_through`], for two reasons:
+//!
+//! 1. **Acknowledgement.** A resume with `Last-Event-ID = x` proves the client has `..= x`.
+//! 2. **Resumption window.** An event written to a live connection more than
+//!    [`RetentionConfig::resumption_window`] ago is released: a client that has been away longer
+//!    than that gets an explicit gap on resume.
+//!
+//! Neither ever releases an event that a live connection has not written yet (the release is
+//! capped at the slowest live connection), so a connected reader never sees a gap.
+//!
+//! Time is passed in (`now: Instant`) so tests can drive it without sleeping. Nothing here
+//! allocates after construction: written positions go into a fixed table of connections and a
+//! fixed ring of [`CHECKPOINTS`] `(id, Instant)` pairs.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use crate::{CloseReason, ReleaseError, ReplayRing};
+
+/// Number of `(id, written-at)` checkpoints kept; the window is tracked with a granularity of
+/// `resumption_window / CHECKPOINTS` (events are released at most that much later than due, never
+/// earlier).
+pub const CHECKPOINTS: usize = 64;
+
+/// Default [`RetentionConfig::resumption_window`]: 30 s (two 15 s keep-alive periods).
+pub const DEFAULT_RESUMPTION_WINDOW: Duration = Duration::from_secs(30);
+/// Default [`RetentionConfig::backpressure_timeout`]: 10 s.
+pub const DEFAULT_BACKPRESSURE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Retention settings.
+///
+/// ```
+/// use replay_ring::sse::RetentionConfig;
+/// use std::time::Duration;
+///
+/// let c = RetentionConfig::default();
+/// assert_eq!(c.resumption_window, Duration::from_secs(30));
+/// assert_eq!(c.backpressure_timeout, Duration::from_secs(10));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetentionConfig {
+    /// How long an event stays replayable after it was written to a live connection.
+    /// Size the ring for it: `capacity >= event rate × window`, or the producer is backpressured
+    /// by events that are merely waiting out their window.
+    pub resumption_window: Duration,
+    /// How long the producer may wait for space before the stream is closed with
+    /// [`CloseReason::BackpressureTimeout`].
+    pub backpressure_timeout: Duration,
+}
+
+impl Default for RetentionConfig {
+    fn default() -> Self {
+        RetentionConfig {
+            resumption_window: DEFAULT_RESUMPTION_WINDOW,
+            backpressure_timeout: DEFAULT_BACKPRESSURE_TIMEOUT,
+        }
+    }
+}
+
+/// A live connection's entry in a [`Retention`] table.
+#[derive(Debug, PartialEq, Eq)]
+pub struct ConnectionId(usize);
+
+/// Counters of what the policy released, for metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RetentionStats {
+    /// Releases triggered by a resume's acknowledgement.
+    pub ack_releases: u64,
+    /// Releases triggered by the resumption window expiring.
+    pub window_releases: u64,
+    /// Connections refused because the table was full.
+    pub connections_refused: u64,
+}
+
+/// Per-stream retention state. Share it between a stream's connections behind a mutex; every
+/// method is O(connections) at worst and allocation-free.
+///
+/// ```
+/// use replay_ring::sse::{Retention, RetentionConfig};
+/// use replay_ring::ReplayRing;
+/// use std::time::{Duration, Instant};
+///
+/// let config = RetentionConfig { resumption_window: Duration::from_secs(5), ..Default::default() };
+/// let (mut producer, ring) = ReplayRing::<u32>::new(8, 2).unwrap();
+/// let mut retention = Retention::new(config, 2);
+/// let t0 = Instant::now();
+///
+/// let conn = retention.connect(0).unwrap();       // live from the start
+/// for n in 1..=4 { producer.try_push(n).unwrap(); }
+/// retention.on_written(&conn, 4, t0);             // the writer flushed ids 1..=4 at t0
+///
+/// assert_eq!(retention.release_expired(&ring, t0 + Duration::from_secs(4)), None);
+/// assert_eq!(retention.release_expired(&ring, t0 + Duration::from_secs(5)), Some(5));
+/// assert_eq!(ring.floor(), 5);
+/// ```
+#[derive(Debug)]
+pub struct Retention {
+    config: RetentionConfig,
+    /// Written-through id per live connection (`None` = free entry). Fixed length.
+    connections: Vec<Option<u64>>,
+    /// `(id, instant)`: every id `<= id` had been written to every live connection at `instant`.
+    /// Ids and instants increase front to back. Never grows past `CHECKPOINTS`.
+    checkpoints: VecDeque<(u64, Instant)>,
+    /// Newest written position not yet checkpointed (kept to honour the granularity).
+    pending: Option<(u64, Instant)>,
+    /// Highest id checkpointed or pending.
+    recorded: u64,
+    stats: RetentionStats,
+}
+
+impl Retention {
+    /// A policy for a stream with at most `max_connections` simultaneous connections.
+    ///
+    /// ```
+    /// let r = replay_ring::sse::Retention::new(Default::default(), 4);
+    /// assert_eq!(r.live_connections(), 0);
+    /// ```
+    pub fn new(config: RetentionConfig, max_connections: usize) -> Self {
+        Retention {
+            config,
+            connections: vec![None; max_connections],
+            checkpoints: VecDeque::with_capacity(CHECKPOINTS),
+            pending: None,
+            recorded: 0,
+            stats: RetentionStats::default(),
+        }
+    }
+
+    /// The settings.
+    ///
+    /// ```
+    /// let r = replay_ring::sse::Retention::new(Default::default(), 1);
+    /// assert_eq!(r.config(), &replay_ring::sse::RetentionConfig::default());
+    /// ```
+    pub fn config(&self) -> &RetentionConfig {
+        &self.config
+    }
+
+    /// Release counters.
+    ///
+    /// ```
+    /// let r = replay_ring::sse::Retention::new(Default::default(), 1);
+    /// assert_eq!(r.stats().ack_releases, 0);
+    /// ```
+    pub fn stats(&self) -> RetentionStats {
+        self.stats
+    }
+
+    /// Number of registered connections.
+    ///
+    /// ```
+    /// let mut r = replay_ring::sse::Retention::new(Default::default(), 1);
+    /// let c = r.connect(0).unwrap();
+    /// assert_eq!(r.live_connections(), 1);
+    /// r.disconnect(c, std::time::Instant::now());
+    /// assert_eq!(r.live_connections(), 0);
+    /// ```
+    pub fn live_connections(&self) -> usize {
+        self.connections.iter().filter(|c| c.is_some()).count()
+    }
+
+    /// Registers a connection whose reader starts after `written_through` (its cursor, or the
+    /// head for a live subscription). `None` when the table is full.
+    ///
+    /// ```
+    /// let mut r = replay_ring::sse::Retention::new(Default::default(), 1);
+    /// let _a = r.connect(0).unwrap();
+    /// assert!(r.connect(0).is_none());
+    /// ```
+    pub fn connect(&mut self, written_through: u64) -> Option<ConnectionId> {
+        match self.connections.iter().position(Option::is_none) {
+            Some(i) => {
+                self.connections[i] = Some(written_through);
+                Some(ConnectionId(i))
+            }
+            None => {
+                self.stats.connections_refused += 1;
+                None
+            }
+        }
+    }
+
+    /// Unregisters a connection at `now`. Events it had not written but every remaining live
+    /// connection had are checkpointed at `now`: the departed client gets a full window to come
+    /// back for them.
+    pub fn disconnect(&mut self, conn: ConnectionId, now: Instant) {
+        self.connections[conn.0] = None;
+        if let Some(min) = self.live_min() {
+            self.record(min, now);
+        }
+    }
+
+    /// The slowest live connection's written-through id, if any connection is live.
+    fn live_min(&self) -> Option<u64> {
+        self.connections.iter().flatten().copied().min()
+    }
+
+    /// Records that `conn` has written every id `<= through` to its socket at `now`. Call once per
+    /// flushed batch, not per event.
+    ///
+    /// ```
+    /// use std::time::{Duration, Instant};
+    /// let (mut p, ring) = replay_ring::ReplayRing::<u8>::new(4, 2).unwrap();
+    /// let mut r = replay_ring::sse::Retention::new(Default::default(), 2);
+    /// let (fast, slow) = (r.connect(0).unwrap(), r.connect(0).unwrap());
+    /// p.try_push(1).unwrap(); p.try_push(2).unwrap();
+    /// let t0 = Instant::now();
+    /// r.on_written(&fast, 2, t0);
+    /// r.on_written(&slow, 1, t0);
+    /// // Capped at the slowest live connection: id 2 stays.
+    /// assert_eq!(r.release_expired(&ring, t0 + Duration::from_secs(60)), Some(2));
+    /// ```
+    pub fn on_written(&mut self, conn: &ConnectionId, through: u64, now: Instant) {
+        if let Some(w) = self.connections[conn.0].as_mut() {
+            *w = (*w).max(through);
+        }
+        if let Some(min) = self.live_min() {
+            self.record(min, now);
+        }
+    }
+
+    fn granularity(&self) -> Duration {
+        self.config.resumption_window / CHECKPOINTS as u32
+    }
+
+    /// Notes that every id `<= id` was written by `now`.
+    fn record(&mut self, id: u64, now: Instant) {
+        if id <= self.recorded {
+            return;
+        }
+        self.recorded = id;
+        self.pending = Some((id, now));
+        self.flush_pending(now);
+    }
+
+    /// Moves `pending` into the checkpoints once the newest checkpoint is a granule old. Later
+    /// checkpointing only delays a release, so coalescing is always safe.
+    fn flush_pending(&mut self, now: Instant) {
+        let Some((id, at)) = self.pending else {
+            return;
+        };
+        let due = match self.checkpoints.back() {
+            Some(&(_, last)) => now.saturating_duration_since(last) >= self.granularity(),
+            None => true,
+        };
+        if !due {
+            return;
+        }
+        if self.checkpoints.len() == CHECKPOINTS {
+            // Merge into the newest entry, keeping the later time: releases only get later.
+            self.checkpoints.pop_back();
+        }
+        self.checkpoints.push_back((id, at));
+        self.pending = None;
+    }
+
+    /// Releases every event written to the live connections at least one resumption window before
+    /// `now` (capped at the slowest live connection). Returns the new floor if it moved.
+    pub fn release_expired<T>(&mut self, ring: &ReplayRing<T>, now: Instant) -> Option<u64> {
+        self.flush_pending(now);
+        let window = self.config.resumption_window;
+        let cap = self.live_min();
+        let mut target = None;
+        while let Some(&(id, at)) = self.checkpoints.front() {
+            if now.saturating_duration_since(at) < window {
+                break;
+            }
+            match cap {
+                Some(cap) if id > cap => {
+                    // Expired, but a live connection still needs part of it: release up to the cap
+                    // and keep the checkpoint for later.
+                    target = Some(target.unwrap_or(0).max(cap));
+                    break;
+                }
+                _ => {
+                    target = Some(id);
+                    self.checkpoints.pop_front();
+                }
+            }
+        }
+        let target = target?;
+        let before = ring.floor();
+        match ring.release_through(target) {
+            Ok(floor) if floor > before => {
+                self.stats.window_releases += 1;
+                Some(floor)
+            }
+            _ => None,
+        }
+    }
+
+    /// When the oldest checkpoint expires (when [`release_expired`](Self::release_expired) may next
+    /// release something), for a producer that waits on a full window.
+    ///
+    /// ```
+    /// use std::time::{Duration, Instant};
+    /// let mut r = replay_ring::sse::Retention::new(Default::default(), 1);
+    /// let c = r.connect(0).unwrap();
+    /// assert_eq!(r.next_expiry(), None);
+    /// let t0 = Instant::now();
+    /// r.on_written(&c, 3, t0);
+    /// assert_eq!(r.next_expiry(), Some(t0 + Duration::from_secs(30)));
+    /// ```
+    pub fn next_expiry(&self) -> Option<Instant> {
+        let oldest = self.checkpoints.front().or(self.pending.as_ref())?;
+        Some(oldest.1 + self.config.resumption_window)
+    }
+
+    /// A resume with `Last-Event-ID = acked` acknowledges every id `<= acked`: release them (capped
+    /// at the slowest other live connection). Call after the resuming reader is registered.
+    /// Returns the floor.
+    ///
+    /// ```
+    /// use replay_ring::{ReleaseError, ReplayRing};
+    /// let (mut p, ring) = ReplayRing::<u8>::new(8, 2).unwrap();
+    /// for n in 1..=5 { p.try_push(n).unwrap(); }
+    /// let mut r = replay_ring::sse::Retention::new(Default::default(), 2);
+    /// assert_eq!(r.acknowledge(&ring, 3), Ok(4));
+    /// assert_eq!(r.acknowledge(&ring, 9), Err(ReleaseError::AheadOfHead { requested: 9, head: 5 }));
+    /// ```
+    pub fn acknowledge<T>(
+        &mut self,
+        ring: &ReplayRing<T>,
+        acked: u64,
+    ) -> Result<u64, ReleaseError> {
+        if acked > ring.head() {
+            return Err(ReleaseError::AheadOfHead {
+                requested: acked,
+                head: ring.head(),
+            });
+        }
+        let through = self.live_min().map_or(acked, |min| min.min(acked));
+        let before = ring.floor();
+        let floor = ring.release_through(through)?;
+        if floor > before {
+            self.stats.ack_releases += 1;
+        }
+        Ok(floor)
+    }
+}
+
+/// Measures how long a producer has been backpressured and says when to give up.
+///
+/// ```
+/// use replay_ring::sse::BackpressureClock;
+/// use replay_ring::CloseReason;
+/// use std::time::{Duration, Instant};
+///
+/// let mut clock = BackpressureClock::new(Duration::from_secs(2));
+/// let t0 = Instant::now();
+/// assert_eq!(clock.on_full(t0), Ok(t0 + Duration::from_secs(2)));   // start waiting
+/// assert!(clock.on_full(t0 + Duration::from_secs(1)).is_ok());       // still within the bound
+/// assert_eq!(clock.on_full(t0 + Duration::from_secs(2)),
+///            Err(CloseReason::BackpressureTimeout { waited: Duration::from_secs(2) }));
+/// clock.on_pushed();                                                 // space came: reset
+/// assert_eq!(clock.waiting_since(), None);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BackpressureClock {
+    bound: Duration,
+    since: Option<Instant>,
+}
+
+impl BackpressureClock {
+    /// A clock that gives up after `bound` of continuous backpressure.
+    ///
+    /// ```
+    /// let c = replay_ring::sse::BackpressureClock::new(std::time::Duration::from_secs(1));
+    /// assert_eq!(c.waiting_since(), None);
+    /// ```
+    pub fn new(bound: Duration) -> Self {
+        BackpressureClock { bound, since: None }
+    }
+
+    /// The producer found the window full at `now`. `Ok(deadline)` to keep waiting until at most
+    /// `deadline`; `Err` with the close reason once the bound is reached.
+    pub fn on_full(&mut self, now: Instant) -> Result<Instant, CloseReason> {
+        let since = *self.since.get_or_insert(now);
+        let waited = now.saturating_duration_since(since);
+        if waited >= self.bound {
+            Err(CloseReason::BackpressureTimeout { waited })
+        } else {
+            Ok(since + self.bound)
+        }
+    }
+
+    /// A push succeeded: the producer is no longer backpressured.
+    pub fn on_pushed(&mut self) {
+        self.since = None;
+    }
+
+    /// When the current backpressure episode started.
+    pub fn waiting_since(&self) -> Option<Instant> {
+        self.since
+    }
+}

@@ -1,0 +1,438 @@
+//! Client side (seed 000): prove continuity instead of trusting a 200.
+//!
+//! [`ContinuityVerifier`] checks that a reconnect's first event is `cursor + 1` and every later
+//! one is the previous + 1. [`classify`] decides what a stalled stream means: keep waiting
+//! ([`StallClass::Delayed`]), escalate ([`StallClass::ResumptionFailed`]) or re-initialise
+//! ([`StallClass::SessionLost`]); the decision rests on a replay proof (an event `cursor + 1`, or
+//! an advertised floor `<= cursor + 1`), never on the passage of time or a 200 alone.
+
+use std::fmt;
+
+use super::event_id::{Epoch, EventId, StreamId};
+
+/// A continuity violation.
+///
+/// ```
+/// use replay_ring::sse::{ContinuityError, ContinuityVerifier};
+///
+/// let mut v = ContinuityVerifier::with_cursor(41);
+/// v.on_reconnect();
+/// assert_eq!(v.on_event(130), Err(ContinuityError::Gap { expected: 42, got: 130, after_reconnect: true }));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContinuityError {
+    /// Ids `expected ..= got - 1` were skipped.
+    Gap {
+        /// The id that should have come.
+        expected: u64,
+        /// The id that came.
+        got: u64,
+        /// Whether this was the first event after a reconnect (a cursor-skipping resume).
+        after_reconnect: bool,
+    },
+    /// An id at or below the cursor came again (e.g. a server that replays the `Last-Event-ID`
+    /// event itself).
+    Duplicate {
+        /// The id that should have come.
+        expected: u64,
+        /// The id that came.
+        got: u64,
+    },
+    /// The id names another stream or epoch than the one being read: the server restarted or
+    /// mixed streams, so the numbers are not comparable.
+    StreamChanged {
+        /// Stream and epoch being read.
+        expected: (StreamId, Epoch),
+        /// Stream and epoch of the event.
+        got: (StreamId, Epoch),
+    },
+    /// A priming event (id + empty data) whose id is not the cursor sent: the server is not
+    /// resuming from where the client asked.
+    PrimingMismatch {
+        /// The client's cursor.
+        cursor: u64,
+        /// The priming event's id.
+        got: u64,
+    },
+}
+
+impl fmt::Display for ContinuityError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            ContinuityError::Gap {
+                expected,
+                got,
+                after_reconnect,
+            } => write!(
+                f,
+                "gap{}: expected id {expected}, got {got} ({} event(s) silently skipped)",
+                if after_reconnect {
+                    " after reconnect"
+                } else {
+                    ""
+                },
+                got - expected
+            ),
+            ContinuityError::Duplicate { expected, got } => {
+                write!(f, "duplicate: expected id {expected}, got {got} again")
+            }
+            ContinuityError::StreamChanged { expected, got } => write!(
+                f,
+                "stream changed: reading {}.{}, got an event from {}.{}",
+                expected.0, expected.1, got.0, got.1
+            ),
+            ContinuityError::PrimingMismatch { cursor, got } => {
+                write!(
+                    f,
+                    "priming event id {got} does not match the cursor {cursor}"
+                )
+            }
+        }
+    }
+}
+
+impl std::error::Error for ContinuityError {}
+
+/// Tracks the last id seen and checks every next one.
+///
+/// Feed it dispatched events only ([`on_event`](Self::on_event)), priming events (id + empty
+/// data) to [`on_priming`](Self::on_priming), and nothing for comments/keep-alives (they carry no
+/// id). A duplicate leaves the cursor where it was; a gap moves it to the new id, so each gap is
+/// reported once.
+///
+/// ```
+/// use replay_ring::sse::ContinuityVerifier;
+///
+/// let mut v = ContinuityVerifier::new();
+/// v.on_priming(0).unwrap();        // fresh subscription at head 0
+/// v.on_event(1).unwrap();
+/// v.on_event(2).unwrap();
+/// v.on_reconnect();                // connection dropped; reconnect with Last-Event-ID 2
+/// v.on_priming(2).unwrap();
+/// v.on_event(3).unwrap();
+/// assert!(v.on_event(3).is_err()); // duplicate
+/// assert_eq!(v.cursor(), Some(3));
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ContinuityVerifier {
+    cursor: Option<u64>,
+    origin: Option<(StreamId, Epoch)>,
+    after_reconnect: bool,
+}
+
+impl ContinuityVerifier {
+    /// A verifier for a fresh subscription: the first id seen (priming or event) sets the cursor.
+    ///
+    /// ```
+    /// assert_eq!(replay_ring::sse::ContinuityVerifier::new().cursor(), None);
+    /// ```
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A verifier resuming from `cursor` (the `Last-Event-ID` the client will send).
+    ///
+    /// ```
+    /// use replay_ring::sse::ContinuityVerifier;
+    /// let mut v = ContinuityVerifier::with_cursor(41);
+    /// assert!(v.on_event(42).is_ok());
+    /// ```
+    pub fn with_cursor(cursor: u64) -> Self {
+        ContinuityVerifier {
+            cursor: Some(cursor),
+            origin: None,
+            after_reconnect: true,
+        }
+    }
+
+    /// The last id accepted.
+    pub fn cursor(&self) -> Option<u64> {
+        self.cursor
+    }
+
+    /// The connection was re-established; the next event must be `cursor + 1`.
+    pub fn on_reconnect(&mut self) {
+        self.after_reconnect = true;
+    }
+
+    /// A priming event (id, empty data). With a cursor, its id must equal the cursor.
+    ///
+    /// ```
+    /// use replay_ring::sse::{ContinuityError, ContinuityVerifier};
+    /// let mut v = ContinuityVerifier::with_cursor(41);
+    /// assert_eq!(v.on_priming(130), Err(ContinuityError::PrimingMismatch { cursor: 41, got: 130 }));
+    /// ```
+    pub fn on_priming(&mut self, id: u64) -> Result<(), ContinuityError> {
+        match self.cursor {
+            None => {
+                self.cursor = Some(id);
+                Ok(())
+            }
+            Some(cursor) if cursor == id => Ok(()),
+            Some(cursor) => Err(ContinuityError::PrimingMismatch { cursor, got: id }),
+        }
+    }
+
+    /// A dispatched event with sequence number `id`.
+    ///
+    /// ```
+    /// use replay_ring::sse::{ContinuityError, ContinuityVerifier};
+    /// let mut v = ContinuityVerifier::with_cursor(5);
+    /// assert_eq!(v.on_event(5), Err(ContinuityError::Duplicate { expected: 6, got: 5 }));
+    /// assert_eq!(v.on_event(6), Ok(()));
+    /// assert_eq!(v.on_event(8), Err(ContinuityError::Gap { expected: 7, got: 8, after_reconnect: false }));
+    /// assert_eq!(v.on_event(9), Ok(())); // judged from 8 on
+    /// ```
+    pub fn on_event(&mut self, id: u64) -> Result<(), ContinuityError> {
+        let after_reconnect = std::mem::replace(&mut self.after_reconnect, false);
+        let Some(cursor) = self.cursor else {
+            self.cursor = Some(id);
+            return Ok(());
+        };
+        let expected = cursor.saturating_add(1);
+        if id == expected {
+            self.cursor = Some(id);
+            Ok(())
+        } else if id < expected {
+            // Keep the reconnect flag: the first *new* event still has to be cursor + 1.
+            self.after_reconnect = after_reconnect;
+            Err(ContinuityError::Duplicate { expected, got: id })
+        } else {
+            self.cursor = Some(id);
+            Err(ContinuityError::Gap {
+                expected,
+                got: id,
+                after_reconnect,
+            })
+        }
+    }
+
+    /// [`on_event`](Self::on_event) for a wire id: also checks that stream and epoch never change.
+    ///
+    /// ```
+    /// use replay_ring::sse::{ContinuityError, ContinuityVerifier, EventId};
+    /// let mut v = ContinuityVerifier::new();
+    /// v.on_event_id(&EventId::parse("s.1.7").unwrap()).unwrap();
+    /// let restarted = EventId::parse("s.2.8").unwrap();
+    /// assert!(matches!(v.on_event_id(&restarted), Err(ContinuityError::StreamChanged { .. })));
+    /// ```
+    pub fn on_event_id(&mut self, id: &EventId) -> Result<(), ContinuityError> {
+        self.check_origin(id)?;
+        self.on_event(id.seq)
+    }
+
+    /// [`on_priming`](Self::on_priming) for a wire id.
+    ///
+    /// ```
+    /// use replay_ring::sse::{ContinuityVerifier, EventId};
+    /// let mut v = ContinuityVerifier::new();
+    /// v.on_priming_id(&EventId::parse("s.1.0").unwrap()).unwrap();
+    /// assert_eq!(v.cursor(), Some(0));
+    /// ```
+    pub fn on_priming_id(&mut self, id: &EventId) -> Result<(), ContinuityError> {
+        self.check_origin(id)?;
+        self.on_priming(id.seq)
+    }
+
+    fn check_origin(&mut self, id: &EventId) -> Result<(), ContinuityError> {
+        let got = (id.stream, id.epoch);
+        match self.origin {
+            None => {
+                self.origin = Some(got);
+                Ok(())
+            }
+            Some(expected) if expected == got => Ok(()),
+            Some(expected) => Err(ContinuityError::StreamChanged { expected, got }),
+        }
+    }
+}
+
+/// What the client has seen on the response body of a connection (after the headers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyState {
+    /// The connection is open and keep-alives (or events) arrive within the idle timeout.
+    OpenAlive,
+    /// The connection is open but nothing, not even a keep-alive, arrived within the idle timeout.
+    OpenSilent,
+    /// The server ended the response without any event and without a terminal event.
+    EndedEmpty,
+}
+
+/// Everything a client knows about its stream when it stalls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Observation {
+    /// No reconnect yet: the original connection is still open.
+    Connected {
+        /// The last event id received.
+        cursor: u64,
+        /// Keep-alives arriving or not.
+        body: BodyState,
+        /// `Replay-Floor` of the response, if the server sent one.
+        replay_floor: Option<u64>,
+    },
+    /// The client reconnected with `Last-Event-ID = cursor`.
+    Reconnected(Reconnect),
+}
+
+/// What a reconnect returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reconnect {
+    /// The `Last-Event-ID` sent.
+    pub cursor: u64,
+    /// HTTP status of the reconnect.
+    pub status: u16,
+    /// `Replay-Floor` header, if sent.
+    pub replay_floor: Option<u64>,
+    /// `Replay-Head` header, if sent.
+    pub replay_head: Option<u64>,
+    /// Whether the session identity is durable (the server proves it did not implicitly create a
+    /// new session under the same id, e.g. the same stream epoch in `Replay-Stream`).
+    pub session_durable: bool,
+    /// The first dispatched event's sequence number, if one arrived.
+    pub first_event: Option<u64>,
+    /// What the body did.
+    pub body: BodyState,
+}
+
+/// Why resumption failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResumptionFailure {
+    /// A non-200 other than 404/410 (for this crate's servers: 416 gap, 409 mismatch, 400, 503).
+    Status(u16),
+    /// The advertised floor is above `cursor + 1`: `cursor + 1 ..= floor - 1` are gone.
+    FloorAboveCursor {
+        /// The client's cursor.
+        cursor: u64,
+        /// The advertised floor.
+        floor: u64,
+    },
+    /// The advertised head is below the cursor: the client's state is from another stream.
+    HeadBehindCursor {
+        /// The client's cursor.
+        cursor: u64,
+        /// The advertised head.
+        head: u64,
+    },
+    /// The session was implicitly re-created: nothing ties it to the cursor.
+    NotDurable,
+    /// 200 and the body ended without a single event.
+    EmptyStream,
+    /// The first event is not `cursor + 1` (a resume that starts at the head).
+    Skipped {
+        /// `cursor + 1`.
+        expected: u64,
+        /// The first event's id.
+        got: u64,
+    },
+    /// The first event is at or below the cursor (a replay of already-seen events).
+    Repeated {
+        /// `cursor + 1`.
+        expected: u64,
+        /// The first event's id.
+        got: u64,
+    },
+    /// No event yet and no advertised floor: nothing proves the next event will be `cursor + 1`.
+    Unproven,
+}
+
+/// The classification of a stalled stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StallClass {
+    /// Silence is backpressure or an idle producer: keep waiting.
+    Delayed,
+    /// The server cannot prove replay from the cursor: do not wait; re-issue the work under a new
+    /// session or surface a partial-result error.
+    ResumptionFailed(ResumptionFailure),
+    /// Explicit 404/410: the session is gone; re-initialise.
+    SessionLost {
+        /// The status received.
+        status: u16,
+    },
+    /// The open connection went silent past the idle timeout (keep-alives stopped): it is dead.
+    /// Reconnect with `Last-Event-ID` and classify the [`Observation::Reconnected`] result.
+    Reconnect,
+}
+
+/// Classifies a stalled stream (seed 000's decision boundary).
+///
+/// ```
+/// use replay_ring::sse::{classify, BodyState, Observation, Reconnect, ResumptionFailure, StallClass};
+///
+/// // The recorded incident: 200 OK, first event 130 after cursor 41.
+/// let seen = Reconnect {
+///     cursor: 41, status: 200, replay_floor: None, replay_head: None,
+///     session_durable: true, first_event: Some(130), body: BodyState::OpenAlive,
+/// };
+/// assert_eq!(classify(&Observation::Reconnected(seen)),
+///            StallClass::ResumptionFailed(ResumptionFailure::Skipped { expected: 42, got: 130 }));
+///
+/// // A proper resume.
+/// let ok = Reconnect { first_event: Some(42), ..seen };
+/// assert_eq!(classify(&Observation::Reconnected(ok)), StallClass::Delayed);
+///
+/// // Session gone.
+/// let gone = Reconnect { status: 404, first_event: None, ..seen };
+/// assert_eq!(classify(&Observation::Reconnected(gone)), StallClass::SessionLost { status: 404 });
+/// ```
+pub fn classify(observation: &Observation) -> StallClass {
+    use ResumptionFailure as F;
+    let r = match *observation {
+        Observation::Connected {
+            cursor,
+            body,
+            replay_floor,
+        } => {
+            if let Some(floor) = replay_floor {
+                if cursor < floor.saturating_sub(1) {
+                    return StallClass::ResumptionFailed(F::FloorAboveCursor { cursor, floor });
+                }
+            }
+            return match body {
+                BodyState::OpenAlive => StallClass::Delayed,
+                BodyState::OpenSilent | BodyState::EndedEmpty => StallClass::Reconnect,
+            };
+        }
+        Observation::Reconnected(r) => r,
+    };
+    if r.status == 404 || r.status == 410 {
+        return StallClass::SessionLost { status: r.status };
+    }
+    if r.status != 200 {
+        return StallClass::ResumptionFailed(F::Status(r.status));
+    }
+    if let Some(floor) = r.replay_floor {
+        if r.cursor < floor.saturating_sub(1) {
+            return StallClass::ResumptionFailed(F::FloorAboveCursor {
+                cursor: r.cursor,
+                floor,
+            });
+        }
+    }
+    if let Some(head) = r.replay_head {
+        if head < r.cursor {
+            return StallClass::ResumptionFailed(F::HeadBehindCursor {
+                cursor: r.cursor,
+                head,
+            });
+        }
+    }
+    if !r.session_durable {
+        return StallClass::ResumptionFailed(F::NotDurable);
+    }
+    let expected = r.cursor.saturating_add(1);
+    match r.first_event {
+        Some(got) if got == expected => match r.body {
+            BodyState::OpenSilent => StallClass::Reconnect,
+            _ => StallClass::Delayed,
+        },
+        Some(got) if got > expected => StallClass::ResumptionFailed(F::Skipped { expected, got }),
+        Some(got) => StallClass::ResumptionFailed(F::Repeated { expected, got }),
+        None => match (r.body, r.replay_floor) {
+            (BodyState::EndedEmpty, _) => StallClass::ResumptionFailed(F::EmptyStream),
+            (_, None) => StallClass::ResumptionFailed(F::Unproven),
+            // The floor header is the replay proof; the events simply have not come yet.
+            (BodyState::OpenAlive, Some(_)) => StallClass::Delayed,
+            (BodyState::OpenSilent, Some(_)) => StallClass::Reconnect,
+        },
+    }
+}
