@@ -1,0 +1,410 @@
+//! Behaviour of the core ring: bad input, ids at the limit, drops, waits, close, the Stream.
+
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use replay_ring::{
+    BuildError, CloseReason, PushError, ReadError, ReleaseError, ReplayRing, ResumeError,
+    MAX_CAPACITY, MAX_READERS,
+};
+
+/// A payload that counts its drops, to prove each value is dropped exactly once.
+#[derive(Debug, Clone)]
+struct Counted {
+    id: u64,
+    drops: Arc<AtomicUsize>,
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.drops.fetch_add(1, SeqCst);
+    }
+}
+
+#[test]
+fn bad_configurations_are_errors_not_panics() {
+    let build = |capacity, readers, first| {
+        ReplayRing::<u64>::builder()
+            .capacity(capacity)
+            .max_readers(readers)
+            .first_id(first)
+            .build()
+            .map(|_| ())
+    };
+    assert_eq!(build(0, 1, 1), Err(BuildError::ZeroCapacity));
+    assert_eq!(
+        build(MAX_CAPACITY + 1, 1, 1),
+        Err(BuildError::CapacityTooLarge {
+            requested: MAX_CAPACITY + 1,
+            max: MAX_CAPACITY
+        })
+    );
+    assert!(matches!(
+        build(usize::MAX, 1, 1),
+        Err(BuildError::CapacityTooLarge { .. })
+    ));
+    assert_eq!(build(4, 0, 1), Err(BuildError::ZeroReaders));
+    assert_eq!(
+        build(4, MAX_READERS + 1, 1),
+        Err(BuildError::TooManyReaders {
+            requested: MAX_READERS + 1,
+            max: MAX_READERS
+        })
+    );
+    assert_eq!(build(4, 1, 0), Err(BuildError::InvalidFirstId(0)));
+    assert_eq!(
+        build(4, 1, u64::MAX),
+        Err(BuildError::InvalidFirstId(u64::MAX))
+    );
+    assert_eq!(build(4, 1, u64::MAX - 1), Ok(()));
+    // Errors explain themselves.
+    assert_eq!(
+        BuildError::ZeroCapacity.to_string(),
+        "capacity must be at least 1"
+    );
+}
+
+#[test]
+fn a_huge_payload_times_capacity_is_refused() {
+    // The slot array's size overflows: refused before asking the allocator.
+    let err = ReplayRing::<[u8; 1 << 40]>::new(1 << 30, 1).unwrap_err();
+    assert!(
+        matches!(err, BuildError::CapacityTooLarge { .. }),
+        "{err:?}"
+    );
+    // 1 PiB fits in an isize but not in this machine: the allocator's refusal is an error too.
+    let err = ReplayRing::<[u8; 1 << 20]>::new(1 << 30, 1).unwrap_err();
+    assert_eq!(err, BuildError::AllocationFailed);
+}
+
+#[test]
+fn capacity_rounds_up_to_a_power_of_two() {
+    for (asked, got) in [(1, 1), (2, 2), (3, 4), (1000, 1024), (1024, 1024)] {
+        let (_p, ring) = ReplayRing::<u8>::new(asked, 1).unwrap();
+        assert_eq!(ring.capacity(), got);
+    }
+}
+
+#[test]
+fn ids_stop_before_u64_max_and_never_wrap() {
+    let (mut producer, ring) = ReplayRing::<u8>::builder()
+        .capacity(8)
+        .first_id(u64::MAX - 3)
+        .build()
+        .unwrap();
+    assert_eq!(producer.try_push(1), Ok(u64::MAX - 3));
+    assert_eq!(producer.try_push(2), Ok(u64::MAX - 2));
+    assert_eq!(producer.try_push(3), Ok(u64::MAX - 1));
+    let err = producer.try_push(4).unwrap_err();
+    assert_eq!(err, PushError::IdsExhausted(4));
+    assert_eq!(producer.next_id(), u64::MAX);
+    assert_eq!(ring.head(), u64::MAX - 1);
+    // Everything at the limit still works: release all, resume at the head, resume past it.
+    assert_eq!(ring.release_through(u64::MAX - 1), Ok(u64::MAX));
+    assert!(ring.resume(Some(u64::MAX - 1)).is_ok());
+    assert_eq!(
+        ring.resume(Some(u64::MAX)).unwrap_err(),
+        ResumeError::AheadOfHead {
+            requested: u64::MAX,
+            head: u64::MAX - 1
+        }
+    );
+    assert_eq!(
+        ring.release_through(u64::MAX),
+        Err(ReleaseError::AheadOfHead {
+            requested: u64::MAX,
+            head: u64::MAX - 1
+        })
+    );
+}
+
+#[test]
+fn too_many_readers_is_an_error_and_slots_are_reused() {
+    let (_p, ring) = ReplayRing::<u8>::new(4, 2).unwrap();
+    let a = ring.reader().unwrap();
+    let _b = ring.reader().unwrap();
+    assert_eq!(
+        ring.reader().unwrap_err(),
+        ResumeError::TooManyReaders { limit: 2 }
+    );
+    drop(a);
+    assert!(ring.reader().is_ok());
+    // A failed resume does not leak its slot either.
+    assert!(ring.resume(Some(5)).is_err());
+    assert!(ring.resume(Some(5)).is_err());
+    assert_eq!(ring.metrics().readers_active, 1);
+}
+
+#[test]
+fn every_value_is_dropped_exactly_once() {
+    let drops = Arc::new(AtomicUsize::new(0));
+    let make = |id| Counted {
+        id,
+        drops: drops.clone(),
+    };
+    {
+        let (mut producer, ring) = ReplayRing::<Counted>::new(4, 2).unwrap();
+        let mut reader = ring.reader().unwrap();
+        for round in 0..5u64 {
+            for _ in 0..4 {
+                producer.try_push_with(make).unwrap();
+            }
+            // A refused push hands the closure back uncalled: no value is built or dropped.
+            assert!(producer.try_push_with(make).unwrap_err().is_full());
+            let batch = reader.try_read().unwrap().unwrap();
+            assert!(batch.iter().all(|(id, v)| v.id == id));
+            drop(batch);
+            ring.release_through(ring.head()).unwrap();
+            // Released values stay in their slots until overwritten: 4 per earlier round.
+            assert_eq!(drops.load(SeqCst), round as usize * 4);
+        }
+    }
+    // 20 accepted values, each dropped once (overwritten or with the ring).
+    assert_eq!(drops.load(SeqCst), 20);
+}
+
+#[test]
+fn values_left_in_a_partially_filled_ring_are_dropped_with_it() {
+    let drops = Arc::new(AtomicUsize::new(0));
+    let (mut producer, ring) = ReplayRing::<Counted>::new(8, 1).unwrap();
+    for id in 1..=3 {
+        producer
+            .try_push(Counted {
+                id,
+                drops: drops.clone(),
+            })
+            .unwrap();
+    }
+    drop(producer);
+    assert_eq!(drops.load(SeqCst), 0);
+    drop(ring);
+    assert_eq!(drops.load(SeqCst), 3);
+}
+
+#[test]
+fn a_lent_batch_backpressures_the_producer_even_after_release() {
+    let (mut producer, ring) = ReplayRing::<u32>::new(2, 1).unwrap();
+    let mut reader = ring.reader().unwrap();
+    producer.try_push(1).unwrap();
+    producer.try_push(2).unwrap();
+    let batch = reader.try_read().unwrap().unwrap();
+    ring.release_through(2).unwrap();
+    // Released, but still lent: the slot of id 1 must not be overwritten.
+    assert!(producer.try_push(3).unwrap_err().is_full());
+    assert_eq!(batch.as_slices(), (&[1][..], &[2][..]));
+    drop(batch);
+    assert_eq!(producer.try_push(3), Ok(3));
+    assert_eq!(ring.metrics().producer_full, 1);
+}
+
+#[test]
+fn a_reader_that_falls_out_of_the_window_gets_a_gap_never_a_skip() {
+    let (mut producer, ring) = ReplayRing::<u32>::new(4, 1).unwrap();
+    let mut reader = ring.reader().unwrap();
+    for n in 1..=3 {
+        producer.try_push(n).unwrap();
+    }
+    ring.release_through(2).unwrap();
+    let gap = ReadError::Gap {
+        next: 1,
+        floor: 3,
+        head: 3,
+    };
+    assert_eq!(reader.try_read().unwrap_err(), gap);
+    // It stays failed: later events never appear after the hole.
+    producer.try_push(4).unwrap();
+    assert!(matches!(
+        reader.try_read(),
+        Err(ReadError::Gap { next: 1, .. })
+    ));
+    assert_eq!(
+        gap.to_string(),
+        "reader fell out of the window: needed id 1, retained 3..=3"
+    );
+}
+
+#[test]
+fn resume_decisions_match_the_seeds() {
+    let (mut producer, ring) = ReplayRing::<u32>::new(8, 8).unwrap();
+    // Empty stream: resuming at 0 is a no-op, anything else is ahead.
+    assert!(ring.resume(Some(0)).is_ok());
+    assert_eq!(
+        ring.resume(Some(1)).unwrap_err(),
+        ResumeError::AheadOfHead {
+            requested: 1,
+            head: 0
+        }
+    );
+    for n in 1..=6 {
+        producer.try_push(n * 100).unwrap();
+    }
+    ring.release_through(3).unwrap(); // floor 4
+                                      // floor - 1 is the oldest valid cursor.
+    let mut r = ring.resume(Some(3)).unwrap();
+    let ids: Vec<u64> = r
+        .try_read()
+        .unwrap()
+        .unwrap()
+        .iter()
+        .map(|(id, _)| id)
+        .collect();
+    assert_eq!(ids, [4, 5, 6]);
+    assert_eq!(
+        ring.resume(Some(2)).unwrap_err(),
+        ResumeError::BelowFloor {
+            requested: 2,
+            floor: 4,
+            head: 6
+        }
+    );
+    let err = ring.resume(Some(2)).unwrap_err().to_string();
+    assert_eq!(
+        err,
+        "cannot resume after id 2: events 3..=3 were released (retained 4..=6)"
+    );
+    let mut noop = ring.resume(Some(6)).unwrap();
+    assert!(noop.try_read().unwrap().is_none());
+    let m = ring.metrics();
+    assert_eq!(
+        (
+            m.resumes_ok,
+            m.resumes_noop,
+            m.resumes_from_evicted_id,
+            m.resumes_ahead_of_head
+        ),
+        (1, 2, 2, 1)
+    );
+}
+
+#[test]
+fn close_lets_readers_drain_then_reports_the_reason() {
+    let (mut producer, ring) = ReplayRing::<u32>::new(4, 1).unwrap();
+    let mut reader = ring.reader().unwrap();
+    producer.try_push(1).unwrap();
+    producer.close(CloseReason::error("tool crashed"));
+    assert!(ring.is_closed());
+    assert_eq!(reader.try_next().unwrap().unwrap().id, 1);
+    let closed = ReadError::Closed(CloseReason::error("tool crashed"));
+    assert_eq!(reader.try_next(), Err(closed.clone()));
+    assert_eq!(reader.try_next(), Err(closed));
+}
+
+#[test]
+fn dropping_the_producer_closes_the_stream() {
+    let (producer, ring) = ReplayRing::<u32>::new(4, 1).unwrap();
+    let mut reader = ring.reader().unwrap();
+    drop(producer);
+    assert_eq!(
+        reader.try_read().unwrap_err(),
+        ReadError::Closed(CloseReason::ProducerDropped)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn async_producer_waits_for_release_and_readers_wait_for_pushes() {
+    const N: u64 = 2_000;
+    let (mut producer, ring) = ReplayRing::<u64>::new(4, 2).unwrap();
+    let mut reader = ring.reader().unwrap();
+    let acker = ring.clone();
+    let consumer = tokio::spawn(async move {
+        let mut expected = 1;
+        loop {
+            match reader.read().await {
+                Ok(batch) => {
+                    for (id, v) in batch.iter() {
+                        assert_eq!((id, *v), (expected, expected * 3));
+                        expected += 1;
+                    }
+                    let last = batch.last_id();
+                    drop(batch);
+                    acker.release_through(last).unwrap();
+                }
+                Err(ReadError::Closed(reason)) => return (expected - 1, reason),
+                Err(e) => panic!("{e}"),
+            }
+        }
+    });
+    for _ in 0..N {
+        producer.push_with(|id| id * 3).await.unwrap();
+    }
+    producer.close(CloseReason::Completed);
+    let (last, reason) = consumer.await.unwrap();
+    assert_eq!((last, reason), (N, CloseReason::Completed));
+    assert!(
+        ring.metrics().producer_waits > 0,
+        "a window of 4 must have made the producer wait"
+    );
+}
+
+#[test]
+fn blocking_waits_time_out_and_wake() {
+    let (mut producer, ring) = ReplayRing::<u64>::new(2, 2).unwrap();
+    let mut reader = ring.reader().unwrap();
+    assert!(reader
+        .read_blocking(Duration::from_millis(5))
+        .unwrap()
+        .is_none());
+    producer.try_push(1).unwrap();
+    producer.try_push(2).unwrap();
+    assert!(!producer.wait_ready_timeout(Duration::from_millis(5)));
+    let releaser = std::thread::spawn({
+        let ring = ring.clone();
+        move || {
+            // Release once the producer is parked (or about to be): its wait must end.
+            while ring.metrics().producer_waits < 2 {
+                std::thread::yield_now();
+            }
+            ring.release_through(2).unwrap();
+        }
+    });
+    assert_eq!(producer.push_blocking(3, Duration::from_secs(30)), Ok(3));
+    releaser.join().unwrap();
+    // The first reader never read ids 1 and 2, which are now released: an explicit gap.
+    assert!(matches!(
+        reader.read_blocking(Duration::from_secs(30)),
+        Err(ReadError::Gap {
+            next: 1,
+            floor: 3,
+            ..
+        })
+    ));
+    // A reader blocked on an empty window is woken by the next push.
+    let mut live = ring.resume(Some(3)).unwrap();
+    let pusher = std::thread::spawn(move || {
+        producer.push_blocking(4, Duration::from_secs(30)).unwrap();
+        producer
+    });
+    let batch = live
+        .read_blocking(Duration::from_secs(30))
+        .unwrap()
+        .unwrap();
+    assert_eq!((batch.first_id(), batch.as_slices().0[0]), (4, 4));
+    drop(batch);
+    drop(pusher.join().unwrap());
+}
+
+#[tokio::test]
+async fn the_stream_yields_events_then_the_close_reason() {
+    let (mut producer, ring) = ReplayRing::<&'static str>::new(8, 1).unwrap();
+    let reader = ring.resume(Some(0)).unwrap();
+    producer.try_push("a").unwrap();
+    producer.try_push("b").unwrap();
+    producer.close(CloseReason::Completed);
+    let items: Vec<_> = reader.collect().await;
+    assert_eq!(items.len(), 3);
+    assert_eq!(items[0].as_ref().unwrap().data, "a");
+    assert_eq!(items[1].as_ref().unwrap().id, 2);
+    assert_eq!(items[2], Err(ReadError::Closed(CloseReason::Completed)));
+}
+
+#[test]
+fn handles_are_send_and_sync_where_they_should_be() {
+    fn send<T: Send>() {}
+    fn sync<T: Sync>() {}
+    send::<replay_ring::Producer<std::cell::Cell<u8>>>();
+    send::<ReplayRing<std::cell::Cell<u8>>>();
+    sync::<ReplayRing<std::cell::Cell<u8>>>();
+    send::<replay_ring::Reader<u8>>();
+}
