@@ -1,0 +1,217 @@
+//! One producer, three readers, a releaser, a million events: random releases and random resumes.
+//! Every reader sees each id exactly once and in order within a resume, or a typed error; every
+//! value is dropped exactly once.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
+use std::sync::Arc;
+use std::time::Duration;
+
+use replay_ring::{CloseReason, ReadError, Reader, ReplayRing, ResumeError};
+
+const EVENTS: u64 = if cfg!(miri) { 300 } else { 1_000_000 };
+const READERS: usize = 3;
+const LONG: Duration = Duration::from_secs(60);
+
+/// Payload that knows its id and counts its drops.
+struct Payload {
+    id: u64,
+    drops: Arc<AtomicU64>,
+}
+
+impl Drop for Payload {
+    fn drop(&mut self) {
+        self.drops.fetch_add(1, SeqCst);
+    }
+}
+
+/// A small deterministic PRNG (xorshift), one per thread, so failures replay.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+#[derive(Default, Debug)]
+struct ReaderReport {
+    events: u64,
+    resumes: u64,
+    gaps: u64,
+    below_floor: u64,
+}
+
+/// Reads until the stream closes. `acked` is what this reader has read through, which the releaser
+/// treats as an acknowledgement.
+fn read_all(
+    ring: ReplayRing<Payload>,
+    mut reader: Reader<Payload>,
+    acked: &AtomicU64,
+    seed: u64,
+) -> ReaderReport {
+    let mut rng = Rng(seed);
+    let mut report = ReaderReport::default();
+    loop {
+        let mut expected = reader.cursor();
+        // The batch borrows the reader: finish with it before acting on an error.
+        let outcome = match reader.read_blocking(LONG) {
+            Ok(Some(batch)) => {
+                assert_eq!(
+                    batch.first_id(),
+                    expected,
+                    "a read must continue at the cursor"
+                );
+                for (id, payload) in batch.iter() {
+                    assert_eq!(
+                        (id, payload.id),
+                        (expected, expected),
+                        "skip, repeat or torn read"
+                    );
+                    expected += 1;
+                }
+                report.events += batch.len() as u64;
+                acked.store(batch.last_id(), SeqCst);
+                Ok(())
+            }
+            Ok(None) => panic!("no event for {LONG:?}: lost wake-up?"),
+            Err(e) => Err(e),
+        };
+        match outcome {
+            Ok(()) => {}
+            Err(ReadError::Closed(reason)) => {
+                assert_eq!(reason, CloseReason::Completed);
+                assert_eq!(
+                    reader.cursor(),
+                    EVENTS + 1,
+                    "closed before reading everything"
+                );
+                acked.store(u64::MAX, SeqCst);
+                return report;
+            }
+            Err(ReadError::Gap { next, floor, head }) => {
+                assert!(
+                    next < floor && floor <= head + 1,
+                    "gap {next} {floor} {head}"
+                );
+                report.gaps += 1;
+                // Accept the loss explicitly: resume from the floor.
+                drop(reader);
+                reader = resume_checked(&ring, floor - 1, &mut report);
+            }
+        }
+        // Now and then disconnect and resume from a random recent id (possibly already released).
+        if rng.below(64) == 0 {
+            let cursor = reader.cursor() - 1;
+            let x = cursor.saturating_sub(rng.below(32));
+            drop(reader);
+            reader = resume_checked(&ring, x, &mut report);
+        }
+    }
+}
+
+/// Resumes after `x`; on `BelowFloor` falls back to the floor it reports, checking the typed error.
+fn resume_checked(
+    ring: &ReplayRing<Payload>,
+    x: u64,
+    report: &mut ReaderReport,
+) -> Reader<Payload> {
+    report.resumes += 1;
+    match ring.resume(Some(x)) {
+        Ok(reader) => {
+            assert_eq!(reader.cursor(), x + 1, "a resume after x starts at x + 1");
+            reader
+        }
+        Err(ResumeError::BelowFloor {
+            requested,
+            floor,
+            head,
+        }) => {
+            assert!(requested == x && x + 1 < floor && floor <= head + 1);
+            report.below_floor += 1;
+            let reader = ring
+                .resume(Some(floor - 1))
+                .expect("the floor never moves below itself");
+            assert_eq!(reader.cursor(), floor);
+            reader
+        }
+        Err(e) => panic!("unexpected resume error {e}"),
+    }
+}
+
+#[test]
+fn one_producer_three_readers_a_million_events() {
+    let drops = Arc::new(AtomicU64::new(0));
+    let (mut producer, ring) = ReplayRing::<Payload>::new(256, READERS).unwrap();
+    let acks: Arc<Vec<AtomicU64>> = Arc::new((0..READERS).map(|_| AtomicU64::new(0)).collect());
+    let done = Arc::new(AtomicBool::new(false));
+
+    let readers: Vec<_> = (0..READERS)
+        .map(|r| {
+            let (ring, acks) = (ring.clone(), acks.clone());
+            // Registered before the producer starts, so each reader starts at id 1.
+            let reader = ring.resume(Some(0)).unwrap();
+            let seed = 0x9E37_79B9_7F4A_7C15 ^ r as u64;
+            std::thread::spawn(move || read_all(ring, reader, &acks[r], seed))
+        })
+        .collect();
+
+    // The retention policy: release what every reader acknowledged, and now and then (rarely)
+    // release ahead of a slow reader, which must then see an explicit gap.
+    let releaser = {
+        let (ring, acks, done) = (ring.clone(), acks.clone(), done.clone());
+        std::thread::spawn(move || {
+            let mut rng = Rng(7);
+            let mut forced = 0u64;
+            while !done.load(SeqCst) {
+                let acked = acks.iter().map(|a| a.load(SeqCst)).min().unwrap();
+                let target = if rng.below(4096) == 0 {
+                    forced += 1;
+                    ring.head()
+                } else {
+                    acked.min(ring.head())
+                };
+                let floor = ring.release_through(target).unwrap();
+                assert!(floor <= ring.head() + 1);
+                std::thread::yield_now();
+            }
+            forced
+        })
+    };
+
+    for n in 1..=EVENTS {
+        let id = producer
+            .push_blocking(
+                Payload {
+                    id: n,
+                    drops: drops.clone(),
+                },
+                LONG,
+            )
+            .unwrap_or_else(|e| panic!("producer stuck at {n}: {e}"));
+        assert_eq!(id, n, "ids are gap-free");
+    }
+    producer.close(CloseReason::Completed);
+
+    let reports: Vec<ReaderReport> = readers.into_iter().map(|r| r.join().unwrap()).collect();
+    done.store(true, SeqCst);
+    let forced = releaser.join().unwrap();
+    let metrics = ring.metrics();
+    eprintln!("{reports:?}, forced releases {forced}, {metrics:?}");
+    for report in &reports {
+        assert!(
+            report.events >= EVENTS / 2,
+            "a reader barely progressed: {report:?}"
+        );
+    }
+    assert_eq!(metrics.events_enqueued, EVENTS);
+    assert_eq!(metrics.events_evicted_before_ack, 0);
+    drop(ring);
+    assert_eq!(
+        drops.load(SeqCst),
+        EVENTS,
+        "every value dropped exactly once"
+    );
+}
