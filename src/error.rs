@@ -164,12 +164,23 @@ pub enum ResumeError {
 impl fmt::Display for ResumeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
-            ResumeError::BelowFloor { requested, floor, head } => write!(
-                f,
-                "cannot resume after id {requested}: events {}..={} were released (retained {floor}..={head})",
-                requested + 1,
-                floor - 1
-            ),
+            ResumeError::BelowFloor {
+                requested,
+                floor,
+                head,
+            } => {
+                write!(
+                    f,
+                    "cannot resume after id {requested}: events {}..={} were released",
+                    requested + 1,
+                    floor - 1
+                )?;
+                if floor > head {
+                    write!(f, " (nothing retained; newest id {head})")
+                } else {
+                    write!(f, " (retained {floor}..={head})")
+                }
+            }
             ResumeError::AheadOfHead { requested, head } => write!(
                 f,
                 "cannot resume after id {requested}: the stream's newest id is {head} (state mismatch)"
