@@ -166,12 +166,18 @@ impl<T> Producer<T> {
         // Acquire: pairs with the Release half of `release_through`'s `fetch_max`. It makes that
         // release happen-before the fence below, which is what lets a reader's floor check and our
         // pin scan exclude each other (docs/design.md, "release vs a reader starting a replay").
-        let floor = shared
-            .floor
-            .load(ord("floor_acquire_relaxed", Acquire, Relaxed));
-        // SeqCst fence: pairs with the fence in `reader::pin_and_check` between the pin store and
-        // the floor load. Either we see that reader's pin, or it sees a floor at least this one.
-        seq_cst_fence("no_pin_scan_fence");
+        let floor_ordering = ord("floor_acquire_relaxed", Acquire, Relaxed);
+        let floor = if crate::sync::mutant("floor_after_fence") {
+            seq_cst_fence("no_pin_scan_fence");
+            shared.floor.load(floor_ordering)
+        } else {
+            let floor = shared.floor.load(floor_ordering);
+            // SeqCst fence: pairs with the fence in `reader::pin_and_check` between the pin store
+            // and the floor load. Either we see that reader's pin, or it sees a floor at least
+            // this one.
+            seq_cst_fence("no_pin_scan_fence");
+            floor
+        };
         let mut limit = floor;
         for slot in shared.readers.iter() {
             // Acquire: pairs with the Release pin stores (and unpin stores) in `reader.rs`, so the
