@@ -69,3 +69,8 @@ pub use metrics::Metrics;
 pub use producer::Producer;
 pub use reader::{Batch, Event, Reader};
 pub use ring::{Builder, ReplayRing, MAX_CAPACITY, MAX_READERS};
+
+/// The README's example is compiled and run as a doctest.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
