@@ -210,8 +210,9 @@ impl Epoch {
         h.write_u64(nanos);
         h.write_u32(std::process::id());
         let mixed = h.finish() & ((1 << 48) - 1);
-        // The low 16 bits come from the counter, so epochs within one process are distinct.
-        Epoch((mixed & !0xffff) | (n & 0xffff))
+        // The low 16 bits are a bijection of the counter (odd multiplier mod 2^16), so 65536
+        // consecutive epochs within one process are distinct whatever the hash returns.
+        Epoch((mixed & !0xffff) | (n.wrapping_mul(0x9e37) & 0xffff))
     }
 }
 
