@@ -17,7 +17,7 @@ use axum::Router;
 use bytes::{Bytes, BytesMut};
 use replay_ring::sse::{
     encode_event, encode_keep_alive, encode_priming, resume, BackpressureClock, ConnectionId,
-    Epoch, Frame, HttpResponse, Retention, RetentionConfig, StreamId, StreamIdentity,
+    Epoch, Frame, HttpResponse, Retention, RetentionConfig, StreamId, StreamIdentity, StreamState,
     LAST_EVENT_ID_HEADER,
 };
 use replay_ring::{CloseReason, Producer, PushError, ReadError, ReplayRing};
@@ -281,7 +281,8 @@ async fn events(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Respo
     };
     state.start_producer();
     bump(&state.counters.streams_opened);
-    let plan = HttpResponse::stream(&resumed.state);
+    // Snapshot after the acknowledgement, so the advertised floor is the one now in force.
+    let plan = HttpResponse::stream(&StreamState::of(state.identity, &state.ring));
     let mut first = BytesMut::with_capacity(128);
     encode_priming(
         &mut first,
