@@ -25,6 +25,10 @@ use crate::{CloseReason, ReleaseError, ReplayRing};
 /// earlier).
 pub const CHECKPOINTS: usize = 64;
 
+/// Checkpoint slots: one window holds at most `CHECKPOINTS + 1` un-expired checkpoints, so with
+/// `release_expired` called regularly the ring never has to merge entries.
+const SLOTS: usize = CHECKPOINTS + 2;
+
 /// Default [`RetentionConfig::resumption_window`]: 30 s (two 15 s keep-alive periods).
 pub const DEFAULT_RESUMPTION_WINDOW: Duration = Duration::from_secs(30);
 /// Default [`RetentionConfig::backpressure_timeout`]: 10 s.
@@ -102,7 +106,7 @@ pub struct Retention {
     /// Written-through id per live connection (`None` = free entry). Fixed length.
     connections: Vec<Option<u64>>,
     /// `(id, instant)`: every id `<= id` had been written to every live connection at `instant`.
-    /// Ids and instants increase front to back. Never grows past `CHECKPOINTS`.
+    /// Ids and instants increase front to back. Never grows past `SLOTS` (no reallocation).
     checkpoints: VecDeque<(u64, Instant)>,
     /// Newest written position not yet checkpointed (kept to honour the granularity).
     pending: Option<(u64, Instant)>,
@@ -122,7 +126,7 @@ impl Retention {
         Retention {
             config,
             connections: vec![None; max_connections],
-            checkpoints: VecDeque::with_capacity(CHECKPOINTS),
+            checkpoints: VecDeque::with_capacity(SLOTS),
             pending: None,
             recorded: 0,
             stats: RetentionStats::default(),
@@ -249,7 +253,7 @@ impl Retention {
         if !due {
             return;
         }
-        if self.checkpoints.len() == CHECKPOINTS {
+        if self.checkpoints.len() == SLOTS {
             // Merge into the newest entry, keeping the later time: releases only get later.
             self.checkpoints.pop_back();
         }

@@ -1,0 +1,499 @@
+//! Server side: the resume decision (snapshot and against a real ring), its HTTP mapping, and the
+//! retention policy with injected time.
+
+use std::time::{Duration, Instant};
+
+use replay_ring::sse::{
+    decide, resume, BackpressureClock, Epoch, HttpResponse, LastEventIdError, ResumeDecision,
+    Retention, RetentionConfig, StreamId, StreamIdentity, StreamState, CHECKPOINTS,
+};
+use replay_ring::{CloseReason, ReadError, ReplayRing, ResumeError};
+
+fn me() -> StreamIdentity {
+    StreamIdentity::new(StreamId::new("events").unwrap(), Epoch::new(0xa))
+}
+
+#[test]
+fn decision_table() {
+    let state = StreamState {
+        identity: me(),
+        floor: 65,
+        head: 130,
+    };
+    let empty = StreamState {
+        identity: me(),
+        floor: 1,
+        head: 0,
+    };
+    let drained = StreamState {
+        identity: me(),
+        floor: 131,
+        head: 130,
+    };
+    type Case<'a> = (Option<&'a StreamState>, Option<&'a [u8]>, ResumeDecision);
+    let cases: Vec<Case<'_>> = vec![
+        (Some(&state), None, ResumeDecision::Live { head: 130 }),
+        (
+            Some(&state),
+            Some(b"events.a.64"),
+            ResumeDecision::Replay {
+                from: 65,
+                through: 130,
+            },
+        ),
+        (
+            Some(&state),
+            Some(b"events.a.129"),
+            ResumeDecision::Replay {
+                from: 130,
+                through: 130,
+            },
+        ),
+        (
+            Some(&state),
+            Some(b"events.a.130"),
+            ResumeDecision::NoOp { head: 130 },
+        ),
+        (
+            Some(&state),
+            Some(b"events.a.63"),
+            ResumeDecision::Gap {
+                requested: 63,
+                floor: 65,
+                head: 130,
+            },
+        ),
+        (
+            Some(&state),
+            Some(b"events.a.0"),
+            ResumeDecision::Gap {
+                requested: 0,
+                floor: 65,
+                head: 130,
+            },
+        ),
+        (
+            Some(&state),
+            Some(b"events.a.131"),
+            ResumeDecision::Mismatch {
+                requested: 131,
+                head: 130,
+            },
+        ),
+        (
+            Some(&state),
+            Some(b"events.a.18446744073709551615"),
+            ResumeDecision::Mismatch {
+                requested: u64::MAX,
+                head: 130,
+            },
+        ),
+        (Some(&empty), None, ResumeDecision::Live { head: 0 }),
+        (
+            Some(&empty),
+            Some(b"events.a.0"),
+            ResumeDecision::NoOp { head: 0 },
+        ),
+        (
+            Some(&empty),
+            Some(b"events.a.1"),
+            ResumeDecision::Mismatch {
+                requested: 1,
+                head: 0,
+            },
+        ),
+        (
+            Some(&drained),
+            Some(b"events.a.130"),
+            ResumeDecision::NoOp { head: 130 },
+        ),
+        (
+            Some(&drained),
+            Some(b"events.a.129"),
+            ResumeDecision::Gap {
+                requested: 129,
+                floor: 131,
+                head: 130,
+            },
+        ),
+        (
+            Some(&state),
+            Some(b""),
+            ResumeDecision::InvalidCursor(LastEventIdError::Empty),
+        ),
+        (None, Some(b"events.a.100"), ResumeDecision::SessionLost),
+        (None, None, ResumeDecision::SessionLost),
+    ];
+    for (stream, header, expected) in cases {
+        assert_eq!(
+            decide(stream, header),
+            expected,
+            "{:?}",
+            header.map(String::from_utf8_lossy)
+        );
+    }
+    assert!(matches!(
+        decide(Some(&state), Some(b"events.b.100")),
+        ResumeDecision::StreamLost(LastEventIdError::UnknownEpoch { .. })
+    ));
+    assert!(matches!(
+        decide(Some(&state), Some(b"other.a.100")),
+        ResumeDecision::StreamLost(LastEventIdError::UnknownStream { .. })
+    ));
+}
+
+/// Pull the value of a numeric JSON member out of a flat object (the bodies are flat).
+fn json_number(body: &str, key: &str) -> Option<u64> {
+    let start = body.find(&format!("\"{key}\":"))? + key.len() + 3;
+    body[start..].split([',', '}']).next()?.parse().ok()
+}
+
+fn json_string<'a>(body: &'a str, key: &str) -> Option<&'a str> {
+    let start = body.find(&format!("\"{key}\":\""))? + key.len() + 4;
+    body[start..].split('"').next()
+}
+
+#[test]
+fn http_mapping_of_every_decision() {
+    let state = StreamState {
+        identity: me(),
+        floor: 65,
+        head: 130,
+    };
+    let cases: Vec<(ResumeDecision, u16, &str)> = vec![
+        (ResumeDecision::Live { head: 130 }, 200, "ok"),
+        (
+            ResumeDecision::Replay {
+                from: 65,
+                through: 130,
+            },
+            200,
+            "ok",
+        ),
+        (ResumeDecision::NoOp { head: 130 }, 200, "ok"),
+        (
+            ResumeDecision::Gap {
+                requested: 41,
+                floor: 65,
+                head: 130,
+            },
+            416,
+            "replay_gap",
+        ),
+        (
+            ResumeDecision::Mismatch {
+                requested: 131,
+                head: 130,
+            },
+            409,
+            "cursor_ahead_of_head",
+        ),
+        (
+            ResumeDecision::InvalidCursor(LastEventIdError::Empty),
+            400,
+            "invalid_last_event_id",
+        ),
+        (
+            ResumeDecision::StreamLost(LastEventIdError::UnknownStream {
+                stream: StreamId::new("x").unwrap(),
+            }),
+            404,
+            "stream_lost",
+        ),
+        (ResumeDecision::SessionLost, 404, "session_lost"),
+        (ResumeDecision::Busy { limit: 16 }, 503, "too_many_readers"),
+    ];
+    for (decision, status, code) in cases {
+        let session_gone = decision == ResumeDecision::SessionLost;
+        let r = HttpResponse::for_decision(&decision, (!session_gone).then_some(&state));
+        assert_eq!(r.status, status, "{decision:?}");
+        assert_eq!(decision.code(), code);
+        if status == 200 {
+            // Never an empty 200: the body here is empty only because the stream follows, and the
+            // stream always starts with a priming event.
+            assert_eq!(r.header("content-type"), Some("text/event-stream"));
+            assert!(r.body.is_empty());
+        } else {
+            assert_eq!(r.header("content-type"), Some("application/json"));
+            let body = std::str::from_utf8(&r.body).unwrap();
+            assert!(body.starts_with('{') && body.ends_with('}'), "{body}");
+            assert_eq!(json_string(body, "error"), Some(code), "{body}");
+            assert!(
+                json_string(body, "message").is_some_and(|m| !m.is_empty()),
+                "{body}"
+            );
+        }
+        if session_gone {
+            assert_eq!(r.header("replay-floor"), None);
+        } else {
+            // The floor (and head) is advertised on every response for an existing stream.
+            assert_eq!(r.header("replay-floor"), Some("65"), "{decision:?}");
+            assert_eq!(r.header("replay-head"), Some("130"));
+            assert_eq!(r.header("replay-stream"), Some("events.a"));
+        }
+    }
+    let gap = HttpResponse::for_decision(
+        &ResumeDecision::Gap {
+            requested: 41,
+            floor: 65,
+            head: 130,
+        },
+        Some(&state),
+    );
+    let body = std::str::from_utf8(&gap.body).unwrap();
+    for (key, value) in [
+        ("requested", 41),
+        ("floor", 65),
+        ("head", 130),
+        ("lost_from", 42),
+        ("lost_through", 64),
+    ] {
+        assert_eq!(json_number(body, key), Some(value), "{key} in {body}");
+    }
+    let mismatch = HttpResponse::for_decision(
+        &ResumeDecision::Mismatch {
+            requested: 131,
+            head: 130,
+        },
+        Some(&state),
+    );
+    let body = std::str::from_utf8(&mismatch.body).unwrap();
+    assert_eq!(
+        (json_number(body, "floor"), json_number(body, "head")),
+        (Some(65), Some(130))
+    );
+    let busy = HttpResponse::for_decision(&ResumeDecision::Busy { limit: 2 }, Some(&state));
+    assert_eq!(busy.header("retry-after"), Some("1"));
+}
+
+#[test]
+fn resume_against_a_ring() {
+    let me = me();
+    let (mut producer, ring) = ReplayRing::<u64>::new(8, 2).unwrap();
+    for n in 1..=6 {
+        producer.try_push(n * 100).unwrap();
+    }
+    // Exactly x+1..=head.
+    let mut ok = resume(&ring, &me, Some(b"events.a.2")).unwrap();
+    assert_eq!(
+        ok.decision,
+        ResumeDecision::Replay {
+            from: 3,
+            through: 6
+        }
+    );
+    assert_eq!(ok.acknowledged, Some(2));
+    let ids: Vec<u64> = ok
+        .reader
+        .try_read()
+        .unwrap()
+        .unwrap()
+        .iter()
+        .map(|(id, _)| id)
+        .collect();
+    assert_eq!(ids, [3, 4, 5, 6]);
+
+    // The reader table is full: explicit Busy, not a hang.
+    let _second = resume(&ring, &me, None).unwrap();
+    let busy = resume(&ring, &me, Some(b"events.a.2")).unwrap_err();
+    assert_eq!(busy.decision, ResumeDecision::Busy { limit: 2 });
+    assert_eq!(HttpResponse::refused(&busy).status, 503);
+    drop(ok);
+    drop(_second);
+
+    // Core errors map one to one.
+    ring.release_through(3).unwrap();
+    let gap = resume(&ring, &me, Some(b"events.a.1")).unwrap_err();
+    assert_eq!(
+        gap.decision,
+        ResumeDecision::from(ResumeError::BelowFloor {
+            requested: 1,
+            floor: 4,
+            head: 6
+        })
+    );
+    assert_eq!(gap.state.unwrap().floor, 4);
+    let edge = resume(&ring, &me, Some(b"events.a.3")).unwrap();
+    assert_eq!(
+        edge.decision,
+        ResumeDecision::Replay {
+            from: 4,
+            through: 6
+        }
+    );
+    drop(edge);
+    let ahead = resume(&ring, &me, Some(b"events.a.7")).unwrap_err();
+    assert_eq!(
+        ahead.decision,
+        ResumeDecision::Mismatch {
+            requested: 7,
+            head: 6
+        }
+    );
+    let noop = resume(&ring, &me, Some(b"events.a.6")).unwrap();
+    assert_eq!(noop.decision, ResumeDecision::NoOp { head: 6 });
+    drop(noop);
+    let live = resume(&ring, &me, None).unwrap();
+    assert_eq!(
+        (live.decision, live.acknowledged),
+        (ResumeDecision::Live { head: 6 }, None)
+    );
+    drop(live);
+
+    // A restart: same name, new epoch, fresh ring from 1. The old cursor 5 is numerically valid
+    // in the new ring, and must still be refused.
+    let restarted = StreamIdentity::new(me.stream, Epoch::new(0xb));
+    let (mut p2, ring2) = ReplayRing::<u64>::new(8, 2).unwrap();
+    for n in 1..=6 {
+        p2.try_push(n).unwrap();
+    }
+    let lost = resume(&ring2, &restarted, Some(b"events.a.5")).unwrap_err();
+    assert!(matches!(
+        lost.decision,
+        ResumeDecision::StreamLost(LastEventIdError::UnknownEpoch { .. })
+    ));
+    assert_eq!(HttpResponse::refused(&lost).status, 404);
+
+    // After close, a resume still replays what is retained and then reports the close.
+    producer.close(CloseReason::Completed);
+    let mut tail = resume(&ring, &me, Some(b"events.a.5")).unwrap();
+    assert_eq!(tail.reader.try_read().unwrap().unwrap().first_id(), 6);
+    assert_eq!(
+        tail.reader.try_read().unwrap_err(),
+        ReadError::Closed(CloseReason::Completed)
+    );
+}
+
+fn config(window_ms: u64) -> RetentionConfig {
+    RetentionConfig {
+        resumption_window: Duration::from_millis(window_ms),
+        backpressure_timeout: Duration::from_secs(1),
+    }
+}
+
+#[test]
+fn retention_releases_written_events_after_the_window_only() {
+    let (mut producer, ring) = ReplayRing::<u32>::new(16, 4).unwrap();
+    let mut retention = Retention::new(config(1000), 4);
+    let t0 = Instant::now();
+    let ms = |n| t0 + Duration::from_millis(n);
+    let conn = retention.connect(0).unwrap();
+    for n in 1..=10 {
+        producer.try_push(n).unwrap();
+    }
+    retention.on_written(&conn, 4, ms(0));
+    retention.on_written(&conn, 10, ms(500));
+    // Unwritten events (none here) and events younger than the window stay.
+    assert_eq!(retention.release_expired(&ring, ms(999)), None);
+    assert_eq!(retention.release_expired(&ring, ms(1000)), Some(5));
+    assert_eq!(retention.release_expired(&ring, ms(1499)), None);
+    assert_eq!(retention.release_expired(&ring, ms(1500)), Some(11));
+    assert_eq!(ring.floor(), 11);
+    assert_eq!(retention.stats().window_releases, 2);
+    assert_eq!(retention.next_expiry(), None);
+}
+
+#[test]
+fn retention_never_releases_what_a_live_connection_has_not_written() {
+    let (mut producer, ring) = ReplayRing::<u32>::new(16, 4).unwrap();
+    let mut retention = Retention::new(config(100), 4);
+    let t0 = Instant::now();
+    let ms = |n| t0 + Duration::from_millis(n);
+    let fast = retention.connect(0).unwrap();
+    let slow = retention.connect(0).unwrap();
+    for n in 1..=8 {
+        producer.try_push(n).unwrap();
+    }
+    retention.on_written(&fast, 8, ms(0));
+    retention.on_written(&slow, 3, ms(0));
+    assert_eq!(retention.release_expired(&ring, ms(10_000)), Some(4));
+    // A resume acknowledging 8 from a third connection is capped by the slow reader too.
+    let third = retention.connect(8).unwrap();
+    assert_eq!(retention.acknowledge(&ring, 8), Ok(4));
+    retention.disconnect(third, ms(10_000));
+    // The slow one leaves: what the fast one wrote gets a full window from the departure.
+    retention.disconnect(slow, ms(20_000));
+    assert_eq!(retention.release_expired(&ring, ms(20_099)), None);
+    assert_eq!(retention.release_expired(&ring, ms(20_100)), Some(9));
+    // With nobody connected, unwritten events are never released by time.
+    retention.disconnect(fast, ms(20_100));
+    producer.try_push(9).unwrap();
+    assert_eq!(retention.release_expired(&ring, ms(1_000_000)), None);
+    assert_eq!(ring.floor(), 9);
+}
+
+#[test]
+fn acknowledgement_releases_through_the_cursor() {
+    let (mut producer, ring) = ReplayRing::<u32>::new(8, 2).unwrap();
+    for n in 1..=8 {
+        producer.try_push(n).unwrap();
+    }
+    assert!(producer.try_push(9).unwrap_err().is_full());
+    let mut retention = Retention::new(RetentionConfig::default(), 2);
+    let conn = retention.connect(5).unwrap();
+    assert_eq!(retention.acknowledge(&ring, 5), Ok(6));
+    assert_eq!(
+        retention.acknowledge(&ring, 2),
+        Ok(6),
+        "older acks are no-ops"
+    );
+    assert_eq!(retention.stats().ack_releases, 1);
+    assert_eq!(producer.try_push(9), Ok(9));
+    retention.disconnect(conn, Instant::now());
+}
+
+#[test]
+fn checkpoints_only_delay_releases_and_by_at_most_two_granules() {
+    let (mut producer, ring) = ReplayRing::<u32>::new(2048, 1).unwrap();
+    let window_ms = 640;
+    let granule = window_ms / CHECKPOINTS as u64;
+    let mut retention = Retention::new(config(window_ms), 1);
+    let t0 = Instant::now();
+    let conn = retention.connect(0).unwrap();
+    // One write per ms for 1500 ms (far more writes than checkpoints), a release check every 3 ms,
+    // as a server's writer does per batch.
+    for t in 1..=3000u64 {
+        let now = t0 + Duration::from_millis(t);
+        if t <= 1500 {
+            producer.try_push(t as u32).unwrap();
+            retention.on_written(&conn, t, now);
+        }
+        if t % 3 == 0 {
+            retention.release_expired(&ring, now);
+        }
+        let released = ring.floor() - 1; // id n was written at t0 + n ms
+        if released > 0 {
+            assert!(
+                released + window_ms <= t,
+                "id {released} released early at {t} ms"
+            );
+        }
+        let due = t.saturating_sub(window_ms).min(1500);
+        assert!(
+            released + 2 * granule + 3 >= due,
+            "at {t} ms only {released} released, {due} due"
+        );
+    }
+    assert_eq!(ring.floor(), 1501);
+}
+
+#[test]
+fn backpressure_clock_bounds_waiting() {
+    let mut clock = BackpressureClock::new(Duration::from_millis(300));
+    let t0 = Instant::now();
+    assert_eq!(clock.on_full(t0), Ok(t0 + Duration::from_millis(300)));
+    assert_eq!(
+        clock.on_full(t0 + Duration::from_millis(200)),
+        Ok(t0 + Duration::from_millis(300))
+    );
+    clock.on_pushed();
+    // A new episode starts the bound again.
+    let t1 = t0 + Duration::from_millis(250);
+    assert_eq!(clock.on_full(t1), Ok(t1 + Duration::from_millis(300)));
+    assert_eq!(
+        clock.on_full(t1 + Duration::from_millis(301)),
+        Err(CloseReason::BackpressureTimeout {
+            waited: Duration::from_millis(301)
+        })
+    );
+}
