@@ -1,1 +1,46 @@
-//! rmcp event store backed by replay-ring (work in progress).
+//! A [replay-ring](replay_ring) event store for MCP servers built on rmcp's streamable HTTP
+//! transport: every SSE event is committed to a per-stream ring before its id leaves the server,
+//! a resume replays exactly the events after the client's `Last-Event-ID` and then continues live,
+//! and a cursor that cannot be honoured gets an explicit HTTP error — never an empty `200`.
+//!
+//! Three pieces, used together:
+//!
+//! - [`RingEventStore`]: rmcp's `EventStore` trait, one ring per stream, ids in the SSE layer's
+//!   `<stream>.<epoch>.<seq>` format, backpressure (bounded) instead of eviction, the shared
+//!   retention policy ([`replay_ring::sse::Retention`]).
+//! - [`ReplayRingSessionManager`]: rmcp's `LocalSessionManager` with every SSE connection served
+//!   from the rings, resumes bound to their session.
+//! - [`ResumeGuardLayer`]: a tower layer that answers unreplayable cursors explicitly before rmcp
+//!   turns them into an empty `200`.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use replay_ring_mcp::{ReplayRingSessionManager, ResumeGuardLayer, RingEventStore, StoreConfig};
+//! use rmcp::transport::streamable_http_server::{session::local::LocalSessionManager, StreamableHttpServerConfig, StreamableHttpService};
+//! # #[derive(Clone)] struct MyServer;
+//! # impl rmcp::ServerHandler for MyServer {}
+//!
+//! let store = RingEventStore::new(StoreConfig::default());
+//! let manager = Arc::new(ReplayRingSessionManager::new(store, LocalSessionManager::default()));
+//! let service = StreamableHttpService::new(|| Ok(MyServer), manager.clone(), StreamableHttpServerConfig::default());
+//! let app = axum::Router::new().nest_service("/mcp", tower::ServiceBuilder::new().layer(ResumeGuardLayer::new(manager)).service(service));
+//! ```
+//!
+//! Resumability exists in MCP protocol revisions 2025-03-26 through 2025-11-25 and was removed in
+//! 2026-07-28; see `docs/mcp.md`.
+#![deny(missing_docs)]
+
+mod layer;
+mod manager;
+mod metrics;
+mod store;
+mod stream;
+
+pub use layer::{refusal_response, refusal_status, Body, ResumeGuard, ResumeGuardLayer};
+pub use manager::{ManagerError, ReplayRingSessionManager, SseStream};
+pub use metrics::StoreMetrics;
+pub use store::{
+    ResumeRefusal, RingEventStore, StoreConfig, DEFAULT_CAPACITY, DEFAULT_COMPLETED_TTL,
+    DEFAULT_MAX_READERS, DEFAULT_RETRY,
+};
+pub use stream::{RingStream, STREAM_BROKEN_CODE};

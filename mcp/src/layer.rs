@@ -1,0 +1,162 @@
+//! [`ResumeGuardLayer`]: checks `Last-Event-ID` against the store before rmcp sees a resume, and
+//! answers an unreplayable cursor explicitly.
+//!
+//! rmcp 3.11 answers any failed resume with `200` and an empty event stream (its `tower.rs`,
+//! "Resume failed, returning empty stream"), which official clients read as "stream ended,
+//! reconnect" — forever. In front of it, this layer answers:
+//!
+//! | situation | status | JSON-RPC `error.data.error` |
+//! |---|---|---|
+//! | session unknown or gone | 404 | `session_lost` |
+//! | cursor below the retained floor | 416 | `replay_gap` (with `floor`, `head`, `lost_from`, `lost_through`) |
+//! | cursor ahead of the head | 409 | `cursor_ahead_of_head` |
+//! | malformed `Last-Event-ID` | 400 | `invalid_last_event_id` |
+//! | stream of another session | 400 | `foreign_session` |
+//! | unknown stream / old epoch (session alive) | 400 | `stream_lost` |
+//! | every reader slot taken | 503 | `too_many_readers` |
+//!
+//! Every refusal for an existing stream also carries `Replay-Floor`, `Replay-Head` and
+//! `Replay-Stream` headers.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::{HeaderValue, Method, Request, Response, StatusCode};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full};
+use replay_ring::sse::{HttpResponse, ResumeDecision, LAST_EVENT_ID_HEADER};
+use rmcp::transport::streamable_http_server::session::{SessionId, SessionManager};
+
+use crate::manager::ReplayRingSessionManager;
+use crate::store::ResumeRefusal;
+
+/// The response body type of rmcp's `StreamableHttpService` (and of this layer's refusals).
+pub type Body = BoxBody<Bytes, Infallible>;
+
+const SESSION_HEADER: &str = "mcp-session-id";
+
+/// Layer putting a [`ResumeGuard`] in front of rmcp's `StreamableHttpService`.
+#[derive(Debug, Clone)]
+pub struct ResumeGuardLayer {
+    manager: Arc<ReplayRingSessionManager>,
+}
+
+impl ResumeGuardLayer {
+    /// A guard consulting `manager` (the one the rmcp service uses).
+    pub fn new(manager: Arc<ReplayRingSessionManager>) -> Self {
+        ResumeGuardLayer { manager }
+    }
+}
+
+impl<S> tower_layer::Layer<S> for ResumeGuardLayer {
+    type Service = ResumeGuard<S>;
+    fn layer(&self, inner: S) -> ResumeGuard<S> {
+        ResumeGuard {
+            inner,
+            manager: self.manager.clone(),
+        }
+    }
+}
+
+/// The service [`ResumeGuardLayer`] builds.
+#[derive(Debug, Clone)]
+pub struct ResumeGuard<S> {
+    inner: S,
+    manager: Arc<ReplayRingSessionManager>,
+}
+
+impl<S, B> tower_service::Service<Request<B>> for ResumeGuard<S>
+where
+    S: tower_service::Service<Request<B>, Response = Response<Body>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    B: Send + 'static,
+{
+    type Response = Response<Body>;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        let cursor = req
+            .headers()
+            .get(LAST_EVENT_ID_HEADER)
+            .map(|v| v.as_bytes().to_vec());
+        let Some(cursor) = cursor.filter(|_| req.method() == Method::GET) else {
+            return Box::pin(self.inner.call(req));
+        };
+        let session: Option<SessionId> = req
+            .headers()
+            .get(SESSION_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .map(SessionId::from);
+        // The clone that was polled ready serves this request (tower's usual swap).
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let manager = self.manager.clone();
+        Box::pin(async move {
+            if let Some(session) = &session {
+                if !manager.has_session(session).await.unwrap_or(false) {
+                    manager.store().inner.counters.resumes_session_lost.inc();
+                    let refusal = ResumeRefusal {
+                        decision: ResumeDecision::SessionLost,
+                        state: None,
+                        foreign_session: false,
+                    };
+                    return Ok(refusal_response(&refusal));
+                }
+            }
+            match manager.store().check_resume(session.as_deref(), &cursor) {
+                Ok(_) => inner.call(req).await,
+                Err(refusal) => Ok(refusal_response(&refusal)),
+            }
+        })
+    }
+}
+
+/// The HTTP status for a refusal (see the module table).
+pub fn refusal_status(refusal: &ResumeRefusal) -> StatusCode {
+    let code = match refusal.decision {
+        _ if refusal.foreign_session => 400,
+        // A live session whose cursor names no stream here: the cursor is wrong, the session
+        // is fine, so not 404 (which would make the client re-initialize).
+        ResumeDecision::StreamLost(_) => 400,
+        ref d => replay_ring::sse::status_for(d),
+    };
+    StatusCode::from_u16(code).unwrap_or(StatusCode::BAD_REQUEST)
+}
+
+/// A JSON-RPC error response (`id: null`, code -32000) whose `data` is the SSE layer's
+/// machine-readable body (`error`, `message`, `floor`, `head`, ...).
+pub fn refusal_response(refusal: &ResumeRefusal) -> Response<Body> {
+    let sse = HttpResponse::for_decision(&refusal.decision, refusal.state.as_ref());
+    let mut data: serde_json::Value =
+        serde_json::from_slice(&sse.body).unwrap_or_else(|_| serde_json::json!({}));
+    if refusal.foreign_session {
+        data["error"] = "foreign_session".into();
+        data["message"] = refusal.to_string().into();
+    }
+    let body = serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": null,
+        "error": { "code": crate::STREAM_BROKEN_CODE, "message": refusal.to_string(), "data": data },
+    });
+    let mut resp = Response::new(Full::new(Bytes::from(body.to_string())).boxed());
+    *resp.status_mut() = refusal_status(refusal);
+    for (name, value) in sse.headers.iter().filter(|(n, _)| *n != "content-type") {
+        if let Ok(v) = HeaderValue::from_str(value) {
+            resp.headers_mut().insert(*name, v);
+        }
+    }
+    resp.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp
+}

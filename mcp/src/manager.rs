@@ -1,0 +1,261 @@
+//! [`ReplayRingSessionManager`]: rmcp's `LocalSessionManager` with every SSE connection served
+//! from the store's rings.
+//!
+//! rmcp 3.11 in event-store mode stores each event, then also writes it to the connection's own
+//! channel; a resumed connection gets only `replay_events_after` (no live tail), and the resume is
+//! not checked against the session. This wrapper keeps rmcp's session worker (routing, ids via the
+//! store) but answers every POST stream, standalone GET and resume from a ring reader: replay and
+//! live events come from one place, so there is no replay/live gap and no duplicate, and the
+//! retention policy sees what each connection was sent.
+
+use std::sync::Arc;
+
+use futures::stream::{self, BoxStream};
+use futures::{Stream, StreamExt};
+use replay_ring::sse::EventId;
+use rmcp::model::{
+    ClientJsonRpcMessage, ErrorCode, ErrorData, JsonRpcError, JsonRpcVersion2_0,
+    ServerJsonRpcMessage,
+};
+use rmcp::transport::streamable_http_server::session::local::{
+    LocalSessionManager, LocalSessionManagerError,
+};
+use rmcp::transport::streamable_http_server::session::{
+    EventStore, RestoreOutcome, ServerSseMessage, SessionId, SessionManager,
+};
+use sync_wrapper::SyncWrapper;
+
+use crate::store::{ResumeRefusal, RingEventStore};
+
+/// Errors of [`ReplayRingSessionManager`].
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum ManagerError {
+    /// From rmcp's `LocalSessionManager`.
+    Local(LocalSessionManagerError),
+    /// A request stream started without a priming event: set
+    /// `StreamableHttpServerConfig::sse_retry` (and the manager's `session_config.sse_retry`).
+    NoPrimingEvent,
+    /// The store refused to open a connection.
+    Refused(ResumeRefusal),
+    /// The store failed.
+    Store(String),
+}
+
+impl std::fmt::Display for ManagerError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ManagerError::Local(e) => write!(f, "{e}"),
+            ManagerError::NoPrimingEvent => f.write_str(
+                "request stream has no priming event; configure sse_retry so every stream starts with an id",
+            ),
+            ManagerError::Refused(r) => write!(f, "{r}"),
+            ManagerError::Store(e) => f.write_str(e),
+        }
+    }
+}
+
+impl std::error::Error for ManagerError {}
+
+impl From<LocalSessionManagerError> for ManagerError {
+    fn from(e: LocalSessionManagerError) -> Self {
+        ManagerError::Local(e)
+    }
+}
+
+/// A boxed, `Sync` SSE message stream (rmcp requires `Send + Sync`).
+pub struct SseStream(SyncWrapper<BoxStream<'static, ServerSseMessage>>);
+
+impl std::fmt::Debug for SseStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SseStream")
+    }
+}
+
+impl SseStream {
+    fn new(s: impl Stream<Item = ServerSseMessage> + Send + 'static) -> Self {
+        SseStream(SyncWrapper::new(s.boxed()))
+    }
+}
+
+impl Stream for SseStream {
+    type Item = ServerSseMessage;
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<ServerSseMessage>> {
+        self.0.get_mut().as_mut().poll_next(cx)
+    }
+}
+
+/// rmcp's [`LocalSessionManager`] with replay-ring behind every SSE connection.
+///
+/// ```no_run
+/// use std::sync::Arc;
+/// use replay_ring_mcp::{ReplayRingSessionManager, RingEventStore, StoreConfig};
+/// use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+///
+/// let store = RingEventStore::new(StoreConfig::default());
+/// let manager = Arc::new(ReplayRingSessionManager::new(store, LocalSessionManager::default()));
+/// ```
+#[derive(Debug)]
+pub struct ReplayRingSessionManager {
+    inner: LocalSessionManager,
+    store: RingEventStore,
+}
+
+impl ReplayRingSessionManager {
+    /// Wraps `local` (its `session_config` is kept) and installs `store` as its event store.
+    pub fn new(store: RingEventStore, local: LocalSessionManager) -> Self {
+        let inner = local.with_event_store(Arc::new(store.clone()));
+        ReplayRingSessionManager { inner, store }
+    }
+
+    /// The store.
+    pub fn store(&self) -> &RingEventStore {
+        &self.store
+    }
+
+    /// The wrapped rmcp manager.
+    pub fn local(&self) -> &LocalSessionManager {
+        &self.inner
+    }
+
+    /// The explicit answer when a resume that passed the tower check is refused after all (the
+    /// window moved in between): a JSON-RPC error for the stream's request, never an empty stream.
+    fn refusal_stream(refusal: &ResumeRefusal) -> SseStream {
+        let data = serde_json::json!({
+            "error": if refusal.foreign_session { "foreign_session" } else { refusal.decision.code() },
+            "floor": refusal.state.map(|s| s.floor),
+            "head": refusal.state.map(|s| s.head),
+        });
+        let msg = ServerJsonRpcMessage::Error(JsonRpcError {
+            jsonrpc: JsonRpcVersion2_0,
+            id: None,
+            error: ErrorData::new(
+                ErrorCode(crate::STREAM_BROKEN_CODE),
+                refusal.to_string(),
+                Some(data),
+            ),
+        });
+        SseStream::new(stream::iter([ServerSseMessage::from_message(msg)]))
+    }
+}
+
+impl SessionManager for ReplayRingSessionManager {
+    type Error = ManagerError;
+    type Transport = <LocalSessionManager as SessionManager>::Transport;
+
+    async fn create_session(&self) -> Result<(SessionId, Self::Transport), Self::Error> {
+        Ok(self.inner.create_session().await?)
+    }
+
+    async fn initialize_session(
+        &self,
+        id: &SessionId,
+        message: ClientJsonRpcMessage,
+    ) -> Result<ServerJsonRpcMessage, Self::Error> {
+        Ok(self.inner.initialize_session(id, message).await?)
+    }
+
+    async fn has_session(&self, id: &SessionId) -> Result<bool, Self::Error> {
+        Ok(self.inner.has_session(id).await?)
+    }
+
+    async fn close_session(&self, id: &SessionId) -> Result<(), Self::Error> {
+        self.store.drop_session(id);
+        Ok(self.inner.close_session(id).await?)
+    }
+
+    async fn create_stream(
+        &self,
+        id: &SessionId,
+        message: ClientJsonRpcMessage,
+    ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        let request = match &message {
+            ClientJsonRpcMessage::Request(r) => Some(r.id.clone()),
+            _ => None,
+        };
+        let mut local = Box::pin(self.inner.create_stream(id, message).await?);
+        // rmcp stores the priming event before it routes the request, so it is already queued.
+        let priming = local.next().await.ok_or(ManagerError::NoPrimingEvent)?;
+        // From here the ring serves the connection: dropping rmcp's receiver makes its own
+        // channel sends fail fast (they are only a copy of what the store already holds).
+        drop(local);
+        let wire = priming
+            .event_id
+            .as_deref()
+            .ok_or(ManagerError::NoPrimingEvent)?;
+        let event_id = EventId::parse(wire).map_err(|e| ManagerError::Store(e.to_string()))?;
+        let entry = self
+            .store
+            .entry_by_event_id(&event_id)
+            .ok_or_else(|| ManagerError::Store(format!("stream of {wire} is not in the store")))?;
+        self.store.bind(&entry, id, request);
+        let live = self
+            .store
+            .live_stream(entry, event_id.seq - 1)
+            .map_err(ManagerError::Refused)?;
+        Ok(SseStream::new(live))
+    }
+
+    async fn accept_message(
+        &self,
+        id: &SessionId,
+        message: ClientJsonRpcMessage,
+    ) -> Result<(), Self::Error> {
+        Ok(self.inner.accept_message(id, message).await?)
+    }
+
+    async fn create_standalone_stream(
+        &self,
+        id: &SessionId,
+    ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        if !self.inner.has_session(id).await? {
+            return Err(LocalSessionManagerError::SessionNotFound(id.clone()).into());
+        }
+        let entry = self
+            .store
+            .entry_for(&format!("{id}:common"))
+            .map_err(|e| ManagerError::Store(e.to_string()))?;
+        if entry.retention.lock().live_connections() > 0 {
+            // One live GET stream per session: a second one gets keep-alives only, so a message
+            // is never delivered twice (rmcp's "shadow" streams do the same).
+            return Ok(SseStream::new(stream::pending()));
+        }
+        let head = entry.ring.head();
+        let priming = ServerSseMessage::priming(
+            entry.identity.event_id(head).to_string(),
+            self.store.config().retry,
+        );
+        let live = self
+            .store
+            .live_stream(entry, head)
+            .map_err(ManagerError::Refused)?;
+        // The priming id is the head, so a client that drops before any event resumes from here
+        // instead of reconnecting without a cursor and missing what came in between.
+        Ok(SseStream::new(stream::iter([priming]).chain(live)))
+    }
+
+    async fn resume(
+        &self,
+        id: &SessionId,
+        last_event_id: String,
+    ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        match self.store.resume_stream(Some(id), last_event_id.as_bytes()) {
+            Ok(s) => Ok(SseStream::new(s)),
+            Err(refusal) => Ok(Self::refusal_stream(&refusal)),
+        }
+    }
+
+    async fn restore_session(
+        &self,
+        id: SessionId,
+    ) -> Result<RestoreOutcome<Self::Transport>, Self::Error> {
+        Ok(self.inner.restore_session(id).await?)
+    }
+
+    fn event_store(&self) -> Option<Arc<dyn EventStore>> {
+        Some(Arc::new(self.store.clone()))
+    }
+}

@@ -1,0 +1,181 @@
+//! Counters of a [`RingEventStore`](crate::RingEventStore), and their Prometheus text form.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A monotonic counter.
+#[derive(Debug, Default)]
+pub(crate) struct Counter(AtomicU64);
+
+impl Counter {
+    pub(crate) fn inc(&self) {
+        // Relaxed: a statistic; it orders nothing and is read only for reporting.
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn get(&self) -> u64 {
+        // Relaxed: pairs with the Relaxed increments; a report may lag by a few events.
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub(crate) events_stored: Counter,
+    pub(crate) priming_stored: Counter,
+    pub(crate) events_delivered: Counter,
+    pub(crate) streams_created: Counter,
+    pub(crate) streams_completed: Counter,
+    pub(crate) streams_expired: Counter,
+    pub(crate) resumes_ok: Counter,
+    pub(crate) resumes_below_floor: Counter,
+    pub(crate) resumes_ahead_of_head: Counter,
+    pub(crate) resumes_malformed: Counter,
+    pub(crate) resumes_stream_lost: Counter,
+    pub(crate) resumes_session_lost: Counter,
+    pub(crate) resumes_foreign_session: Counter,
+    pub(crate) resumes_busy: Counter,
+    pub(crate) backpressure_waits: Counter,
+    pub(crate) backpressure_timeouts: Counter,
+    pub(crate) streams_ended_with_error: Counter,
+    pub(crate) server_disconnects: Counter,
+}
+
+impl Counters {
+    pub(crate) fn snapshot(&self) -> StoreMetrics {
+        StoreMetrics {
+            events_stored: self.events_stored.get(),
+            priming_stored: self.priming_stored.get(),
+            events_delivered: self.events_delivered.get(),
+            streams_created: self.streams_created.get(),
+            streams_completed: self.streams_completed.get(),
+            streams_expired: self.streams_expired.get(),
+            resumes_ok: self.resumes_ok.get(),
+            resumes_below_floor: self.resumes_below_floor.get(),
+            resumes_ahead_of_head: self.resumes_ahead_of_head.get(),
+            resumes_malformed: self.resumes_malformed.get(),
+            resumes_stream_lost: self.resumes_stream_lost.get(),
+            resumes_session_lost: self.resumes_session_lost.get(),
+            resumes_foreign_session: self.resumes_foreign_session.get(),
+            resumes_busy: self.resumes_busy.get(),
+            backpressure_waits: self.backpressure_waits.get(),
+            backpressure_timeouts: self.backpressure_timeouts.get(),
+            streams_ended_with_error: self.streams_ended_with_error.get(),
+            server_disconnects: self.server_disconnects.get(),
+            ..StoreMetrics::default()
+        }
+    }
+}
+
+/// A snapshot of the store's counters (monotonic since start) and gauges (summed over the
+/// streams alive right now).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StoreMetrics {
+    /// Events committed to a ring (priming events included).
+    pub events_stored: u64,
+    /// Priming events (empty data) committed.
+    pub priming_stored: u64,
+    /// Events handed to an SSE connection (replays count again).
+    pub events_delivered: u64,
+    /// Streams created.
+    pub streams_created: u64,
+    /// Request streams that stored their final response.
+    pub streams_completed: u64,
+    /// Completed streams forgotten after their resumption time.
+    pub streams_expired: u64,
+    /// Resumes accepted.
+    pub resumes_ok: u64,
+    /// Resumes refused: cursor below the retained floor (events released).
+    pub resumes_below_floor: u64,
+    /// Resumes refused: cursor ahead of the stream's head.
+    pub resumes_ahead_of_head: u64,
+    /// Resumes refused: `Last-Event-ID` is not a valid id.
+    pub resumes_malformed: u64,
+    /// Resumes refused: unknown stream or an epoch from before a restart.
+    pub resumes_stream_lost: u64,
+    /// Resumes refused: the session is gone.
+    pub resumes_session_lost: u64,
+    /// Resumes refused: the cursor belongs to another session's stream.
+    pub resumes_foreign_session: u64,
+    /// Resumes refused: every reader slot of the stream is taken.
+    pub resumes_busy: u64,
+    /// Backpressure episodes (a push found the window full).
+    pub backpressure_waits: u64,
+    /// Streams closed because the window stayed full past the bound.
+    pub backpressure_timeouts: u64,
+    /// Connections that ended with an explicit error event.
+    pub streams_ended_with_error: u64,
+    /// Connections ended on purpose by the server (SEP-1699 polling).
+    pub server_disconnects: u64,
+    /// Gauge: streams in the store.
+    pub streams_open: u64,
+    /// Gauge: events retained over all streams.
+    pub retained: u64,
+    /// Gauge: registered readers over all streams.
+    pub readers_active: u64,
+    /// Sum over live rings: always 0 (replay-ring never evicts an unacknowledged event).
+    pub events_evicted_before_ack: u64,
+    /// Sum over live rings: pushes that found the ring full.
+    pub producer_full: u64,
+    /// Sum over live rings: producer waits for space.
+    pub producer_waits: u64,
+    /// Sum over live rings: releases after a resume's acknowledgement.
+    pub ack_releases: u64,
+    /// Sum over live rings: releases after the resumption window.
+    pub window_releases: u64,
+}
+
+impl StoreMetrics {
+    /// `(name, value)` for every field, in declaration order.
+    pub fn fields(&self) -> [(&'static str, u64); 27] {
+        [
+            ("events_stored", self.events_stored),
+            ("priming_stored", self.priming_stored),
+            ("events_delivered", self.events_delivered),
+            ("streams_created", self.streams_created),
+            ("streams_completed", self.streams_completed),
+            ("streams_expired", self.streams_expired),
+            ("resumes_ok", self.resumes_ok),
+            ("resumes_below_floor", self.resumes_below_floor),
+            ("resumes_ahead_of_head", self.resumes_ahead_of_head),
+            ("resumes_malformed", self.resumes_malformed),
+            ("resumes_stream_lost", self.resumes_stream_lost),
+            ("resumes_session_lost", self.resumes_session_lost),
+            ("resumes_foreign_session", self.resumes_foreign_session),
+            ("resumes_busy", self.resumes_busy),
+            ("backpressure_waits", self.backpressure_waits),
+            ("backpressure_timeouts", self.backpressure_timeouts),
+            ("streams_ended_with_error", self.streams_ended_with_error),
+            ("server_disconnects", self.server_disconnects),
+            ("streams_open", self.streams_open),
+            ("retained", self.retained),
+            ("readers_active", self.readers_active),
+            ("events_evicted_before_ack", self.events_evicted_before_ack),
+            ("producer_full", self.producer_full),
+            ("producer_waits", self.producer_waits),
+            ("ack_releases", self.ack_releases),
+            ("window_releases", self.window_releases),
+            ("resumes_refused_total", self.refused()),
+        ]
+    }
+
+    /// All refused resumes.
+    pub fn refused(&self) -> u64 {
+        self.resumes_below_floor
+            + self.resumes_ahead_of_head
+            + self.resumes_malformed
+            + self.resumes_stream_lost
+            + self.resumes_session_lost
+            + self.resumes_foreign_session
+            + self.resumes_busy
+    }
+
+    /// Prometheus text exposition, every name prefixed `replay_ring_mcp_`.
+    pub fn to_prometheus(&self) -> String {
+        let mut out = String::new();
+        for (name, value) in self.fields() {
+            let _ = writeln!(out, "replay_ring_mcp_{name} {value}");
+        }
+        out
+    }
+}
