@@ -191,11 +191,14 @@ impl SessionManager for ReplayRingSessionManager {
             .store
             .entry_by_event_id(&event_id)
             .ok_or_else(|| ManagerError::Store(format!("stream of {wire} is not in the store")))?;
-        self.store.bind(&entry, id, request);
-        let live = self
+        let disconnect = self.store.bind(&entry, id, request);
+        let mut live = self
             .store
             .live_stream(entry, event_id.seq - 1)
             .map_err(ManagerError::Refused)?;
+        if disconnect {
+            live.end_when_caught_up();
+        }
         Ok(SseStream::new(live))
     }
 

@@ -51,6 +51,9 @@ pub struct StoreConfig {
     /// `retry:` hint on frames that end a connection on purpose. Keep it equal to rmcp's
     /// `StreamableHttpServerConfig::sse_retry`.
     pub retry: Duration,
+    /// End each connection (with a `retry:` hint, SEP-1699 polling) after this many events;
+    /// `None` keeps connections open until their stream completes.
+    pub frames_per_connection: Option<usize>,
 }
 
 impl Default for StoreConfig {
@@ -61,6 +64,7 @@ impl Default for StoreConfig {
             retention: RetentionConfig::default(),
             completed_ttl: DEFAULT_COMPLETED_TTL,
             retry: DEFAULT_RETRY,
+            frames_per_connection: None,
         }
     }
 }
@@ -130,6 +134,8 @@ struct Streams {
     by_rmcp: HashMap<String, Arc<StreamEntry>>,
     by_name: HashMap<StreamId, Arc<StreamEntry>>,
     by_request: HashMap<(SessionId, RequestId), Arc<StreamEntry>>,
+    /// Disconnects asked for before the request's stream was bound (the tool ran first).
+    pending_disconnects: std::collections::HashSet<(SessionId, RequestId)>,
 }
 
 impl Streams {
@@ -287,21 +293,24 @@ impl RingEventStore {
     }
 
     /// Binds a request stream (found by one of its ids) to its session and JSON-RPC request.
+    /// Returns whether a disconnect was already asked for (the connection should end as soon as
+    /// it has caught up).
     pub(crate) fn bind(
         &self,
         entry: &Arc<StreamEntry>,
         session: &SessionId,
         request: Option<RequestId>,
-    ) {
+    ) -> bool {
         *entry.session.lock() = Some(session.clone());
-        if let Some(r) = request {
-            *entry.request.lock() = Some(r.clone());
-            self.inner
-                .streams
-                .lock()
-                .by_request
-                .insert((session.clone(), r), entry.clone());
-        }
+        let Some(r) = request else {
+            return false;
+        };
+        *entry.request.lock() = Some(r.clone());
+        let key = (session.clone(), r);
+        let mut streams = self.inner.streams.lock();
+        let pending = streams.pending_disconnects.remove(&key);
+        streams.by_request.insert(key, entry.clone());
+        pending
     }
 
     /// Forgets every stream of a session (DELETE, or the session expired).
@@ -316,22 +325,22 @@ impl RingEventStore {
         for k in gone {
             streams.remove(&k);
         }
+        streams.pending_disconnects.retain(|(s, _)| &**s != session);
     }
 
     /// Ends the live connections of the stream answering `request` in `session` (they get a
     /// `retry:` hint and a clean end; the stream itself goes on and stays resumable). This is the
-    /// SEP-1699 "server closes the connection, client polls" mechanism. Returns whether the
-    /// stream was found.
-    pub fn disconnect_request_stream(&self, session: &str, request: &RequestId) -> bool {
+    /// SEP-1699 "server closes the connection, client polls" mechanism. Each connection ends
+    /// once it has sent what is available. A disconnect asked for before the POST's stream is
+    /// bound (a fast tool) applies to that stream's first connection.
+    pub fn disconnect_request_stream(&self, session: &str, request: &RequestId) {
         let key = (SessionId::from(session), request.clone());
-        let entry = self.inner.streams.lock().by_request.get(&key).cloned();
-        match entry {
-            Some(e) => {
-                e.disconnect.send_modify(|g| *g += 1);
-                self.inner.counters.server_disconnects.inc();
-                true
+        let mut streams = self.inner.streams.lock();
+        match streams.by_request.get(&key) {
+            Some(e) => e.disconnect.send_modify(|g| *g += 1),
+            None => {
+                streams.pending_disconnects.insert(key);
             }
-            None => false,
         }
     }
 

@@ -42,6 +42,10 @@ pub struct RingStream {
     state: State,
     /// Ids below this are not reported to the retention policy again.
     written: u64,
+    /// End the connection (with a `retry:` hint) once everything available was sent.
+    end_when_caught_up: bool,
+    /// Events sent on this connection.
+    frames: usize,
 }
 
 impl std::fmt::Debug for RingStream {
@@ -87,7 +91,15 @@ impl RingStream {
             store,
             state: State::Open,
             written: start,
+            end_when_caught_up: false,
+            frames: 0,
         }
+    }
+
+    /// Ends this connection (not the stream) with a `retry:` hint once it has sent everything
+    /// available: the SEP-1699 "server closes, client polls" mechanism.
+    pub fn end_when_caught_up(&mut self) {
+        self.end_when_caught_up = true;
     }
 
     /// The next id this connection will send.
@@ -106,6 +118,10 @@ impl RingStream {
             error,
         });
         ServerSseMessage::from_message(msg)
+    }
+
+    fn retry_frame(&self) -> ServerSseMessage {
+        ServerSseMessage::retry(self.store.config.retry)
     }
 
     fn on_error(&mut self, err: ReadError) -> Option<ServerSseMessage> {
@@ -133,6 +149,16 @@ impl RingStream {
 
     fn on_event(&mut self, event: Event<ServerSseMessage>) -> ServerSseMessage {
         self.store.counters.events_delivered.inc();
+        self.frames += 1;
+        if self
+            .store
+            .config
+            .frames_per_connection
+            .is_some_and(|limit| self.frames >= limit)
+        {
+            self.store.counters.server_disconnects.inc();
+            self.state = State::Ending(Some(self.retry_frame()));
+        }
         if event.id > self.written {
             self.written = event.id;
             if let Some(conn) = &self.conn {
@@ -166,9 +192,7 @@ impl Stream for RingStream {
                 State::Open => {}
             }
             if this.disconnect.get_mut().as_mut().poll(cx).is_ready() {
-                // SEP-1699: end the connection (not the stream) with a retry hint.
-                this.state = State::Ending(Some(ServerSseMessage::retry(this.store.config.retry)));
-                continue;
+                this.end_when_caught_up = true;
             }
             return match Pin::new(this.reader.get_mut()).poll_next(cx) {
                 Poll::Ready(Some(Ok(event))) => Poll::Ready(Some(this.on_event(event))),
@@ -179,6 +203,12 @@ impl Stream for RingStream {
                 Poll::Ready(None) => {
                     this.state = State::Done;
                     Poll::Ready(None)
+                }
+                Poll::Pending if this.end_when_caught_up => {
+                    // SEP-1699: end the connection, not the stream, with a retry hint.
+                    this.store.counters.server_disconnects.inc();
+                    this.state = State::Ending(Some(this.retry_frame()));
+                    continue;
                 }
                 Poll::Pending => Poll::Pending,
             };
