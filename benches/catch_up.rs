@@ -1,0 +1,206 @@
+//! Scenario 5: catch-up under load. The producer pushes as fast as it can while keeping a rolling
+//! retention of `BACKLOG` events (it releases everything older every 1,024 pushes). A reader thread
+//! repeatedly reconnects 16,384 events behind the head and replays the backlog (touching every
+//! event) until it has caught up with the head it saw at reconnect. Reported: the producer's
+//! ns/push without and with the catch-up reader (the slowdown), and the time per catch-up.
+//!
+//! Only replay-ring and the naive `Mutex<VecDeque>` log can replay. Not a criterion bench: the
+//! producer and the reader are measured at once; results go to `<results>/catch_up.jsonl`.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use replay_ring::{PushError, ReadError, ReplayRing, ResumeError};
+
+use common::{consume, js, record, reset_results, sized, Backoff, NaiveLog, Payload};
+
+const BACKLOG: u64 = 16_384;
+/// Twice the backlog: room for the producer to run on while a replay pins the old end.
+const RING: usize = 32_768;
+const RELEASE_EVERY: u64 = 1_024;
+
+/// What a catch-up reader did while the producer ran.
+#[derive(Default)]
+struct ReaderStats {
+    catch_ups: u64,
+    total: Duration,
+    gaps: u64,
+}
+
+fn ns_per(d: Duration, n: u64) -> f64 {
+    d.as_nanos() as f64 / n as f64
+}
+
+/// Producer run for replay-ring; with `reader`, a catch-up reader runs meanwhile.
+fn replay_ring<T: Payload>(pushes: u64, reader: bool) -> (Duration, ReaderStats) {
+    let (mut p, ring) = ReplayRing::<T>::builder()
+        .capacity(RING)
+        .max_readers(1)
+        .build()
+        .unwrap();
+    let src = T::source();
+    for i in 1..=BACKLOG {
+        p.try_push(T::make(&src, i)).unwrap();
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let handle = reader.then(|| {
+        let (ring, stop) = (ring.clone(), stop.clone());
+        thread::spawn(move || {
+            let mut stats = ReaderStats::default();
+            while !stop.load(Relaxed) {
+                let t = Instant::now();
+                let head = ring.head();
+                let mut r = match ring.resume(Some(head.saturating_sub(BACKLOG))) {
+                    Ok(r) => r,
+                    Err(ResumeError::BelowFloor { .. }) => continue,
+                    Err(e) => panic!("{e}"),
+                };
+                let mut sum = 0u64;
+                while r.cursor() <= head {
+                    match r.try_read() {
+                        Ok(Some(batch)) => {
+                            let (a, b) = batch.as_slices();
+                            sum = a
+                                .iter()
+                                .chain(b)
+                                .map(Payload::touch)
+                                .fold(sum, u64::wrapping_add);
+                        }
+                        Ok(None) => unreachable!("events up to the head are published"),
+                        Err(ReadError::Gap { .. }) => {
+                            stats.gaps += 1;
+                            break;
+                        }
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+                consume(sum);
+                stats.catch_ups += 1;
+                stats.total += t.elapsed();
+            }
+            stats
+        })
+    });
+    let mut backoff = Backoff::default();
+    let t0 = Instant::now();
+    for i in BACKLOG + 1..=BACKLOG + pushes {
+        let mut v = T::make(&src, i);
+        loop {
+            match p.try_push(v) {
+                Ok(_) => break,
+                Err(PushError::Full(back)) => {
+                    v = back;
+                    backoff.snooze();
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+        backoff.reset();
+        if i % RELEASE_EVERY == 0 {
+            ring.release_through(i - BACKLOG).unwrap();
+        }
+    }
+    let elapsed = t0.elapsed();
+    stop.store(true, Relaxed);
+    let stats = handle.map(|h| h.join().unwrap()).unwrap_or_default();
+    (elapsed, stats)
+}
+
+/// The same with the naive log.
+fn naive<T: Payload>(pushes: u64, reader: bool) -> (Duration, ReaderStats) {
+    let log = Arc::new(NaiveLog::<T>::new(RING));
+    let src = T::source();
+    for i in 1..=BACKLOG {
+        log.push(T::make(&src, i))
+            .unwrap_or_else(|_| panic!("full"));
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let handle = reader.then(|| {
+        let (log, stop) = (log.clone(), stop.clone());
+        thread::spawn(move || {
+            let mut stats = ReaderStats::default();
+            while !stop.load(Relaxed) {
+                let t = Instant::now();
+                let head = log.head();
+                let events = log.replay_from(head.saturating_sub(BACKLOG));
+                consume(
+                    events
+                        .iter()
+                        .map(|(_, v)| v.touch())
+                        .fold(0, u64::wrapping_add),
+                );
+                drop(events);
+                stats.catch_ups += 1;
+                stats.total += t.elapsed();
+            }
+            stats
+        })
+    });
+    let mut backoff = Backoff::default();
+    let t0 = Instant::now();
+    for i in BACKLOG + 1..=BACKLOG + pushes {
+        let mut v = T::make(&src, i);
+        while let Err(back) = log.push(v) {
+            v = back;
+            backoff.snooze();
+        }
+        backoff.reset();
+        if i % RELEASE_EVERY == 0 {
+            log.release_through(i - BACKLOG);
+        }
+    }
+    let elapsed = t0.elapsed();
+    stop.store(true, Relaxed);
+    let stats = handle.map(|h| h.join().unwrap()).unwrap_or_default();
+    (elapsed, stats)
+}
+
+/// Median of `runs` results of `f`, by producer time.
+fn median(runs: usize, f: impl Fn() -> (Duration, ReaderStats)) -> (Duration, ReaderStats) {
+    let mut all: Vec<_> = (0..runs).map(|_| f()).collect();
+    all.sort_by_key(|(d, _)| *d);
+    all.swap_remove(runs / 2)
+}
+
+fn scenario<T: Payload>(peer: &str, f: fn(u64, bool) -> (Duration, ReaderStats)) {
+    let pushes = sized(2_000_000, 20_000);
+    let runs = if common::quick() { 1 } else { 5 };
+    let (alone, _) = median(runs, || f(pushes, false));
+    let (loaded, stats) = median(runs, || f(pushes, true));
+    let per_catch_up = if stats.catch_ups == 0 {
+        0.0
+    } else {
+        stats.total.as_nanos() as f64 / stats.catch_ups as f64
+    };
+    record(
+        "catch_up.jsonl",
+        &[
+            ("peer", js(peer)),
+            ("payload", js(T::NAME)),
+            ("backlog", BACKLOG.to_string()),
+            ("pushes", pushes.to_string()),
+            ("push_ns_alone", format!("{:.2}", ns_per(alone, pushes))),
+            ("push_ns_catch_up", format!("{:.2}", ns_per(loaded, pushes))),
+            (
+                "slowdown",
+                format!("{:.3}", loaded.as_secs_f64() / alone.as_secs_f64()),
+            ),
+            ("catch_ups", stats.catch_ups.to_string()),
+            ("catch_up_us", format!("{:.1}", per_catch_up / 1e3)),
+            ("gaps", stats.gaps.to_string()),
+        ],
+    );
+}
+
+fn main() {
+    reset_results("catch_up.jsonl");
+    scenario::<u64>("replay-ring", replay_ring::<u64>);
+    scenario::<u64>("naive-log", naive::<u64>);
+    scenario::<Bytes>("replay-ring", replay_ring::<Bytes>);
+    scenario::<Bytes>("naive-log", naive::<Bytes>);
+}

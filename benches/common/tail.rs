@@ -1,0 +1,639 @@
+//! Live tail: one producer thread, N reader threads, every event delivered to every reader
+//! (scenarios 2 and 3, and the latency runs). One runner per peer, each used the way its docs
+//! intend; the wait strategy of each is stated on its `Peer` variant and in docs/benchmarks.md.
+//!
+//! Timing: from the producer's first push (after every reader is ready) to the moment the last
+//! reader has seen the last event. Latency: the producer stamps `sent[k]` just before pushing event
+//! `k`; reader 0 subtracts it when it sees event `k` (all peers here are FIFO and lossless, so the
+//! k-th event a reader sees is event k).
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Barrier, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crossbeam::utils::CachePadded;
+use replay_ring::{PushError, ReplayRing};
+
+use super::{now_ns, wait_until, Backoff, NaiveLog, Payload, CAPACITY};
+
+/// The implementations compared in the live-tail scenarios.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Peer {
+    /// replay-ring, `try_push` / `try_read` (batch) in spin-then-yield loops.
+    ReplayRingSpin,
+    /// replay-ring, `push().await` / `read().await` (batch), one current-thread tokio runtime per
+    /// thread: waiting threads park.
+    ReplayRingAsync,
+    /// `tokio::sync::broadcast`: `send` from a plain thread, `recv().await` on a current-thread
+    /// runtime. `send` never waits (it overwrites); the producer keeps it lossless by waiting,
+    /// after every `CAPACITY/2` sends, until `len() <= CAPACITY/2`.
+    TokioBroadcast,
+    /// async-broadcast (overflow off: the sender waits when full): `broadcast_direct().await` /
+    /// `recv_direct().await`, one current-thread runtime per thread.
+    AsyncBroadcast,
+    /// bus: blocking `broadcast` / `recv` (bus spins, then parks).
+    Bus,
+    /// disruptor: single producer, `publish` (busy-spins when full), managed consumer threads with
+    /// `BusySpinWithSpinLoopHint`.
+    Disruptor,
+    /// crossbeam-channel `bounded`: blocking `send` / `recv`. Not a broadcast (one reader only).
+    CrossbeamChannel,
+    /// crossbeam `ArrayQueue`: `push` / `pop` in spin-then-yield loops. One reader only.
+    ArrayQueue,
+    /// rtrb SPSC ring: `push` / `read_chunk` (batch, zero-copy) in spin-then-yield loops. One
+    /// reader only.
+    Rtrb,
+    /// The naive `Mutex<VecDeque>` event log: the reader polls `replay_from(cursor)` in a
+    /// spin-then-yield loop; the producer spins while the log is full.
+    NaiveLog,
+}
+
+impl Peer {
+    /// Every peer, replay-ring first.
+    pub const ALL: [Peer; 10] = [
+        Peer::ReplayRingSpin,
+        Peer::ReplayRingAsync,
+        Peer::TokioBroadcast,
+        Peer::AsyncBroadcast,
+        Peer::Bus,
+        Peer::Disruptor,
+        Peer::CrossbeamChannel,
+        Peer::ArrayQueue,
+        Peer::Rtrb,
+        Peer::NaiveLog,
+    ];
+
+    /// Benchmark id.
+    pub fn name(self) -> &'static str {
+        match self {
+            Peer::ReplayRingSpin => "replay-ring-spin",
+            Peer::ReplayRingAsync => "replay-ring-async",
+            Peer::TokioBroadcast => "tokio-broadcast",
+            Peer::AsyncBroadcast => "async-broadcast",
+            Peer::Bus => "bus",
+            Peer::Disruptor => "disruptor",
+            Peer::CrossbeamChannel => "crossbeam-channel",
+            Peer::ArrayQueue => "crossbeam-arrayqueue",
+            Peer::Rtrb => "rtrb",
+            Peer::NaiveLog => "naive-log",
+        }
+    }
+
+    /// Whether every reader sees every event (so it takes part in the fan-out scenario).
+    pub fn broadcasts(self) -> bool {
+        !matches!(self, Peer::CrossbeamChannel | Peer::ArrayQueue | Peer::Rtrb)
+    }
+}
+
+/// One run's shape.
+#[derive(Clone, Copy, Debug)]
+pub struct TailCfg {
+    /// Events pushed (ids 1..=events).
+    pub events: u64,
+    /// Reader threads.
+    pub readers: usize,
+    /// Push one event every `pace_ns` (latency runs); `None` = as fast as possible.
+    pub pace_ns: Option<u64>,
+    /// Record per-event latency at reader 0.
+    pub latency: bool,
+}
+
+/// One run's outcome.
+#[derive(Debug)]
+pub struct TailOut {
+    /// First push to the last reader seeing the last event.
+    pub elapsed: Duration,
+    /// Reader 0's push-to-seen latencies in ns, unsorted (empty unless `cfg.latency`).
+    pub latencies: Vec<u64>,
+}
+
+type Stamps = Arc<Vec<AtomicU64>>;
+
+/// Producer-side pacing and stamping.
+struct Probe {
+    stamps: Option<Stamps>,
+    pace: Option<u64>,
+    start: u64,
+}
+
+impl Probe {
+    #[inline(always)]
+    fn before_push(&self, i: u64) {
+        if let Some(p) = self.pace {
+            wait_until(self.start + i * p);
+        }
+        if let Some(s) = &self.stamps {
+            // Relaxed: the queue's own publish/consume synchronisation orders it before the read.
+            s[(i - 1) as usize].store(now_ns(), Relaxed);
+        }
+    }
+}
+
+/// Reader-side accounting.
+#[derive(Default)]
+struct Recorder {
+    stamps: Option<Stamps>,
+    lat: Vec<u64>,
+    count: u64,
+    sum: u64,
+}
+
+impl Recorder {
+    fn new(stamps: Option<Stamps>, events: u64) -> Self {
+        let lat = if stamps.is_some() {
+            Vec::with_capacity(events as usize)
+        } else {
+            Vec::new()
+        };
+        Recorder {
+            stamps,
+            lat,
+            count: 0,
+            sum: 0,
+        }
+    }
+
+    #[inline(always)]
+    fn seen<T: Payload>(&mut self, v: &T) {
+        self.count += 1;
+        self.sum = self.sum.wrapping_add(v.touch());
+        if let Some(s) = &self.stamps {
+            // Relaxed: see `Probe::before_push`.
+            let sent = s[(self.count - 1) as usize].load(Relaxed);
+            self.lat.push(now_ns().saturating_sub(sent));
+        }
+    }
+}
+
+/// What a reader thread hands back.
+type ReaderDone = (Instant, Recorder);
+
+/// Runs one live-tail scenario for `peer`. Panics if the peer cannot serve `cfg.readers` readers.
+pub fn run<T: Payload>(peer: Peer, cfg: &TailCfg) -> TailOut {
+    assert!(
+        cfg.readers == 1 || peer.broadcasts(),
+        "{peer:?} is not a broadcast"
+    );
+    let stamps: Option<Stamps> = cfg
+        .latency
+        .then(|| Arc::new((0..cfg.events).map(|_| AtomicU64::new(0)).collect()));
+    let recorders: Vec<Recorder> = (0..cfg.readers)
+        .map(|i| Recorder::new(if i == 0 { stamps.clone() } else { None }, cfg.events))
+        .collect();
+    let probe = Probe {
+        stamps,
+        pace: cfg.pace_ns,
+        start: 0,
+    };
+    let (t0, done) = match peer {
+        Peer::ReplayRingSpin => replay_ring_run::<T>(cfg, probe, recorders, false),
+        Peer::ReplayRingAsync => replay_ring_run::<T>(cfg, probe, recorders, true),
+        Peer::TokioBroadcast => tokio_run::<T>(cfg, probe, recorders),
+        Peer::AsyncBroadcast => async_broadcast_run::<T>(cfg, probe, recorders),
+        Peer::Bus => bus_run::<T>(cfg, probe, recorders),
+        Peer::Disruptor => disruptor_run::<T>(cfg, probe, recorders),
+        Peer::CrossbeamChannel => channel_run::<T>(cfg, probe, recorders),
+        Peer::ArrayQueue => array_queue_run::<T>(cfg, probe, recorders),
+        Peer::Rtrb => rtrb_run::<T>(cfg, probe, recorders),
+        Peer::NaiveLog => naive_run::<T>(cfg, probe, recorders),
+    };
+    let mut end = t0;
+    let mut latencies = Vec::new();
+    for (i, (at, rec)) in done.into_iter().enumerate() {
+        assert_eq!(rec.count, cfg.events, "{peer:?}: reader {i} missed events");
+        end = end.max(at);
+        std::hint::black_box(rec.sum);
+        if i == 0 {
+            latencies = rec.lat;
+        }
+    }
+    TailOut {
+        elapsed: end - t0,
+        latencies,
+    }
+}
+
+/// Spawns one thread per reader; each waits on the barrier, runs `body`, and reports.
+fn spawn_readers<R: Send + 'static>(
+    readers: Vec<R>,
+    recorders: Vec<Recorder>,
+    barrier: &Arc<Barrier>,
+    body: impl Fn(R, &mut Recorder) + Send + Sync + Clone + 'static,
+) -> Vec<thread::JoinHandle<ReaderDone>> {
+    readers
+        .into_iter()
+        .zip(recorders)
+        .map(|(r, mut rec)| {
+            let barrier = barrier.clone();
+            let body = body.clone();
+            thread::spawn(move || {
+                barrier.wait();
+                body(r, &mut rec);
+                (Instant::now(), rec)
+            })
+        })
+        .collect()
+}
+
+/// Waits for the barrier (all readers ready), starts the clock and the pacing origin.
+fn start(barrier: &Barrier, probe: &mut Probe) -> Instant {
+    barrier.wait();
+    probe.start = now_ns();
+    Instant::now()
+}
+
+fn join(handles: Vec<thread::JoinHandle<ReaderDone>>) -> Vec<ReaderDone> {
+    handles.into_iter().map(|h| h.join().unwrap()).collect()
+}
+
+fn current_thread_rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap()
+}
+
+/// Per-reader acknowledgements: a reader acks what it has read, then releases through the minimum
+/// over all readers (so a slower reader never finds its next event released).
+struct Acks(Vec<CachePadded<AtomicU64>>);
+
+impl Acks {
+    fn new(n: usize) -> Arc<Self> {
+        Arc::new(Acks(
+            (0..n)
+                .map(|_| CachePadded::new(AtomicU64::new(0)))
+                .collect(),
+        ))
+    }
+
+    /// Records `id` for reader `i`; returns the id every reader has read through.
+    #[inline]
+    fn ack(&self, i: usize, id: u64) -> u64 {
+        // Relaxed: the value only bounds a release; the ring orders the slot accesses itself.
+        self.0[i].store(id, Relaxed);
+        self.0.iter().map(|a| a.load(Relaxed)).min().unwrap_or(id)
+    }
+}
+
+fn replay_ring_run<T: Payload>(
+    cfg: &TailCfg,
+    mut probe: Probe,
+    recorders: Vec<Recorder>,
+    is_async: bool,
+) -> (Instant, Vec<ReaderDone>) {
+    let (mut producer, ring) = ReplayRing::<T>::builder()
+        .capacity(CAPACITY)
+        .max_readers(cfg.readers)
+        .build()
+        .unwrap();
+    let n = cfg.events;
+    let acks = Acks::new(cfg.readers);
+    let readers: Vec<_> = (0..cfg.readers)
+        .map(|i| (i, ring.reader().unwrap(), ring.clone(), acks.clone()))
+        .collect();
+    let barrier = Arc::new(Barrier::new(cfg.readers + 1));
+    let handles = spawn_readers(
+        readers,
+        recorders,
+        &barrier,
+        move |(i, mut r, ring, acks), rec| {
+            let after_batch = |last: u64| {
+                let min = acks.ack(i, last);
+                ring.release_through(min).unwrap();
+            };
+            if is_async {
+                current_thread_rt().block_on(async {
+                    while rec.count < n {
+                        let batch = r.read().await.unwrap();
+                        let (a, b) = batch.as_slices();
+                        a.iter().chain(b).for_each(|v| rec.seen(v));
+                        let last = batch.last_id();
+                        drop(batch);
+                        after_batch(last);
+                    }
+                });
+            } else {
+                let mut backoff = Backoff::default();
+                while rec.count < n {
+                    match r.try_read().unwrap() {
+                        Some(batch) => {
+                            let (a, b) = batch.as_slices();
+                            a.iter().chain(b).for_each(|v| rec.seen(v));
+                            let last = batch.last_id();
+                            drop(batch);
+                            after_batch(last);
+                            backoff.reset();
+                        }
+                        None => backoff.snooze(),
+                    }
+                }
+            }
+        },
+    );
+    let source = T::source();
+    let t0 = start(&barrier, &mut probe);
+    if is_async {
+        current_thread_rt().block_on(async {
+            for i in 1..=n {
+                probe.before_push(i);
+                producer.push(T::make(&source, i)).await.unwrap();
+            }
+        });
+    } else {
+        let mut backoff = Backoff::default();
+        for i in 1..=n {
+            probe.before_push(i);
+            let mut v = T::make(&source, i);
+            loop {
+                match producer.try_push(v) {
+                    Ok(_) => break,
+                    Err(PushError::Full(back)) => {
+                        v = back;
+                        backoff.snooze();
+                    }
+                    Err(e) => panic!("{e}"),
+                }
+            }
+            backoff.reset();
+        }
+    }
+    (t0, join(handles))
+}
+
+fn tokio_run<T: Payload>(
+    cfg: &TailCfg,
+    mut probe: Probe,
+    recorders: Vec<Recorder>,
+) -> (Instant, Vec<ReaderDone>) {
+    use tokio::sync::broadcast;
+    let (tx, _) = broadcast::channel::<T>(CAPACITY);
+    let n = cfg.events;
+    let rxs: Vec<_> = (0..cfg.readers).map(|_| tx.subscribe()).collect();
+    let barrier = Arc::new(Barrier::new(cfg.readers + 1));
+    let handles = spawn_readers(rxs, recorders, &barrier, move |mut rx, rec| {
+        current_thread_rt().block_on(async {
+            while rec.count < n {
+                match rx.recv().await {
+                    Ok(v) => rec.seen(&v),
+                    Err(e) => panic!("tokio broadcast: {e}"),
+                }
+            }
+        })
+    });
+    let source = T::source();
+    let half = (CAPACITY / 2) as u64;
+    let t0 = start(&barrier, &mut probe);
+    let mut backoff = Backoff::default();
+    for i in 1..=n {
+        probe.before_push(i);
+        tx.send(T::make(&source, i)).unwrap();
+        if i % half == 0 {
+            // Never more than CAPACITY queued: no receiver can lag (and lose events).
+            while tx.len() > half as usize {
+                backoff.snooze();
+            }
+            backoff.reset();
+        }
+    }
+    (t0, join(handles))
+}
+
+fn async_broadcast_run<T: Payload>(
+    cfg: &TailCfg,
+    mut probe: Probe,
+    recorders: Vec<Recorder>,
+) -> (Instant, Vec<ReaderDone>) {
+    let (tx, rx) = async_broadcast::broadcast::<T>(CAPACITY);
+    let n = cfg.events;
+    let mut rxs = vec![rx];
+    while rxs.len() < cfg.readers {
+        rxs.push(rxs[0].new_receiver());
+    }
+    let barrier = Arc::new(Barrier::new(cfg.readers + 1));
+    let handles = spawn_readers(rxs, recorders, &barrier, move |mut rx, rec| {
+        current_thread_rt().block_on(async {
+            while rec.count < n {
+                let v = rx.recv_direct().await.unwrap();
+                rec.seen(&v);
+            }
+        })
+    });
+    let source = T::source();
+    let t0 = start(&barrier, &mut probe);
+    current_thread_rt().block_on(async {
+        for i in 1..=n {
+            probe.before_push(i);
+            tx.broadcast_direct(T::make(&source, i)).await.unwrap();
+        }
+    });
+    (t0, join(handles))
+}
+
+fn bus_run<T: Payload>(
+    cfg: &TailCfg,
+    mut probe: Probe,
+    recorders: Vec<Recorder>,
+) -> (Instant, Vec<ReaderDone>) {
+    let mut bus = bus::Bus::<T>::new(CAPACITY);
+    let n = cfg.events;
+    let rxs: Vec<_> = (0..cfg.readers).map(|_| bus.add_rx()).collect();
+    let barrier = Arc::new(Barrier::new(cfg.readers + 1));
+    let handles = spawn_readers(rxs, recorders, &barrier, move |mut rx, rec| {
+        while rec.count < n {
+            let v = rx.recv().unwrap();
+            rec.seen(&v);
+        }
+    });
+    let source = T::source();
+    let t0 = start(&barrier, &mut probe);
+    for i in 1..=n {
+        probe.before_push(i);
+        bus.broadcast(T::make(&source, i));
+    }
+    (t0, join(handles))
+}
+
+fn disruptor_run<T: Payload>(
+    cfg: &TailCfg,
+    mut probe: Probe,
+    recorders: Vec<Recorder>,
+) -> (Instant, Vec<ReaderDone>) {
+    use disruptor::{build_single_producer, BusySpinWithSpinLoopHint, Producer, Sequence};
+    let n = cfg.events;
+    let done: Arc<Mutex<Vec<(usize, ReaderDone)>>> = Arc::default();
+    let mut recorders: Vec<Option<Recorder>> = recorders.into_iter().map(Some).collect();
+    let mut handler = |i: usize| {
+        let mut rec = recorders[i].take().unwrap();
+        let done = done.clone();
+        move |e: &T, seq: Sequence, _end_of_batch: bool| {
+            rec.seen(e);
+            if seq as u64 + 1 == n {
+                let rec = std::mem::take(&mut rec);
+                done.lock().unwrap().push((i, (Instant::now(), rec)));
+            }
+        }
+    };
+    fn publish_all<T: Payload>(mut p: impl Producer<T>, probe: &mut Probe, n: u64) -> Instant {
+        let source = T::source();
+        probe.start = now_ns();
+        let t0 = Instant::now();
+        for i in 1..=n {
+            probe.before_push(i);
+            p.publish(|e| *e = T::make(&source, i));
+        }
+        // Dropping the producer joins the consumer threads once they have handled everything.
+        t0
+    }
+    let builder = build_single_producer(CAPACITY, T::default, BusySpinWithSpinLoopHint)
+        .handle_events_with(handler(0));
+    let t0 = if cfg.readers == 1 {
+        publish_all(builder.build(), &mut probe, n)
+    } else {
+        let mut b = builder.handle_events_with(handler(1));
+        for i in 2..cfg.readers {
+            b = b.handle_events_with(handler(i));
+        }
+        publish_all(b.build(), &mut probe, n)
+    };
+    let mut out = std::mem::take(&mut *done.lock().unwrap());
+    out.sort_by_key(|(i, _)| *i);
+    (t0, out.into_iter().map(|(_, d)| d).collect())
+}
+
+fn channel_run<T: Payload>(
+    cfg: &TailCfg,
+    mut probe: Probe,
+    recorders: Vec<Recorder>,
+) -> (Instant, Vec<ReaderDone>) {
+    let (tx, rx) = crossbeam::channel::bounded::<T>(CAPACITY);
+    let n = cfg.events;
+    let barrier = Arc::new(Barrier::new(2));
+    let handles = spawn_readers(vec![rx], recorders, &barrier, move |rx, rec| {
+        while rec.count < n {
+            let v = rx.recv().unwrap();
+            rec.seen(&v);
+        }
+    });
+    let source = T::source();
+    let t0 = start(&barrier, &mut probe);
+    for i in 1..=n {
+        probe.before_push(i);
+        tx.send(T::make(&source, i)).unwrap();
+    }
+    (t0, join(handles))
+}
+
+fn array_queue_run<T: Payload>(
+    cfg: &TailCfg,
+    mut probe: Probe,
+    recorders: Vec<Recorder>,
+) -> (Instant, Vec<ReaderDone>) {
+    let q = Arc::new(crossbeam::queue::ArrayQueue::<T>::new(CAPACITY));
+    let n = cfg.events;
+    let barrier = Arc::new(Barrier::new(2));
+    let handles = spawn_readers(vec![q.clone()], recorders, &barrier, move |q, rec| {
+        let mut backoff = Backoff::default();
+        while rec.count < n {
+            match q.pop() {
+                Some(v) => {
+                    rec.seen(&v);
+                    backoff.reset();
+                }
+                None => backoff.snooze(),
+            }
+        }
+    });
+    let source = T::source();
+    let t0 = start(&barrier, &mut probe);
+    let mut backoff = Backoff::default();
+    for i in 1..=n {
+        probe.before_push(i);
+        let mut v = T::make(&source, i);
+        while let Err(back) = q.push(v) {
+            v = back;
+            backoff.snooze();
+        }
+        backoff.reset();
+    }
+    (t0, join(handles))
+}
+
+fn rtrb_run<T: Payload>(
+    cfg: &TailCfg,
+    mut probe: Probe,
+    recorders: Vec<Recorder>,
+) -> (Instant, Vec<ReaderDone>) {
+    let (mut tx, rx) = rtrb::RingBuffer::<T>::new(CAPACITY);
+    let n = cfg.events;
+    let barrier = Arc::new(Barrier::new(2));
+    let handles = spawn_readers(vec![rx], recorders, &barrier, move |mut rx, rec| {
+        let mut backoff = Backoff::default();
+        while rec.count < n {
+            let slots = rx.slots();
+            if slots == 0 {
+                backoff.snooze();
+                continue;
+            }
+            let chunk = rx.read_chunk(slots).unwrap();
+            let (a, b) = chunk.as_slices();
+            a.iter().chain(b).for_each(|v| rec.seen(v));
+            chunk.commit_all();
+            backoff.reset();
+        }
+    });
+    let source = T::source();
+    let t0 = start(&barrier, &mut probe);
+    let mut backoff = Backoff::default();
+    for i in 1..=n {
+        probe.before_push(i);
+        let mut v = T::make(&source, i);
+        while let Err(rtrb::PushError::Full(back)) = tx.push(v) {
+            v = back;
+            backoff.snooze();
+        }
+        backoff.reset();
+    }
+    (t0, join(handles))
+}
+
+fn naive_run<T: Payload>(
+    cfg: &TailCfg,
+    mut probe: Probe,
+    recorders: Vec<Recorder>,
+) -> (Instant, Vec<ReaderDone>) {
+    let log = Arc::new(NaiveLog::<T>::new(CAPACITY));
+    let n = cfg.events;
+    let acks = Acks::new(cfg.readers);
+    let readers: Vec<_> = (0..cfg.readers)
+        .map(|i| (i, log.clone(), acks.clone()))
+        .collect();
+    let barrier = Arc::new(Barrier::new(cfg.readers + 1));
+    let handles = spawn_readers(readers, recorders, &barrier, move |(i, log, acks), rec| {
+        let mut backoff = Backoff::default();
+        let mut cursor = 0;
+        while rec.count < n {
+            let events = log.replay_from(cursor);
+            let Some(&(last, _)) = events.last() else {
+                backoff.snooze();
+                continue;
+            };
+            events.iter().for_each(|(_, v)| rec.seen(v));
+            cursor = last;
+            log.release_through(acks.ack(i, last));
+            backoff.reset();
+        }
+    });
+    let source = T::source();
+    let t0 = start(&barrier, &mut probe);
+    let mut backoff = Backoff::default();
+    for i in 1..=n {
+        probe.before_push(i);
+        let mut v = T::make(&source, i);
+        while let Err(back) = log.push(v) {
+            v = back;
+            backoff.snooze();
+        }
+        backoff.reset();
+    }
+    (t0, join(handles))
+}
