@@ -1,0 +1,330 @@
+//! The example server's tools and app (`examples/mcp_server.rs`), as a library module so the
+//! end-to-end tests can run the same server in-process.
+//!
+//! Tools: `long_task(n, delay_ms)` sends `notifications/progress` 1..n with the request's progress
+//! token and returns `{"n": n}`; `test_reconnection` closes its own connection after the priming
+//! event (SEP-1699) and returns its result on the stream the client resumes; and the conformance
+//! suite's `test_*` tools and `json_schema_2020_12_tool`.
+// Logging is deprecated only from 2026-07-28 (SEP-2577); this server speaks 2025-11-25, where it is
+// part of the protocol (and the conformance suite tests it).
+#![allow(deprecated)]
+
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::routing::get;
+use axum::Router;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData,
+    ListToolsResult, LoggingLevel, LoggingMessageNotificationParam, PaginatedRequestParams,
+    ProgressNotificationParam, ProtocolVersion, ServerCapabilities, ServerConfig,
+    SetLevelRequestParams, Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::{RoleServer, ServerHandler};
+use serde_json::{json, Map, Value};
+
+use crate::{ReplayRingSessionManager, ResumeGuardLayer, RingEventStore, StoreConfig};
+
+/// A 1×1 PNG and a silent 8-bit WAV, for the conformance suite's content tools.
+const PNG_1X1: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
+const WAV_SILENT: &str = "UklGRiQAAABXQVZFZm10IBAAAAABAAEAQB8AAEAfAAABAAgAZGF0YQAAAAA=";
+
+/// The tools. `store` is `None` with `--builtin-cache`.
+/// The demo tool server.
+#[derive(Clone)]
+pub struct Tools {
+    store: Option<RingEventStore>,
+}
+
+fn schema(v: Value) -> Map<String, Value> {
+    match v {
+        Value::Object(m) => m,
+        _ => Map::new(),
+    }
+}
+
+fn empty_schema() -> Map<String, Value> {
+    schema(json!({"type": "object", "properties": {}}))
+}
+
+fn tool_list() -> Vec<Tool> {
+    vec![
+        Tool::new(
+            "long_task",
+            "Sends notifications/progress 1..n (total n) with the request's progress token, delay_ms apart, then returns {\"n\": n}.",
+            schema(json!({
+                "type": "object",
+                "properties": {
+                    "n": {"type": "integer", "minimum": 0, "description": "number of progress notifications"},
+                    "delay_ms": {"type": "integer", "minimum": 0, "description": "pause between notifications"}
+                },
+                "required": ["n"]
+            })),
+        ),
+        Tool::new(
+            "test_reconnection",
+            "Closes its own SSE connection after the priming event (SEP-1699), then returns its result on the stream the client resumes.",
+            empty_schema(),
+        ),
+        Tool::new("test_simple_text", "Returns simple text.", empty_schema()),
+        Tool::new("test_tool_with_progress", "Reports progress 0, 50, 100 of 100.", empty_schema()),
+        Tool::new("test_error_handling", "Always returns a tool error.", empty_schema()),
+        Tool::new("test_tool_with_logging", "Sends three info log messages.", empty_schema()),
+        Tool::new("test_image_content", "Returns a PNG image.", empty_schema()),
+        Tool::new("test_audio_content", "Returns a WAV clip.", empty_schema()),
+        Tool::new("test_embedded_resource", "Returns an embedded text resource.", empty_schema()),
+        Tool::new("test_multiple_content_types", "Returns text, image and resource.", empty_schema()),
+        Tool::new(
+            "json_schema_2020_12_tool",
+            "Tool with JSON Schema 2020-12 features",
+            schema(json!({
+                "$schema": "https://json-schema.org/draft/2020-12/schema",
+                "type": "object",
+                "$defs": {"address": {"type": "object", "properties": {"street": {"type": "string"}, "city": {"type": "string"}}}},
+                "properties": {"name": {"type": "string"}, "address": {"$ref": "#/$defs/address"}},
+                "additionalProperties": false
+            })),
+        ),
+    ]
+}
+
+fn arg_u64(args: &Option<Map<String, Value>>, key: &str) -> Option<u64> {
+    args.as_ref()?.get(key)?.as_u64()
+}
+
+fn session_of(ctx: &RequestContext<RoleServer>) -> Option<String> {
+    let parts = ctx.extensions.get::<http::request::Parts>()?;
+    Some(
+        parts
+            .headers
+            .get("mcp-session-id")?
+            .to_str()
+            .ok()?
+            .to_owned(),
+    )
+}
+
+fn embedded() -> ContentBlock {
+    serde_json::from_value(json!({
+        "type": "resource",
+        "resource": {"uri": "test://embedded-resource", "mimeType": "text/plain", "text": "This is an embedded resource content."}
+    }))
+    .expect("valid embedded resource")
+}
+
+impl Tools {
+    async fn progress(
+        ctx: &RequestContext<RoleServer>,
+        progress: f64,
+        total: f64,
+    ) -> Result<(), ErrorData> {
+        if let Some(token) = ctx.meta.get_progress_token() {
+            ctx.peer
+                .notify_progress(ProgressNotificationParam::new(token, progress).with_total(total))
+                .await
+                .map_err(|e| {
+                    ErrorData::internal_error(format!("progress not stored: {e}"), None)
+                })?;
+        }
+        Ok(())
+    }
+
+    async fn log(ctx: &RequestContext<RoleServer>, text: &str) -> Result<(), ErrorData> {
+        ctx.peer
+            .notify_logging_message(
+                LoggingMessageNotificationParam::new(LoggingLevel::Info, json!(text))
+                    .with_logger("mcp_server"),
+            )
+            .await
+            .map_err(|e| ErrorData::internal_error(format!("log not stored: {e}"), None))
+    }
+
+    async fn long_task(
+        &self,
+        args: &Option<Map<String, Value>>,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let n = arg_u64(args, "n")
+            .ok_or_else(|| ErrorData::invalid_params("n (integer) is required", None))?;
+        let delay = Duration::from_millis(arg_u64(args, "delay_ms").unwrap_or(0));
+        for i in 1..=n {
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
+            Self::progress(ctx, i as f64, n as f64).await?;
+        }
+        let mut result = CallToolResult::structured(json!({"n": n}));
+        result.content = vec![ContentBlock::text(json!({"n": n}).to_string())];
+        Ok(result)
+    }
+
+    async fn test_reconnection(
+        &self,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let (Some(store), Some(session)) = (&self.store, session_of(ctx)) else {
+            return Ok(CallToolResult::error(vec![ContentBlock::text(
+                "test_reconnection needs the replay-ring store and a session",
+            )]));
+        };
+        store.disconnect_request_stream(&session, &ctx.id);
+        // Finish after the client had time to reconnect, so the result travels on the resumed
+        // stream; if it comes back sooner it gets the result from the ring anyway.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        Ok(CallToolResult::success(vec![ContentBlock::text(
+            "Reconnection test completed successfully",
+        )]))
+    }
+}
+
+impl ServerHandler for Tools {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_logging()
+                .build(),
+        )
+        .with_protocol_version(ProtocolVersion::V_2025_11_25)
+        .with_server_info(rmcp::model::Implementation::new(
+            "replay-ring-mcp-example",
+            env!("CARGO_PKG_VERSION"),
+        ))
+        .with_instructions("Resumable streams stored in replay-ring. Try long_task(n, delay_ms).")
+    }
+
+    /// Only the revisions that have `Last-Event-ID` resumability (2026-07-28 removed it).
+    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
+        Cow::Borrowed(ProtocolVersion::known_up_to(&ProtocolVersion::V_2025_11_25))
+    }
+
+    async fn set_level(
+        &self,
+        _request: SetLevelRequestParams,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        Ok(())
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(tool_list()))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let result = match request.name.as_ref() {
+            "long_task" => self.long_task(&request.arguments, &ctx).await?,
+            "test_reconnection" => self.test_reconnection(&ctx).await?,
+            "test_simple_text" => CallToolResult::success(vec![ContentBlock::text(
+                "This is a simple text response for testing.",
+            )]),
+            "test_tool_with_progress" => {
+                for (i, p) in [0.0, 50.0, 100.0].into_iter().enumerate() {
+                    if i > 0 {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                    Self::progress(&ctx, p, 100.0).await?;
+                }
+                CallToolResult::success(vec![ContentBlock::text("Progress tool completed")])
+            }
+            "test_error_handling" => CallToolResult::error(vec![ContentBlock::text(
+                "This tool intentionally returns an error for testing",
+            )]),
+            "test_tool_with_logging" => {
+                Self::log(&ctx, "Tool execution started").await?;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                Self::log(&ctx, "Tool processing data").await?;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                Self::log(&ctx, "Tool execution completed").await?;
+                CallToolResult::success(vec![ContentBlock::text("Logging tool completed")])
+            }
+            "test_image_content" => {
+                CallToolResult::success(vec![ContentBlock::image(PNG_1X1, "image/png")])
+            }
+            "test_audio_content" => {
+                CallToolResult::success(vec![ContentBlock::audio(WAV_SILENT, "audio/wav")])
+            }
+            "test_embedded_resource" => CallToolResult::success(vec![embedded()]),
+            "json_schema_2020_12_tool" => CallToolResult::success(vec![ContentBlock::text(
+                json!({"arguments": request.arguments}).to_string(),
+            )]),
+            "test_multiple_content_types" => CallToolResult::success(vec![
+                ContentBlock::text("Multiple content types test:"),
+                ContentBlock::image(PNG_1X1, "image/png"),
+                embedded(),
+            ]),
+            other => {
+                return Err(ErrorData::invalid_params(
+                    format!("unknown tool {other}"),
+                    None,
+                ))
+            }
+        };
+        Ok(result.into())
+    }
+}
+
+/// Which event storage the demo app uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Storage {
+    /// replay-ring, through [`ReplayRingSessionManager`] and [`ResumeGuardLayer`].
+    ReplayRing(StoreConfig),
+    /// rmcp's built-in `LocalSessionManager` cache (for comparison).
+    BuiltinCache {
+        /// `retry:` hint of priming events.
+        retry: Duration,
+    },
+}
+
+/// The demo app: MCP at `/mcp`, counters at `/metrics` (replay-ring only). Returns the store too.
+pub fn app(storage: Storage) -> (Router, Option<RingEventStore>) {
+    let retry = match storage {
+        Storage::ReplayRing(c) => c.retry,
+        Storage::BuiltinCache { retry } => retry,
+    };
+    let http_config = StreamableHttpServerConfig::default()
+        .with_sse_retry(Some(retry))
+        .with_sse_keep_alive(Some(Duration::from_secs(15)));
+    let mut local = LocalSessionManager::default();
+    local.session_config.sse_retry = Some(retry);
+    match storage {
+        Storage::BuiltinCache { .. } => {
+            let service = StreamableHttpService::new(
+                || Ok(Tools { store: None }),
+                Arc::new(local),
+                http_config,
+            );
+            (Router::new().nest_service("/mcp", service), None)
+        }
+        Storage::ReplayRing(config) => {
+            let store = RingEventStore::new(config);
+            let manager = Arc::new(ReplayRingSessionManager::new(store.clone(), local));
+            let tools = Tools {
+                store: Some(store.clone()),
+            };
+            let service =
+                StreamableHttpService::new(move || Ok(tools.clone()), manager.clone(), http_config);
+            let guarded = tower_layer::Layer::layer(&ResumeGuardLayer::new(manager), service);
+            let metrics = store.clone();
+            let router = Router::new().nest_service("/mcp", guarded).route(
+                "/metrics",
+                get(move || {
+                    let text = metrics.metrics().to_prometheus();
+                    async move { text }
+                }),
+            );
+            (router, Some(store))
+        }
+    }
+}
