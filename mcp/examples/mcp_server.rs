@@ -122,6 +122,17 @@ async fn main() -> std::io::Result<()> {
         })
     };
     let (router, store) = app(storage);
+    if let Some(store) = store.clone() {
+        // Window releases and completed-stream expiry also happen lazily; this keeps idle
+        // streams from holding memory until their next event or resume.
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                tick.tick().await;
+                store.maintain();
+            }
+        });
+    }
     let listener =
         tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], args.port))).await?;
     let addr = listener.local_addr()?;

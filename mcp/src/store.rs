@@ -313,6 +313,22 @@ impl RingEventStore {
         pending
     }
 
+    /// Housekeeping for a timer (the demo server runs it every second): releases events whose
+    /// resumption window expired on every stream, and forgets completed streams past their TTL.
+    /// Returns how many streams had events released.
+    pub fn maintain(&self) -> usize {
+        let now = Instant::now();
+        let entries: Vec<Arc<StreamEntry>> = {
+            let mut streams = self.inner.streams.lock();
+            self.sweep(&mut streams, now);
+            streams.by_rmcp.values().cloned().collect()
+        };
+        entries
+            .iter()
+            .filter(|e| e.retention.lock().release_expired(&e.ring, now).is_some())
+            .count()
+    }
+
     /// Forgets every stream of a session (DELETE, or the session expired).
     pub fn drop_session(&self, session: &str) {
         let mut streams = self.inner.streams.lock();
@@ -390,6 +406,11 @@ impl RingEventStore {
             let err = LastEventIdError::UnknownStream { stream: id.stream };
             return Err(refuse(ResumeDecision::StreamLost(err), None, false));
         };
+        // The window is enforced lazily: whatever expired is released before the decision.
+        entry
+            .retention
+            .lock()
+            .release_expired(&entry.ring, Instant::now());
         if let Some(session) = session {
             if entry.session().as_deref() != Some(session) {
                 let err = LastEventIdError::UnknownStream { stream: id.stream };
