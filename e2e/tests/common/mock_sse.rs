@@ -52,7 +52,8 @@ fn events(
     stream::unfold(Some(from), move |next| async move {
         let id = next?;
         if id > opts.events {
-            return Some((Ok(Event::default().event("end").data("")), None));
+            // Non-empty data: the browser does not dispatch an event whose data is empty.
+            return Some((Ok(Event::default().event("end").data("{}")), None));
         }
         if !opts.interval.is_zero() {
             tokio::time::sleep(opts.interval).await;

@@ -1,0 +1,395 @@
+//! Headless Chromium end to end: the browser's own `EventSource` follows the example server's page
+//! through the chaos proxy. Needs `scripts/e2e-setup` (chromium + playwright-core), hence ignored in
+//! a plain `cargo test`; `cargo test -p replay-ring-e2e -- --include-ignored` runs them.
+//! Screenshots, page/server logs land in `e2e/artifacts/`.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::mock_sse::{self, MockOptions};
+use replay_ring_e2e::browser::{artifacts_dir, seq_of_str, Browser, PageState};
+use replay_ring_e2e::server::{ExampleServer, Metrics, ServerOptions};
+use replay_ring_e2e::{ChaosProxy, Outcome, ProxyConfig, ProxyHandle, RequestLog};
+
+const IGNORE: &str = "needs chromium; run by scripts/test-all";
+/// Upper bound for any one wait; the tests finish far sooner unless something is broken.
+const LONG: Duration = Duration::from_secs(120);
+
+/// One browser test at a time: they share two cores with chromium and the server.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+async fn launch(name: &str) -> Browser {
+    let log = artifacts_dir().join(format!("{name}-browser.log"));
+    Browser::launch(&log)
+        .await
+        .unwrap_or_else(|e| panic!("launch chromium ({e}); did scripts/e2e-setup run?"))
+}
+
+async fn spawn_server(name: &str, opts: ServerOptions) -> ExampleServer {
+    let log = artifacts_dir().join(format!("{name}-server.log"));
+    ExampleServer::spawn(&opts, &log)
+        .await
+        .unwrap_or_else(|e| panic!("start examples/sse_server: {e}"))
+}
+
+async fn metrics(server: &ExampleServer) -> Metrics {
+    server.metrics().await.expect("GET /metrics")
+}
+
+fn metric(m: &Metrics, name: &str) -> f64 {
+    m.get(name)
+        .unwrap_or_else(|| panic!("metric {name} missing from /metrics"))
+}
+
+/// Polls `/metrics` (directly, not through the proxy) until `pred` holds.
+async fn wait_metrics(server: &ExampleServer, what: &str, pred: impl Fn(&Metrics) -> bool) -> Metrics {
+    let deadline = Instant::now() + LONG;
+    loop {
+        let m = metrics(server).await;
+        if pred(&m) {
+            return m;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}: {m:?}");
+        // Polling interval under a deadline; the server offers no push channel for metrics.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn wait_page(b: &mut Browser, what: &str, pred: impl FnMut(&PageState) -> bool) -> PageState {
+    match b.wait_for_state(LONG, pred).await.expect("browser driver") {
+        Ok(s) => s,
+        Err(s) => panic!(
+            "timed out waiting for {what}: ids={} reconnects={} gaps={} dups={} error={:?} text={:?}",
+            s.ids.len(),
+            s.reconnects,
+            s.gaps,
+            s.duplicates,
+            s.error,
+            s.text
+        ),
+    }
+}
+
+fn event_requests(log: &[RequestLog]) -> Vec<&RequestLog> {
+    log.iter().filter(|l| l.path.starts_with("/events")).collect()
+}
+
+fn summary(log: &[RequestLog]) -> String {
+    log.iter()
+        .map(|l| {
+            format!(
+                "#{} {} {} lei={:?} -> {:?} frames={} dropped={} {:?}\n",
+                l.seq, l.method, l.path, l.last_event_id, l.status, l.frames, l.dropped_frames, l.outcome
+            )
+        })
+        .collect()
+}
+
+async fn shot(b: &mut Browser, name: &str) {
+    let path = artifacts_dir().join(format!("{name}.png"));
+    b.screenshot(&path).await.expect("screenshot");
+    assert!(std::fs::metadata(&path).map(|m| m.len() > 0).unwrap_or(false));
+}
+
+/// The driver, the proxy and a page built like the example's, against the in-test mock server:
+/// keeps the harness itself honest independently of the example.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs chromium; run by scripts/test-all"]
+async fn harness_mock_page_survives_cuts() {
+    let _ = IGNORE;
+    let _serial = SERIAL.lock().await;
+    let mock = mock_sse::start(MockOptions { events: 60, interval: Duration::from_millis(2) }).await;
+    let proxy = ChaosProxy::start(ProxyConfig { cut_after_frames: Some(7), ..ProxyConfig::new(mock) })
+        .await
+        .unwrap();
+    let mut b = launch("mock").await;
+    b.goto(&format!("{}/", proxy.url())).await.unwrap();
+    let s = wait_page(&mut b, "mock stream done", |s| s.done).await;
+    assert_eq!(s.ids, (1..=60).collect::<Vec<_>>());
+    assert_eq!((s.gaps, s.duplicates), (0, 0));
+    assert!(s.reconnects >= 5, "{} reconnects", s.reconnects);
+    let log = proxy.requests();
+    let ev = event_requests(&log);
+    assert!(ev.len() >= 6, "{}", summary(&log));
+    for w in ev.windows(2) {
+        assert_eq!(w[1].last_event_id.as_ref(), w[0].frame_ids.last(), "{}", summary(&log));
+    }
+    shot(&mut b, "mock").await;
+    b.quit().await.unwrap();
+}
+
+/// (a) ids 1..N arrive exactly once and in order across many forced disconnects; every reconnect
+/// carries the browser's own `Last-Event-ID`, naming the last event it was given.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs chromium; run by scripts/test-all"]
+async fn exactly_once_in_order_across_forced_disconnects() {
+    const N: u64 = 300;
+    const K: usize = 25;
+    let _serial = SERIAL.lock().await;
+    let name = "a-exactly-once";
+    let server = spawn_server(
+        name,
+        ServerOptions {
+            capacity: Some(1024),
+            rate: Some(400),
+            events: Some(N),
+            extra_args: vec!["--retry-ms".into(), "50".into()],
+            ..ServerOptions::default()
+        },
+    )
+    .await;
+    let proxy = ChaosProxy::start(ProxyConfig {
+        cut_after_frames: Some(K),
+        ..ProxyConfig::new(server.addr())
+    })
+    .await
+    .unwrap();
+    let mut b = launch(name).await;
+    b.goto(&format!("{}/", proxy.url())).await.unwrap();
+    let s = wait_page(&mut b, "all events and `end`", |s| s.done).await;
+    shot(&mut b, name).await;
+    let log = proxy.requests();
+
+    assert_eq!(s.error, None, "{}", summary(&log));
+    assert_eq!(s.ids, (1..=N).collect::<Vec<_>>(), "exactly once, in order");
+    assert_eq!((s.gaps, s.duplicates), (0, 0));
+    assert_eq!(s.text_of("received"), N.to_string());
+    assert_eq!(s.text_of("status"), "done");
+
+    let ev = event_requests(&log);
+    let cuts = ev.iter().filter(|l| l.outcome.is_cut()).count();
+    assert!(cuts >= 5, "only {cuts} forced disconnects:\n{}", summary(&log));
+    assert!(s.reconnects >= 5, "page counted {} reconnects", s.reconnects);
+    assert_eq!(ev[0].last_event_id, None, "first request is a fresh subscribe");
+    for w in ev.windows(2) {
+        assert!(w[0].outcome.is_cut(), "only cut streams are followed by a reconnect:\n{}", summary(&log));
+        assert_eq!(w[1].status, Some(200));
+        // The browser's own cursor: an id it was given on the previous stream. Chromium may drop
+        // the bytes that arrived together with the truncation (ERR_INCOMPLETE_CHUNKED_ENCODING),
+        // so it can lag the proxy's last forwarded frame — replay then covers the difference.
+        let sent = w[1].last_event_id.as_deref().expect("reconnect carries Last-Event-ID");
+        let known = w[0].frame_ids.iter().any(|id| id == sent) || w[0].last_event_id.as_deref() == Some(sent);
+        assert!(known, "Last-Event-ID {sent} was never sent to the browser:\n{}", summary(&log));
+    }
+    // The wire ids are `<stream>.<epoch>.<seq>`; the final reconnect resumed within the stream.
+    let last_sent = ev.last().unwrap().last_event_id.as_deref().unwrap();
+    assert!(seq_of_str(last_sent).unwrap() <= N);
+    b.quit().await.unwrap();
+}
+
+/// (b) A client held away while the server releases its window resumes below the floor: the server
+/// refuses explicitly (416 `replay_gap`) and the page shows a gap and the error — no silent skip.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs chromium; run by scripts/test-all"]
+async fn resume_below_floor_is_an_explicit_gap() {
+    let _serial = SERIAL.lock().await;
+    let name = "b-below-floor";
+    let server = spawn_server(
+        name,
+        ServerOptions {
+            capacity: Some(64),
+            rate: Some(200),
+            events: Some(2000),
+            resumption_window_ms: Some(50),
+            extra_args: vec!["--retry-ms".into(), "50".into()],
+            ..ServerOptions::default()
+        },
+    )
+    .await;
+    // Drain mode: after the cut the proxy keeps reading, so the server's writes succeed and those
+    // events age out of the window — the network, not the server, lost them.
+    let proxy = ChaosProxy::start(ProxyConfig {
+        drain_upstream_after_cut: true,
+        ..ProxyConfig::new(server.addr())
+    })
+    .await
+    .unwrap();
+    let mut b = launch(name).await;
+    b.goto(&format!("{}/", proxy.url())).await.unwrap();
+    wait_page(&mut b, "first events", |s| s.ids.len() >= 20).await;
+
+    proxy.set_hold(true);
+    proxy.set_cut_after_frames(Some(1));
+    let log = wait_held(&proxy).await;
+    let held = log.last().unwrap();
+    let cursor = seq_of_str(held.last_event_id.as_deref().expect("held reconnect has Last-Event-ID")).unwrap();
+    let m = wait_metrics(&server, "floor above the held cursor", |m| {
+        m.get("floor").is_some_and(|f| f > (cursor + 1) as f64)
+    })
+    .await;
+    let floor = metric(&m, "floor") as u64;
+    proxy.set_cut_after_frames(None);
+    proxy.set_hold(false);
+
+    let s = wait_page(&mut b, "explicit error", |s| s.error.is_some() && s.text_of("status") == "failed").await;
+    shot(&mut b, name).await;
+    let log = proxy.requests();
+    let err = &s.raw["error"];
+    assert_eq!(err["error"], "replay_gap", "page error {err}\n{}", summary(&log));
+    assert_eq!(err["status"], 416);
+    assert_eq!(err["requested"].as_u64(), Some(cursor));
+    assert!(err["floor"].as_u64().unwrap() >= floor);
+    assert!(s.gaps >= 1, "the page counts it as a gap");
+    assert!(s.text_of("error").contains("replay_gap"));
+    // Nothing after the cursor was shown: the page never skipped silently to a later id.
+    assert_eq!(s.ids, (1..=cursor).collect::<Vec<_>>());
+
+    // The wire: the browser resumed with its own cursor and got 416, never a 200 that skips ids.
+    let resumed: Vec<_> = event_requests(&log)
+        .into_iter()
+        .filter(|l| l.last_event_id.as_deref() == held.last_event_id.as_deref())
+        .collect();
+    assert!(!resumed.is_empty());
+    for l in &resumed {
+        assert_eq!(l.status, Some(416), "{}", summary(&log));
+        assert!(String::from_utf8_lossy(&l.body_prefix).contains("replay_gap"));
+    }
+    let m = metrics(&server).await;
+    assert!(metric(&m, "resumes_from_evicted_id") >= 1.0);
+    assert!(metric(&m, "refused_416") >= 1.0);
+    assert_eq!(metric(&m, "events_evicted_before_ack"), 0.0);
+    b.quit().await.unwrap();
+}
+
+/// Waits until the proxy holds an `/events` reconnect (logged, not forwarded).
+async fn wait_held(proxy: &ProxyHandle) -> Vec<RequestLog> {
+    proxy
+        .wait_for(LONG, |l| {
+            l.last().is_some_and(|r| {
+                r.path.starts_with("/events") && r.outcome == Outcome::Pending && r.last_event_id.is_some()
+            })
+        })
+        .await
+        .unwrap_or_else(|l| panic!("no held reconnect:\n{}", summary(&l)))
+}
+
+/// (c1) Slow consumer: with the proxy's reads paused, the producer is backpressured (waits, window
+/// full) and the server's memory stays bounded; once reads resume, nothing was lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs chromium; run by scripts/test-all"]
+async fn slow_consumer_backpressures_without_loss() {
+    // More than loopback socket buffers absorb (~3 MiB ≈ 50k frames), so the ring must fill.
+    const N: u64 = 80_000;
+    const CAPACITY: u64 = 16;
+    let _serial = SERIAL.lock().await;
+    let name = "c1-slow-consumer";
+    let server = spawn_server(
+        name,
+        ServerOptions {
+            capacity: Some(CAPACITY as usize),
+            rate: Some(0),
+            events: Some(N),
+            resumption_window_ms: Some(0),
+            backpressure_timeout_ms: Some(60_000),
+            extra_args: vec!["--retry-ms".into(), "50".into()],
+            ..ServerOptions::default()
+        },
+    )
+    .await;
+    let proxy = ChaosProxy::start(ProxyConfig {
+        throttle_bytes_per_sec: Some(0),
+        upstream_recv_buffer: Some(4096),
+        ..ProxyConfig::new(server.addr())
+    })
+    .await
+    .unwrap();
+    let mut b = launch(name).await;
+    b.goto(&format!("{}/", proxy.url())).await.unwrap();
+
+    let m = wait_metrics(&server, "producer backpressured with a full window", |m| {
+        m.get("producer_waits").is_some_and(|w| w >= 1.0)
+            && m.get("head").zip(m.get("floor")).is_some_and(|(h, f)| h - f + 1.0 >= CAPACITY as f64)
+    })
+    .await;
+    let head_while_stalled = metric(&m, "head") as u64;
+    assert!(head_while_stalled < N, "the producer is held back, not finished");
+    let rss_stalled = server.rss_kib().expect("server RSS");
+
+    // Let the consumer read slowly for a while, then at full speed.
+    proxy.set_throttle(Some(1 << 20));
+    wait_metrics(&server, "progress under the throttle", |m| {
+        m.get("head").is_some_and(|h| h as u64 >= head_while_stalled + 10_000)
+    })
+    .await;
+    let m = metrics(&server).await;
+    assert!(metric(&m, "head") - metric(&m, "floor") + 1.0 <= CAPACITY as f64);
+    let rss_mid = server.rss_kib().expect("server RSS");
+    proxy.set_throttle(None);
+
+    let s = wait_page(&mut b, "all events and `end`", |s| s.done).await;
+    shot(&mut b, name).await;
+    let rss_end = server.rss_kib().expect("server RSS");
+    let log = proxy.requests();
+    assert_eq!(s.error, None, "{}", summary(&log));
+    assert_eq!(s.ids.len() as u64, N);
+    assert!(s.ids.iter().copied().eq(1..=N), "nothing lost, nothing repeated");
+    assert_eq!((s.gaps, s.duplicates, s.reconnects), (0, 0, 0));
+
+    let m = metrics(&server).await;
+    assert!(metric(&m, "producer_waits") >= 1.0);
+    assert!(metric(&m, "producer_full") >= 1.0);
+    assert_eq!(metric(&m, "backpressure_timeouts"), 0.0);
+    assert_eq!(metric(&m, "events_evicted_before_ack"), 0.0);
+    assert_eq!(metric(&m, "events_enqueued") as u64, N);
+    // Bounded memory: the window is 16 events whatever N is; RSS does not grow with the backlog.
+    let growth = rss_end.saturating_sub(rss_stalled.min(rss_mid));
+    assert!(
+        rss_end < 64 * 1024 && growth < 16 * 1024,
+        "server RSS stalled {rss_stalled} KiB, mid {rss_mid} KiB, end {rss_end} KiB"
+    );
+    eprintln!("c1: head while stalled {head_while_stalled}, RSS KiB {rss_stalled}/{rss_mid}/{rss_end}");
+    b.quit().await.unwrap();
+}
+
+/// (c2) Past the configured bound the producer gives up: the stream ends with the explicit
+/// `stream-error` (`backpressure_timeout`) after every event that was produced — none dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs chromium; run by scripts/test-all"]
+async fn backpressure_past_the_bound_ends_with_explicit_error() {
+    let _serial = SERIAL.lock().await;
+    let name = "c2-backpressure-bound";
+    let server = spawn_server(
+        name,
+        ServerOptions {
+            capacity: Some(16),
+            rate: Some(0),
+            resumption_window_ms: Some(0),
+            backpressure_timeout_ms: Some(300),
+            extra_args: vec!["--retry-ms".into(), "50".into()],
+            ..ServerOptions::default()
+        },
+    )
+    .await;
+    let proxy = ChaosProxy::start(ProxyConfig {
+        throttle_bytes_per_sec: Some(0),
+        upstream_recv_buffer: Some(4096),
+        ..ProxyConfig::new(server.addr())
+    })
+    .await
+    .unwrap();
+    let mut b = launch(name).await;
+    b.goto(&format!("{}/", proxy.url())).await.unwrap();
+    let m = wait_metrics(&server, "backpressure timeout", |m| {
+        m.get("backpressure_timeouts").is_some_and(|t| t >= 1.0)
+    })
+    .await;
+    assert_eq!(metric(&m, "closed"), 1.0);
+    let head = metric(&m, "head") as u64;
+    proxy.set_throttle(None);
+
+    let s = wait_page(&mut b, "explicit stream error", |s| s.error.is_some()).await;
+    shot(&mut b, name).await;
+    let log = proxy.requests();
+    let err = &s.raw["error"];
+    assert_eq!(err["error"], "backpressure_timeout", "page error {err}\n{}", summary(&log));
+    assert!(err["waited_ms"].as_u64().unwrap() >= 300);
+    assert_eq!(s.text_of("status"), "failed");
+    assert!(s.ids.iter().copied().eq(1..=head), "every produced event arrived before the error");
+    assert_eq!((s.gaps, s.duplicates, s.reconnects), (0, 0, 0));
+    let ev = event_requests(&log);
+    assert_eq!(ev.len(), 1, "one connection, ended by the server:\n{}", summary(&log));
+    assert_eq!(ev[0].outcome, Outcome::Complete);
+    assert_eq!(metric(&metrics(&server).await, "events_evicted_before_ack"), 0.0);
+    b.quit().await.unwrap();
+}
