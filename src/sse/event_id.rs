@@ -16,10 +16,23 @@ use std::fmt;
 use std::str::FromStr;
 
 /// Longest stream name, in bytes.
+///
+/// ```
+/// use replay_ring::sse::{StreamId, MAX_STREAM_LEN};
+/// assert!(StreamId::new(&"s".repeat(MAX_STREAM_LEN)).is_ok());
+/// assert!(StreamId::new(&"s".repeat(MAX_STREAM_LEN + 1)).is_err());
+/// ```
 pub const MAX_STREAM_LEN: usize = 32;
 
 /// Longest accepted event id: a 32-byte stream, 16 hex digits of epoch, 20 digits of sequence and
 /// two dots. Anything longer is rejected before it is scanned.
+///
+/// ```
+/// use replay_ring::sse::{EventId, LastEventIdError, MAX_EVENT_ID_LEN};
+/// assert_eq!(MAX_EVENT_ID_LEN, 70);
+/// let long = "a".repeat(MAX_EVENT_ID_LEN + 1);
+/// assert_eq!(EventId::parse(&long), Err(LastEventIdError::TooLong { len: 71, max: 70 }));
+/// ```
 pub const MAX_EVENT_ID_LEN: usize = MAX_STREAM_LEN + 1 + 16 + 1 + 20;
 
 /// A stream name: 1 to 32 bytes of `[A-Za-z0-9_-]`, stored inline (`Copy`, no allocation).
@@ -223,6 +236,12 @@ impl fmt::Display for Epoch {
 }
 
 /// Which numeric field of an id overflowed `u64`.
+///
+/// ```
+/// use replay_ring::sse::{EventId, IdField, LastEventIdError};
+/// assert_eq!(EventId::parse("s.10000000000000000.1"),
+///            Err(LastEventIdError::Overflow { field: IdField::Epoch }));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IdField {
     /// The hexadecimal epoch.
@@ -241,6 +260,13 @@ impl fmt::Display for IdField {
 }
 
 /// What exactly is wrong with a syntactically malformed id.
+///
+/// ```
+/// use replay_ring::sse::{EventId, LastEventIdError, Malformed};
+/// assert_eq!(EventId::parse("s.1"),
+///            Err(LastEventIdError::Malformed { position: 3, reason: Malformed::MissingSeparator }));
+/// assert_eq!(Malformed::MissingSeparator.to_string(), "expected <stream>.<epoch>.<seq>");
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Malformed {
     /// Fewer than two `.` separators.

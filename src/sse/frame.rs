@@ -14,6 +14,12 @@ use bytes::{BufMut, Bytes, BytesMut};
 use super::event_id::EventId;
 
 /// Which frame field held a forbidden byte.
+///
+/// ```
+/// use replay_ring::sse::{Frame, FrameError, FrameField};
+/// let err = Frame::new().comment("a\rb").encode().unwrap_err();
+/// assert_eq!(err, FrameError::ForbiddenByte { field: FrameField::Comment, position: 1, byte: b'\r' });
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FrameField {
     /// The `id:` field.
@@ -358,6 +364,10 @@ impl<'a> Iterator for DataLines<'a> {
 
 /// The comment frame servers send while idle, so that clients and proxies see the connection is
 /// alive: `: keep-alive\n\n`.
+///
+/// ```
+/// assert_eq!(replay_ring::sse::KEEP_ALIVE, b": keep-alive\n\n");
+/// ```
 pub const KEEP_ALIVE: &[u8] = b": keep-alive\n\n";
 
 /// Appends a keep-alive comment frame ([`KEEP_ALIVE`]).

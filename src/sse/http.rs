@@ -19,16 +19,42 @@ use super::json::JsonObject;
 use super::resume::{Refused, ResumeDecision, StreamState};
 
 /// Response header naming the oldest id the stream can still replay (decimal sequence number).
+///
+/// ```
+/// use replay_ring::sse::{HttpResponse, StreamState, StreamIdentity, StreamId, Epoch, REPLAY_FLOOR_HEADER, REPLAY_HEAD_HEADER, REPLAY_STREAM_HEADER};
+/// let me = StreamIdentity::new(StreamId::new("s").unwrap(), Epoch::new(0xf));
+/// let r = HttpResponse::stream(&StreamState { identity: me, floor: 4, head: 9 });
+/// assert_eq!(r.header(REPLAY_FLOOR_HEADER), Some("4"));
+/// assert_eq!(r.header(REPLAY_HEAD_HEADER), Some("9"));
+/// assert_eq!(r.header(REPLAY_STREAM_HEADER), Some("s.f"));
+/// ```
 pub const REPLAY_FLOOR_HEADER: &str = "replay-floor";
-/// Response header naming the stream's newest id (decimal sequence number).
+/// Response header naming the stream's newest id (decimal sequence number); see
+/// [`REPLAY_FLOOR_HEADER`] for an example.
+///
+/// ```
+/// assert_eq!(replay_ring::sse::REPLAY_HEAD_HEADER, "replay-head");
+/// ```
 pub const REPLAY_HEAD_HEADER: &str = "replay-head";
 /// Response header naming the stream and epoch (`<stream>.<epoch>`), so a client can tell a
 /// restarted stream from the one it was reading before it sees any event.
+///
+/// ```
+/// assert_eq!(replay_ring::sse::REPLAY_STREAM_HEADER, "replay-stream");
+/// ```
 pub const REPLAY_STREAM_HEADER: &str = "replay-stream";
 /// Request header a client sends to resume (per the HTML standard; header names are
 /// case-insensitive).
+///
+/// ```
+/// assert_eq!(replay_ring::sse::LAST_EVENT_ID_HEADER, "last-event-id");
+/// ```
 pub const LAST_EVENT_ID_HEADER: &str = "last-event-id";
 /// Content type of an event stream.
+///
+/// ```
+/// assert_eq!(replay_ring::sse::EVENT_STREAM_CONTENT_TYPE, "text/event-stream");
+/// ```
 pub const EVENT_STREAM_CONTENT_TYPE: &str = "text/event-stream";
 
 /// A status, headers and body: the full answer to one GET, independent of the HTTP framework.

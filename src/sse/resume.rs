@@ -269,6 +269,16 @@ fn parse_cursor(
 }
 
 /// A registered reader and the decision that created it.
+///
+/// ```
+/// use replay_ring::sse::{resume, Epoch, ResumeDecision, StreamId, StreamIdentity};
+/// let me = StreamIdentity::new(StreamId::new("s").unwrap(), Epoch::new(1));
+/// let (mut p, ring) = replay_ring::ReplayRing::<u8>::new(4, 1).unwrap();
+/// p.try_push(7).unwrap();
+/// let ok = resume(&ring, &me, Some(b"s.1.0")).unwrap();
+/// assert_eq!((ok.decision, ok.acknowledged), (ResumeDecision::Replay { from: 1, through: 1 }, Some(0)));
+/// assert_eq!(ok.reader.cursor(), 1);
+/// ```
 #[derive(Debug)]
 pub struct Resumed<T> {
     /// Reader positioned at the first event to send.
@@ -284,6 +294,15 @@ pub struct Resumed<T> {
 
 /// A refused request, with the stream snapshot for the response headers (`None` when the session
 /// is gone).
+///
+/// ```
+/// use replay_ring::sse::{resume, Epoch, ResumeDecision, StreamId, StreamIdentity};
+/// let me = StreamIdentity::new(StreamId::new("s").unwrap(), Epoch::new(1));
+/// let (_p, ring) = replay_ring::ReplayRing::<u8>::new(4, 1).unwrap();
+/// let refused = resume(&ring, &me, Some(b"s.1.3")).unwrap_err();
+/// assert_eq!(refused.decision, ResumeDecision::Mismatch { requested: 3, head: 0 });
+/// assert_eq!(refused.state.unwrap().head, 0);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Refused {
     /// Why (never `Live`, `Replay` or `NoOp`).

@@ -23,6 +23,10 @@ use crate::{CloseReason, ReleaseError, ReplayRing};
 /// Number of `(id, written-at)` checkpoints kept; the window is tracked with a granularity of
 /// `resumption_window / CHECKPOINTS` (events are released at most that much later than due, never
 /// earlier).
+///
+/// ```
+/// assert_eq!(replay_ring::sse::CHECKPOINTS, 64);
+/// ```
 pub const CHECKPOINTS: usize = 64;
 
 /// Checkpoint slots: one window holds at most `CHECKPOINTS + 1` un-expired checkpoints, so with
@@ -30,8 +34,18 @@ pub const CHECKPOINTS: usize = 64;
 const SLOTS: usize = CHECKPOINTS + 2;
 
 /// Default [`RetentionConfig::resumption_window`]: 30 s (two 15 s keep-alive periods).
+///
+/// ```
+/// use replay_ring::sse::{RetentionConfig, DEFAULT_RESUMPTION_WINDOW};
+/// assert_eq!(RetentionConfig::default().resumption_window, DEFAULT_RESUMPTION_WINDOW);
+/// ```
 pub const DEFAULT_RESUMPTION_WINDOW: Duration = Duration::from_secs(30);
 /// Default [`RetentionConfig::backpressure_timeout`]: 10 s.
+///
+/// ```
+/// use replay_ring::sse::{RetentionConfig, DEFAULT_BACKPRESSURE_TIMEOUT};
+/// assert_eq!(RetentionConfig::default().backpressure_timeout, DEFAULT_BACKPRESSURE_TIMEOUT);
+/// ```
 pub const DEFAULT_BACKPRESSURE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Retention settings.
@@ -64,11 +78,27 @@ impl Default for RetentionConfig {
     }
 }
 
-/// A live connection's entry in a [`Retention`] table.
+/// A live connection's entry in a [`Retention`] table (not `Clone`: one per connection).
+///
+/// ```
+/// let mut r = replay_ring::sse::Retention::new(Default::default(), 2);
+/// let a = r.connect(0).unwrap();
+/// let b = r.connect(0).unwrap();
+/// assert_ne!(a, b);
+/// ```
 #[derive(Debug, PartialEq, Eq)]
 pub struct ConnectionId(usize);
 
 /// Counters of what the policy released, for metrics.
+///
+/// ```
+/// let (mut p, ring) = replay_ring::ReplayRing::<u8>::new(4, 1).unwrap();
+/// p.try_push(1).unwrap();
+/// let mut r = replay_ring::sse::Retention::new(Default::default(), 1);
+/// r.acknowledge(&ring, 1).unwrap();
+/// assert_eq!(r.stats().ack_releases, 1);
+/// assert_eq!(r.stats().window_releases, 0);
+/// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RetentionStats {
     /// Releases triggered by a resume's acknowledgement.
@@ -190,6 +220,19 @@ impl Retention {
     /// Unregisters a connection at `now`. Events it had not written but every remaining live
     /// connection had are checkpointed at `now`: the departed client gets a full window to come
     /// back for them.
+    ///
+    /// ```
+    /// use std::time::{Duration, Instant};
+    /// let (mut p, ring) = replay_ring::ReplayRing::<u8>::new(4, 2).unwrap();
+    /// let mut r = replay_ring::sse::Retention::new(Default::default(), 2);
+    /// let (fast, slow) = (r.connect(0).unwrap(), r.connect(0).unwrap());
+    /// p.try_push(1).unwrap();
+    /// let t0 = Instant::now();
+    /// r.on_written(&fast, 1, t0);
+    /// r.disconnect(slow, t0 + Duration::from_secs(5)); // id 1's window starts now
+    /// assert_eq!(r.release_expired(&ring, t0 + Duration::from_secs(34)), None);
+    /// assert_eq!(r.release_expired(&ring, t0 + Duration::from_secs(35)), Some(2));
+    /// ```
     pub fn disconnect(&mut self, conn: ConnectionId, now: Instant) {
         self.connections[conn.0] = None;
         if let Some(min) = self.live_min() {
@@ -263,6 +306,18 @@ impl Retention {
 
     /// Releases every event written to the live connections at least one resumption window before
     /// `now` (capped at the slowest live connection). Returns the new floor if it moved.
+    ///
+    /// ```
+    /// use std::time::{Duration, Instant};
+    /// let (mut p, ring) = replay_ring::ReplayRing::<u8>::new(4, 1).unwrap();
+    /// let mut r = replay_ring::sse::Retention::new(Default::default(), 1);
+    /// let c = r.connect(0).unwrap();
+    /// p.try_push(1).unwrap();
+    /// let t0 = Instant::now();
+    /// r.on_written(&c, 1, t0);
+    /// assert_eq!(r.release_expired(&ring, t0), None);
+    /// assert_eq!(r.release_expired(&ring, t0 + Duration::from_secs(30)), Some(2));
+    /// ```
     pub fn release_expired<T>(&mut self, ring: &ReplayRing<T>, now: Instant) -> Option<u64> {
         self.flush_pending(now);
         let window = self.config.resumption_window;
@@ -381,6 +436,14 @@ impl BackpressureClock {
 
     /// The producer found the window full at `now`. `Ok(deadline)` to keep waiting until at most
     /// `deadline`; `Err` with the close reason once the bound is reached.
+    ///
+    /// ```
+    /// use std::time::{Duration, Instant};
+    /// let mut c = replay_ring::sse::BackpressureClock::new(Duration::from_millis(10));
+    /// let t0 = Instant::now();
+    /// assert!(c.on_full(t0).is_ok());
+    /// assert!(c.on_full(t0 + Duration::from_millis(10)).is_err());
+    /// ```
     pub fn on_full(&mut self, now: Instant) -> Result<Instant, CloseReason> {
         let since = *self.since.get_or_insert(now);
         let waited = now.saturating_duration_since(since);
@@ -392,11 +455,29 @@ impl BackpressureClock {
     }
 
     /// A push succeeded: the producer is no longer backpressured.
+    ///
+    /// ```
+    /// use std::time::{Duration, Instant};
+    /// let mut c = replay_ring::sse::BackpressureClock::new(Duration::from_millis(10));
+    /// let t0 = Instant::now();
+    /// c.on_full(t0).unwrap();
+    /// c.on_pushed();
+    /// assert!(c.on_full(t0 + Duration::from_millis(15)).is_ok()); // a new episode
+    /// ```
     pub fn on_pushed(&mut self) {
         self.since = None;
     }
 
     /// When the current backpressure episode started.
+    ///
+    /// ```
+    /// use std::time::{Duration, Instant};
+    /// let mut c = replay_ring::sse::BackpressureClock::new(Duration::from_secs(1));
+    /// let t0 = Instant::now();
+    /// c.on_full(t0).unwrap();
+    /// c.on_full(t0 + Duration::from_millis(5)).unwrap();
+    /// assert_eq!(c.waiting_since(), Some(t0));
+    /// ```
     pub fn waiting_since(&self) -> Option<Instant> {
         self.since
     }

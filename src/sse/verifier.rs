@@ -146,11 +146,25 @@ impl ContinuityVerifier {
     }
 
     /// The last id accepted.
+    ///
+    /// ```
+    /// let mut v = replay_ring::sse::ContinuityVerifier::with_cursor(3);
+    /// v.on_event(4).unwrap();
+    /// assert_eq!(v.cursor(), Some(4));
+    /// ```
     pub fn cursor(&self) -> Option<u64> {
         self.cursor
     }
 
     /// The connection was re-established; the next event must be `cursor + 1`.
+    ///
+    /// ```
+    /// use replay_ring::sse::{ContinuityError, ContinuityVerifier};
+    /// let mut v = ContinuityVerifier::with_cursor(3);
+    /// v.on_event(4).unwrap();
+    /// v.on_reconnect();
+    /// assert_eq!(v.on_event(9), Err(ContinuityError::Gap { expected: 5, got: 9, after_reconnect: true }));
+    /// ```
     pub fn on_reconnect(&mut self) {
         self.after_reconnect = true;
     }
@@ -248,6 +262,12 @@ impl ContinuityVerifier {
 }
 
 /// What the client has seen on the response body of a connection (after the headers).
+///
+/// ```
+/// use replay_ring::sse::{classify, BodyState, Observation, StallClass};
+/// let silent = Observation::Connected { cursor: 5, body: BodyState::OpenSilent, replay_floor: None };
+/// assert_eq!(classify(&silent), StallClass::Reconnect);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BodyState {
     /// The connection is open and keep-alives (or events) arrive within the idle timeout.
@@ -259,6 +279,12 @@ pub enum BodyState {
 }
 
 /// Everything a client knows about its stream when it stalls.
+///
+/// ```
+/// use replay_ring::sse::{classify, BodyState, Observation, StallClass};
+/// let waiting = Observation::Connected { cursor: 5, body: BodyState::OpenAlive, replay_floor: Some(3) };
+/// assert_eq!(classify(&waiting), StallClass::Delayed);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Observation {
     /// No reconnect yet: the original connection is still open.
@@ -275,6 +301,16 @@ pub enum Observation {
 }
 
 /// What a reconnect returned.
+///
+/// ```
+/// use replay_ring::sse::{classify, BodyState, Observation, Reconnect, ResumptionFailure, StallClass};
+/// let empty = Reconnect {
+///     cursor: 7, status: 200, replay_floor: None, replay_head: None,
+///     session_durable: true, first_event: None, body: BodyState::EndedEmpty,
+/// };
+/// assert_eq!(classify(&Observation::Reconnected(empty)),
+///            StallClass::ResumptionFailed(ResumptionFailure::EmptyStream));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Reconnect {
     /// The `Last-Event-ID` sent.
@@ -295,6 +331,16 @@ pub struct Reconnect {
 }
 
 /// Why resumption failed.
+///
+/// ```
+/// use replay_ring::sse::{classify, BodyState, Observation, Reconnect, ResumptionFailure, StallClass};
+/// let gap = Reconnect {
+///     cursor: 7, status: 416, replay_floor: Some(20), replay_head: Some(30),
+///     session_durable: true, first_event: None, body: BodyState::EndedEmpty,
+/// };
+/// assert_eq!(classify(&Observation::Reconnected(gap)),
+///            StallClass::ResumptionFailed(ResumptionFailure::Status(416)));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ResumptionFailure {
     /// A non-200 other than 404/410 (for this crate's servers: 416 gap, 409 mismatch, 400, 503).
@@ -336,6 +382,15 @@ pub enum ResumptionFailure {
 }
 
 /// The classification of a stalled stream.
+///
+/// ```
+/// use replay_ring::sse::{classify, BodyState, Observation, Reconnect, StallClass};
+/// let gone = Reconnect {
+///     cursor: 7, status: 410, replay_floor: None, replay_head: None,
+///     session_durable: false, first_event: None, body: BodyState::EndedEmpty,
+/// };
+/// assert_eq!(classify(&Observation::Reconnected(gone)), StallClass::SessionLost { status: 410 });
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StallClass {
     /// Silence is backpressure or an idle producer: keep waiting.
