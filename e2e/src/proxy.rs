@@ -1,6 +1,6 @@
 //! Loopback chaos proxy for SSE tests: forwards HTTP/1.1 requests to one upstream port, logs each
 //! request (method, path, `Last-Event-ID`, status), and can cut event streams after k frames or after
-//! a delay, throttle how fast it reads responses (a slow consumer), and hold new requests back (a
+//! a delay, throttle how fast it reads event streams (a slow consumer), and hold new requests back (a
 //! client kept away). All knobs except the listen/upstream addresses can change while it runs.
 //!
 //! Heads and request bodies pass through byte for byte. Response bodies are de-chunked to count SSE
@@ -320,7 +320,8 @@ impl ProxyHandle {
             .store(d.map_or(OFF, |d| d.as_millis() as u64), Ordering::Relaxed);
     }
 
-    /// Read responses at most `bps` bytes/s (`Some(0)` pauses, `None` unthrottled). Immediate.
+    /// Read event streams at most `bps` bytes/s (`Some(0)` pauses, `None` unthrottled). Applies
+    /// immediately, to open streams too.
     pub fn set_throttle(&self, bps: Option<u64>) {
         self.shared.throttle.send_replace(bps);
     }
@@ -664,8 +665,14 @@ async fn pump_body(
     let cut_ms = shared.cut_after_ms.load(Ordering::Relaxed);
     let cut_at = (event_stream && cut_ms != OFF)
         .then(|| tokio::time::Instant::now() + Duration::from_millis(cut_ms));
+    // Only event streams are throttled: the page, its scripts and JSON answers load at full speed.
+    let rate = if event_stream {
+        shared.throttle.subscribe()
+    } else {
+        watch::channel(None).1
+    };
     let mut throttle = Throttle {
-        rate: shared.throttle.subscribe(),
+        rate,
         since: Instant::now(),
         used: 0,
         current: None,

@@ -43,14 +43,21 @@ fn metric(m: &Metrics, name: &str) -> f64 {
 }
 
 /// Polls `/metrics` (directly, not through the proxy) until `pred` holds.
-async fn wait_metrics(server: &ExampleServer, what: &str, pred: impl Fn(&Metrics) -> bool) -> Metrics {
+async fn wait_metrics(
+    server: &ExampleServer,
+    what: &str,
+    pred: impl Fn(&Metrics) -> bool,
+) -> Metrics {
     let deadline = Instant::now() + LONG;
     loop {
         let m = metrics(server).await;
         if pred(&m) {
             return m;
         }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}: {m:?}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}: {m:?}"
+        );
         // Polling interval under a deadline; the server offers no push channel for metrics.
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -72,7 +79,9 @@ async fn wait_page(b: &mut Browser, what: &str, pred: impl FnMut(&PageState) -> 
 }
 
 fn event_requests(log: &[RequestLog]) -> Vec<&RequestLog> {
-    log.iter().filter(|l| l.path.starts_with("/events")).collect()
+    log.iter()
+        .filter(|l| l.path.starts_with("/events"))
+        .collect()
 }
 
 fn summary(log: &[RequestLog]) -> String {
@@ -80,7 +89,14 @@ fn summary(log: &[RequestLog]) -> String {
         .map(|l| {
             format!(
                 "#{} {} {} lei={:?} -> {:?} frames={} dropped={} {:?}\n",
-                l.seq, l.method, l.path, l.last_event_id, l.status, l.frames, l.dropped_frames, l.outcome
+                l.seq,
+                l.method,
+                l.path,
+                l.last_event_id,
+                l.status,
+                l.frames,
+                l.dropped_frames,
+                l.outcome
             )
         })
         .collect()
@@ -89,7 +105,9 @@ fn summary(log: &[RequestLog]) -> String {
 async fn shot(b: &mut Browser, name: &str) {
     let path = artifacts_dir().join(format!("{name}.png"));
     b.screenshot(&path).await.expect("screenshot");
-    assert!(std::fs::metadata(&path).map(|m| m.len() > 0).unwrap_or(false));
+    assert!(std::fs::metadata(&path)
+        .map(|m| m.len() > 0)
+        .unwrap_or(false));
 }
 
 /// The driver, the proxy and a page built like the example's, against the in-test mock server:
@@ -99,10 +117,17 @@ async fn shot(b: &mut Browser, name: &str) {
 async fn harness_mock_page_survives_cuts() {
     let _ = IGNORE;
     let _serial = SERIAL.lock().await;
-    let mock = mock_sse::start(MockOptions { events: 60, interval: Duration::from_millis(2) }).await;
-    let proxy = ChaosProxy::start(ProxyConfig { cut_after_frames: Some(7), ..ProxyConfig::new(mock) })
-        .await
-        .unwrap();
+    let mock = mock_sse::start(MockOptions {
+        events: 60,
+        interval: Duration::from_millis(2),
+    })
+    .await;
+    let proxy = ChaosProxy::start(ProxyConfig {
+        cut_after_frames: Some(7),
+        ..ProxyConfig::new(mock)
+    })
+    .await
+    .unwrap();
     let mut b = launch("mock").await;
     b.goto(&format!("{}/", proxy.url())).await.unwrap();
     let s = wait_page(&mut b, "mock stream done", |s| s.done).await;
@@ -113,7 +138,12 @@ async fn harness_mock_page_survives_cuts() {
     let ev = event_requests(&log);
     assert!(ev.len() >= 6, "{}", summary(&log));
     for w in ev.windows(2) {
-        assert_eq!(w[1].last_event_id.as_ref(), w[0].frame_ids.last(), "{}", summary(&log));
+        assert_eq!(
+            w[1].last_event_id.as_ref(),
+            w[0].frame_ids.last(),
+            "{}",
+            summary(&log)
+        );
     }
     shot(&mut b, "mock").await;
     b.quit().await.unwrap();
@@ -159,18 +189,41 @@ async fn exactly_once_in_order_across_forced_disconnects() {
 
     let ev = event_requests(&log);
     let cuts = ev.iter().filter(|l| l.outcome.is_cut()).count();
-    assert!(cuts >= 5, "only {cuts} forced disconnects:\n{}", summary(&log));
-    assert!(s.reconnects >= 5, "page counted {} reconnects", s.reconnects);
-    assert_eq!(ev[0].last_event_id, None, "first request is a fresh subscribe");
+    assert!(
+        cuts >= 5,
+        "only {cuts} forced disconnects:\n{}",
+        summary(&log)
+    );
+    assert!(
+        s.reconnects >= 5,
+        "page counted {} reconnects",
+        s.reconnects
+    );
+    assert_eq!(
+        ev[0].last_event_id, None,
+        "first request is a fresh subscribe"
+    );
     for w in ev.windows(2) {
-        assert!(w[0].outcome.is_cut(), "only cut streams are followed by a reconnect:\n{}", summary(&log));
+        assert!(
+            w[0].outcome.is_cut(),
+            "only cut streams are followed by a reconnect:\n{}",
+            summary(&log)
+        );
         assert_eq!(w[1].status, Some(200));
         // The browser's own cursor: an id it was given on the previous stream. Chromium may drop
         // the bytes that arrived together with the truncation (ERR_INCOMPLETE_CHUNKED_ENCODING),
         // so it can lag the proxy's last forwarded frame — replay then covers the difference.
-        let sent = w[1].last_event_id.as_deref().expect("reconnect carries Last-Event-ID");
-        let known = w[0].frame_ids.iter().any(|id| id == sent) || w[0].last_event_id.as_deref() == Some(sent);
-        assert!(known, "Last-Event-ID {sent} was never sent to the browser:\n{}", summary(&log));
+        let sent = w[1]
+            .last_event_id
+            .as_deref()
+            .expect("reconnect carries Last-Event-ID");
+        let known = w[0].frame_ids.iter().any(|id| id == sent)
+            || w[0].last_event_id.as_deref() == Some(sent);
+        assert!(
+            known,
+            "Last-Event-ID {sent} was never sent to the browser:\n{}",
+            summary(&log)
+        );
     }
     // The wire ids are `<stream>.<epoch>.<seq>`; the final reconnect resumed within the stream.
     let last_sent = ev.last().unwrap().last_event_id.as_deref().unwrap();
@@ -213,7 +266,12 @@ async fn resume_below_floor_is_an_explicit_gap() {
     proxy.set_cut_after_frames(Some(1));
     let log = wait_held(&proxy).await;
     let held = log.last().unwrap();
-    let cursor = seq_of_str(held.last_event_id.as_deref().expect("held reconnect has Last-Event-ID")).unwrap();
+    let cursor = seq_of_str(
+        held.last_event_id
+            .as_deref()
+            .expect("held reconnect has Last-Event-ID"),
+    )
+    .unwrap();
     let m = wait_metrics(&server, "floor above the held cursor", |m| {
         m.get("floor").is_some_and(|f| f > (cursor + 1) as f64)
     })
@@ -222,11 +280,19 @@ async fn resume_below_floor_is_an_explicit_gap() {
     proxy.set_cut_after_frames(None);
     proxy.set_hold(false);
 
-    let s = wait_page(&mut b, "explicit error", |s| s.error.is_some() && s.text_of("status") == "failed").await;
+    let s = wait_page(&mut b, "explicit error", |s| {
+        s.error.is_some() && s.text_of("status") == "failed"
+    })
+    .await;
     shot(&mut b, name).await;
     let log = proxy.requests();
     let err = &s.raw["error"];
-    assert_eq!(err["error"], "replay_gap", "page error {err}\n{}", summary(&log));
+    assert_eq!(
+        err["error"],
+        "replay_gap",
+        "page error {err}\n{}",
+        summary(&log)
+    );
     assert_eq!(err["status"], 416);
     assert_eq!(err["requested"].as_u64(), Some(cursor));
     assert!(err["floor"].as_u64().unwrap() >= floor);
@@ -257,7 +323,9 @@ async fn wait_held(proxy: &ProxyHandle) -> Vec<RequestLog> {
     proxy
         .wait_for(LONG, |l| {
             l.last().is_some_and(|r| {
-                r.path.starts_with("/events") && r.outcome == Outcome::Pending && r.last_event_id.is_some()
+                r.path.starts_with("/events")
+                    && r.outcome == Outcome::Pending
+                    && r.last_event_id.is_some()
             })
         })
         .await
@@ -283,7 +351,6 @@ async fn slow_consumer_backpressures_without_loss() {
             resumption_window_ms: Some(0),
             backpressure_timeout_ms: Some(60_000),
             extra_args: vec!["--retry-ms".into(), "50".into()],
-            ..ServerOptions::default()
         },
     )
     .await;
@@ -299,17 +366,23 @@ async fn slow_consumer_backpressures_without_loss() {
 
     let m = wait_metrics(&server, "producer backpressured with a full window", |m| {
         m.get("producer_waits").is_some_and(|w| w >= 1.0)
-            && m.get("head").zip(m.get("floor")).is_some_and(|(h, f)| h - f + 1.0 >= CAPACITY as f64)
+            && m.get("head")
+                .zip(m.get("floor"))
+                .is_some_and(|(h, f)| h - f + 1.0 >= CAPACITY as f64)
     })
     .await;
     let head_while_stalled = metric(&m, "head") as u64;
-    assert!(head_while_stalled < N, "the producer is held back, not finished");
+    assert!(
+        head_while_stalled < N,
+        "the producer is held back, not finished"
+    );
     let rss_stalled = server.rss_kib().expect("server RSS");
 
     // Let the consumer read slowly for a while, then at full speed.
     proxy.set_throttle(Some(1 << 20));
     wait_metrics(&server, "progress under the throttle", |m| {
-        m.get("head").is_some_and(|h| h as u64 >= head_while_stalled + 10_000)
+        m.get("head")
+            .is_some_and(|h| h as u64 >= head_while_stalled + 10_000)
     })
     .await;
     let m = metrics(&server).await;
@@ -323,7 +396,10 @@ async fn slow_consumer_backpressures_without_loss() {
     let log = proxy.requests();
     assert_eq!(s.error, None, "{}", summary(&log));
     assert_eq!(s.ids.len() as u64, N);
-    assert!(s.ids.iter().copied().eq(1..=N), "nothing lost, nothing repeated");
+    assert!(
+        s.ids.iter().copied().eq(1..=N),
+        "nothing lost, nothing repeated"
+    );
     assert_eq!((s.gaps, s.duplicates, s.reconnects), (0, 0, 0));
 
     let m = metrics(&server).await;
@@ -338,7 +414,9 @@ async fn slow_consumer_backpressures_without_loss() {
         rss_end < 64 * 1024 && growth < 16 * 1024,
         "server RSS stalled {rss_stalled} KiB, mid {rss_mid} KiB, end {rss_end} KiB"
     );
-    eprintln!("c1: head while stalled {head_while_stalled}, RSS KiB {rss_stalled}/{rss_mid}/{rss_end}");
+    eprintln!(
+        "c1: head while stalled {head_while_stalled}, RSS KiB {rss_stalled}/{rss_mid}/{rss_end}"
+    );
     b.quit().await.unwrap();
 }
 
@@ -382,14 +460,30 @@ async fn backpressure_past_the_bound_ends_with_explicit_error() {
     shot(&mut b, name).await;
     let log = proxy.requests();
     let err = &s.raw["error"];
-    assert_eq!(err["error"], "backpressure_timeout", "page error {err}\n{}", summary(&log));
+    assert_eq!(
+        err["error"],
+        "backpressure_timeout",
+        "page error {err}\n{}",
+        summary(&log)
+    );
     assert!(err["waited_ms"].as_u64().unwrap() >= 300);
     assert_eq!(s.text_of("status"), "failed");
-    assert!(s.ids.iter().copied().eq(1..=head), "every produced event arrived before the error");
+    assert!(
+        s.ids.iter().copied().eq(1..=head),
+        "every produced event arrived before the error"
+    );
     assert_eq!((s.gaps, s.duplicates, s.reconnects), (0, 0, 0));
     let ev = event_requests(&log);
-    assert_eq!(ev.len(), 1, "one connection, ended by the server:\n{}", summary(&log));
+    assert_eq!(
+        ev.len(),
+        1,
+        "one connection, ended by the server:\n{}",
+        summary(&log)
+    );
     assert_eq!(ev[0].outcome, Outcome::Complete);
-    assert_eq!(metric(&metrics(&server).await, "events_evicted_before_ack"), 0.0);
+    assert_eq!(
+        metric(&metrics(&server).await, "events_evicted_before_ack"),
+        0.0
+    );
     b.quit().await.unwrap();
 }

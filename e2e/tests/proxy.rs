@@ -250,7 +250,7 @@ async fn throttle_limits_rate_and_pause_backs_up_into_the_upstream() {
         let mut r = Buffered::new(&mut s);
         r.read_head().await.unwrap();
         drop(r);
-        s.write_all(format!("HTTP/1.1 200 OK\r\ncontent-length: {TOTAL}\r\n\r\n").as_bytes())
+        s.write_all(format!("HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {TOTAL}\r\n\r\n").as_bytes())
             .await
             .unwrap();
         let block = vec![b'x'; 16 * 1024];
@@ -404,4 +404,45 @@ async fn keep_alive_connection_carries_several_requests() {
     assert_eq!(got.lock().unwrap().len(), 3);
     let c = proxy.counters();
     assert_eq!((c.connections, c.requests), (1, 3));
+}
+
+#[tokio::test]
+async fn pages_load_while_event_streams_are_paused() {
+    let mock = mock_sse::start(MockOptions {
+        events: 5,
+        interval: Duration::ZERO,
+    })
+    .await;
+    let proxy = ChaosProxy::start(ProxyConfig {
+        throttle_bytes_per_sec: Some(0),
+        ..cfg(mock)
+    })
+    .await
+    .unwrap();
+    let addr = proxy.addr();
+    let stream =
+        tokio::spawn(async move { raw_request(addr, &get("/events", None)).await.unwrap() });
+    proxy
+        .wait_for(WAIT, |l| {
+            l.iter().any(|r| r.event_stream && r.status == Some(200))
+        })
+        .await
+        .unwrap();
+    // The page is not an event stream: it is never throttled.
+    let page = tokio::time::timeout(WAIT, raw_request(addr, &get("/", None)))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(page.status, 200);
+    assert!(String::from_utf8_lossy(&page.body).contains("__replay"));
+    let events = proxy
+        .requests()
+        .into_iter()
+        .find(|r| r.event_stream)
+        .unwrap();
+    assert_eq!(events.body_bytes, 0, "paused stream forwarded nothing");
+    proxy.set_throttle(None);
+    let resp = stream.await.unwrap();
+    assert!(resp.complete);
+    assert_eq!(sse_ids(&resp.body), ["1", "2", "3", "4", "5"]);
 }
