@@ -16,21 +16,31 @@
 //! ```no_run
 //! use std::sync::Arc;
 //! use replay_ring_mcp::{ReplayRingSessionManager, ResumeGuardLayer, RingEventStore, StoreConfig};
-//! use rmcp::transport::streamable_http_server::{session::local::LocalSessionManager, StreamableHttpServerConfig, StreamableHttpService};
+//! use rmcp::transport::streamable_http_server::{
+//!     session::local::LocalSessionManager, StreamableHttpServerConfig, StreamableHttpService,
+//! };
 //! # #[derive(Clone)] struct MyServer;
 //! # impl rmcp::ServerHandler for MyServer {}
 //!
+//! # async fn run() -> std::io::Result<()> {
 //! let store = RingEventStore::new(StoreConfig::default());
 //! let manager = Arc::new(ReplayRingSessionManager::new(store, LocalSessionManager::default()));
-//! let service = StreamableHttpService::new(|| Ok(MyServer), manager.clone(), StreamableHttpServerConfig::default());
-//! let app = axum::Router::new().nest_service("/mcp", tower::ServiceBuilder::new().layer(ResumeGuardLayer::new(manager)).service(service));
+//! let service = StreamableHttpService::new(
+//!     || Ok(MyServer),
+//!     manager.clone(),
+//!     StreamableHttpServerConfig::default(), // keeps sse_retry on: every stream starts primed
+//! );
+//! let guarded = tower::ServiceBuilder::new().layer(ResumeGuardLayer::new(manager)).service(service);
+//! let app: axum::Router = axum::Router::new().nest_service("/mcp", guarded);
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
+//! axum::serve(listener, app).await
+//! # }
 //! ```
 //!
 //! Resumability exists in MCP protocol revisions 2025-03-26 through 2025-11-25 and was removed in
 //! 2026-07-28; see `docs/mcp.md`.
 #![deny(missing_docs)]
 
-#[allow(missing_docs)]
 pub mod demo;
 mod layer;
 mod manager;

@@ -6,6 +6,10 @@
 //! `store_event` returns only after the event is in the ring (the ring assigns the id and commits
 //! the payload in one push), so an id a client has seen is always replayable until it is released.
 
+// A refusal is built once per rejected request (a cold path) and is plain data; boxing it would
+// only add an allocation (the SSE layer makes the same call for `Refused`).
+#![allow(clippy::result_large_err)]
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -465,7 +469,7 @@ impl RingEventStore {
     ) -> Result<RingStream, ResumeRefusal> {
         let reader = entry.ring.resume(Some(after)).map_err(|e| {
             self.refused(ResumeRefusal {
-                decision: e.clone().into(),
+                decision: e.into(),
                 state: Some(entry.state()),
                 foreign_session: false,
             })

@@ -187,8 +187,7 @@ pub fn assert_resumes_continuous(log: &[RequestLog]) -> usize {
             continue;
         }
         let (stream, cursor) = split_id(r.last_event_id.as_deref().unwrap());
-        let mut expected = cursor + 1;
-        for id in &r.frame_ids {
+        for (expected, id) in (cursor + 1..).zip(&r.frame_ids) {
             let (s, seq) = split_id(id);
             assert_eq!(
                 s, stream,
@@ -199,7 +198,6 @@ pub fn assert_resumes_continuous(log: &[RequestLog]) -> usize {
                 "resume after {cursor} skipped or repeated ids: {:?}",
                 r.frame_ids
             );
-            expected += 1;
         }
         checked += 1;
     }
