@@ -231,6 +231,49 @@ async fn exactly_once_in_order_across_forced_disconnects() {
     b.quit().await.unwrap();
 }
 
+/// (a, on a schedule) The same guarantee when the proxy cuts each stream 150 ms after it opened,
+/// wherever that falls (mid-frame included), rather than after whole frames.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs chromium; run by scripts/test-all"]
+async fn exactly_once_across_scheduled_cuts() {
+    const N: u64 = 300;
+    let _serial = SERIAL.lock().await;
+    let name = "a2-scheduled-cuts";
+    let server = spawn_server(
+        name,
+        ServerOptions {
+            rate: Some(200),
+            events: Some(N),
+            extra_args: vec!["--retry-ms".into(), "50".into()],
+            ..ServerOptions::default()
+        },
+    )
+    .await;
+    let proxy = ChaosProxy::start(ProxyConfig {
+        cut_after: Some(Duration::from_millis(150)),
+        ..ProxyConfig::new(server.addr())
+    })
+    .await
+    .unwrap();
+    let mut b = launch(name).await;
+    b.goto(&format!("{}/", proxy.url())).await.unwrap();
+    let s = wait_page(&mut b, "all events and `end`", |s| s.done).await;
+    shot(&mut b, name).await;
+    let log = proxy.requests();
+    assert_eq!(s.error, None, "{}", summary(&log));
+    assert_eq!(s.ids, (1..=N).collect::<Vec<_>>(), "exactly once, in order");
+    assert_eq!((s.gaps, s.duplicates), (0, 0));
+    let ev = event_requests(&log);
+    let cuts = ev
+        .iter()
+        .filter(|l| l.outcome == Outcome::CutOnSchedule)
+        .count();
+    assert!(cuts >= 5, "only {cuts} scheduled cuts:\n{}", summary(&log));
+    assert!(s.reconnects >= 5);
+    assert_reconnects_carry_a_delivered_id(&ev, &log);
+    b.quit().await.unwrap();
+}
+
 /// (b) A client held away while the server releases its window resumes below the floor: the server
 /// refuses explicitly (416 `replay_gap`) and the page shows a gap and the error — no silent skip.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
