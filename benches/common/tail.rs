@@ -253,6 +253,10 @@ fn current_thread_rt() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
+/// replay-ring and the naive log retain until released: readers release in steps of a quarter of
+/// the capacity (a retention policy acknowledging in chunks, not per event).
+const RELEASE_STEP: u64 = (CAPACITY / 4) as u64;
+
 /// Per-reader acknowledgements: a reader acks what it has read, then releases through the minimum
 /// over all readers (so a slower reader never finds its next event released).
 struct Acks(Vec<CachePadded<AtomicU64>>);
@@ -297,9 +301,13 @@ fn replay_ring_run<T: Payload>(
         recorders,
         &barrier,
         move |(i, mut r, ring, acks), rec| {
-            let after_batch = |last: u64| {
+            let mut released = 0;
+            let mut after_batch = |last: u64| {
                 let min = acks.ack(i, last);
-                ring.release_through(min).unwrap();
+                if min >= released + RELEASE_STEP {
+                    ring.release_through(min).unwrap();
+                    released = min;
+                }
             };
             if is_async {
                 current_thread_rt().block_on(async {
@@ -610,7 +618,7 @@ fn naive_run<T: Payload>(
     let barrier = Arc::new(Barrier::new(cfg.readers + 1));
     let handles = spawn_readers(readers, recorders, &barrier, move |(i, log, acks), rec| {
         let mut backoff = Backoff::default();
-        let mut cursor = 0;
+        let (mut cursor, mut released) = (0, 0);
         while rec.count < n {
             let events = log.replay_from(cursor);
             let Some(&(last, _)) = events.last() else {
@@ -619,7 +627,11 @@ fn naive_run<T: Payload>(
             };
             events.iter().for_each(|(_, v)| rec.seen(v));
             cursor = last;
-            log.release_through(acks.ack(i, last));
+            let min = acks.ack(i, last);
+            if min >= released + RELEASE_STEP {
+                log.release_through(min);
+                released = min;
+            }
             backoff.reset();
         }
     });
