@@ -1,0 +1,220 @@
+//! Payloads that check themselves, a drop ledger, batch checks and the model runner.
+//!
+//! Ghost state (the [`Ledger`], [`Flag`]) uses `std` atomics on purpose: loom runs every model
+//! thread on one OS thread, so a `std` atomic records the *schedule* order without adding any
+//! happens-before edge that loom would see. The models therefore cannot accidentally synchronise
+//! through their own bookkeeping.
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering::SeqCst};
+use std::sync::Arc as StdArc;
+use std::time::Instant;
+
+use loom::alloc::Track;
+use replay_ring::{Batch, ReplayRing};
+
+/// Counts the drops of every payload id. Shared by the payloads of one execution.
+#[derive(Debug)]
+pub struct Ledger {
+    drops: Box<[AtomicU32]>,
+}
+
+impl Ledger {
+    /// A ledger for payload ids `1..=max_id`.
+    pub fn new(max_id: u64) -> StdArc<Ledger> {
+        StdArc::new(Ledger {
+            drops: (0..=max_id).map(|_| AtomicU32::new(0)).collect(),
+        })
+    }
+
+    fn dropped(&self, id: u64) {
+        // SeqCst on a ghost counter: schedule order only (see the module doc).
+        let before = self.drops[id as usize].fetch_add(1, SeqCst);
+        assert_eq!(before, 0, "payload dropped twice: id {id}");
+    }
+
+    /// After the ring and every handle are gone: ids `1..=head` were dropped exactly once, and no
+    /// payload with a larger id was ever built (a refused push must not build its value).
+    pub fn assert_all_dropped_once(&self, head: u64) {
+        for (id, count) in self.drops.iter().enumerate().skip(1) {
+            // SeqCst on a ghost counter: schedule order only.
+            let count = count.load(SeqCst);
+            if id as u64 <= head {
+                assert_eq!(
+                    count, 1,
+                    "payload never dropped: id {id} (or dropped {count} times)"
+                );
+            } else {
+                assert_eq!(
+                    count, 0,
+                    "payload built for an id that was never pushed: {id}"
+                );
+            }
+        }
+    }
+}
+
+/// An event payload that knows its id and reports its drop. Its loom [`Track`] makes loom's leak
+/// check fail if it is never dropped.
+pub struct Ev {
+    id: u64,
+    ledger: StdArc<Ledger>,
+    _track: Track<()>,
+}
+
+impl fmt::Debug for Ev {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Ev({})", self.id)
+    }
+}
+
+impl Ev {
+    /// The id this payload was built for.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+}
+
+impl Drop for Ev {
+    fn drop(&mut self) {
+        self.ledger.dropped(self.id);
+    }
+}
+
+/// The `make` closure for `try_push_with` / `push_with`: builds the payload for the id it is given.
+pub fn maker(ledger: &StdArc<Ledger>) -> impl FnOnce(u64) -> Ev {
+    let ledger = ledger.clone();
+    move |id| Ev {
+        id,
+        ledger,
+        _track: Track::new(()),
+    }
+}
+
+/// Checks one lent batch: it starts at `expected_first` (per-reader order, no skip, no repeat), its
+/// two slices together hold exactly `len()` events, and every slot holds the payload of its own id
+/// (no torn or overwritten read). Returns the last id.
+pub fn check_batch(batch: &Batch<'_, Ev>, expected_first: u64) -> u64 {
+    assert_eq!(
+        batch.first_id(),
+        expected_first,
+        "order violation: batch starts at {} but the reader expected {expected_first}",
+        batch.first_id()
+    );
+    let (a, b) = batch.as_slices();
+    assert_eq!(
+        a.len() + b.len(),
+        batch.len(),
+        "order violation: slices do not cover the batch"
+    );
+    assert!(!a.is_empty(), "order violation: empty first slice");
+    for (offset, ev) in a.iter().chain(b).enumerate() {
+        let id = batch.first_id() + offset as u64;
+        assert_eq!(
+            ev.id(),
+            id,
+            "overwritten read: the slot of id {id} holds id {}",
+            ev.id()
+        );
+    }
+    assert_eq!(
+        batch.first_id() + batch.len() as u64 - 1,
+        batch.last_id(),
+        "order violation: last_id disagrees with len"
+    );
+    batch.last_id()
+}
+
+/// `floor <= head + 1`, read in that order (floor first: `head` only grows, so a later `head` is at
+/// least the one the releaser validated against).
+pub fn check_cursors<T>(ring: &ReplayRing<T>) {
+    let floor = ring.floor();
+    let head = ring.head();
+    assert!(
+        floor <= head + 1,
+        "cursor invariant violated: floor {floor} > head {head} + 1"
+    );
+}
+
+/// A ghost "this has happened" flag, in schedule order (see the module doc).
+#[derive(Debug, Clone, Default)]
+pub struct Flag(StdArc<AtomicBool>);
+
+impl Flag {
+    /// Records that the event happened.
+    pub fn set(&self) {
+        // SeqCst on a ghost flag: schedule order only.
+        self.0.store(true, SeqCst);
+    }
+
+    /// Whether the event has happened (in the schedule loom is running).
+    pub fn get(&self) -> bool {
+        // SeqCst on a ghost flag: schedule order only.
+        self.0.load(SeqCst)
+    }
+}
+
+/// How much of the schedule space a model explores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bound {
+    /// No preemption bound: every schedule (within loom's memory model, see docs/verification.md).
+    Exhaustive,
+    /// At most this many preemptions per execution.
+    Preemptions(usize),
+}
+
+impl fmt::Display for Bound {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Bound::Exhaustive => f.write_str("exhaustive"),
+            Bound::Preemptions(n) => write!(f, "preemptions<={n}"),
+        }
+    }
+}
+
+/// Runs `f` under loom with the model's bound and prints one summary line:
+/// `loom-model <name>: <executions> executions, <bound>, <secs>s`.
+///
+/// `LOOM_MAX_DURATION` and `LOOM_MAX_PERMUTATIONS` are ignored on purpose: they end the search early
+/// and still pass. `LOOM_MAX_PREEMPTIONS` overrides the bound (for quick local runs; `scripts/loom`
+/// unsets it). `LOOM_MAX_BRANCHES` defaults to 10,000. With `LOOM_LOG` set, loom's own `model()` runs
+/// instead, so its trace output is printed.
+pub fn model<F>(name: &str, bound: Bound, f: F)
+where
+    F: Fn() + Sync + Send + 'static,
+{
+    let executions = StdArc::new(AtomicUsize::new(0));
+    let counter = executions.clone();
+    let f = move || {
+        // SeqCst on a ghost counter: schedule order only.
+        counter.fetch_add(1, SeqCst);
+        f()
+    };
+    let start = Instant::now();
+    let mut builder = loom::model::Builder::new();
+    let bound_text = match std::env::var("LOOM_MAX_PREEMPTIONS") {
+        Ok(v) => format!("preemptions<={v} (LOOM_MAX_PREEMPTIONS override)"),
+        Err(_) => {
+            builder.preemption_bound = match bound {
+                Bound::Exhaustive => None,
+                Bound::Preemptions(n) => Some(n),
+            };
+            bound.to_string()
+        }
+    };
+    builder.max_duration = None;
+    builder.max_permutations = None;
+    if std::env::var("LOOM_MAX_BRANCHES").is_err() {
+        builder.max_branches = 10_000;
+    }
+    if std::env::var("LOOM_LOG").is_ok() {
+        loom::model(f);
+    } else {
+        builder.check(f);
+    }
+    println!(
+        "loom-model {name}: {} executions, {bound_text}, {:.1}s",
+        executions.load(SeqCst),
+        start.elapsed().as_secs_f64()
+    );
+}

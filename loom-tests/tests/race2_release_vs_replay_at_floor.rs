@@ -1,0 +1,84 @@
+//! Race 2 (the hazard race): a release advances the floor while a reader starts a replay at the old
+//! floor, and the producer wants to reuse the released slot.
+#![cfg(replay_ring_loom)]
+
+use loom::thread;
+use replay_ring::{ReplayRing, ResumeError};
+use replay_ring_loom_tests::{check_batch, check_cursors, maker, model, Bound, Flag, Ledger};
+
+/// Capacity 2, full before the threads start (ids 1 and 2, floor 1). Releaser: release id 1.
+/// Producer: try to push 3 into id 1's slot. Reader (main): resume after id 0, i.e. replay from
+/// the floor. Exactly one of three things may happen to id 1: the reader pins it first (the push is
+/// refused and the reader reads the original), the release wins (the resume fails with
+/// `BelowFloor`), or both happen without overlap. Never: the reader reads id 1's slot while or
+/// after the producer writes id 3 there.
+#[test]
+fn release_vs_replay_at_floor() {
+    model("release_vs_replay_at_floor", Bound::Exhaustive, || {
+        let ledger = Ledger::new(3);
+        let (mut producer, ring) = ReplayRing::<_>::builder()
+            .capacity(2)
+            .max_readers(1)
+            .build()
+            .unwrap();
+        assert_eq!(producer.try_push_with(maker(&ledger)).ok(), Some(1));
+        assert_eq!(producer.try_push_with(maker(&ledger)).ok(), Some(2));
+        let released_1 = Flag::default();
+
+        let releaser = {
+            let ring = ring.clone();
+            let released_1 = released_1.clone();
+            thread::spawn(move || {
+                assert_eq!(ring.release_through(1), Ok(2));
+                released_1.set();
+                check_cursors(&ring);
+            })
+        };
+        let producer_thread = {
+            let ledger = ledger.clone();
+            thread::spawn(move || {
+                // Accepted only if the release is visible and no pin covers id 1.
+                let _ = producer.try_push_with(maker(&ledger));
+                producer
+            })
+        };
+
+        let started_after_release = released_1.get();
+        match ring.resume(Some(0)) {
+            Ok(mut reader) => {
+                assert!(
+                    !started_after_release,
+                    "released id returned: a resume started after release_through(1) completed \
+                     replays id 1"
+                );
+                let batch = reader
+                    .try_read()
+                    .unwrap()
+                    .expect("a pinned replay lends events");
+                let last = check_batch(&batch, 1);
+                assert!(
+                    last >= 2,
+                    "replay mismatch: replay of 1..=2 stopped at {last}"
+                );
+            }
+            Err(ResumeError::BelowFloor {
+                requested, floor, ..
+            }) => {
+                assert_eq!(
+                    (requested, floor),
+                    (0, 2),
+                    "replay mismatch: wrong BelowFloor"
+                );
+            }
+            Err(e) => panic!("replay mismatch: unexpected {e:?}"),
+        }
+        check_cursors(&ring);
+
+        releaser.join().unwrap();
+        let producer = producer_thread.join().unwrap();
+        let head = ring.head();
+        drop(producer);
+        drop(ring);
+        ledger.assert_all_dropped_once(head);
+    });
+}
