@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use crate::error::{CloseReason, PushError};
 use crate::ring::{ReplayRing, Shared, LAST_ID, UNPINNED};
 use crate::sync::{
-    lock, ord, seq_cst_fence, Arc,
+    heavy_fence, lock, ord, seq_cst_fence, Arc,
     Ordering::{Acquire, Relaxed, Release},
 };
 
@@ -206,9 +206,10 @@ impl<T> Producer<T> {
         }
         // Relaxed: ordered by the fence below.
         shared.producer_waiting.store(true, Relaxed);
-        // SeqCst fence: pairs with the fence in `Shared::wake_producer` (after a release or an
-        // unpin). Either that side sees `producer_waiting`, or our re-check below sees its change.
-        seq_cst_fence("no_producer_wait_fence");
+        // Heavy half of an asymmetric SeqCst fence: pairs with the light half in
+        // `Shared::wake_producer` (after a release or an unpin). Either that side sees
+        // `producer_waiting`, or our re-check below sees its change.
+        heavy_fence("no_producer_wait_fence");
         if self.refresh_limit() {
             self.stop_waiting();
             return Poll::Ready(());

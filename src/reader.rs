@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use crate::error::ReadError;
 use crate::ring::{free_reader_slot, ReaderSlot, Shared, UNPINNED};
 use crate::sync::{
-    lock, ord, seq_cst_fence, Arc,
+    heavy_fence, lock, ord, seq_cst_fence, Arc,
     Ordering::{Acquire, Relaxed, Release},
     ReadTrack,
 };
@@ -256,9 +256,10 @@ impl<T> Reader<T> {
             // Relaxed: ordered by the fence below.
             shared.reader_waiters.fetch_add(1, Relaxed);
         }
-        // SeqCst fence: pairs with the fence in `Shared::wake_readers` after every publish and on
-        // close. Either the producer sees us in `reader_waiters`, or we see its new `head`.
-        seq_cst_fence("no_reader_wait_fence");
+        // Heavy half of an asymmetric SeqCst fence: pairs with the light half in
+        // `Shared::wake_readers` after every publish and on close. Either the producer sees us in
+        // `reader_waiters`, or we see its new `head`.
+        heavy_fence("no_reader_wait_fence");
         if self.available()? {
             self.stop_waiting();
             return Poll::Ready(Ok(()));

@@ -16,7 +16,8 @@ use crate::metrics::{Metrics, ReaderCounters};
 use crate::producer::Producer;
 use crate::reader::Reader;
 use crate::sync::{
-    lock, ord, seq_cst_fence, Arc, AtomicBool, AtomicU64, AtomicUsize, AtomicWaker, Mutex,
+    init_fences, light_fence, lock, ord, Arc, AtomicBool, AtomicU64, AtomicUsize, AtomicWaker,
+    Mutex,
     Ordering::{AcqRel, Acquire, Relaxed, Release},
     SlotTracker,
 };
@@ -98,10 +99,11 @@ impl<T> Shared<T> {
     /// Wakes every reader that registered for new events. Called after a publish.
     #[inline]
     pub(crate) fn wake_readers(&self) {
-        // SeqCst fence: pairs with the fence in `Reader::poll_ready` between its waiter
-        // registration and its `head` re-check, so either we see the registration or it sees our
-        // `head` (store-buffering, hence a fence on both sides).
-        seq_cst_fence("no_push_wake_fence");
+        // Light half of an asymmetric SeqCst fence: pairs with the heavy half in
+        // `Reader::poll_ready` between its waiter registration and its `head` re-check, so either we
+        // see the registration or it sees our `head` (store-buffering: a fence on both sides; the
+        // sleeper pays for it, not the push).
+        light_fence("no_push_wake_fence");
         // Relaxed: ordered by the fence above.
         if self.reader_waiters.load(Relaxed) != 0 {
             for slot in self.readers.iter() {
@@ -113,9 +115,9 @@ impl<T> Shared<T> {
     /// Wakes the producer if it sleeps waiting for space. Called after a release or an unpin.
     #[inline]
     pub(crate) fn wake_producer(&self) {
-        // SeqCst fence: pairs with the fence in `Producer::poll_ready` between setting
-        // `producer_waiting` and re-reading `floor` and the pins.
-        seq_cst_fence("no_space_wake_fence");
+        // Light half of an asymmetric SeqCst fence: pairs with the heavy half in
+        // `Producer::poll_ready` between setting `producer_waiting` and re-reading `floor` and pins.
+        light_fence("no_space_wake_fence");
         // Relaxed: ordered by the fence above.
         if self.producer_waiting.load(Relaxed) {
             self.producer_waker.wake();
@@ -258,6 +260,7 @@ impl<T: Send> Builder<T> {
             return Err(BuildError::InvalidFirstId(self.first_id));
         }
 
+        init_fences();
         let mut slots = Vec::new();
         slots
             .try_reserve_exact(capacity)

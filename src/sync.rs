@@ -49,6 +49,96 @@ mod imp {
     pub(crate) fn mutant(_name: &str) -> bool {
         false
     }
+
+    /// The cheap half of an asymmetric fence pair, for the side that runs on every push or read.
+    ///
+    /// Where the kernel offers `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)`, this is only a
+    /// compiler fence: the waiting side's [`heavy_fence`] makes every running thread of the process
+    /// execute a full barrier, which orders our store before our load exactly as if we had issued a
+    /// `fence(SeqCst)` ourselves (the liburcu / folly asymmetric-fence argument). Elsewhere it is a
+    /// plain `fence(SeqCst)`. Under loom both halves are `fence(SeqCst)`, which is what the models
+    /// verify.
+    #[inline(always)]
+    pub(crate) fn light_fence(_name: &str) {
+        if membarrier::expedited() {
+            std::sync::atomic::compiler_fence(Ordering::SeqCst);
+        } else {
+            fence(Ordering::SeqCst);
+        }
+    }
+
+    /// The expensive half, for the side that is about to sleep anyway.
+    pub(crate) fn heavy_fence(_name: &str) {
+        if !membarrier::barrier() {
+            fence(Ordering::SeqCst);
+        }
+    }
+
+    /// Registers this process for expedited membarriers, once. Called when a ring is built, so
+    /// every thread that can reach a ring sees the final mode (it is set before the ring exists
+    /// and never changes afterwards).
+    pub(crate) fn init_fences() {
+        membarrier::init();
+    }
+
+    #[cfg(all(target_os = "linux", not(miri)))]
+    mod membarrier {
+        use std::sync::atomic::{AtomicU8, Ordering::Acquire, Ordering::Release};
+
+        const UNKNOWN: u8 = 0;
+        const EXPEDITED: u8 = 1;
+        const UNSUPPORTED: u8 = 2;
+        // From <linux/membarrier.h>.
+        const CMD_PRIVATE_EXPEDITED: libc::c_int = 1 << 3;
+        const CMD_REGISTER_PRIVATE_EXPEDITED: libc::c_int = 1 << 4;
+
+        static STATE: AtomicU8 = AtomicU8::new(UNKNOWN);
+
+        fn membarrier(cmd: libc::c_int) -> bool {
+            // SAFETY: `membarrier` takes two integers and touches no memory of ours; an
+            // unsupported command or kernel returns -1, which we report as `false`.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_membarrier,
+                    cmd,
+                    0 as libc::c_uint,
+                    0 as libc::c_int,
+                ) == 0
+            }
+        }
+
+        pub(super) fn init() {
+            if STATE.load(Acquire) == UNKNOWN {
+                let supported = membarrier(CMD_REGISTER_PRIVATE_EXPEDITED);
+                // Release: pairs with the Acquire loads below; racing initialisers store the
+                // same answer.
+                STATE.store(if supported { EXPEDITED } else { UNSUPPORTED }, Release);
+            }
+        }
+
+        #[inline(always)]
+        pub(super) fn expedited() -> bool {
+            // Acquire: pairs with the Release store in `init`, which happened before the ring
+            // reached this thread.
+            STATE.load(Acquire) == EXPEDITED
+        }
+
+        pub(super) fn barrier() -> bool {
+            expedited() && membarrier(CMD_PRIVATE_EXPEDITED)
+        }
+    }
+
+    #[cfg(not(all(target_os = "linux", not(miri))))]
+    mod membarrier {
+        pub(super) fn init() {}
+        #[inline(always)]
+        pub(super) fn expedited() -> bool {
+            false
+        }
+        pub(super) fn barrier() -> bool {
+            false
+        }
+    }
 }
 
 #[cfg(replay_ring_loom)]
@@ -109,6 +199,19 @@ mod imp {
     pub(crate) fn mutant(name: &str) -> bool {
         std::env::var("REPLAY_RING_MUTANT").is_ok_and(|m| m == name)
     }
+
+    /// Both halves of the asymmetric pair are modelled as what they guarantee together: a
+    /// `fence(SeqCst)` on each side.
+    pub(crate) fn light_fence(name: &str) {
+        super::seq_cst_fence(name);
+    }
+
+    /// See `light_fence`.
+    pub(crate) fn heavy_fence(name: &str) {
+        super::seq_cst_fence(name);
+    }
+
+    pub(crate) fn init_fences() {}
 }
 
 pub(crate) use imp::*;

@@ -131,11 +131,22 @@ fn resume_checked(
         }) => {
             assert!(requested == x && x + 1 < floor && floor <= head + 1);
             report.below_floor += 1;
-            let reader = ring
-                .resume(Some(floor - 1))
-                .expect("the floor never moves below itself");
-            assert_eq!(reader.cursor(), floor);
-            reader
+            // Accept the loss explicitly and resume from the floor. The releaser runs
+            // concurrently, so the floor may move again: each refusal must report a newer one.
+            let mut floor = floor;
+            loop {
+                match ring.resume(Some(floor - 1)) {
+                    Ok(reader) => {
+                        assert_eq!(reader.cursor(), floor);
+                        return reader;
+                    }
+                    Err(ResumeError::BelowFloor { floor: newer, .. }) => {
+                        assert!(newer > floor, "the floor only grows");
+                        floor = newer;
+                    }
+                    Err(e) => panic!("unexpected resume error {e}"),
+                }
+            }
         }
         Err(e) => panic!("unexpected resume error {e}"),
     }
