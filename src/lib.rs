@@ -68,7 +68,7 @@ pub use error::{BuildError, CloseReason, PushError, ReadError, ReleaseError, Res
 pub use metrics::Metrics;
 pub use producer::Producer;
 pub use reader::{Batch, Event, Reader};
-pub use ring::{Builder, ReplayRing, MAX_CAPACITY, MAX_READERS};
+pub use ring::{Builder, ReplayRing, WakeupFences, MAX_CAPACITY, MAX_READERS};
 
 /// The README's example is compiled and run as a doctest.
 #[doc = include_str!("../README.md")]

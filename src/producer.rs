@@ -209,7 +209,7 @@ impl<T> Producer<T> {
         // Heavy half of an asymmetric SeqCst fence: pairs with the light half in
         // `Shared::wake_producer` (after a release or an unpin). Either that side sees
         // `producer_waiting`, or our re-check below sees its change.
-        heavy_fence("no_producer_wait_fence");
+        heavy_fence("no_producer_wait_fence", true);
         if self.refresh_limit() {
             self.stop_waiting();
             return Poll::Ready(());

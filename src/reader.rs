@@ -259,7 +259,7 @@ impl<T> Reader<T> {
         // Heavy half of an asymmetric SeqCst fence: pairs with the light half in
         // `Shared::wake_readers` after every publish and on close. Either the producer sees us in
         // `reader_waiters`, or we see its new `head`.
-        heavy_fence("no_reader_wait_fence");
+        heavy_fence("no_reader_wait_fence", shared.asymmetric_reader_wakeup);
         if self.available()? {
             self.stop_waiting();
             return Poll::Ready(Ok(()));

@@ -68,6 +68,8 @@ pub(crate) struct Shared<T> {
     /// Set by a producer about to sleep for space; releasers and unpinning readers then wake it.
     pub(crate) producer_waiting: CachePadded<AtomicBool>,
     pub(crate) producer_waker: AtomicWaker,
+    /// [`WakeupFences::Asymmetric`]: publishing skips the full fence, parking readers pay for it.
+    pub(crate) asymmetric_reader_wakeup: bool,
     /// Set (after the last `head` publish) when the stream has ended.
     pub(crate) closed: AtomicBool,
     /// Written once, before `closed` is set. Cold path only.
@@ -103,7 +105,7 @@ impl<T> Shared<T> {
         // `Reader::poll_ready` between its waiter registration and its `head` re-check, so either we
         // see the registration or it sees our `head` (store-buffering: a fence on both sides; the
         // sleeper pays for it, not the push).
-        light_fence("no_push_wake_fence");
+        light_fence("no_push_wake_fence", self.asymmetric_reader_wakeup);
         // Relaxed: ordered by the fence above.
         if self.reader_waiters.load(Relaxed) != 0 {
             for slot in self.readers.iter() {
@@ -117,7 +119,7 @@ impl<T> Shared<T> {
     pub(crate) fn wake_producer(&self) {
         // Light half of an asymmetric SeqCst fence: pairs with the heavy half in
         // `Producer::poll_ready` between setting `producer_waiting` and re-reading `floor` and pins.
-        light_fence("no_space_wake_fence");
+        light_fence("no_space_wake_fence", true);
         // Relaxed: ordered by the fence above.
         if self.producer_waiting.load(Relaxed) {
             self.producer_waker.wake();
@@ -157,6 +159,22 @@ impl<T> Drop for Shared<T> {
     }
 }
 
+/// How the push-vs-parked-reader race is fenced (see `docs/design.md`, "Who pays for the wake-up
+/// fences"). Both are correct; they differ in who pays.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WakeupFences {
+    /// A `fence(SeqCst)` on both sides: every push pays one full fence (tens of nanoseconds), parking
+    /// is free. The default, and the right choice when readers park between events, as SSE and MCP
+    /// connection tasks do.
+    #[default]
+    Symmetric,
+    /// The push pays only a compiler fence; a reader that parks pays a
+    /// `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)` system call (about a microsecond). For
+    /// high-rate producers whose readers poll and rarely park. Falls back to `Symmetric` where the
+    /// system call is unavailable.
+    Asymmetric,
+}
+
 /// Configures and builds a ring. Start from [`ReplayRing::builder`].
 ///
 /// ```
@@ -175,6 +193,7 @@ pub struct Builder<T> {
     capacity: usize,
     max_readers: usize,
     first_id: u64,
+    wakeup_fences: WakeupFences,
     _marker: PhantomData<fn() -> T>,
 }
 
@@ -184,6 +203,7 @@ impl<T> fmt::Debug for Builder<T> {
             .field("capacity", &self.capacity)
             .field("max_readers", &self.max_readers)
             .field("first_id", &self.first_id)
+            .field("wakeup_fences", &self.wakeup_fences)
             .finish()
     }
 }
@@ -194,6 +214,7 @@ impl<T> Default for Builder<T> {
             capacity: 1024,
             max_readers: 16,
             first_id: 1,
+            wakeup_fences: WakeupFences::Symmetric,
             _marker: PhantomData,
         }
     }
@@ -226,6 +247,26 @@ impl<T: Send> Builder<T> {
     /// ```
     pub fn first_id(mut self, first_id: u64) -> Self {
         self.first_id = first_id;
+        self
+    }
+
+    /// Who pays for the fence that keeps a parked reader from missing a push (default
+    /// [`WakeupFences::Symmetric`]). See [`WakeupFences`].
+    ///
+    /// ```
+    /// use replay_ring::{ReplayRing, WakeupFences};
+    ///
+    /// // A market-data style producer with busy-polling readers: make the push as cheap as possible.
+    /// let (mut producer, ring) = ReplayRing::<u64>::builder()
+    ///     .wakeup_fences(WakeupFences::Asymmetric)
+    ///     .build()
+    ///     .unwrap();
+    /// let mut reader = ring.reader().unwrap();
+    /// producer.try_push(1).unwrap();
+    /// assert_eq!(reader.try_next().unwrap().unwrap().data, 1);
+    /// ```
+    pub fn wakeup_fences(mut self, fences: WakeupFences) -> Self {
+        self.wakeup_fences = fences;
         self
     }
 
@@ -288,6 +329,7 @@ impl<T: Send> Builder<T> {
             reader_waiters: CachePadded::new(AtomicUsize::new(0)),
             producer_waiting: CachePadded::new(AtomicBool::new(false)),
             producer_waker: AtomicWaker::new(),
+            asymmetric_reader_wakeup: self.wakeup_fences == WakeupFences::Asymmetric,
             closed: AtomicBool::new(false),
             close_reason: Mutex::new(None),
             producer_full: AtomicU64::new(0),

@@ -58,9 +58,10 @@ mod imp {
     /// `fence(SeqCst)` ourselves (the liburcu / folly asymmetric-fence argument). Elsewhere it is a
     /// plain `fence(SeqCst)`. Under loom both halves are `fence(SeqCst)`, which is what the models
     /// verify.
+    /// With `asymmetric == false` (or no membarrier) both halves are `fence(SeqCst)`.
     #[inline(always)]
-    pub(crate) fn light_fence(_name: &str) {
-        if membarrier::expedited() {
+    pub(crate) fn light_fence(_name: &str, asymmetric: bool) {
+        if asymmetric && membarrier::expedited() {
             std::sync::atomic::compiler_fence(Ordering::SeqCst);
         } else {
             fence(Ordering::SeqCst);
@@ -68,8 +69,8 @@ mod imp {
     }
 
     /// The expensive half, for the side that is about to sleep anyway.
-    pub(crate) fn heavy_fence(_name: &str) {
-        if !membarrier::barrier() {
+    pub(crate) fn heavy_fence(_name: &str, asymmetric: bool) {
+        if !(asymmetric && membarrier::barrier()) {
             fence(Ordering::SeqCst);
         }
     }
@@ -202,12 +203,12 @@ mod imp {
 
     /// Both halves of the asymmetric pair are modelled as what they guarantee together: a
     /// `fence(SeqCst)` on each side.
-    pub(crate) fn light_fence(name: &str) {
+    pub(crate) fn light_fence(name: &str, _asymmetric: bool) {
         super::seq_cst_fence(name);
     }
 
     /// See `light_fence`.
-    pub(crate) fn heavy_fence(name: &str) {
+    pub(crate) fn heavy_fence(name: &str, _asymmetric: bool) {
         super::seq_cst_fence(name);
     }
 

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::Duration;
 
-use replay_ring::{CloseReason, ReadError, Reader, ReplayRing, ResumeError};
+use replay_ring::{CloseReason, ReadError, Reader, ReplayRing, ResumeError, WakeupFences};
 
 const EVENTS: u64 = if cfg!(miri) { 300 } else { 1_000_000 };
 const READERS: usize = 3;
@@ -154,8 +154,22 @@ fn resume_checked(
 
 #[test]
 fn one_producer_three_readers_a_million_events() {
+    stress(WakeupFences::Symmetric);
+}
+
+#[test]
+fn one_producer_three_readers_a_million_events_asymmetric_fences() {
+    stress(WakeupFences::Asymmetric);
+}
+
+fn stress(fences: WakeupFences) {
     let drops = Arc::new(AtomicU64::new(0));
-    let (mut producer, ring) = ReplayRing::<Payload>::new(256, READERS).unwrap();
+    let (mut producer, ring) = ReplayRing::<Payload>::builder()
+        .capacity(256)
+        .max_readers(READERS)
+        .wakeup_fences(fences)
+        .build()
+        .unwrap();
     let acks: Arc<Vec<AtomicU64>> = Arc::new((0..READERS).map(|_| AtomicU64::new(0)).collect());
     let done = Arc::new(AtomicBool::new(false));
 
