@@ -1,8 +1,9 @@
 //! Scenario 5: catch-up under load. The producer pushes as fast as it can while keeping a rolling
 //! retention of `BACKLOG` events (it releases everything older every 1,024 pushes). A reader thread
-//! repeatedly reconnects 16,384 events behind the head and replays the backlog (touching every
-//! event) until it has caught up with the head it saw at reconnect. Reported: the producer's
-//! ns/push without and with the catch-up reader (the slowdown), and the time per catch-up.
+//! reconnects 16,384 events behind the head once per millisecond (or back to back, if a catch-up
+//! takes longer) and replays the backlog (touching every event) until it has caught up with the
+//! head it saw at reconnect. Reported: the producer's ns/push without and with the catch-up reader
+//! (the slowdown), the catch-ups done and the time per catch-up.
 //!
 //! Only replay-ring and the naive `Mutex<VecDeque>` log can replay. Not a criterion bench: the
 //! producer and the reader are measured at once; results go to `<results>/catch_up.jsonl`.
@@ -23,6 +24,8 @@ const BACKLOG: u64 = 16_384;
 /// Twice the backlog: room for the producer to run on while a replay pins the old end.
 const RING: usize = 32_768;
 const RELEASE_EVERY: u64 = 1_024;
+/// One reconnect per millisecond: the same offered load for both implementations.
+const CATCH_UP_EVERY: Duration = Duration::from_millis(1);
 
 /// What a catch-up reader did while the producer ran.
 #[derive(Default)]
@@ -52,7 +55,13 @@ fn replay_ring<T: Payload>(pushes: u64, reader: bool) -> (Duration, ReaderStats)
         let (ring, stop) = (ring.clone(), stop.clone());
         thread::spawn(move || {
             let mut stats = ReaderStats::default();
+            let mut next = Instant::now();
             while !stop.load(Relaxed) {
+                let now = Instant::now();
+                if now < next {
+                    thread::sleep(next - now);
+                }
+                next += CATCH_UP_EVERY;
                 let t = Instant::now();
                 let head = ring.head();
                 let mut r = match ring.resume(Some(head.saturating_sub(BACKLOG))) {
@@ -124,7 +133,13 @@ fn naive<T: Payload>(pushes: u64, reader: bool) -> (Duration, ReaderStats) {
         let (log, stop) = (log.clone(), stop.clone());
         thread::spawn(move || {
             let mut stats = ReaderStats::default();
+            let mut next = Instant::now();
             while !stop.load(Relaxed) {
+                let now = Instant::now();
+                if now < next {
+                    thread::sleep(next - now);
+                }
+                next += CATCH_UP_EVERY;
                 let t = Instant::now();
                 let head = log.head();
                 let events = log.replay_from(head.saturating_sub(BACKLOG));

@@ -3,6 +3,8 @@
 //! Every implementation gets `CAPACITY` slots and is kept from filling up the way its semantics
 //! require, inside the timed loop, every `CAPACITY/2` pushes:
 //! - replay-ring and the naive log: `release_through(head)` (they retain until released);
+//!   replay-ring is measured with the default `WakeupFences::Symmetric` (a full fence per push so
+//!   that parked readers are woken) and with `WakeupFences::Asymmetric` (`replay-ring-asym`);
 //! - rtrb, crossbeam channel / ArrayQueue, disruptor (event poller): the same thread drains what is
 //!   queued (dropping the values, as replay-ring drops a value when its slot is reused);
 //! - tokio broadcast and async-broadcast (overflow mode): one receiver that never reads, so each
@@ -17,7 +19,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use criterion::measurement::WallTime;
 use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion, Throughput};
-use replay_ring::ReplayRing;
+use replay_ring::{ReplayRing, WakeupFences};
 
 use common::{NaiveLog, Payload, CAPACITY};
 
@@ -43,6 +45,25 @@ fn bench<T: Payload>(g: &mut BenchmarkGroup<'_, WallTime>) {
             let (mut p, ring) = ReplayRing::<T>::builder()
                 .capacity(CAPACITY)
                 .max_readers(1)
+                .build()
+                .unwrap();
+            timed(
+                iters,
+                |i| {
+                    assert!(p.try_push(T::make(&src, i)).is_ok());
+                },
+                |i| {
+                    ring.release_through(i).unwrap();
+                },
+            )
+        })
+    });
+    g.bench_function("replay-ring-asym", |b| {
+        b.iter_custom(|iters| {
+            let (mut p, ring) = ReplayRing::<T>::builder()
+                .capacity(CAPACITY)
+                .max_readers(1)
+                .wakeup_fences(WakeupFences::Asymmetric)
                 .build()
                 .unwrap();
             timed(

@@ -13,17 +13,18 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crossbeam::utils::CachePadded;
-use replay_ring::{PushError, ReplayRing};
+use replay_ring::{PushError, ReplayRing, WakeupFences};
 
 use super::{now_ns, wait_until, Backoff, NaiveLog, Payload, CAPACITY};
 
 /// The implementations compared in the live-tail scenarios.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Peer {
-    /// replay-ring, `try_push` / `try_read` (batch) in spin-then-yield loops.
+    /// replay-ring, `try_push` / `try_read` (batch) in spin-then-yield loops, built with
+    /// `WakeupFences::Asymmetric` (the crate's setting for readers that poll).
     ReplayRingSpin,
     /// replay-ring, `push().await` / `read().await` (batch), one current-thread tokio runtime per
-    /// thread: waiting threads park.
+    /// thread: waiting threads park. Default `WakeupFences::Symmetric`.
     ReplayRingAsync,
     /// `tokio::sync::broadcast`: `send` from a plain thread, `recv().await` on a current-thread
     /// runtime. `send` never waits (it overwrites); the producer keeps it lossless by waiting,
@@ -35,7 +36,7 @@ pub enum Peer {
     /// bus: blocking `broadcast` / `recv` (bus spins, then parks).
     Bus,
     /// disruptor: single producer, `publish` (busy-spins when full), managed consumer threads with
-    /// `BusySpinWithSpinLoopHint`.
+    /// `BusySpinWithSpinLoopHint`; with more threads than cores, `Sleep` (10 µs) instead.
     Disruptor,
     /// crossbeam-channel `bounded`: blocking `send` / `recv`. Not a broadcast (one reader only).
     CrossbeamChannel,
@@ -285,9 +286,17 @@ fn replay_ring_run<T: Payload>(
     recorders: Vec<Recorder>,
     is_async: bool,
 ) -> (Instant, Vec<ReaderDone>) {
+    // Polling readers rarely park: the configuration the crate recommends for them is asymmetric
+    // wake-up fences; readers that park per event (async) keep the symmetric default.
+    let fences = if is_async {
+        WakeupFences::Symmetric
+    } else {
+        WakeupFences::Asymmetric
+    };
     let (mut producer, ring) = ReplayRing::<T>::builder()
         .capacity(CAPACITY)
         .max_readers(cfg.readers)
+        .wakeup_fences(fences)
         .build()
         .unwrap();
     let n = cfg.events;
@@ -466,7 +475,7 @@ fn disruptor_run<T: Payload>(
     mut probe: Probe,
     recorders: Vec<Recorder>,
 ) -> (Instant, Vec<ReaderDone>) {
-    use disruptor::{build_single_producer, BusySpinWithSpinLoopHint, Producer, Sequence};
+    use disruptor::{build_single_producer, BusySpinWithSpinLoopHint, Producer, Sequence, Sleep};
     let n = cfg.events;
     let done: Arc<Mutex<Vec<(usize, ReaderDone)>>> = Arc::default();
     let mut recorders: Vec<Option<Recorder>> = recorders.into_iter().map(Some).collect();
@@ -492,20 +501,43 @@ fn disruptor_run<T: Payload>(
         // Dropping the producer joins the consumer threads once they have handled everything.
         t0
     }
-    let builder = build_single_producer(CAPACITY, T::default, BusySpinWithSpinLoopHint)
-        .handle_events_with(handler(0));
-    let t0 = if cfg.readers == 1 {
-        publish_all(builder.build(), &mut probe, n)
-    } else {
-        let mut b = builder.handle_events_with(handler(1));
+    // Busy-spinning consumers need a core each; with more threads than cores they would spin
+    // while the producer waits for a time slice, so they sleep instead (disruptor's own answer,
+    // its issue #1).
+    let t0 = if cfg.readers >= 2 && oversubscribed(cfg.readers) {
+        let b = build_single_producer(CAPACITY, T::default, Sleep::new(DISRUPTOR_SLEEP));
+        let mut b = b
+            .handle_events_with(handler(0))
+            .handle_events_with(handler(1));
         for i in 2..cfg.readers {
             b = b.handle_events_with(handler(i));
         }
         publish_all(b.build(), &mut probe, n)
+    } else {
+        let b = build_single_producer(CAPACITY, T::default, BusySpinWithSpinLoopHint);
+        let b = b.handle_events_with(handler(0));
+        if cfg.readers == 1 {
+            publish_all(b.build(), &mut probe, n)
+        } else {
+            let mut b = b.handle_events_with(handler(1));
+            for i in 2..cfg.readers {
+                b = b.handle_events_with(handler(i));
+            }
+            publish_all(b.build(), &mut probe, n)
+        }
     };
     let mut out = std::mem::take(&mut *done.lock().unwrap());
     out.sort_by_key(|(i, _)| *i);
     (t0, out.into_iter().map(|(_, d)| d).collect())
+}
+
+/// How long an idle disruptor consumer sleeps when the threads outnumber the cores.
+pub const DISRUPTOR_SLEEP: Duration = Duration::from_micros(10);
+
+/// Whether `readers` reader threads plus the producer outnumber the available cores.
+pub fn oversubscribed(readers: usize) -> bool {
+    let cores = thread::available_parallelism().map_or(1, |n| n.get());
+    readers + 1 > cores
 }
 
 fn channel_run<T: Payload>(
