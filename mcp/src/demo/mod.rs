@@ -3,8 +3,9 @@
 //!
 //! Tools: `long_task(n, delay_ms)` sends `notifications/progress` 1..n with the request's progress
 //! token and returns `{"n": n}`; `test_reconnection` closes its own connection after the priming
-//! event (SEP-1699) and returns its result on the stream the client resumes; and the conformance
-//! suite's `test_*` tools and `json_schema_2020_12_tool`.
+//! event (SEP-1699) and returns its result on the stream the client resumes; and everything the
+//! conformance suite's server scenarios call (`test_*` tools, sampling and elicitation requests,
+//! `json_schema_2020_12_tool`, prompts, resources, completion in [`fixtures`]).
 // Logging is deprecated only from 2026-07-28 (SEP-2577); this server speaks 2025-11-25, where it is
 // part of the protocol (and the conformance suite tests it).
 #![allow(deprecated)]
@@ -16,10 +17,12 @@ use std::time::Duration;
 use axum::routing::get;
 use axum::Router;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData,
-    ListToolsResult, LoggingLevel, LoggingMessageNotificationParam, PaginatedRequestParams,
-    ProgressNotificationParam, ProtocolVersion, ServerCapabilities, ServerConfig,
-    SetLevelRequestParams, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult,
+    ContentBlock, ErrorData, GetPromptRequestParams, GetPromptResponse, ListPromptsResult,
+    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, LoggingLevel,
+    LoggingMessageNotificationParam, PaginatedRequestParams, ProgressNotificationParam,
+    ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities,
+    ServerConfig, SetLevelRequestParams, SubscribeRequestParams, Tool, UnsubscribeRequestParams,
 };
 use rmcp::service::RequestContext;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
@@ -29,8 +32,10 @@ use serde_json::{json, Map, Value};
 
 use crate::{ReplayRingSessionManager, ResumeGuardLayer, RingEventStore, StoreConfig};
 
+pub mod fixtures;
+
 /// A 1×1 PNG and a silent 8-bit WAV, for the conformance suite's content tools.
-const PNG_1X1: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
+pub(crate) const PNG_1X1: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
 const WAV_SILENT: &str = "UklGRiQAAABXQVZFZm10IBAAAAABAAEAQB8AAEAfAAABAAgAZGF0YQAAAAA=";
 
 /// The tools. `store` is `None` with `--builtin-cache`.
@@ -78,6 +83,18 @@ fn tool_list() -> Vec<Tool> {
         Tool::new("test_audio_content", "Returns a WAV clip.", empty_schema()),
         Tool::new("test_embedded_resource", "Returns an embedded text resource.", empty_schema()),
         Tool::new("test_multiple_content_types", "Returns text, image and resource.", empty_schema()),
+        Tool::new(
+            "test_sampling",
+            "Asks the client to sample an LLM (sampling/createMessage) on this request's stream.",
+            schema(json!({"type": "object", "properties": {"prompt": {"type": "string"}}, "required": ["prompt"]})),
+        ),
+        Tool::new(
+            "test_elicitation",
+            "Asks the user for input (elicitation/create) on this request's stream.",
+            schema(json!({"type": "object", "properties": {"message": {"type": "string"}}, "required": ["message"]})),
+        ),
+        Tool::new("test_elicitation_sep1034_defaults", "Elicitation with defaults (SEP-1034).", empty_schema()),
+        Tool::new("test_elicitation_sep1330_enums", "Elicitation with enum schemas (SEP-1330).", empty_schema()),
         Tool::new(
             "json_schema_2020_12_tool",
             "Tool with JSON Schema 2020-12 features",
@@ -141,6 +158,24 @@ impl Tools {
             )
             .await
             .map_err(|e| ErrorData::internal_error(format!("log not stored: {e}"), None))
+    }
+
+    /// Sends `elicitation/create` with raw params (the suite's schemas include forms rmcp's typed
+    /// schema builder does not model) and renders the answer as `action=..., content=...`.
+    async fn elicit(ctx: &RequestContext<RoleServer>, params: Value) -> Result<String, ErrorData> {
+        let params = serde_json::from_value(params)
+            .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+        let answer = ctx
+            .peer
+            .create_elicitation(params)
+            .await
+            .map_err(|e| ErrorData::internal_error(format!("elicitation failed: {e}"), None))?;
+        let v = serde_json::to_value(&answer).unwrap_or_default();
+        Ok(format!(
+            "action={}, content={}",
+            v["action"].as_str().unwrap_or("?"),
+            v["content"]
+        ))
     }
 
     async fn long_task(
@@ -210,6 +245,70 @@ impl ServerHandler for Tools {
         Ok(())
     }
 
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        fixtures::list_prompts()
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        Ok(fixtures::get_prompt(&request.name, &request.arguments)?.into())
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        fixtures::list_resources()
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        fixtures::list_resource_templates()
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        Ok(fixtures::read_resource(&request.uri)?.into())
+    }
+
+    async fn subscribe(
+        &self,
+        _request: SubscribeRequestParams,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        Ok(())
+    }
+
+    async fn unsubscribe(
+        &self,
+        _request: UnsubscribeRequestParams,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        Ok(())
+    }
+
+    async fn complete(
+        &self,
+        _request: CompleteRequestParams,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, ErrorData> {
+        fixtures::complete()
+    }
+
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
@@ -256,6 +355,90 @@ impl ServerHandler for Tools {
                 CallToolResult::success(vec![ContentBlock::audio(WAV_SILENT, "audio/wav")])
             }
             "test_embedded_resource" => CallToolResult::success(vec![embedded()]),
+            "test_sampling" => {
+                let prompt = request
+                    .arguments
+                    .as_ref()
+                    .and_then(|a| a.get("prompt"))
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                let params = serde_json::from_value(json!({
+                    "messages": [{"role": "user", "content": {"type": "text", "text": prompt}}],
+                    "maxTokens": 100
+                }))
+                .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+                let reply = ctx.peer.create_message(params).await.map_err(|e| {
+                    ErrorData::internal_error(format!("sampling failed: {e}"), None)
+                })?;
+                let reply = serde_json::to_value(&reply).unwrap_or_default();
+                let text = reply["content"]["text"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned();
+                CallToolResult::success(vec![ContentBlock::text(format!("LLM response: {text}"))])
+            }
+            "test_elicitation" => {
+                let message = request
+                    .arguments
+                    .as_ref()
+                    .and_then(|a| a.get("message"))
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                let answer = Self::elicit(
+                    &ctx,
+                    json!({
+                        "message": message,
+                        "requestedSchema": {"type": "object", "properties": {
+                            "username": {"type": "string", "description": "User's response"},
+                            "email": {"type": "string", "description": "User's email address"}},
+                            "required": ["username", "email"]}
+                    }),
+                )
+                .await?;
+                CallToolResult::success(vec![ContentBlock::text(format!(
+                    "User response: {answer}"
+                ))])
+            }
+            "test_elicitation_sep1034_defaults" => {
+                let answer = Self::elicit(&ctx, json!({
+                    "message": "Please review and update the form fields with defaults",
+                    "requestedSchema": {"type": "object", "properties": {
+                        "name": {"type": "string", "description": "User name", "default": "John Doe"},
+                        "age": {"type": "integer", "description": "User age", "default": 30},
+                        "score": {"type": "number", "description": "User score", "default": 95.5},
+                        "status": {"type": "string", "description": "User status",
+                                   "enum": ["active", "inactive", "pending"], "default": "active"},
+                        "verified": {"type": "boolean", "description": "Verification status", "default": true}
+                    }}
+                }))
+                .await?;
+                CallToolResult::success(vec![ContentBlock::text(format!(
+                    "Elicitation completed: {answer}"
+                ))])
+            }
+            "test_elicitation_sep1330_enums" => {
+                let answer = Self::elicit(&ctx, json!({
+                    "message": "Please select options",
+                    "requestedSchema": {"type": "object", "properties": {
+                        "untitledSingle": {"type": "string", "enum": ["option1", "option2", "option3"]},
+                        "titledSingle": {"type": "string", "oneOf": [
+                            {"const": "value1", "title": "First Option"},
+                            {"const": "value2", "title": "Second Option"},
+                            {"const": "value3", "title": "Third Option"}]},
+                        "legacyEnum": {"type": "string", "enum": ["opt1", "opt2", "opt3"],
+                                       "enumNames": ["Option One", "Option Two", "Option Three"]},
+                        "untitledMulti": {"type": "array", "items": {"type": "string", "enum": ["option1", "option2", "option3"]}},
+                        "titledMulti": {"type": "array", "items": {"anyOf": [
+                            {"const": "value1", "title": "First Choice"},
+                            {"const": "value2", "title": "Second Choice"},
+                            {"const": "value3", "title": "Third Choice"}]}}
+                    }}
+                }))
+                .await?;
+                CallToolResult::success(vec![ContentBlock::text(format!(
+                    "Elicitation completed: {answer}"
+                ))])
+            }
             "json_schema_2020_12_tool" => CallToolResult::success(vec![ContentBlock::text(
                 json!({"arguments": request.arguments}).to_string(),
             )]),
