@@ -343,6 +343,15 @@ impl RingEventStore {
             .map(|(k, _)| k.clone())
             .collect();
         for k in gone {
+            if let Some(entry) = streams.by_rmcp.get(&k) {
+                // Live readers of a deleted session end with an explicit "session closed" event
+                // instead of idling. A push in progress holds the lock; it finishes on its own.
+                if let Ok(mut producer) = entry.producer.try_lock() {
+                    if let Some(p) = producer.take() {
+                        p.close(CloseReason::error("session closed"));
+                    }
+                }
+            }
             streams.remove(&k);
         }
         streams.pending_disconnects.retain(|(s, _)| &**s != session);

@@ -188,8 +188,21 @@ async fn a_resume_is_bound_to_the_session_of_its_stream() {
     assert!(foreign.foreign_session, "{foreign:?}");
     assert!(s.resume_stream(Some("sess-2"), id.as_bytes()).is_err());
     assert_eq!(s.metrics().resumes_foreign_session, 2);
-    // Dropping the session forgets its streams.
+    // Dropping the session forgets its streams; a live reader ends with an explicit error.
+    let mut live = s.resume_stream(Some("sess-1"), id.as_bytes()).unwrap();
+    assert_eq!(progress_of(&next(&mut live).await.unwrap()), Some(2));
     s.drop_session("sess-1");
+    let last = next(&mut live).await.unwrap();
+    let v = serde_json::to_value(last.message.as_deref().unwrap()).unwrap();
+    assert_eq!(v["error"]["code"], STREAM_BROKEN_CODE, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("session closed"),
+        "{v}"
+    );
+    assert!(next(&mut live).await.is_none());
     assert!(matches!(
         s.check_resume(Some("sess-1"), id.as_bytes())
             .unwrap_err()
