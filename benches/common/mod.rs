@@ -103,13 +103,23 @@ const POOL: usize = 4096;
 
 impl Payload for Bytes {
     const NAME: &'static str = "bytes256";
-    type Source = std::sync::Arc<Vec<Bytes>>;
+    type Source = &'static [Bytes];
+    /// One process-wide pool, built once before any measurement. Every buffer is cloned once at
+    /// build time so that its shared header (the reference count) is allocated then, all headers
+    /// together: allocated lazily in the middle of a run, a header could land in a cache line with
+    /// the first bytes of another buffer, and the producer's count updates would then bounce
+    /// against the reader's payload reads (false sharing that is the pool's, not the ring's).
     fn source() -> Self::Source {
-        std::sync::Arc::new(
-            (0..POOL)
+        static POOL_BYTES: OnceLock<Vec<Bytes>> = OnceLock::new();
+        POOL_BYTES.get_or_init(|| {
+            let pool: Vec<Bytes> = (0..POOL)
                 .map(|i| Bytes::from(vec![(i % 251) as u8; BYTES_LEN]))
-                .collect(),
-        )
+                .collect();
+            for b in &pool {
+                drop(b.clone());
+            }
+            pool
+        })
     }
     #[inline(always)]
     fn make(source: &Self::Source, i: u64) -> Bytes {
