@@ -1,12 +1,11 @@
 //! Payloads that check themselves, a drop ledger, batch checks and the model runner.
 //!
-//! Ghost state (the [`Ledger`], [`Flag`]) uses `std` atomics on purpose: loom runs every model
-//! thread on one OS thread, so a `std` atomic records the *schedule* order without adding any
-//! happens-before edge that loom would see. The models therefore cannot accidentally synchronise
-//! through their own bookkeeping.
+//! The drop [`Ledger`] uses `std` atomics on purpose: it only counts, is checked after every thread
+//! has been joined, and so must add no happens-before edge (and no scheduling point) to the model.
+//! Ordering facts a model asserts on go through a loom [`Flag`] instead.
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc as StdArc;
 use std::time::Instant;
 
@@ -136,21 +135,35 @@ pub fn check_cursors<T>(ring: &ReplayRing<T>) {
     );
 }
 
-/// A ghost "this has happened" flag, in schedule order (see the module doc).
-#[derive(Debug, Clone, Default)]
-pub struct Flag(StdArc<AtomicBool>);
+/// "This has happened", as a loom atomic: `set` is a `Release` store, `get` an `Acquire` load.
+///
+/// A check such as "a resume started after the release completed" must mean *happens-after*:
+/// loom's partial-order reduction only reorders operations on the same object, so a ghost flag
+/// outside loom's view would silently never be observed set at the interesting moment. This flag
+/// is a loom object, so loom explores both orders of `set` and `get`, and a `true` from `get`
+/// makes everything before `set` happen-before everything after `get`.
+#[derive(Debug, Clone)]
+pub struct Flag(loom::sync::Arc<loom::sync::atomic::AtomicBool>);
+
+impl Default for Flag {
+    fn default() -> Self {
+        Flag(loom::sync::Arc::new(loom::sync::atomic::AtomicBool::new(
+            false,
+        )))
+    }
+}
 
 impl Flag {
     /// Records that the event happened.
     pub fn set(&self) {
-        // SeqCst on a ghost flag: schedule order only.
-        self.0.store(true, SeqCst);
+        // Release: pairs with the Acquire in `get`; the event happens-before whoever sees the flag.
+        self.0.store(true, loom::sync::atomic::Ordering::Release);
     }
 
-    /// Whether the event has happened (in the schedule loom is running).
+    /// Whether the event has happened (and, if so, happens-before the caller's next steps).
     pub fn get(&self) -> bool {
-        // SeqCst on a ghost flag: schedule order only.
-        self.0.load(SeqCst)
+        // Acquire: pairs with the Release in `set`.
+        self.0.load(loom::sync::atomic::Ordering::Acquire)
     }
 }
 

@@ -42,7 +42,6 @@ fn push_vs_replay_across_wraparound() {
                     producer
                 })
             };
-
             let started_after_release = released_2.get();
             match ring.resume(Some(1)) {
                 Ok(mut reader) => {

@@ -42,7 +42,6 @@ fn release_vs_replay_at_floor() {
                 producer
             })
         };
-
         let started_after_release = released_1.get();
         match ring.resume(Some(0)) {
             Ok(mut reader) => {

@@ -85,7 +85,7 @@ fn producer_wait_vs_reader_finishing() {
 fn producer_wait_vs_release_and_reader() {
     model(
         "producer_wait_vs_release_and_reader",
-        Bound::Preemptions(3),
+        Bound::Preemptions(5),
         || {
             let ledger = Ledger::new(2);
             let (mut producer, ring) = ReplayRing::<_>::builder()
