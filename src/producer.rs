@@ -163,9 +163,10 @@ impl<T> Producer<T> {
     #[cold]
     fn refresh_limit(&mut self) -> bool {
         let shared = &*self.shared;
-        // Acquire: pairs with the Release half of `release_through`'s `fetch_max`. It makes that
-        // release happen-before the fence below, which is what lets a reader's floor check and our
-        // pin scan exclude each other (docs/design.md, "release vs a reader starting a replay").
+        // Acquire: pairs with the Release half of `release_through`'s `fetch_max`. Belt and braces:
+        // the exclusion between a reader's floor check and our pin scan already follows from the
+        // two SeqCst fences plus coherence (C++20 [atomics.order]/4; docs/verification.md shows the
+        // Relaxed mutant survives), and on x86-64 both orderings are the same instruction.
         let floor_ordering = ord("floor_acquire_relaxed", Acquire, Relaxed);
         let floor = if crate::sync::mutant("floor_after_fence") {
             seq_cst_fence("no_pin_scan_fence");

@@ -566,6 +566,10 @@ impl<T> ReplayRing<T> {
             Err(floor) => {
                 slot.counters.count(&slot.counters.resumes_from_evicted_id);
                 self.free_reader_slot(index);
+                // Re-read the head: the floor came from a release of an id <= the head at that time,
+                // so this snapshot keeps `floor <= head + 1` (the head read above may predate it).
+                // Acquire: pairs with the producer's Release publish.
+                let head = shared.head.load(Acquire);
                 Err(ResumeError::BelowFloor {
                     requested: last,
                     floor,
