@@ -135,8 +135,10 @@ impl<T> Producer<T> {
         let index = shared.index(id);
         let replaced = id >= shared.first_id.saturating_add(shared.capacity());
         let old = {
-            let _track = shared.trackers[index].write();
-            let cell = shared.slots[index].get();
+            // SAFETY: `index` is masked by `capacity - 1` and `trackers` has `capacity` entries.
+            let _track = unsafe { shared.trackers.get_unchecked(index) }.write();
+            // SAFETY: as above, `slots` has `capacity` entries.
+            let cell = unsafe { shared.slots.get_unchecked(index) }.get();
             // SAFETY: `id < write_limit`, so the slot's previous occupant `id - capacity` was released
             // and no reader pin covers it (see `refresh_limit`); readers only touch ids `<= head`,
             // and `id > head`. So nobody else accesses this slot now. It was initialised iff an
@@ -210,7 +212,7 @@ impl<T> Producer<T> {
         // Heavy half of an asymmetric SeqCst fence: pairs with the light half in
         // `Shared::wake_producer` (after a release or an unpin). Either that side sees
         // `producer_waiting`, or our re-check below sees its change.
-        heavy_fence("no_producer_wait_fence", true);
+        heavy_fence("no_producer_wait_fence", shared.asymmetric_producer_wakeup);
         if self.refresh_limit() {
             self.stop_waiting();
             return Poll::Ready(());

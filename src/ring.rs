@@ -68,8 +68,11 @@ pub(crate) struct Shared<T> {
     /// Set by a producer about to sleep for space; releasers and unpinning readers then wake it.
     pub(crate) producer_waiting: CachePadded<AtomicBool>,
     pub(crate) producer_waker: AtomicWaker,
-    /// [`WakeupFences::Asymmetric`]: publishing skips the full fence, parking readers pay for it.
+    /// [`WakeupFences::Asymmetric`] and membarrier available: publishing skips the full fence,
+    /// parking readers pay for it.
     pub(crate) asymmetric_reader_wakeup: bool,
+    /// membarrier available: unpins and releases skip the full fence, a parking producer pays.
+    pub(crate) asymmetric_producer_wakeup: bool,
     /// Set (after the last `head` publish) when the stream has ended.
     pub(crate) closed: AtomicBool,
     /// Written once, before `closed` is set. Cold path only.
@@ -119,7 +122,7 @@ impl<T> Shared<T> {
     pub(crate) fn wake_producer(&self) {
         // Light half of an asymmetric SeqCst fence: pairs with the heavy half in
         // `Producer::poll_ready` between setting `producer_waiting` and re-reading `floor` and pins.
-        light_fence("no_space_wake_fence", true);
+        light_fence("no_space_wake_fence", self.asymmetric_producer_wakeup);
         // Relaxed: ordered by the fence above.
         if self.producer_waiting.load(Relaxed) {
             self.producer_waker.wake();
@@ -301,7 +304,7 @@ impl<T: Send> Builder<T> {
             return Err(BuildError::InvalidFirstId(self.first_id));
         }
 
-        init_fences();
+        let asymmetric = init_fences();
         let mut slots = Vec::new();
         slots
             .try_reserve_exact(capacity)
@@ -329,7 +332,8 @@ impl<T: Send> Builder<T> {
             reader_waiters: CachePadded::new(AtomicUsize::new(0)),
             producer_waiting: CachePadded::new(AtomicBool::new(false)),
             producer_waker: AtomicWaker::new(),
-            asymmetric_reader_wakeup: self.wakeup_fences == WakeupFences::Asymmetric,
+            asymmetric_reader_wakeup: asymmetric && self.wakeup_fences == WakeupFences::Asymmetric,
+            asymmetric_producer_wakeup: asymmetric,
             closed: AtomicBool::new(false),
             close_reason: Mutex::new(None),
             producer_full: AtomicU64::new(0),

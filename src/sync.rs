@@ -58,10 +58,13 @@ mod imp {
     /// `fence(SeqCst)` ourselves (the liburcu / folly asymmetric-fence argument). Elsewhere it is a
     /// plain `fence(SeqCst)`. Under loom both halves are `fence(SeqCst)`, which is what the models
     /// verify.
-    /// With `asymmetric == false` (or no membarrier) both halves are `fence(SeqCst)`.
+    ///
+    /// `asymmetric` must be what [`init_fences`] returned (possibly and-ed with a per-ring choice),
+    /// and the same value must reach the matching [`heavy_fence`]. It is decided once per ring so
+    /// the push path reads one field it already has in cache.
     #[inline(always)]
     pub(crate) fn light_fence(_name: &str, asymmetric: bool) {
-        if asymmetric && membarrier::expedited() {
+        if asymmetric {
             std::sync::atomic::compiler_fence(Ordering::SeqCst);
         } else {
             fence(Ordering::SeqCst);
@@ -75,11 +78,11 @@ mod imp {
         }
     }
 
-    /// Registers this process for expedited membarriers, once. Called when a ring is built, so
-    /// every thread that can reach a ring sees the final mode (it is set before the ring exists
-    /// and never changes afterwards).
-    pub(crate) fn init_fences() {
+    /// Registers this process for expedited membarriers, once, and says whether asymmetric fences
+    /// are available. Called when a ring is built; the answer never changes afterwards.
+    pub(crate) fn init_fences() -> bool {
         membarrier::init();
+        membarrier::expedited()
     }
 
     #[cfg(all(target_os = "linux", not(miri)))]
@@ -212,7 +215,9 @@ mod imp {
         super::seq_cst_fence(name);
     }
 
-    pub(crate) fn init_fences() {}
+    pub(crate) fn init_fences() -> bool {
+        true
+    }
 }
 
 pub(crate) use imp::*;
