@@ -37,7 +37,7 @@ fn push_vs_replay_across_wraparound() {
                     assert_eq!(ring.release_through(2), Ok(3));
                     released_2.set();
                     check_cursors(&ring);
-                    // Refused exactly while the reader still pins id 2; either outcome is legal here.
+                    // Refused while the reader still pins id 2; either outcome is legal.
                     let _ = producer.try_push_with(maker(&ledger));
                     producer
                 })

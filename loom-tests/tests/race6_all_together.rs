@@ -10,7 +10,8 @@ use replay_ring_loom_tests::{check_batch, check_cursors, maker, model, Bound, Le
 /// and 3 if accepted). Releaser: releases through whatever head it sees. Reader A: replays from the
 /// start (`resume(Some(0))`), two reads. Reader B (main): a live reader, two reads. Every batch must
 /// continue its reader's sequence with intact payloads; a replay or read that cannot be honoured
-/// must be the typed error with consistent numbers; `floor <= head + 1` whenever anyone looks.
+/// must be the typed error with consistent numbers; `floor <= head + 1` whenever anyone looks,
+/// including in a `BelowFloor` snapshot.
 #[test]
 fn two_readers_producer_releaser() {
     model(
@@ -48,9 +49,15 @@ fn two_readers_producer_releaser() {
                 thread::spawn(move || match ring.resume(Some(0)) {
                     Ok(reader) => read_twice(&ring, reader, 1),
                     Err(ResumeError::BelowFloor {
-                        requested, floor, ..
+                        requested,
+                        floor,
+                        head,
                     }) => {
                         assert_eq!(requested, 0);
+                        assert!(
+                            floor <= head + 1,
+                            "cursor invariant violated: BelowFloor with floor {floor} > head {head} + 1"
+                        );
                         assert!(floor >= 2, "replay mismatch: BelowFloor with floor {floor}");
                     }
                     Err(e) => panic!("replay mismatch: unexpected {e:?}"),
