@@ -7,7 +7,10 @@
 //! `k`; reader 0 subtracts it when it sees event `k` (all peers here are FIFO and lossless, so the
 //! k-th event a reader sees is event k).
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{
+    AtomicU64,
+    Ordering::{Relaxed, SeqCst},
+};
 use std::sync::{Arc, Barrier, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -274,9 +277,11 @@ impl Acks {
     /// Records `id` for reader `i`; returns the id every reader has read through.
     #[inline]
     fn ack(&self, i: usize, id: u64) -> u64 {
-        // Relaxed: the value only bounds a release; the ring orders the slot accesses itself.
-        self.0[i].store(id, Relaxed);
-        self.0.iter().map(|a| a.load(Relaxed)).min().unwrap_or(id)
+        // SeqCst store and loads: two readers acking their last batches at the same time must not
+        // both miss the other's ack (store buffering), or neither releases and a full ring stalls
+        // the producer for good. The ring orders the slot accesses itself.
+        self.0[i].store(id, SeqCst);
+        self.0.iter().map(|a| a.load(SeqCst)).min().unwrap_or(id)
     }
 }
 
