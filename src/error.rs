@@ -5,6 +5,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// Why a stream ended. Readers see it after they have read everything that was retained.
+///
+/// ```
+/// use std::time::Duration;
+/// use replay_ring::CloseReason;
+///
+/// let reason = CloseReason::BackpressureTimeout { waited: Duration::from_secs(10) };
+/// assert!(reason.to_string().contains("nothing dropped"));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum CloseReason {
@@ -195,6 +203,16 @@ impl fmt::Display for ResumeError {
 impl std::error::Error for ResumeError {}
 
 /// A live read that cannot continue.
+///
+/// ```
+/// use replay_ring::{ReadError, ReplayRing};
+///
+/// let (mut producer, ring) = ReplayRing::<u8>::new(4, 1).unwrap();
+/// let mut reader = ring.reader().unwrap();
+/// producer.try_push(1).unwrap();
+/// ring.release_through(1).unwrap(); // released before this reader read it
+/// assert_eq!(reader.try_next(), Err(ReadError::Gap { next: 1, floor: 2, head: 1 }));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ReadError {
     /// The reader's next event was released before it was read. The reader never skips: resume

@@ -25,6 +25,14 @@ impl ReaderCounters {
 
 /// A point-in-time snapshot of a stream's counters, from [`ReplayRing::metrics`](crate::ReplayRing::metrics).
 ///
+/// ```
+/// let (mut producer, ring) = replay_ring::ReplayRing::<u8>::new(1, 1).unwrap();
+/// producer.try_push(1).unwrap();
+/// assert!(producer.try_push(2).is_err());
+/// let m = ring.metrics();
+/// assert_eq!((m.events_enqueued, m.producer_full, m.head, m.floor), (1, 1, 1, 1));
+/// ```
+///
 /// Fields are read one by one, so a snapshot taken while the stream runs is not atomic across
 /// fields (each is exact on its own).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -81,11 +81,25 @@ impl<T> Producer<T> {
     }
 
     /// The id the next accepted push will get. Pushes that are refused do not advance it.
+    ///
+    /// ```
+    /// let (mut producer, _ring) = replay_ring::ReplayRing::<u8>::new(1, 1).unwrap();
+    /// assert_eq!(producer.next_id(), 1);
+    /// producer.try_push(0).unwrap();
+    /// assert!(producer.try_push(0).is_err());
+    /// assert_eq!(producer.next_id(), 2);
+    /// ```
     pub fn next_id(&self) -> u64 {
         self.next_id
     }
 
     /// A handle on this producer's ring.
+    ///
+    /// ```
+    /// let (mut producer, _ring) = replay_ring::ReplayRing::<u8>::new(4, 1).unwrap();
+    /// producer.try_push(1).unwrap();
+    /// assert_eq!(producer.ring().head(), 1);
+    /// ```
     pub fn ring(&self) -> ReplayRing<T> {
         ReplayRing {
             shared: self.shared.clone(),
@@ -230,6 +244,16 @@ impl<T> Producer<T> {
 
     /// Waits until a push would be accepted: until enough events are released and no reader is
     /// still borrowing the slot to reuse.
+    ///
+    /// ```
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+    /// let (mut producer, ring) = replay_ring::ReplayRing::<u8>::new(1, 1).unwrap();
+    /// producer.try_push(1).unwrap();
+    /// tokio::spawn(async move { ring.release_through(1).unwrap() });
+    /// producer.ready().await;
+    /// assert_eq!(producer.try_push(2), Ok(2)); // guaranteed: only this producer fills the window
+    /// # });
+    /// ```
     pub async fn ready(&mut self) {
         poll_fn(|cx| self.poll_ready(cx)).await;
         self.stop_waiting();
@@ -252,6 +276,15 @@ impl<T> Producer<T> {
     }
 
     /// Like [`push`](Self::push), with the id passed to `make` before the value is built.
+    ///
+    /// ```
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+    /// let (mut producer, ring) = replay_ring::ReplayRing::<String>::new(4, 1).unwrap();
+    /// let id = producer.push_with(|id| format!("id: {id}")).await.unwrap();
+    /// let mut reader = ring.resume(Some(0)).unwrap();
+    /// assert_eq!(reader.next().await.unwrap().data, format!("id: {id}"));
+    /// # });
+    /// ```
     pub async fn push_with<F: FnOnce(u64) -> T>(&mut self, make: F) -> Result<u64, PushError<F>> {
         self.ready().await;
         self.try_push_with(make)
@@ -259,6 +292,17 @@ impl<T> Producer<T> {
 
     /// Ends the stream. Readers read everything still retained, then get
     /// [`ReadError::Closed`](crate::ReadError::Closed) with `reason`.
+    ///
+    /// ```
+    /// use replay_ring::{CloseReason, ReadError, ReplayRing};
+    ///
+    /// let (mut producer, ring) = ReplayRing::<u8>::new(4, 1).unwrap();
+    /// let mut reader = ring.reader().unwrap();
+    /// producer.try_push(1).unwrap();
+    /// producer.close(CloseReason::error("tool failed"));
+    /// assert_eq!(reader.try_next().unwrap().unwrap().id, 1); // drained first
+    /// assert_eq!(reader.try_next(), Err(ReadError::Closed(CloseReason::error("tool failed"))));
+    /// ```
     pub fn close(mut self, reason: CloseReason) {
         self.close_inner(reason);
     }
@@ -304,6 +348,17 @@ impl<T> Producer<T> {
     }
 
     /// Blocks up to `timeout` until a push would be accepted. Returns whether it would.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let (mut producer, ring) = replay_ring::ReplayRing::<u8>::new(1, 1).unwrap();
+    /// assert!(producer.wait_ready_timeout(Duration::ZERO));
+    /// producer.try_push(1).unwrap();
+    /// assert!(!producer.wait_ready_timeout(Duration::from_millis(1)));
+    /// ring.release_through(1).unwrap();
+    /// assert!(producer.wait_ready_timeout(Duration::ZERO));
+    /// ```
     pub fn wait_ready_timeout(&mut self, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
         let mut waker = std::mem::take(&mut self.thread_waker);

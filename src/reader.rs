@@ -49,6 +49,13 @@ fn unpin<T>(shared: &Shared<T>, slot: &ReaderSlot) {
 }
 
 /// One event, cloned out of the ring (see [`Reader::try_next`]).
+///
+/// ```
+/// let (mut producer, ring) = replay_ring::ReplayRing::<u8>::new(4, 1).unwrap();
+/// producer.try_push(5).unwrap();
+/// let event = ring.resume(Some(0)).unwrap().try_next().unwrap().unwrap();
+/// assert_eq!((event.id, event.data), (1, 5));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Event<T> {
     /// The event's id.
@@ -142,6 +149,14 @@ impl<T> Reader<T> {
     }
 
     /// The id this reader yields next. After a resume from `x`, it is `x + 1`.
+    ///
+    /// ```
+    /// let (mut producer, ring) = replay_ring::ReplayRing::<u8>::new(4, 2).unwrap();
+    /// producer.try_push(1).unwrap();
+    /// producer.try_push(2).unwrap();
+    /// assert_eq!(ring.resume(Some(1)).unwrap().cursor(), 2);
+    /// assert_eq!(ring.reader().unwrap().cursor(), 3); // live: after the head
+    /// ```
     pub fn cursor(&self) -> u64 {
         self.cursor
     }
@@ -276,6 +291,16 @@ impl<T> Reader<T> {
     }
 
     /// Waits until at least one event is available and lends all available ones.
+    ///
+    /// ```
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+    /// let (mut producer, ring) = replay_ring::ReplayRing::<u8>::new(4, 1).unwrap();
+    /// let mut reader = ring.reader().unwrap();
+    /// tokio::spawn(async move { producer.push(9).await.unwrap(); producer });
+    /// let batch = reader.read().await.unwrap();
+    /// assert_eq!((batch.first_id(), batch.as_slices().0), (1, &[9][..]));
+    /// # });
+    /// ```
     pub async fn read(&mut self) -> Result<Batch<'_, T>, ReadError> {
         poll_fn(|cx| self.poll_ready(cx)).await?;
         self.borrow_available()
@@ -283,6 +308,16 @@ impl<T> Reader<T> {
 
     /// Clones the next event out, if any. One pin per event: for throughput prefer
     /// [`try_read`](Self::try_read), which lends a whole batch.
+    ///
+    /// ```
+    /// use replay_ring::Event;
+    ///
+    /// let (mut producer, ring) = replay_ring::ReplayRing::<&str>::new(4, 1).unwrap();
+    /// let mut reader = ring.reader().unwrap();
+    /// assert_eq!(reader.try_next(), Ok(None));
+    /// producer.try_push("a").unwrap();
+    /// assert_eq!(reader.try_next(), Ok(Some(Event { id: 1, data: "a" })));
+    /// ```
     pub fn try_next(&mut self) -> Result<Option<Event<T>>, ReadError>
     where
         T: Clone,
@@ -291,6 +326,17 @@ impl<T> Reader<T> {
     }
 
     /// Waits for the next event and clones it out.
+    ///
+    /// ```
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+    /// let (mut producer, ring) = replay_ring::ReplayRing::<u32>::new(4, 1).unwrap();
+    /// let mut reader = ring.reader().unwrap();
+    /// producer.try_push(7).unwrap();
+    /// producer.try_push(8).unwrap();
+    /// assert_eq!(reader.next().await.unwrap().data, 7);
+    /// assert_eq!(reader.next().await.unwrap().data, 8); // one event at a time
+    /// # });
+    /// ```
     pub async fn next(&mut self) -> Result<Event<T>, ReadError>
     where
         T: Clone,
@@ -406,11 +452,22 @@ impl<'a, T> Batch<'a, T> {
     }
 
     /// Id of the first event.
+    ///
+    /// ```
+    /// let (mut producer, ring) = replay_ring::ReplayRing::<u8>::new(8, 1).unwrap();
+    /// for n in 0..5 {
+    ///     producer.try_push(n).unwrap();
+    /// }
+    /// let mut reader = ring.resume(Some(2)).unwrap();
+    /// let batch = reader.try_read().unwrap().unwrap();
+    /// assert_eq!((batch.first_id(), batch.last_id(), batch.len()), (3, 5, 3));
+    /// assert!(!batch.is_empty());
+    /// ```
     pub fn first_id(&self) -> u64 {
         self.first
     }
 
-    /// Id of the last event.
+    /// Id of the last event (the head when the batch was lent).
     pub fn last_id(&self) -> u64 {
         self.last
     }
@@ -461,6 +518,15 @@ impl<'a, T> Batch<'a, T> {
     }
 
     /// `(id, &event)` pairs in id order.
+    ///
+    /// ```
+    /// let (mut producer, ring) = replay_ring::ReplayRing::<char>::new(2, 1).unwrap();
+    /// let mut reader = ring.reader().unwrap();
+    /// producer.try_push('x').unwrap();
+    /// producer.try_push('y').unwrap();
+    /// let batch = reader.try_read().unwrap().unwrap();
+    /// assert_eq!(batch.iter().collect::<Vec<_>>(), [(1, &'x'), (2, &'y')]);
+    /// ```
     pub fn iter(&self) -> impl Iterator<Item = (u64, &T)> + '_ {
         let (a, b) = self.as_slices();
         (self.first..).zip(a.iter().chain(b))

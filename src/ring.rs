@@ -225,6 +225,11 @@ impl<T> Default for Builder<T> {
 
 impl<T: Send> Builder<T> {
     /// How many events the window retains at most (default 1024). Rounded up to a power of two.
+    ///
+    /// ```
+    /// let (_p, ring) = replay_ring::ReplayRing::<u8>::builder().capacity(5).build().unwrap();
+    /// assert_eq!(ring.capacity(), 8);
+    /// ```
     pub fn capacity(mut self, capacity: usize) -> Self {
         self.capacity = capacity;
         self
@@ -232,6 +237,14 @@ impl<T: Send> Builder<T> {
 
     /// How many [`Reader`]s may exist at once (default 16). The reader table, including its wakers,
     /// is allocated once, here.
+    ///
+    /// ```
+    /// use replay_ring::{ReplayRing, ResumeError};
+    ///
+    /// let (_p, ring) = ReplayRing::<u8>::builder().max_readers(1).build().unwrap();
+    /// let _only = ring.reader().unwrap();
+    /// assert_eq!(ring.reader().unwrap_err(), ResumeError::TooManyReaders { limit: 1 });
+    /// ```
     pub fn max_readers(mut self, max_readers: usize) -> Self {
         self.max_readers = max_readers;
         self
@@ -390,7 +403,12 @@ impl<T> fmt::Debug for ReplayRing<T> {
 }
 
 impl<T: Send> ReplayRing<T> {
-    /// A builder with the defaults (capacity 1024, 16 readers, first id 1).
+    /// A builder with the defaults (capacity 1024, 16 readers, first id 1, symmetric fences).
+    ///
+    /// ```
+    /// let (_p, ring) = replay_ring::ReplayRing::<u8>::builder().build().unwrap();
+    /// assert_eq!((ring.capacity(), ring.max_readers()), (1024, 16));
+    /// ```
     pub fn builder() -> Builder<T> {
         Builder::default()
     }
@@ -429,6 +447,12 @@ impl<T> ReplayRing<T> {
     }
 
     /// The newest id (`first_id - 1` before the first push).
+    ///
+    /// ```
+    /// let (mut producer, ring) = replay_ring::ReplayRing::<u8>::new(4, 1).unwrap();
+    /// assert_eq!(ring.head(), 0);
+    /// assert_eq!(producer.try_push(1), Ok(ring.head()));
+    /// ```
     pub fn head(&self) -> u64 {
         // Acquire: pairs with the producer's Release publish of `head`.
         self.shared.head.load(Acquire)
@@ -445,6 +469,13 @@ impl<T> ReplayRing<T> {
     }
 
     /// Whether the producer has closed the stream (or been dropped).
+    ///
+    /// ```
+    /// let (producer, ring) = replay_ring::ReplayRing::<u8>::new(4, 1).unwrap();
+    /// assert!(!ring.is_closed());
+    /// drop(producer);
+    /// assert!(ring.is_closed());
+    /// ```
     pub fn is_closed(&self) -> bool {
         // Acquire: pairs with the Release store in `Producer::close_inner`.
         self.shared.closed.load(Acquire)
@@ -584,6 +615,15 @@ impl<T> ReplayRing<T> {
     }
 
     /// A reader that follows live events from the current head (`resume(None)`).
+    ///
+    /// ```
+    /// let (mut producer, ring) = replay_ring::ReplayRing::<u8>::new(4, 1).unwrap();
+    /// producer.try_push(1).unwrap();
+    /// let mut reader = ring.reader().unwrap();
+    /// assert_eq!(reader.try_next(), Ok(None)); // id 1 predates it
+    /// producer.try_push(2).unwrap();
+    /// assert_eq!(reader.try_next().unwrap().unwrap().id, 2);
+    /// ```
     pub fn reader(&self) -> Result<Reader<T>, ResumeError>
     where
         T: Sync,
