@@ -16,9 +16,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use replay_ring::{PushError, ReadError, ReplayRing, ResumeError};
+use replay_ring::{ReadError, ReplayRing, ResumeError};
 
-use common::{consume, js, record, reset_results, sized, Backoff, NaiveLog, Payload};
+use common::{consume, js, record, reset_results, ring_full, sized, Backoff, NaiveLog, Payload};
 
 const BACKLOG: u64 = 16_384;
 /// Twice the backlog: room for the producer to run on while a replay pins the old end.
@@ -39,79 +39,29 @@ fn ns_per(d: Duration, n: u64) -> f64 {
     d.as_nanos() as f64 / n as f64
 }
 
-/// Producer run for replay-ring; with `reader`, a catch-up reader runs meanwhile.
-fn replay_ring<T: Payload>(pushes: u64, reader: bool) -> (Duration, ReaderStats) {
-    let (mut p, ring) = ReplayRing::<T>::builder()
-        .capacity(RING)
-        .max_readers(1)
-        .build()
-        .unwrap();
+/// One producer run: fills `BACKLOG` events through `try_push` (a refused value comes back as
+/// `Err`), starts `catch_up` on a reader thread if given, then times `pushes` more pushes (retried
+/// with spin-then-yield while full), calling `release(id)` every `RELEASE_EVERY` pushes to keep the
+/// last `BACKLOG` events.
+#[inline(always)]
+fn producer_run<T: Payload, R>(
+    pushes: u64,
+    catch_up: Option<impl FnMut(&mut ReaderStats) -> bool + Send + 'static>,
+    mut try_push: impl FnMut(T) -> Result<R, T>,
+    mut release: impl FnMut(u64),
+) -> (Duration, ReaderStats) {
     let src = T::source();
     for i in 1..=BACKLOG {
-        p.try_push(T::make(&src, i)).unwrap();
+        assert!(try_push(T::make(&src, i)).is_ok(), "full");
     }
     let stop = Arc::new(AtomicBool::new(false));
-    let handle = reader.then(|| {
-        let (ring, stop) = (ring.clone(), stop.clone());
-        thread::spawn(move || {
-            let mut stats = ReaderStats::default();
-            let mut next = Instant::now();
-            while !stop.load(Relaxed) {
-                let now = Instant::now();
-                if now < next {
-                    thread::sleep(next - now);
-                }
-                next += CATCH_UP_EVERY;
-                let t = Instant::now();
-                let head = ring.head();
-                let mut r = match ring.resume(Some(head.saturating_sub(BACKLOG))) {
-                    Ok(r) => r,
-                    Err(ResumeError::BelowFloor { .. }) => continue,
-                    Err(e) => panic!("{e}"),
-                };
-                let mut sum = 0u64;
-                while r.cursor() <= head {
-                    match r.try_read() {
-                        Ok(Some(batch)) => {
-                            let (a, b) = batch.as_slices();
-                            sum = a
-                                .iter()
-                                .chain(b)
-                                .map(Payload::touch)
-                                .fold(sum, u64::wrapping_add);
-                        }
-                        Ok(None) => unreachable!("events up to the head are published"),
-                        Err(ReadError::Gap { .. }) => {
-                            stats.gaps += 1;
-                            break;
-                        }
-                        Err(e) => panic!("{e}"),
-                    }
-                }
-                consume(sum);
-                stats.catch_ups += 1;
-                stats.total += t.elapsed();
-            }
-            stats
-        })
-    });
+    let handle = catch_up.map(|f| spawn_reader(stop.clone(), f));
     let mut backoff = Backoff::default();
     let t0 = Instant::now();
     for i in BACKLOG + 1..=BACKLOG + pushes {
-        let mut v = T::make(&src, i);
-        loop {
-            match p.try_push(v) {
-                Ok(_) => break,
-                Err(PushError::Full(back)) => {
-                    v = back;
-                    backoff.snooze();
-                }
-                Err(e) => panic!("{e}"),
-            }
-        }
-        backoff.reset();
+        backoff.push(T::make(&src, i), &mut try_push);
         if i % RELEASE_EVERY == 0 {
-            ring.release_through(i - BACKLOG).unwrap();
+            release(i - BACKLOG);
         }
     }
     let elapsed = t0.elapsed();
@@ -120,59 +70,101 @@ fn replay_ring<T: Payload>(pushes: u64, reader: bool) -> (Duration, ReaderStats)
     (elapsed, stats)
 }
 
-/// The same with the naive log.
-fn naive<T: Payload>(pushes: u64, reader: bool) -> (Duration, ReaderStats) {
-    let log = Arc::new(NaiveLog::<T>::new(RING));
-    let src = T::source();
-    for i in 1..=BACKLOG {
-        log.push(T::make(&src, i))
-            .unwrap_or_else(|_| panic!("full"));
-    }
-    let stop = Arc::new(AtomicBool::new(false));
-    let handle = reader.then(|| {
-        let (log, stop) = (log.clone(), stop.clone());
-        thread::spawn(move || {
-            let mut stats = ReaderStats::default();
-            let mut next = Instant::now();
-            while !stop.load(Relaxed) {
-                let now = Instant::now();
-                if now < next {
-                    thread::sleep(next - now);
-                }
-                next += CATCH_UP_EVERY;
-                let t = Instant::now();
-                let head = log.head();
-                let events = log.replay_from(head.saturating_sub(BACKLOG));
-                consume(
-                    events
-                        .iter()
-                        .map(|(_, v)| v.touch())
-                        .fold(0, u64::wrapping_add),
-                );
-                drop(events);
+/// The catch-up reader: once per `CATCH_UP_EVERY` (back to back if a catch-up takes longer) until
+/// `stop`, runs and times `catch_up`, which returns `false` for an attempt that did not replay (not
+/// counted).
+fn spawn_reader(
+    stop: Arc<AtomicBool>,
+    mut catch_up: impl FnMut(&mut ReaderStats) -> bool + Send + 'static,
+) -> thread::JoinHandle<ReaderStats> {
+    thread::spawn(move || {
+        let mut stats = ReaderStats::default();
+        let mut next = Instant::now();
+        while !stop.load(Relaxed) {
+            let now = Instant::now();
+            if now < next {
+                thread::sleep(next - now);
+            }
+            next += CATCH_UP_EVERY;
+            let t = Instant::now();
+            if catch_up(&mut stats) {
                 stats.catch_ups += 1;
                 stats.total += t.elapsed();
             }
-            stats
-        })
+        }
+        stats
+    })
+}
+
+/// Producer run for replay-ring; with `reader`, a catch-up reader runs meanwhile.
+fn replay_ring<T: Payload>(pushes: u64, reader: bool) -> (Duration, ReaderStats) {
+    let (mut p, ring) = ReplayRing::<T>::builder()
+        .capacity(RING)
+        .max_readers(1)
+        .build()
+        .unwrap();
+    let reader_ring = ring.clone();
+    let catch_up = reader.then_some(move |stats: &mut ReaderStats| {
+        let head = reader_ring.head();
+        let mut r = match reader_ring.resume(Some(head.saturating_sub(BACKLOG))) {
+            Ok(r) => r,
+            Err(ResumeError::BelowFloor { .. }) => return false,
+            Err(e) => panic!("{e}"),
+        };
+        let mut sum = 0u64;
+        while r.cursor() <= head {
+            match r.try_read() {
+                Ok(Some(batch)) => {
+                    let (a, b) = batch.as_slices();
+                    sum = a
+                        .iter()
+                        .chain(b)
+                        .map(Payload::touch)
+                        .fold(sum, u64::wrapping_add);
+                }
+                Ok(None) => unreachable!("events up to the head are published"),
+                Err(ReadError::Gap { .. }) => {
+                    stats.gaps += 1;
+                    break;
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+        consume(sum);
+        true
     });
-    let mut backoff = Backoff::default();
-    let t0 = Instant::now();
-    for i in BACKLOG + 1..=BACKLOG + pushes {
-        let mut v = T::make(&src, i);
-        while let Err(back) = log.push(v) {
-            v = back;
-            backoff.snooze();
-        }
-        backoff.reset();
-        if i % RELEASE_EVERY == 0 {
-            log.release_through(i - BACKLOG);
-        }
-    }
-    let elapsed = t0.elapsed();
-    stop.store(true, Relaxed);
-    let stats = handle.map(|h| h.join().unwrap()).unwrap_or_default();
-    (elapsed, stats)
+    producer_run(
+        pushes,
+        catch_up,
+        |v| ring_full(p.try_push(v)),
+        |id| {
+            ring.release_through(id).unwrap();
+        },
+    )
+}
+
+/// The same with the naive log.
+fn naive<T: Payload>(pushes: u64, reader: bool) -> (Duration, ReaderStats) {
+    let log = Arc::new(NaiveLog::<T>::new(RING));
+    let reader_log = log.clone();
+    let catch_up = reader.then_some(move |_: &mut ReaderStats| {
+        let head = reader_log.head();
+        let events = reader_log.replay_from(head.saturating_sub(BACKLOG));
+        consume(
+            events
+                .iter()
+                .map(|(_, v)| v.touch())
+                .fold(0, u64::wrapping_add),
+        );
+        drop(events);
+        true
+    });
+    producer_run(
+        pushes,
+        catch_up,
+        |v| log.push(v),
+        |id| log.release_through(id),
+    )
 }
 
 /// Median of `runs` results of `f`, by producer time.

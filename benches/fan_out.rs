@@ -5,30 +5,21 @@
 mod common;
 
 use bytes::Bytes;
-use criterion::{criterion_group, criterion_main, Criterion, SamplingMode, Throughput};
+use criterion::{criterion_group, criterion_main, Criterion};
 
-use common::tail::{run, Peer, TailCfg};
+use common::tail::{bench_group, Peer};
 use common::{fanout_readers, tail_events, Payload};
 
 fn fan_out<T: Payload>(c: &mut Criterion) {
-    let n = tail_events();
     let readers = fanout_readers();
-    let mut g = c.benchmark_group(format!("s3_fanout{readers}/{}", T::NAME));
-    g.sampling_mode(SamplingMode::Flat);
-    // Deliveries: every reader sees every event.
-    g.throughput(Throughput::Elements(n));
-    for peer in Peer::ALL.into_iter().filter(|p| p.broadcasts()) {
-        let cfg = TailCfg {
-            events: n,
-            readers,
-            pace_ns: None,
-            latency: false,
-        };
-        g.bench_function(peer.name(), |b| {
-            b.iter_custom(|iters| (0..iters).map(|_| run::<T>(peer, &cfg).elapsed).sum())
-        });
-    }
-    g.finish();
+    let peers = Peer::ALL.into_iter().filter(|p| p.broadcasts());
+    bench_group::<T>(
+        c,
+        &format!("s3_fanout{readers}"),
+        tail_events(),
+        readers,
+        peers,
+    );
 }
 
 fn benches(c: &mut Criterion) {

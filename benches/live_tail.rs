@@ -5,33 +5,14 @@
 mod common;
 
 use bytes::Bytes;
-use criterion::{criterion_group, criterion_main, Criterion, SamplingMode, Throughput};
+use criterion::{criterion_group, criterion_main, Criterion};
 
-use common::tail::{run, Peer, TailCfg};
-use common::{tail_events, Payload};
-
-fn tail<T: Payload>(c: &mut Criterion) {
-    let n = tail_events();
-    let mut g = c.benchmark_group(format!("s2_tail/{}", T::NAME));
-    g.sampling_mode(SamplingMode::Flat);
-    g.throughput(Throughput::Elements(n));
-    for peer in Peer::ALL {
-        let cfg = TailCfg {
-            events: n,
-            readers: 1,
-            pace_ns: None,
-            latency: false,
-        };
-        g.bench_function(peer.name(), |b| {
-            b.iter_custom(|iters| (0..iters).map(|_| run::<T>(peer, &cfg).elapsed).sum())
-        });
-    }
-    g.finish();
-}
+use common::tail::{bench_group, Peer};
+use common::tail_events;
 
 fn benches(c: &mut Criterion) {
-    tail::<u64>(c);
-    tail::<Bytes>(c);
+    bench_group::<u64>(c, "s2_tail", tail_events(), 1, Peer::ALL.into_iter());
+    bench_group::<Bytes>(c, "s2_tail", tail_events(), 1, Peer::ALL.into_iter());
 }
 
 criterion_group! {

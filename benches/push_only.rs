@@ -25,12 +25,13 @@ use common::{NaiveLog, Payload, CAPACITY};
 
 const HALF: u64 = (CAPACITY / 2) as u64;
 
-/// Times `iters` pushes through `push(i)`, calling `drain(i)` every `HALF` pushes.
+/// Times `iters` pushes through `push(i)` (which must succeed), calling `drain(i)` every `HALF`
+/// pushes.
 #[inline(always)]
-fn timed(iters: u64, mut push: impl FnMut(u64), mut drain: impl FnMut(u64)) -> Duration {
+fn timed(iters: u64, mut push: impl FnMut(u64) -> bool, mut drain: impl FnMut(u64)) -> Duration {
     let t0 = Instant::now();
     for i in 1..=iters {
-        push(i);
+        assert!(push(i));
         if i % HALF == 0 {
             drain(i);
         }
@@ -38,165 +39,114 @@ fn timed(iters: u64, mut push: impl FnMut(u64), mut drain: impl FnMut(u64)) -> D
     t0.elapsed()
 }
 
+/// Bench `id`: criterion's `iters` go to `run`, which builds a fresh peer and returns `timed`.
+fn peer(g: &mut BenchmarkGroup<'_, WallTime>, id: &str, mut run: impl FnMut(u64) -> Duration) {
+    g.bench_function(id, |b| b.iter_custom(&mut run));
+}
+
 fn bench<T: Payload>(g: &mut BenchmarkGroup<'_, WallTime>) {
     let src = T::source();
-    g.bench_function("replay-ring", |b| {
-        b.iter_custom(|iters| {
+    let src = &src;
+    // The default (symmetric) wake-up fences, then asymmetric.
+    for (id, fences) in [
+        ("replay-ring", WakeupFences::Symmetric),
+        ("replay-ring-asym", WakeupFences::Asymmetric),
+    ] {
+        peer(g, id, |iters| {
             let (mut p, ring) = ReplayRing::<T>::builder()
                 .capacity(CAPACITY)
                 .max_readers(1)
+                .wakeup_fences(fences)
                 .build()
                 .unwrap();
-            timed(
-                iters,
-                |i| {
-                    assert!(p.try_push(T::make(&src, i)).is_ok());
-                },
-                |i| {
-                    ring.release_through(i).unwrap();
-                },
-            )
-        })
+            let push = |i| p.try_push(T::make(src, i)).is_ok();
+            timed(iters, push, |i| {
+                ring.release_through(i).unwrap();
+            })
+        });
+    }
+    peer(g, "rtrb", |iters| {
+        let (mut p, mut c) = rtrb::RingBuffer::<T>::new(CAPACITY);
+        timed(
+            iters,
+            |i| p.push(T::make(src, i)).is_ok(),
+            |_| {
+                let n = c.slots();
+                c.read_chunk(n).unwrap().commit_all();
+            },
+        )
     });
-    g.bench_function("replay-ring-asym", |b| {
-        b.iter_custom(|iters| {
-            let (mut p, ring) = ReplayRing::<T>::builder()
-                .capacity(CAPACITY)
-                .max_readers(1)
-                .wakeup_fences(WakeupFences::Asymmetric)
-                .build()
-                .unwrap();
-            timed(
-                iters,
-                |i| {
-                    assert!(p.try_push(T::make(&src, i)).is_ok());
-                },
-                |i| {
-                    ring.release_through(i).unwrap();
-                },
-            )
-        })
+    peer(g, "crossbeam-arrayqueue", |iters| {
+        let q = crossbeam::queue::ArrayQueue::<T>::new(CAPACITY);
+        timed(
+            iters,
+            |i| q.push(T::make(src, i)).is_ok(),
+            |_| while q.pop().is_some() {},
+        )
     });
-    g.bench_function("rtrb", |b| {
-        b.iter_custom(|iters| {
-            let (mut p, mut c) = rtrb::RingBuffer::<T>::new(CAPACITY);
-            timed(
-                iters,
-                |i| {
-                    assert!(p.push(T::make(&src, i)).is_ok());
-                },
-                |_| {
-                    let n = c.slots();
-                    c.read_chunk(n).unwrap().commit_all();
-                },
-            )
-        })
+    peer(g, "crossbeam-channel", |iters| {
+        let (tx, rx) = crossbeam::channel::bounded::<T>(CAPACITY);
+        timed(
+            iters,
+            |i| tx.try_send(T::make(src, i)).is_ok(),
+            |_| while rx.try_recv().is_ok() {},
+        )
     });
-    g.bench_function("crossbeam-arrayqueue", |b| {
-        b.iter_custom(|iters| {
-            let q = crossbeam::queue::ArrayQueue::<T>::new(CAPACITY);
-            timed(
-                iters,
-                |i| {
-                    assert!(q.push(T::make(&src, i)).is_ok());
-                },
-                |_| while q.pop().is_some() {},
-            )
-        })
-    });
-    g.bench_function("crossbeam-channel", |b| {
-        b.iter_custom(|iters| {
-            let (tx, rx) = crossbeam::channel::bounded::<T>(CAPACITY);
-            timed(
-                iters,
-                |i| {
-                    assert!(tx.try_send(T::make(&src, i)).is_ok());
-                },
-                |_| while rx.try_recv().is_ok() {},
-            )
-        })
-    });
-    g.bench_function("disruptor", |b| {
-        b.iter_custom(|iters| {
-            use disruptor::{build_single_producer, BusySpin, Producer};
-            let builder = build_single_producer(CAPACITY, T::default, BusySpin);
-            let (mut poller, builder) = builder.new_event_poller();
-            let mut p = builder.build();
-            timed(
-                iters,
-                |i| {
-                    assert!(p.try_publish(|e| *e = T::make(&src, i)).is_ok());
-                },
-                |_| {
-                    if let Ok(mut events) = poller.poll() {
-                        for e in &mut events {
-                            black_box(e);
-                        }
+    peer(g, "disruptor", |iters| {
+        use disruptor::{build_single_producer, BusySpin, Producer};
+        let builder = build_single_producer(CAPACITY, T::default, BusySpin);
+        let (mut poller, builder) = builder.new_event_poller();
+        let mut p = builder.build();
+        timed(
+            iters,
+            |i| p.try_publish(|e| *e = T::make(src, i)).is_ok(),
+            |_| {
+                if let Ok(mut events) = poller.poll() {
+                    for e in &mut events {
+                        black_box(e);
                     }
-                },
-            )
-        })
+                }
+            },
+        )
     });
-    g.bench_function("tokio-broadcast", |b| {
-        b.iter_custom(|iters| {
-            let (tx, _rx) = tokio::sync::broadcast::channel::<T>(CAPACITY);
-            timed(
-                iters,
-                |i| {
-                    assert!(tx.send(T::make(&src, i)).is_ok());
-                },
-                |_| {},
-            )
-        })
+    peer(g, "tokio-broadcast", |iters| {
+        let (tx, _rx) = tokio::sync::broadcast::channel::<T>(CAPACITY);
+        timed(iters, |i| tx.send(T::make(src, i)).is_ok(), |_| {})
     });
-    g.bench_function("async-broadcast", |b| {
-        b.iter_custom(|iters| {
-            let (mut tx, _rx) = async_broadcast::broadcast::<T>(CAPACITY);
-            tx.set_overflow(true);
-            timed(
-                iters,
-                |i| {
-                    assert!(tx.try_broadcast(T::make(&src, i)).is_ok());
-                },
-                |_| {},
-            )
-        })
+    peer(g, "async-broadcast", |iters| {
+        let (mut tx, _rx) = async_broadcast::broadcast::<T>(CAPACITY);
+        tx.set_overflow(true);
+        timed(iters, |i| tx.try_broadcast(T::make(src, i)).is_ok(), |_| {})
     });
-    g.bench_function("bus", |b| {
-        b.iter_custom(|iters| {
-            let mut bus = bus::Bus::<T>::new(CAPACITY);
-            timed(
-                iters,
-                |i| {
-                    assert!(bus.try_broadcast(T::make(&src, i)).is_ok());
-                },
-                |_| {},
-            )
-        })
+    peer(g, "bus", |iters| {
+        let mut bus = bus::Bus::<T>::new(CAPACITY);
+        timed(
+            iters,
+            |i| bus.try_broadcast(T::make(src, i)).is_ok(),
+            |_| {},
+        )
     });
-    g.bench_function("naive-log", |b| {
-        b.iter_custom(|iters| {
-            let log = NaiveLog::<T>::new(CAPACITY);
-            timed(
-                iters,
-                |i| {
-                    assert!(log.push(T::make(&src, i)).is_ok());
-                },
-                |i| log.release_through(i),
-            )
-        })
+    peer(g, "naive-log", |iters| {
+        let log = NaiveLog::<T>::new(CAPACITY);
+        timed(
+            iters,
+            |i| log.push(T::make(src, i)).is_ok(),
+            |i| log.release_through(i),
+        )
+    });
+}
+
+/// Group `s1_push/<payload>`, one pushed element per iteration.
+fn payload<T: Payload>(c: &mut Criterion) {
+    common::group::<T>(c, "s1_push", |g| {
+        g.throughput(Throughput::Elements(1));
+        bench::<T>(g);
     });
 }
 
 fn benches(c: &mut Criterion) {
-    let mut g = c.benchmark_group("s1_push/u64");
-    g.throughput(Throughput::Elements(1));
-    bench::<u64>(&mut g);
-    g.finish();
-    let mut g = c.benchmark_group("s1_push/bytes256");
-    g.throughput(Throughput::Elements(1));
-    bench::<Bytes>(&mut g);
-    g.finish();
+    payload::<u64>(c);
+    payload::<Bytes>(c);
 }
 
 criterion_group! {

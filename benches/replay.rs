@@ -18,38 +18,46 @@ use common::{consume, NaiveLog, Payload};
 
 const WINDOWS: [u64; 5] = [64, 1_024, 4_096, 16_384, 65_536];
 
+/// Pushes ids `1..=w` through `push`, releases through `w/2`, then pushes `w+1 ..= 3w/2`.
+fn fill<T: Payload>(w: u64, mut push: impl FnMut(T), release: impl FnOnce(u64)) {
+    let src = T::source();
+    for i in 1..=w {
+        push(T::make(&src, i));
+    }
+    release(w / 2);
+    for i in w + 1..=w + w / 2 {
+        push(T::make(&src, i));
+    }
+}
+
 /// A ring of `w` slots holding ids `w/2+1 ..= 3w/2`; returns the resume point `w/2`.
 fn filled_ring<T: Payload>(w: u64) -> (Producer<T>, ReplayRing<T>, u64) {
-    let src = T::source();
     let (mut p, ring) = ReplayRing::<T>::builder()
         .capacity(w as usize)
         .max_readers(1)
         .build()
         .unwrap();
-    for i in 1..=w {
-        p.try_push(T::make(&src, i)).unwrap();
-    }
-    ring.release_through(w / 2).unwrap();
-    for i in w + 1..=w + w / 2 {
-        p.try_push(T::make(&src, i)).unwrap();
-    }
+    fill(
+        w,
+        |v| {
+            p.try_push(v).unwrap();
+        },
+        |id| {
+            ring.release_through(id).unwrap();
+        },
+    );
     assert_eq!(ring.head() - ring.floor() + 1, w);
     (p, ring, w / 2)
 }
 
 /// The naive log with the same ids.
 fn filled_log<T: Payload>(w: u64) -> (NaiveLog<T>, u64) {
-    let src = T::source();
     let log = NaiveLog::new(w as usize);
-    for i in 1..=w {
-        log.push(T::make(&src, i))
-            .unwrap_or_else(|_| panic!("full"));
-    }
-    log.release_through(w / 2);
-    for i in w + 1..=w + w / 2 {
-        log.push(T::make(&src, i))
-            .unwrap_or_else(|_| panic!("full"));
-    }
+    fill(
+        w,
+        |v| assert!(log.push(v).is_ok(), "full"),
+        |id| log.release_through(id),
+    );
     (log, w / 2)
 }
 
@@ -102,18 +110,10 @@ fn resume_touch<T: Payload>(g: &mut BenchmarkGroup<'_, WallTime>) {
 }
 
 fn benches(c: &mut Criterion) {
-    let mut g = c.benchmark_group("s4_resume/u64");
-    resume_only::<u64>(&mut g);
-    g.finish();
-    let mut g = c.benchmark_group("s4_resume/bytes256");
-    resume_only::<Bytes>(&mut g);
-    g.finish();
-    let mut g = c.benchmark_group("s4_resume_touch/u64");
-    resume_touch::<u64>(&mut g);
-    g.finish();
-    let mut g = c.benchmark_group("s4_resume_touch/bytes256");
-    resume_touch::<Bytes>(&mut g);
-    g.finish();
+    common::group::<u64>(c, "s4_resume", resume_only::<u64>);
+    common::group::<Bytes>(c, "s4_resume", resume_only::<Bytes>);
+    common::group::<u64>(c, "s4_resume_touch", resume_touch::<u64>);
+    common::group::<Bytes>(c, "s4_resume_touch", resume_touch::<Bytes>);
 }
 
 criterion_group! {

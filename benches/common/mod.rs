@@ -16,7 +16,8 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use criterion::Criterion;
+use criterion::measurement::WallTime;
+use criterion::{BenchmarkGroup, Criterion};
 
 /// Ring capacity used by every peer in the push and live-tail scenarios (a power of two, because
 /// disruptor and replay-ring require or round to one).
@@ -67,6 +68,18 @@ pub fn criterion(warm_up_ms: u64, measure_ms: u64, samples: usize) -> Criterion 
         .measurement_time(Duration::from_millis(measure_ms))
         .sample_size(samples)
         .configure_from_args()
+}
+
+/// Runs `body` in the criterion group `<prefix>/<T::NAME>` (the directory names that
+/// scripts/bench-report parses), then finishes the group.
+pub fn group<T: Payload>(
+    c: &mut Criterion,
+    prefix: &str,
+    body: impl FnOnce(&mut BenchmarkGroup<'_, WallTime>),
+) {
+    let mut g = c.benchmark_group(format!("{prefix}/{}", T::NAME));
+    body(&mut g);
+    g.finish();
 }
 
 /// A payload type of the suite: `u64`, or a 256-byte `Bytes` cloned from a pool of distinct buffers
@@ -151,6 +164,36 @@ impl Backoff {
     #[inline]
     pub fn reset(&mut self) {
         self.0 = 0;
+    }
+
+    /// Offers `v` to `try_push` until it is taken, snoozing after each refusal (a refused value
+    /// comes back as `Err`), then resets. Generic in the closure so each caller's loop stays
+    /// monomorphic and inlined.
+    #[inline(always)]
+    pub fn push<T, R>(&mut self, mut v: T, mut try_push: impl FnMut(T) -> Result<R, T>) -> R {
+        loop {
+            match try_push(v) {
+                Ok(r) => {
+                    self.reset();
+                    return r;
+                }
+                Err(back) => {
+                    v = back;
+                    self.snooze();
+                }
+            }
+        }
+    }
+}
+
+/// replay-ring's `try_push` result in the form `Backoff::push` takes: `Full` hands the value back,
+/// any other error is a bug in the bench.
+#[inline(always)]
+pub fn ring_full<T>(r: Result<u64, replay_ring::PushError<T>>) -> Result<u64, T> {
+    match r {
+        Ok(id) => Ok(id),
+        Err(replay_ring::PushError::Full(back)) => Err(back),
+        Err(e) => panic!("{e}"),
     }
 }
 

@@ -15,10 +15,11 @@ use std::sync::{Arc, Barrier, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use criterion::{Criterion, SamplingMode, Throughput};
 use crossbeam::utils::CachePadded;
-use replay_ring::{PushError, ReplayRing, WakeupFences};
+use replay_ring::{Batch, Reader, ReplayRing, WakeupFences};
 
-use super::{now_ns, wait_until, Backoff, NaiveLog, Payload, CAPACITY};
+use super::{now_ns, ring_full, wait_until, Backoff, NaiveLog, Payload, CAPACITY};
 
 /// The implementations compared in the live-tail scenarios.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -168,6 +169,12 @@ impl Recorder {
             self.lat.push(now_ns().saturating_sub(sent));
         }
     }
+
+    /// Every event of a batch that comes as two slices.
+    #[inline(always)]
+    fn seen_all<T: Payload>(&mut self, a: &[T], b: &[T]) {
+        a.iter().chain(b).for_each(|v| self.seen(v));
+    }
 }
 
 /// What a reader thread hands back.
@@ -240,15 +247,89 @@ fn spawn_readers<R: Send + 'static>(
         .collect()
 }
 
-/// Waits for the barrier (all readers ready), starts the clock and the pacing origin.
-fn start(barrier: &Barrier, probe: &mut Probe) -> Instant {
+/// The shape of every run but disruptor's (which manages its own threads): spawns a thread per
+/// reader running `read`, waits until all are ready, starts the clock and the pacing origin, runs
+/// `produce` on this thread, and joins the readers.
+#[inline(always)]
+fn drive<T: Payload, R: Send + 'static>(
+    mut probe: Probe,
+    readers: Vec<R>,
+    recorders: Vec<Recorder>,
+    read: impl Fn(R, &mut Recorder) + Send + Sync + Clone + 'static,
+    produce: impl FnOnce(&Probe, &T::Source),
+) -> (Instant, Vec<ReaderDone>) {
+    let barrier = Arc::new(Barrier::new(readers.len() + 1));
+    let handles = spawn_readers(readers, recorders, &barrier, read);
+    let source = T::source();
     barrier.wait();
     probe.start = now_ns();
-    Instant::now()
+    let t0 = Instant::now();
+    produce(&probe, &source);
+    (t0, handles.into_iter().map(|h| h.join().unwrap()).collect())
 }
 
-fn join(handles: Vec<thread::JoinHandle<ReaderDone>>) -> Vec<ReaderDone> {
-    handles.into_iter().map(|h| h.join().unwrap()).collect()
+/// The producer loop: events 1..=n, each paced and stamped by the probe, then handed to `push`
+/// with its id.
+#[inline(always)]
+fn produce<T: Payload>(n: u64, probe: &Probe, source: &T::Source, mut push: impl FnMut(u64, T)) {
+    for i in 1..=n {
+        probe.before_push(i);
+        push(i, T::make(source, i));
+    }
+}
+
+/// `produce` through a non-blocking push that hands the value back when full: retried with
+/// spin-then-yield.
+#[inline(always)]
+fn produce_spin<T: Payload, R>(
+    n: u64,
+    probe: &Probe,
+    source: &T::Source,
+    mut try_push: impl FnMut(T) -> Result<R, T>,
+) {
+    let mut backoff = Backoff::default();
+    produce(n, probe, source, |_, v| {
+        backoff.push(v, &mut try_push);
+    });
+}
+
+/// `produce` through an async push, on a current-thread runtime.
+#[inline(always)]
+fn produce_async<T: Payload>(
+    n: u64,
+    probe: &Probe,
+    source: &T::Source,
+    mut push: impl AsyncFnMut(T),
+) {
+    current_thread_rt().block_on(async {
+        for i in 1..=n {
+            probe.before_push(i);
+            push(T::make(source, i)).await;
+        }
+    });
+}
+
+/// A polling reader's loop until it has seen `n` events: `poll` returns whether it found any;
+/// spin-then-yield while it finds none.
+#[inline(always)]
+fn poll_until(rec: &mut Recorder, n: u64, mut poll: impl FnMut(&mut Recorder) -> bool) {
+    let mut backoff = Backoff::default();
+    while rec.count < n {
+        if poll(rec) {
+            backoff.reset();
+        } else {
+            backoff.snooze();
+        }
+    }
+}
+
+/// A blocking reader's loop until it has seen `n` events.
+#[inline(always)]
+fn recv_until<T: Payload>(rec: &mut Recorder, n: u64, mut recv: impl FnMut() -> T) {
+    while rec.count < n {
+        let v = recv();
+        rec.seen(&v);
+    }
 }
 
 fn current_thread_rt() -> tokio::runtime::Runtime {
@@ -266,12 +347,20 @@ const RELEASE_STEP: u64 = (CAPACITY / 4) as u64;
 struct Acks(Vec<CachePadded<AtomicU64>>);
 
 impl Acks {
-    fn new(n: usize) -> Arc<Self> {
-        Arc::new(Acks(
+    /// One `Acker` per reader, sharing one set of acks.
+    fn for_readers(n: usize) -> Vec<Acker> {
+        let acks = Arc::new(Acks(
             (0..n)
                 .map(|_| CachePadded::new(AtomicU64::new(0)))
                 .collect(),
-        ))
+        ));
+        (0..n)
+            .map(|i| Acker {
+                i,
+                acks: acks.clone(),
+                released: 0,
+            })
+            .collect()
     }
 
     /// Records `id` for reader `i`; returns the id every reader has read through.
@@ -285,9 +374,28 @@ impl Acks {
     }
 }
 
+/// Reader `i`'s side of `Acks`.
+struct Acker {
+    i: usize,
+    acks: Arc<Acks>,
+    released: u64,
+}
+
+impl Acker {
+    /// Acks `last`; calls `release(min)` once every reader is `RELEASE_STEP` past the last release.
+    #[inline]
+    fn ack(&mut self, last: u64, release: impl FnOnce(u64)) {
+        let min = self.acks.ack(self.i, last);
+        if min >= self.released + RELEASE_STEP {
+            release(min);
+            self.released = min;
+        }
+    }
+}
+
 fn replay_ring_run<T: Payload>(
     cfg: &TailCfg,
-    mut probe: Probe,
+    probe: Probe,
     recorders: Vec<Recorder>,
     is_async: bool,
 ) -> (Instant, Vec<ReaderDone>) {
@@ -305,94 +413,58 @@ fn replay_ring_run<T: Payload>(
         .build()
         .unwrap();
     let n = cfg.events;
-    let acks = Acks::new(cfg.readers);
-    let readers: Vec<_> = (0..cfg.readers)
-        .map(|i| (i, ring.reader().unwrap(), ring.clone(), acks.clone()))
+    let readers: Vec<_> = Acks::for_readers(cfg.readers)
+        .into_iter()
+        .map(|acker| (ring.reader().unwrap(), ring.clone(), acker))
         .collect();
-    let barrier = Arc::new(Barrier::new(cfg.readers + 1));
-    let handles = spawn_readers(
-        readers,
-        recorders,
-        &barrier,
-        move |(i, mut r, ring, acks), rec| {
-            let mut released = 0;
-            let mut after_batch = |last: u64| {
-                let min = acks.ack(i, last);
-                if min >= released + RELEASE_STEP {
-                    ring.release_through(min).unwrap();
-                    released = min;
-                }
-            };
-            if is_async {
-                current_thread_rt().block_on(async {
-                    while rec.count < n {
-                        let batch = r.read().await.unwrap();
-                        let (a, b) = batch.as_slices();
-                        a.iter().chain(b).for_each(|v| rec.seen(v));
-                        let last = batch.last_id();
-                        drop(batch);
-                        after_batch(last);
-                    }
-                });
-            } else {
-                let mut backoff = Backoff::default();
+    let read = move |(mut r, ring, mut acker): (Reader<T>, ReplayRing<T>, Acker),
+                     rec: &mut Recorder| {
+        let mut seen = |rec: &mut Recorder, batch: Batch<'_, T>| {
+            let (a, b) = batch.as_slices();
+            rec.seen_all(a, b);
+            let last = batch.last_id();
+            drop(batch);
+            acker.ack(last, |min| {
+                ring.release_through(min).unwrap();
+            });
+        };
+        if is_async {
+            current_thread_rt().block_on(async {
                 while rec.count < n {
-                    match r.try_read().unwrap() {
-                        Some(batch) => {
-                            let (a, b) = batch.as_slices();
-                            a.iter().chain(b).for_each(|v| rec.seen(v));
-                            let last = batch.last_id();
-                            drop(batch);
-                            after_batch(last);
-                            backoff.reset();
-                        }
-                        None => backoff.snooze(),
-                    }
+                    seen(rec, r.read().await.unwrap());
                 }
-            }
-        },
-    );
-    let source = T::source();
-    let t0 = start(&barrier, &mut probe);
-    if is_async {
-        current_thread_rt().block_on(async {
-            for i in 1..=n {
-                probe.before_push(i);
-                producer.push(T::make(&source, i)).await.unwrap();
-            }
-        });
-    } else {
-        let mut backoff = Backoff::default();
-        for i in 1..=n {
-            probe.before_push(i);
-            let mut v = T::make(&source, i);
-            loop {
-                match producer.try_push(v) {
-                    Ok(_) => break,
-                    Err(PushError::Full(back)) => {
-                        v = back;
-                        backoff.snooze();
-                    }
-                    Err(e) => panic!("{e}"),
+            });
+        } else {
+            poll_until(rec, n, |rec| match r.try_read().unwrap() {
+                Some(batch) => {
+                    seen(rec, batch);
+                    true
                 }
-            }
-            backoff.reset();
+                None => false,
+            });
         }
-    }
-    (t0, join(handles))
+    };
+    drive::<T, _>(probe, readers, recorders, read, |probe, source| {
+        if is_async {
+            produce_async(n, probe, source, async |v: T| {
+                producer.push(v).await.unwrap();
+            });
+        } else {
+            produce_spin(n, probe, source, |v| ring_full(producer.try_push(v)));
+        }
+    })
 }
 
 fn tokio_run<T: Payload>(
     cfg: &TailCfg,
-    mut probe: Probe,
+    probe: Probe,
     recorders: Vec<Recorder>,
 ) -> (Instant, Vec<ReaderDone>) {
     use tokio::sync::broadcast;
     let (tx, _) = broadcast::channel::<T>(CAPACITY);
     let n = cfg.events;
     let rxs: Vec<_> = (0..cfg.readers).map(|_| tx.subscribe()).collect();
-    let barrier = Arc::new(Barrier::new(cfg.readers + 1));
-    let handles = spawn_readers(rxs, recorders, &barrier, move |mut rx, rec| {
+    let read = move |mut rx: broadcast::Receiver<T>, rec: &mut Recorder| {
         current_thread_rt().block_on(async {
             while rec.count < n {
                 match rx.recv().await {
@@ -401,28 +473,26 @@ fn tokio_run<T: Payload>(
                 }
             }
         })
-    });
-    let source = T::source();
+    };
     let half = (CAPACITY / 2) as u64;
-    let t0 = start(&barrier, &mut probe);
-    let mut backoff = Backoff::default();
-    for i in 1..=n {
-        probe.before_push(i);
-        tx.send(T::make(&source, i)).unwrap();
-        if i % half == 0 {
-            // Never more than CAPACITY queued: no receiver can lag (and lose events).
-            while tx.len() > half as usize {
-                backoff.snooze();
+    drive::<T, _>(probe, rxs, recorders, read, |probe, source| {
+        let mut backoff = Backoff::default();
+        produce(n, probe, source, |i, v| {
+            tx.send(v).unwrap();
+            if i % half == 0 {
+                // Never more than CAPACITY queued: no receiver can lag (and lose events).
+                while tx.len() > half as usize {
+                    backoff.snooze();
+                }
+                backoff.reset();
             }
-            backoff.reset();
-        }
-    }
-    (t0, join(handles))
+        });
+    })
 }
 
 fn async_broadcast_run<T: Payload>(
     cfg: &TailCfg,
-    mut probe: Probe,
+    probe: Probe,
     recorders: Vec<Recorder>,
 ) -> (Instant, Vec<ReaderDone>) {
     let (tx, rx) = async_broadcast::broadcast::<T>(CAPACITY);
@@ -431,48 +501,35 @@ fn async_broadcast_run<T: Payload>(
     while rxs.len() < cfg.readers {
         rxs.push(rxs[0].new_receiver());
     }
-    let barrier = Arc::new(Barrier::new(cfg.readers + 1));
-    let handles = spawn_readers(rxs, recorders, &barrier, move |mut rx, rec| {
+    let read = move |mut rx: async_broadcast::Receiver<T>, rec: &mut Recorder| {
         current_thread_rt().block_on(async {
             while rec.count < n {
                 let v = rx.recv_direct().await.unwrap();
                 rec.seen(&v);
             }
         })
-    });
-    let source = T::source();
-    let t0 = start(&barrier, &mut probe);
-    current_thread_rt().block_on(async {
-        for i in 1..=n {
-            probe.before_push(i);
-            tx.broadcast_direct(T::make(&source, i)).await.unwrap();
-        }
-    });
-    (t0, join(handles))
+    };
+    drive::<T, _>(probe, rxs, recorders, read, |probe, source| {
+        produce_async(n, probe, source, async |v: T| {
+            tx.broadcast_direct(v).await.unwrap();
+        });
+    })
 }
 
 fn bus_run<T: Payload>(
     cfg: &TailCfg,
-    mut probe: Probe,
+    probe: Probe,
     recorders: Vec<Recorder>,
 ) -> (Instant, Vec<ReaderDone>) {
     let mut bus = bus::Bus::<T>::new(CAPACITY);
     let n = cfg.events;
     let rxs: Vec<_> = (0..cfg.readers).map(|_| bus.add_rx()).collect();
-    let barrier = Arc::new(Barrier::new(cfg.readers + 1));
-    let handles = spawn_readers(rxs, recorders, &barrier, move |mut rx, rec| {
-        while rec.count < n {
-            let v = rx.recv().unwrap();
-            rec.seen(&v);
-        }
-    });
-    let source = T::source();
-    let t0 = start(&barrier, &mut probe);
-    for i in 1..=n {
-        probe.before_push(i);
-        bus.broadcast(T::make(&source, i));
-    }
-    (t0, join(handles))
+    let read = move |mut rx: bus::BusReader<T>, rec: &mut Recorder| {
+        recv_until(rec, n, || rx.recv().unwrap());
+    };
+    drive::<T, _>(probe, rxs, recorders, read, |probe, source| {
+        produce(n, probe, source, |_, v| bus.broadcast(v));
+    })
 }
 
 fn disruptor_run<T: Payload>(
@@ -547,142 +604,119 @@ pub fn oversubscribed(readers: usize) -> bool {
 
 fn channel_run<T: Payload>(
     cfg: &TailCfg,
-    mut probe: Probe,
+    probe: Probe,
     recorders: Vec<Recorder>,
 ) -> (Instant, Vec<ReaderDone>) {
     let (tx, rx) = crossbeam::channel::bounded::<T>(CAPACITY);
     let n = cfg.events;
-    let barrier = Arc::new(Barrier::new(2));
-    let handles = spawn_readers(vec![rx], recorders, &barrier, move |rx, rec| {
-        while rec.count < n {
-            let v = rx.recv().unwrap();
-            rec.seen(&v);
-        }
-    });
-    let source = T::source();
-    let t0 = start(&barrier, &mut probe);
-    for i in 1..=n {
-        probe.before_push(i);
-        tx.send(T::make(&source, i)).unwrap();
-    }
-    (t0, join(handles))
+    let read = move |rx: crossbeam::channel::Receiver<T>, rec: &mut Recorder| {
+        recv_until(rec, n, || rx.recv().unwrap());
+    };
+    drive::<T, _>(probe, vec![rx], recorders, read, |probe, source| {
+        produce(n, probe, source, |_, v| tx.send(v).unwrap());
+    })
 }
 
 fn array_queue_run<T: Payload>(
     cfg: &TailCfg,
-    mut probe: Probe,
+    probe: Probe,
     recorders: Vec<Recorder>,
 ) -> (Instant, Vec<ReaderDone>) {
     let q = Arc::new(crossbeam::queue::ArrayQueue::<T>::new(CAPACITY));
     let n = cfg.events;
-    let barrier = Arc::new(Barrier::new(2));
-    let handles = spawn_readers(vec![q.clone()], recorders, &barrier, move |q, rec| {
-        let mut backoff = Backoff::default();
-        while rec.count < n {
-            match q.pop() {
-                Some(v) => {
-                    rec.seen(&v);
-                    backoff.reset();
-                }
-                None => backoff.snooze(),
+    let read = move |q: Arc<crossbeam::queue::ArrayQueue<T>>, rec: &mut Recorder| {
+        poll_until(rec, n, |rec| match q.pop() {
+            Some(v) => {
+                rec.seen(&v);
+                true
             }
-        }
-    });
-    let source = T::source();
-    let t0 = start(&barrier, &mut probe);
-    let mut backoff = Backoff::default();
-    for i in 1..=n {
-        probe.before_push(i);
-        let mut v = T::make(&source, i);
-        while let Err(back) = q.push(v) {
-            v = back;
-            backoff.snooze();
-        }
-        backoff.reset();
-    }
-    (t0, join(handles))
+            None => false,
+        });
+    };
+    drive::<T, _>(probe, vec![q.clone()], recorders, read, |probe, source| {
+        produce_spin(n, probe, source, |v| q.push(v));
+    })
 }
 
 fn rtrb_run<T: Payload>(
     cfg: &TailCfg,
-    mut probe: Probe,
+    probe: Probe,
     recorders: Vec<Recorder>,
 ) -> (Instant, Vec<ReaderDone>) {
     let (mut tx, rx) = rtrb::RingBuffer::<T>::new(CAPACITY);
     let n = cfg.events;
-    let barrier = Arc::new(Barrier::new(2));
-    let handles = spawn_readers(vec![rx], recorders, &barrier, move |mut rx, rec| {
-        let mut backoff = Backoff::default();
-        while rec.count < n {
+    let read = move |mut rx: rtrb::Consumer<T>, rec: &mut Recorder| {
+        poll_until(rec, n, |rec| {
             let slots = rx.slots();
             if slots == 0 {
-                backoff.snooze();
-                continue;
+                return false;
             }
             let chunk = rx.read_chunk(slots).unwrap();
             let (a, b) = chunk.as_slices();
-            a.iter().chain(b).for_each(|v| rec.seen(v));
+            rec.seen_all(a, b);
             chunk.commit_all();
-            backoff.reset();
-        }
-    });
-    let source = T::source();
-    let t0 = start(&barrier, &mut probe);
-    let mut backoff = Backoff::default();
-    for i in 1..=n {
-        probe.before_push(i);
-        let mut v = T::make(&source, i);
-        while let Err(rtrb::PushError::Full(back)) = tx.push(v) {
-            v = back;
-            backoff.snooze();
-        }
-        backoff.reset();
-    }
-    (t0, join(handles))
+            true
+        });
+    };
+    drive::<T, _>(probe, vec![rx], recorders, read, |probe, source| {
+        produce_spin(n, probe, source, |v| {
+            tx.push(v).map_err(|rtrb::PushError::Full(back)| back)
+        });
+    })
 }
 
 fn naive_run<T: Payload>(
     cfg: &TailCfg,
-    mut probe: Probe,
+    probe: Probe,
     recorders: Vec<Recorder>,
 ) -> (Instant, Vec<ReaderDone>) {
     let log = Arc::new(NaiveLog::<T>::new(CAPACITY));
     let n = cfg.events;
-    let acks = Acks::new(cfg.readers);
-    let readers: Vec<_> = (0..cfg.readers)
-        .map(|i| (i, log.clone(), acks.clone()))
+    let readers: Vec<_> = Acks::for_readers(cfg.readers)
+        .into_iter()
+        .map(|acker| (log.clone(), acker))
         .collect();
-    let barrier = Arc::new(Barrier::new(cfg.readers + 1));
-    let handles = spawn_readers(readers, recorders, &barrier, move |(i, log, acks), rec| {
-        let mut backoff = Backoff::default();
-        let (mut cursor, mut released) = (0, 0);
-        while rec.count < n {
+    let read = move |(log, mut acker): (Arc<NaiveLog<T>>, Acker), rec: &mut Recorder| {
+        let mut cursor = 0;
+        poll_until(rec, n, |rec| {
             let events = log.replay_from(cursor);
             let Some(&(last, _)) = events.last() else {
-                backoff.snooze();
-                continue;
+                return false;
             };
             events.iter().for_each(|(_, v)| rec.seen(v));
             cursor = last;
-            let min = acks.ack(i, last);
-            if min >= released + RELEASE_STEP {
-                log.release_through(min);
-                released = min;
-            }
-            backoff.reset();
+            acker.ack(last, |min| log.release_through(min));
+            true
+        });
+    };
+    drive::<T, _>(probe, readers, recorders, read, |probe, source| {
+        produce_spin(n, probe, source, |v| log.push(v));
+    })
+}
+
+/// One criterion group `<prefix>/<T::NAME>` timing whole live-tail runs of `events` events with
+/// `readers` readers for each of `peers` (bench id: the peer's name). Throughput is events per
+/// reader: every reader sees every event.
+pub fn bench_group<T: Payload>(
+    c: &mut Criterion,
+    prefix: &str,
+    events: u64,
+    readers: usize,
+    peers: impl Iterator<Item = Peer>,
+) {
+    let cfg = TailCfg {
+        events,
+        readers,
+        pace_ns: None,
+        latency: false,
+    };
+    super::group::<T>(c, prefix, |g| {
+        g.sampling_mode(SamplingMode::Flat);
+        g.throughput(Throughput::Elements(events));
+        for peer in peers {
+            g.bench_function(peer.name(), |b| {
+                b.iter_custom(|iters| (0..iters).map(|_| run::<T>(peer, &cfg).elapsed).sum())
+            });
         }
     });
-    let source = T::source();
-    let t0 = start(&barrier, &mut probe);
-    let mut backoff = Backoff::default();
-    for i in 1..=n {
-        probe.before_push(i);
-        let mut v = T::make(&source, i);
-        while let Err(back) = log.push(v) {
-            v = back;
-            backoff.snooze();
-        }
-        backoff.reset();
-    }
-    (t0, join(handles))
 }
