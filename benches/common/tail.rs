@@ -332,6 +332,17 @@ fn recv_until<T: Payload>(rec: &mut Recorder, n: u64, mut recv: impl FnMut() -> 
     }
 }
 
+/// `recv_until` through an async receive, on a current-thread runtime.
+#[inline(always)]
+fn recv_until_async<T: Payload>(rec: &mut Recorder, n: u64, mut recv: impl AsyncFnMut() -> T) {
+    current_thread_rt().block_on(async {
+        while rec.count < n {
+            let v = recv().await;
+            rec.seen(&v);
+        }
+    });
+}
+
 fn current_thread_rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .build()
@@ -465,14 +476,11 @@ fn tokio_run<T: Payload>(
     let n = cfg.events;
     let rxs: Vec<_> = (0..cfg.readers).map(|_| tx.subscribe()).collect();
     let read = move |mut rx: broadcast::Receiver<T>, rec: &mut Recorder| {
-        current_thread_rt().block_on(async {
-            while rec.count < n {
-                match rx.recv().await {
-                    Ok(v) => rec.seen(&v),
-                    Err(e) => panic!("tokio broadcast: {e}"),
-                }
-            }
-        })
+        recv_until_async(rec, n, async || {
+            rx.recv()
+                .await
+                .unwrap_or_else(|e| panic!("tokio broadcast: {e}"))
+        });
     };
     let half = (CAPACITY / 2) as u64;
     drive::<T, _>(probe, rxs, recorders, read, |probe, source| {
@@ -502,12 +510,7 @@ fn async_broadcast_run<T: Payload>(
         rxs.push(rxs[0].new_receiver());
     }
     let read = move |mut rx: async_broadcast::Receiver<T>, rec: &mut Recorder| {
-        current_thread_rt().block_on(async {
-            while rec.count < n {
-                let v = rx.recv_direct().await.unwrap();
-                rec.seen(&v);
-            }
-        })
+        recv_until_async(rec, n, async || rx.recv_direct().await.unwrap());
     };
     drive::<T, _>(probe, rxs, recorders, read, |probe, source| {
         produce_async(n, probe, source, async |v: T| {
