@@ -10,7 +10,9 @@ use std::sync::Arc as StdArc;
 use std::time::Instant;
 
 use loom::alloc::Track;
-use replay_ring::{Batch, ReplayRing};
+use loom::future::block_on;
+use loom::thread::{self, JoinHandle};
+use replay_ring::{Batch, Producer, Reader, ReplayRing};
 
 /// Counts the drops of every payload id. Shared by the payloads of one execution.
 #[derive(Debug)]
@@ -122,6 +124,95 @@ pub fn check_batch(batch: &Batch<'_, Ev>, expected_first: u64) -> u64 {
         "order violation: last_id disagrees with len"
     );
     batch.last_id()
+}
+
+/// A ring of `capacity` slots for `max_readers` readers, with ids `1..=pushed` already pushed by
+/// `try_push_with` (each push must get its id). The models' common setup, before any thread starts.
+pub fn ring_with(
+    ledger: &StdArc<Ledger>,
+    capacity: usize,
+    max_readers: usize,
+    pushed: u64,
+) -> (Producer<Ev>, ReplayRing<Ev>) {
+    let (mut producer, ring) = ReplayRing::<Ev>::builder()
+        .capacity(capacity)
+        .max_readers(max_readers)
+        .build()
+        .unwrap();
+    for id in 1..=pushed {
+        assert_eq!(producer.try_push_with(maker(ledger)).ok(), Some(id));
+    }
+    (producer, ring)
+}
+
+/// Capacity 2, one reader, nothing pushed, and that reader live at the empty head.
+pub fn empty_ring_with_live_reader(
+    ledger: &StdArc<Ledger>,
+) -> (Producer<Ev>, ReplayRing<Ev>, Reader<Ev>) {
+    let (producer, ring) = ring_with(ledger, 2, 1, 0);
+    let reader = ring.reader().unwrap();
+    (producer, ring, reader)
+}
+
+/// Capacity 1, one reader, id 1 pushed and pinned by a reader that resumed from 0. With
+/// `released`, id 1 is then released (floor 2), so only the pin keeps its slot from the producer.
+pub fn one_event_pinned(
+    ledger: &StdArc<Ledger>,
+    released: bool,
+) -> (Producer<Ev>, ReplayRing<Ev>, Reader<Ev>) {
+    let (producer, ring) = ring_with(ledger, 1, 1, 1);
+    let reader = ring.resume(Some(0)).unwrap();
+    if released {
+        assert_eq!(ring.release_through(1), Ok(2));
+    }
+    (producer, ring, reader)
+}
+
+/// `push_with(..).await` (waiting for space if there is none) must push `id`.
+pub fn push_waiting(producer: &mut Producer<Ev>, ledger: &StdArc<Ledger>, id: u64) {
+    assert_eq!(block_on(producer.push_with(maker(ledger))).ok(), Some(id));
+}
+
+/// The waiting producer thread: [`push_waiting`] for `id`, then hands the producer back.
+pub fn spawn_waiting_push(
+    mut producer: Producer<Ev>,
+    ledger: &StdArc<Ledger>,
+    id: u64,
+) -> JoinHandle<Producer<Ev>> {
+    let ledger = ledger.clone();
+    thread::spawn(move || {
+        push_waiting(&mut producer, &ledger, id);
+        producer
+    })
+}
+
+/// Reads the batch a replay has pinned with `try_read` (no waiting), checks it starts at `first`,
+/// and drops it (unpinning) before returning its last id.
+pub fn read_pinned(reader: &mut Reader<Ev>, first: u64) -> u64 {
+    let batch = reader
+        .try_read()
+        .unwrap()
+        .unwrap_or_else(|| panic!("id {first} is pinned"));
+    check_batch(&batch, first)
+}
+
+/// Releases through `id`, which must move the floor to `id + 1`, then [`check_cursors`].
+pub fn release_and_check(ring: &ReplayRing<Ev>, id: u64) {
+    assert_eq!(ring.release_through(id), Ok(id + 1));
+    check_cursors(ring);
+}
+
+/// The end of a model, after every thread is joined: drops the producer (if the model still holds
+/// it), then the ring, then checks that ids `1..=head` were each dropped exactly once.
+pub fn drop_and_check_ledger(
+    ledger: &Ledger,
+    head: u64,
+    producer: Option<Producer<Ev>>,
+    ring: ReplayRing<Ev>,
+) {
+    drop(producer);
+    drop(ring);
+    ledger.assert_all_dropped_once(head);
 }
 
 /// `floor <= head + 1`, read in that order (floor first: `head` only grows, so a later `head` is at

@@ -2,8 +2,10 @@
 #![cfg(replay_ring_loom)]
 
 use loom::thread;
-use replay_ring::{ReplayRing, ResumeError};
-use replay_ring_loom_tests::{check_batch, check_cursors, maker, model, Bound, Flag, Ledger};
+use replay_ring::ResumeError;
+use replay_ring_loom_tests::{
+    check_batch, check_cursors, drop_and_check_ledger, maker, model, ring_with, Bound, Flag, Ledger,
+};
 
 /// Capacity 2. Before the threads start: ids 1 and 2 pushed, 1 released (floor 2, head 2).
 /// Producer thread: push 3 (reuses id 1's slot), release 2, try to push 4 (reuses id 2's slot,
@@ -16,13 +18,7 @@ fn push_vs_replay_across_wraparound() {
         Bound::Exhaustive,
         || {
             let ledger = Ledger::new(4);
-            let (mut producer, ring) = ReplayRing::<_>::builder()
-                .capacity(2)
-                .max_readers(1)
-                .build()
-                .unwrap();
-            assert_eq!(producer.try_push_with(maker(&ledger)).ok(), Some(1));
-            assert_eq!(producer.try_push_with(maker(&ledger)).ok(), Some(2));
+            let (mut producer, ring) = ring_with(&ledger, 2, 1, 2);
             assert_eq!(ring.release_through(1), Ok(2));
             let released_2 = Flag::default();
 
@@ -81,9 +77,7 @@ fn push_vs_replay_across_wraparound() {
             let producer = producer_thread.join().unwrap();
             check_cursors(&ring);
             let head = ring.head();
-            drop(producer);
-            drop(ring);
-            ledger.assert_all_dropped_once(head);
+            drop_and_check_ledger(&ledger, head, Some(producer), ring);
         },
     );
 }

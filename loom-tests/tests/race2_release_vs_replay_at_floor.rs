@@ -3,8 +3,10 @@
 #![cfg(replay_ring_loom)]
 
 use loom::thread;
-use replay_ring::{ReplayRing, ResumeError};
-use replay_ring_loom_tests::{check_batch, check_cursors, maker, model, Bound, Flag, Ledger};
+use replay_ring::ResumeError;
+use replay_ring_loom_tests::{
+    check_batch, check_cursors, drop_and_check_ledger, maker, model, ring_with, Bound, Flag, Ledger,
+};
 
 /// Capacity 2, full before the threads start (ids 1 and 2, floor 1). Releaser: release id 1.
 /// Producer: try to push 3 into id 1's slot. Reader (main): resume after id 0, i.e. replay from
@@ -16,13 +18,7 @@ use replay_ring_loom_tests::{check_batch, check_cursors, maker, model, Bound, Fl
 fn release_vs_replay_at_floor() {
     model("release_vs_replay_at_floor", Bound::Exhaustive, || {
         let ledger = Ledger::new(3);
-        let (mut producer, ring) = ReplayRing::<_>::builder()
-            .capacity(2)
-            .max_readers(1)
-            .build()
-            .unwrap();
-        assert_eq!(producer.try_push_with(maker(&ledger)).ok(), Some(1));
-        assert_eq!(producer.try_push_with(maker(&ledger)).ok(), Some(2));
+        let (mut producer, ring) = ring_with(&ledger, 2, 1, 2);
         let released_1 = Flag::default();
 
         let releaser = {
@@ -76,8 +72,6 @@ fn release_vs_replay_at_floor() {
         releaser.join().unwrap();
         let producer = producer_thread.join().unwrap();
         let head = ring.head();
-        drop(producer);
-        drop(ring);
-        ledger.assert_all_dropped_once(head);
+        drop_and_check_ledger(&ledger, head, Some(producer), ring);
     });
 }

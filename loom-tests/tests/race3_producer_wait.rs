@@ -2,10 +2,11 @@
 //! advances) or a reader finishing (its pin ends). A lost wake-up shows up as a loom deadlock.
 #![cfg(replay_ring_loom)]
 
-use loom::future::block_on;
 use loom::thread;
-use replay_ring::ReplayRing;
-use replay_ring_loom_tests::{check_batch, check_cursors, maker, model, Bound, Ledger};
+use replay_ring_loom_tests::{
+    drop_and_check_ledger, model, one_event_pinned, read_pinned, release_and_check, ring_with,
+    spawn_waiting_push, Bound, Ledger,
+};
 
 /// Capacity 1, id 1 pushed. Producer: `push_with(2).await` (waits for space). Releaser (main):
 /// release id 1. The push must complete.
@@ -13,28 +14,14 @@ use replay_ring_loom_tests::{check_batch, check_cursors, maker, model, Bound, Le
 fn producer_wait_vs_release() {
     model("producer_wait_vs_release", Bound::Exhaustive, || {
         let ledger = Ledger::new(2);
-        let (mut producer, ring) = ReplayRing::<_>::builder()
-            .capacity(1)
-            .max_readers(1)
-            .build()
-            .unwrap();
-        assert_eq!(producer.try_push_with(maker(&ledger)).ok(), Some(1));
+        let (producer, ring) = ring_with(&ledger, 1, 1, 1);
 
-        let producer_thread = {
-            let ledger = ledger.clone();
-            thread::spawn(move || {
-                assert_eq!(block_on(producer.push_with(maker(&ledger))).ok(), Some(2));
-                producer
-            })
-        };
-        assert_eq!(ring.release_through(1), Ok(2));
-        check_cursors(&ring);
+        let producer_thread = spawn_waiting_push(producer, &ledger, 2);
+        release_and_check(&ring, 1);
 
         let producer = producer_thread.join().unwrap();
         assert_eq!(ring.head(), 2);
-        drop(producer);
-        drop(ring);
-        ledger.assert_all_dropped_once(2);
+        drop_and_check_ledger(&ledger, 2, Some(producer), ring);
     });
 }
 
@@ -48,33 +35,15 @@ fn producer_wait_vs_reader_finishing() {
         Bound::Exhaustive,
         || {
             let ledger = Ledger::new(2);
-            let (mut producer, ring) = ReplayRing::<_>::builder()
-                .capacity(1)
-                .max_readers(1)
-                .build()
-                .unwrap();
-            assert_eq!(producer.try_push_with(maker(&ledger)).ok(), Some(1));
-            let mut reader = ring.resume(Some(0)).unwrap();
-            assert_eq!(ring.release_through(1), Ok(2));
+            let (producer, ring, mut reader) = one_event_pinned(&ledger, true);
 
-            let producer_thread = {
-                let ledger = ledger.clone();
-                thread::spawn(move || {
-                    assert_eq!(block_on(producer.push_with(maker(&ledger))).ok(), Some(2));
-                    producer
-                })
-            };
-            {
-                let batch = reader.try_read().unwrap().expect("id 1 is pinned");
-                assert_eq!(check_batch(&batch, 1), 1);
-            }
+            let producer_thread = spawn_waiting_push(producer, &ledger, 2);
+            assert_eq!(read_pinned(&mut reader, 1), 1);
 
             let producer = producer_thread.join().unwrap();
             drop(reader);
             assert_eq!(ring.head(), 2);
-            drop(producer);
-            drop(ring);
-            ledger.assert_all_dropped_once(2);
+            drop_and_check_ledger(&ledger, 2, Some(producer), ring);
         },
     );
 }
@@ -88,40 +57,20 @@ fn producer_wait_vs_release_and_reader() {
         Bound::Preemptions(5),
         || {
             let ledger = Ledger::new(2);
-            let (mut producer, ring) = ReplayRing::<_>::builder()
-                .capacity(1)
-                .max_readers(1)
-                .build()
-                .unwrap();
-            assert_eq!(producer.try_push_with(maker(&ledger)).ok(), Some(1));
-            let mut reader = ring.resume(Some(0)).unwrap();
+            let (producer, ring, mut reader) = one_event_pinned(&ledger, false);
 
-            let producer_thread = {
-                let ledger = ledger.clone();
-                thread::spawn(move || {
-                    assert_eq!(block_on(producer.push_with(maker(&ledger))).ok(), Some(2));
-                    producer
-                })
-            };
+            let producer_thread = spawn_waiting_push(producer, &ledger, 2);
             let releaser = {
                 let ring = ring.clone();
-                thread::spawn(move || {
-                    assert_eq!(ring.release_through(1), Ok(2));
-                    check_cursors(&ring);
-                })
+                thread::spawn(move || release_and_check(&ring, 1))
             };
-            {
-                let batch = reader.try_read().unwrap().expect("id 1 is pinned");
-                assert_eq!(check_batch(&batch, 1), 1);
-            }
+            assert_eq!(read_pinned(&mut reader, 1), 1);
 
             releaser.join().unwrap();
             let producer = producer_thread.join().unwrap();
             drop(reader);
             assert_eq!(ring.head(), 2);
-            drop(producer);
-            drop(ring);
-            ledger.assert_all_dropped_once(2);
+            drop_and_check_ledger(&ledger, 2, Some(producer), ring);
         },
     );
 }

@@ -4,8 +4,9 @@
 
 use loom::future::block_on;
 use loom::thread;
-use replay_ring::ReplayRing;
-use replay_ring_loom_tests::{check_batch, maker, model, Bound, Ledger};
+use replay_ring_loom_tests::{
+    check_batch, drop_and_check_ledger, empty_ring_with_live_reader, maker, model, Bound, Ledger,
+};
 
 /// Capacity 2, a live reader at the empty head. Reader thread: `read().await` until it has seen
 /// ids 1 and 2 (at most two reads: each returns at least one event). Producer (main): push 1, 2.
@@ -13,12 +14,7 @@ use replay_ring_loom_tests::{check_batch, maker, model, Bound, Ledger};
 fn reader_wait_vs_push() {
     model("reader_wait_vs_push", Bound::Exhaustive, || {
         let ledger = Ledger::new(2);
-        let (mut producer, ring) = ReplayRing::<_>::builder()
-            .capacity(2)
-            .max_readers(1)
-            .build()
-            .unwrap();
-        let mut reader = ring.reader().unwrap();
+        let (mut producer, ring, mut reader) = empty_ring_with_live_reader(&ledger);
 
         let reader_thread = thread::spawn(move || {
             let mut next = 1;
@@ -32,8 +28,6 @@ fn reader_wait_vs_push() {
         assert_eq!(producer.try_push_with(maker(&ledger)).ok(), Some(2));
 
         reader_thread.join().unwrap();
-        drop(producer);
-        drop(ring);
-        ledger.assert_all_dropped_once(2);
+        drop_and_check_ledger(&ledger, 2, Some(producer), ring);
     });
 }

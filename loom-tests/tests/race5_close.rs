@@ -7,8 +7,11 @@ use std::future::Future;
 
 use loom::future::block_on;
 use loom::thread;
-use replay_ring::{CloseReason, ReadError, ReplayRing};
-use replay_ring_loom_tests::{check_batch, check_cursors, maker, model, Bound, Ledger};
+use replay_ring::{CloseReason, ReadError};
+use replay_ring_loom_tests::{
+    check_batch, check_cursors, drop_and_check_ledger, empty_ring_with_live_reader, maker, model,
+    one_event_pinned, push_waiting, read_pinned, Bound, Ledger,
+};
 
 /// Capacity 2, a live reader at the empty head. Producer thread: push 1, then close. Reader (main):
 /// `read().await` until `Closed(Completed)`. It must read id 1 first — the close must not overtake
@@ -17,12 +20,7 @@ use replay_ring_loom_tests::{check_batch, check_cursors, maker, model, Bound, Le
 fn close_vs_waiting_reader() {
     model("close_vs_waiting_reader", Bound::Exhaustive, || {
         let ledger = Ledger::new(1);
-        let (mut producer, ring) = ReplayRing::<_>::builder()
-            .capacity(2)
-            .max_readers(1)
-            .build()
-            .unwrap();
-        let mut reader = ring.reader().unwrap();
+        let (mut producer, ring, mut reader) = empty_ring_with_live_reader(&ledger);
 
         let producer_thread = {
             let ledger = ledger.clone();
@@ -53,8 +51,7 @@ fn close_vs_waiting_reader() {
 
         producer_thread.join().unwrap();
         drop(reader);
-        drop(ring);
-        ledger.assert_all_dropped_once(1);
+        drop_and_check_ledger(&ledger, 1, None, ring);
     });
 }
 
@@ -70,27 +67,17 @@ fn close_vs_waiting_producer_and_reader() {
         Bound::Exhaustive,
         || {
             let ledger = Ledger::new(2);
-            let (mut producer, ring) = ReplayRing::<_>::builder()
-                .capacity(1)
-                .max_readers(1)
-                .build()
-                .unwrap();
-            assert_eq!(producer.try_push_with(maker(&ledger)).ok(), Some(1));
-            let mut reader = ring.resume(Some(0)).unwrap();
-            assert_eq!(ring.release_through(1), Ok(2));
+            let (mut producer, ring, mut reader) = one_event_pinned(&ledger, true);
 
             let producer_thread = {
                 let ledger = ledger.clone();
                 thread::spawn(move || {
-                    assert_eq!(block_on(producer.push_with(maker(&ledger))).ok(), Some(2));
+                    push_waiting(&mut producer, &ledger, 2);
                     producer.close(CloseReason::Completed);
                 })
             };
 
-            {
-                let batch = reader.try_read().unwrap().expect("id 1 is pinned");
-                check_batch(&batch, 1);
-            }
+            read_pinned(&mut reader, 1);
             // Waits for id 2 (the producer first waits for the unpin above, then pushes).
             {
                 let batch = block_on(reader.read()).expect("id 2 comes before the close");
@@ -105,8 +92,7 @@ fn close_vs_waiting_producer_and_reader() {
             );
             check_cursors(&ring);
             drop(reader);
-            drop(ring);
-            ledger.assert_all_dropped_once(2);
+            drop_and_check_ledger(&ledger, 2, None, ring);
         },
     );
 }
@@ -119,13 +105,7 @@ fn close_vs_waiting_producer_and_reader() {
 fn close_vs_abandoned_wait() {
     model("close_vs_abandoned_wait", Bound::Exhaustive, || {
         let ledger = Ledger::new(2);
-        let (mut producer, ring) = ReplayRing::<_>::builder()
-            .capacity(1)
-            .max_readers(1)
-            .build()
-            .unwrap();
-        assert_eq!(producer.try_push_with(maker(&ledger)).ok(), Some(1));
-        let mut reader = ring.resume(Some(0)).unwrap();
+        let (mut producer, ring, mut reader) = one_event_pinned(&ledger, false);
 
         let producer_thread = {
             let ledger = ledger.clone();
@@ -152,7 +132,6 @@ fn close_vs_abandoned_wait() {
         producer_thread.join().unwrap();
         drop(reader);
         assert_eq!(ring.head(), 1);
-        drop(ring);
-        ledger.assert_all_dropped_once(1);
+        drop_and_check_ledger(&ledger, 1, None, ring);
     });
 }

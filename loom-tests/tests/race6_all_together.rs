@@ -4,7 +4,9 @@
 
 use loom::thread;
 use replay_ring::{ReadError, ReplayRing, ResumeError};
-use replay_ring_loom_tests::{check_batch, check_cursors, maker, model, Bound, Ledger};
+use replay_ring_loom_tests::{
+    check_batch, check_cursors, drop_and_check_ledger, maker, model, ring_with, Bound, Ledger,
+};
 
 /// Capacity 2, id 1 pushed before the threads start. Producer: two `try_push_with` attempts (ids 2
 /// and 3 if accepted). Releaser: releases through whatever head it sees. Reader A: replays from the
@@ -19,12 +21,7 @@ fn two_readers_producer_releaser() {
         Bound::Preemptions(3),
         || {
             let ledger = Ledger::new(3);
-            let (mut producer, ring) = ReplayRing::<_>::builder()
-                .capacity(2)
-                .max_readers(2)
-                .build()
-                .unwrap();
-            assert_eq!(producer.try_push_with(maker(&ledger)).ok(), Some(1));
+            let (mut producer, ring) = ring_with(&ledger, 2, 2, 1);
 
             let producer_thread = {
                 let ledger = ledger.clone();
@@ -74,9 +71,7 @@ fn two_readers_producer_releaser() {
             let producer = producer_thread.join().unwrap();
             check_cursors(&ring);
             let head = ring.head();
-            drop(producer);
-            drop(ring);
-            ledger.assert_all_dropped_once(head);
+            drop_and_check_ledger(&ledger, head, Some(producer), ring);
         },
     );
 }
