@@ -5,6 +5,7 @@
 
 mod common;
 
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use common::mock_sse::{self, MockOptions};
@@ -31,6 +32,40 @@ async fn spawn_server(name: &str, opts: ServerOptions) -> ExampleServer {
     ExampleServer::spawn(&opts, &log)
         .await
         .unwrap_or_else(|e| panic!("start examples/sse_server: {e}"))
+}
+
+/// The example's defaults, except that the page reconnects 50 ms after a cut.
+fn fast_retry() -> ServerOptions {
+    ServerOptions {
+        extra_args: vec!["--retry-ms".into(), "50".into()],
+        ..ServerOptions::default()
+    }
+}
+
+/// Starts the chaos proxy in front of `upstream` (`config` adjusts its defaults), launches chromium
+/// and opens the page through the proxy.
+async fn open_through_proxy(
+    name: &str,
+    upstream: SocketAddr,
+    config: impl FnOnce(ProxyConfig) -> ProxyConfig,
+) -> (ProxyHandle, Browser) {
+    let proxy = ChaosProxy::start(config(ProxyConfig::new(upstream)))
+        .await
+        .unwrap();
+    let mut b = launch(name).await;
+    b.goto(&format!("{}/", proxy.url())).await.unwrap();
+    (proxy, b)
+}
+
+/// The example server with `opts`, the chaos proxy in front of it, and chromium on its page.
+async fn start_all(
+    name: &str,
+    opts: ServerOptions,
+    proxy: impl FnOnce(ProxyConfig) -> ProxyConfig,
+) -> (ExampleServer, ProxyHandle, Browser) {
+    let server = spawn_server(name, opts).await;
+    let (proxy, b) = open_through_proxy(name, server.addr(), proxy).await;
+    (server, proxy, b)
 }
 
 async fn metrics(server: &ExampleServer) -> Metrics {
@@ -76,6 +111,25 @@ async fn wait_page(b: &mut Browser, what: &str, pred: impl FnMut(&PageState) -> 
             s.text
         ),
     }
+}
+
+/// [`wait_page`], then a screenshot of the state it waited for.
+async fn wait_and_shoot(
+    b: &mut Browser,
+    name: &str,
+    what: &str,
+    pred: impl FnMut(&PageState) -> bool,
+) -> PageState {
+    let s = wait_page(b, what, pred).await;
+    shot(b, name).await;
+    s
+}
+
+/// The page got ids `1..=n` exactly once, in order, with no error, gap or duplicate.
+fn assert_exactly_once(s: &PageState, n: u64, log: &[RequestLog]) {
+    assert_eq!(s.error, None, "{}", summary(log));
+    assert_eq!(s.ids, (1..=n).collect::<Vec<_>>(), "exactly once, in order");
+    assert_eq!((s.gaps, s.duplicates), (0, 0));
 }
 
 fn event_requests(log: &[RequestLog]) -> Vec<&RequestLog> {
@@ -142,14 +196,11 @@ async fn harness_mock_page_survives_cuts() {
         interval: Duration::from_millis(2),
     })
     .await;
-    let proxy = ChaosProxy::start(ProxyConfig {
+    let (proxy, mut b) = open_through_proxy("mock", mock, |c| ProxyConfig {
         cut_after_frames: Some(7),
-        ..ProxyConfig::new(mock)
+        ..c
     })
-    .await
-    .unwrap();
-    let mut b = launch("mock").await;
-    b.goto(&format!("{}/", proxy.url())).await.unwrap();
+    .await;
     let s = wait_page(&mut b, "mock stream done", |s| s.done).await;
     assert_eq!(s.ids, (1..=60).collect::<Vec<_>>());
     assert_eq!((s.gaps, s.duplicates), (0, 0));
@@ -171,32 +222,24 @@ async fn exactly_once_in_order_across_forced_disconnects() {
     const K: usize = 25;
     let _serial = SERIAL.lock().await;
     let name = "a-exactly-once";
-    let server = spawn_server(
+    let (_server, proxy, mut b) = start_all(
         name,
         ServerOptions {
             capacity: Some(1024),
             rate: Some(400),
             events: Some(N),
-            extra_args: vec!["--retry-ms".into(), "50".into()],
-            ..ServerOptions::default()
+            ..fast_retry()
+        },
+        |c| ProxyConfig {
+            cut_after_frames: Some(K),
+            ..c
         },
     )
     .await;
-    let proxy = ChaosProxy::start(ProxyConfig {
-        cut_after_frames: Some(K),
-        ..ProxyConfig::new(server.addr())
-    })
-    .await
-    .unwrap();
-    let mut b = launch(name).await;
-    b.goto(&format!("{}/", proxy.url())).await.unwrap();
-    let s = wait_page(&mut b, "all events and `end`", |s| s.done).await;
-    shot(&mut b, name).await;
+    let s = wait_and_shoot(&mut b, name, "all events and `end`", |s| s.done).await;
     let log = proxy.requests();
 
-    assert_eq!(s.error, None, "{}", summary(&log));
-    assert_eq!(s.ids, (1..=N).collect::<Vec<_>>(), "exactly once, in order");
-    assert_eq!((s.gaps, s.duplicates), (0, 0));
+    assert_exactly_once(&s, N, &log);
     assert_eq!(s.text_of("received"), N.to_string());
     assert_eq!(s.text_of("status"), "done");
 
@@ -239,30 +282,22 @@ async fn exactly_once_across_scheduled_cuts() {
     const N: u64 = 300;
     let _serial = SERIAL.lock().await;
     let name = "a2-scheduled-cuts";
-    let server = spawn_server(
+    let (_server, proxy, mut b) = start_all(
         name,
         ServerOptions {
             rate: Some(200),
             events: Some(N),
-            extra_args: vec!["--retry-ms".into(), "50".into()],
-            ..ServerOptions::default()
+            ..fast_retry()
+        },
+        |c| ProxyConfig {
+            cut_after: Some(Duration::from_millis(150)),
+            ..c
         },
     )
     .await;
-    let proxy = ChaosProxy::start(ProxyConfig {
-        cut_after: Some(Duration::from_millis(150)),
-        ..ProxyConfig::new(server.addr())
-    })
-    .await
-    .unwrap();
-    let mut b = launch(name).await;
-    b.goto(&format!("{}/", proxy.url())).await.unwrap();
-    let s = wait_page(&mut b, "all events and `end`", |s| s.done).await;
-    shot(&mut b, name).await;
+    let s = wait_and_shoot(&mut b, name, "all events and `end`", |s| s.done).await;
     let log = proxy.requests();
-    assert_eq!(s.error, None, "{}", summary(&log));
-    assert_eq!(s.ids, (1..=N).collect::<Vec<_>>(), "exactly once, in order");
-    assert_eq!((s.gaps, s.duplicates), (0, 0));
+    assert_exactly_once(&s, N, &log);
     let ev = event_requests(&log);
     let cuts = ev
         .iter()
@@ -281,28 +316,23 @@ async fn exactly_once_across_scheduled_cuts() {
 async fn resume_below_floor_is_an_explicit_gap() {
     let _serial = SERIAL.lock().await;
     let name = "b-below-floor";
-    let server = spawn_server(
+    // Drain mode: after the cut the proxy keeps reading, so the server's writes succeed and those
+    // events age out of the window — the network, not the server, lost them.
+    let (server, proxy, mut b) = start_all(
         name,
         ServerOptions {
             capacity: Some(64),
             rate: Some(200),
             events: Some(2000),
             resumption_window_ms: Some(50),
-            extra_args: vec!["--retry-ms".into(), "50".into()],
-            ..ServerOptions::default()
+            ..fast_retry()
+        },
+        |c| ProxyConfig {
+            drain_upstream_after_cut: true,
+            ..c
         },
     )
     .await;
-    // Drain mode: after the cut the proxy keeps reading, so the server's writes succeed and those
-    // events age out of the window — the network, not the server, lost them.
-    let proxy = ChaosProxy::start(ProxyConfig {
-        drain_upstream_after_cut: true,
-        ..ProxyConfig::new(server.addr())
-    })
-    .await
-    .unwrap();
-    let mut b = launch(name).await;
-    b.goto(&format!("{}/", proxy.url())).await.unwrap();
     wait_page(&mut b, "first events", |s| s.ids.len() >= 20).await;
 
     proxy.set_hold(true);
@@ -323,11 +353,10 @@ async fn resume_below_floor_is_an_explicit_gap() {
     proxy.set_cut_after_frames(None);
     proxy.set_hold(false);
 
-    let s = wait_page(&mut b, "explicit error", |s| {
+    let s = wait_and_shoot(&mut b, name, "explicit error", |s| {
         s.error.is_some() && s.text_of("status") == "failed"
     })
     .await;
-    shot(&mut b, name).await;
     let log = proxy.requests();
     let err = &s.raw["error"];
     assert_eq!(
@@ -375,6 +404,16 @@ async fn wait_held(proxy: &ProxyHandle) -> Vec<RequestLog> {
         .unwrap_or_else(|l| panic!("no held reconnect:\n{}", summary(&l)))
 }
 
+/// A slow consumer: the proxy reads event streams not at all (throttle 0) until told, through a
+/// 4 KiB upstream receive buffer, so the stall backs up into the server quickly.
+fn paused_reads(c: ProxyConfig) -> ProxyConfig {
+    ProxyConfig {
+        throttle_bytes_per_sec: Some(0),
+        upstream_recv_buffer: Some(4096),
+        ..c
+    }
+}
+
 /// (c1) Slow consumer: with the proxy's reads paused, the producer is backpressured (waits, window
 /// full) and the server's memory stays bounded; once reads resume, nothing was lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -385,7 +424,7 @@ async fn slow_consumer_backpressures_without_loss() {
     const CAPACITY: u64 = 16;
     let _serial = SERIAL.lock().await;
     let name = "c1-slow-consumer";
-    let server = spawn_server(
+    let (server, proxy, mut b) = start_all(
         name,
         ServerOptions {
             capacity: Some(CAPACITY as usize),
@@ -393,19 +432,11 @@ async fn slow_consumer_backpressures_without_loss() {
             events: Some(N),
             resumption_window_ms: Some(0),
             backpressure_timeout_ms: Some(60_000),
-            extra_args: vec!["--retry-ms".into(), "50".into()],
+            ..fast_retry()
         },
+        paused_reads,
     )
     .await;
-    let proxy = ChaosProxy::start(ProxyConfig {
-        throttle_bytes_per_sec: Some(0),
-        upstream_recv_buffer: Some(4096),
-        ..ProxyConfig::new(server.addr())
-    })
-    .await
-    .unwrap();
-    let mut b = launch(name).await;
-    b.goto(&format!("{}/", proxy.url())).await.unwrap();
 
     let m = wait_metrics(&server, "producer backpressured with a full window", |m| {
         m.get("producer_waits").is_some_and(|w| w >= 1.0)
@@ -433,8 +464,7 @@ async fn slow_consumer_backpressures_without_loss() {
     let rss_mid = server.rss_kib().expect("server RSS");
     proxy.set_throttle(None);
 
-    let s = wait_page(&mut b, "all events and `end`", |s| s.done).await;
-    shot(&mut b, name).await;
+    let s = wait_and_shoot(&mut b, name, "all events and `end`", |s| s.done).await;
     let rss_end = server.rss_kib().expect("server RSS");
     let log = proxy.requests();
     assert_eq!(s.error, None, "{}", summary(&log));
@@ -470,27 +500,18 @@ async fn slow_consumer_backpressures_without_loss() {
 async fn backpressure_past_the_bound_ends_with_explicit_error() {
     let _serial = SERIAL.lock().await;
     let name = "c2-backpressure-bound";
-    let server = spawn_server(
+    let (server, proxy, mut b) = start_all(
         name,
         ServerOptions {
             capacity: Some(16),
             rate: Some(0),
             resumption_window_ms: Some(0),
             backpressure_timeout_ms: Some(300),
-            extra_args: vec!["--retry-ms".into(), "50".into()],
-            ..ServerOptions::default()
+            ..fast_retry()
         },
+        paused_reads,
     )
     .await;
-    let proxy = ChaosProxy::start(ProxyConfig {
-        throttle_bytes_per_sec: Some(0),
-        upstream_recv_buffer: Some(4096),
-        ..ProxyConfig::new(server.addr())
-    })
-    .await
-    .unwrap();
-    let mut b = launch(name).await;
-    b.goto(&format!("{}/", proxy.url())).await.unwrap();
     let m = wait_metrics(&server, "backpressure timeout", |m| {
         m.get("backpressure_timeouts").is_some_and(|t| t >= 1.0)
     })
@@ -499,8 +520,7 @@ async fn backpressure_past_the_bound_ends_with_explicit_error() {
     let head = metric(&m, "head") as u64;
     proxy.set_throttle(None);
 
-    let s = wait_page(&mut b, "explicit stream error", |s| s.error.is_some()).await;
-    shot(&mut b, name).await;
+    let s = wait_and_shoot(&mut b, name, "explicit stream error", |s| s.error.is_some()).await;
     let log = proxy.requests();
     let err = &s.raw["error"];
     assert_eq!(
