@@ -205,7 +205,12 @@ impl<T> Producer<T> {
             }
         }
         self.write_limit = limit.saturating_add(shared.capacity());
-        self.next_id < self.write_limit
+        let room = self.next_id < self.write_limit;
+        if room {
+            // Also ends a wait whose `ready()` future was dropped while pending.
+            self.stop_waiting();
+        }
+        room
     }
 
     /// Ready when one push would be accepted (or ids are exhausted, which `try_push` reports).

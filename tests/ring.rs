@@ -412,3 +412,23 @@ fn handles_are_send_and_sync_where_they_should_be() {
     sync::<ReplayRing<std::cell::Cell<u8>>>();
     send::<replay_ring::Reader<u8>>();
 }
+
+#[test]
+fn an_abandoned_wait_does_not_hide_the_next_one() {
+    use std::future::Future;
+    use std::task::{Context, Waker};
+    let poll_ready_once = |producer: &mut replay_ring::Producer<u8>| {
+        let mut ready = std::pin::pin!(producer.ready());
+        ready
+            .as_mut()
+            .poll(&mut Context::from_waker(Waker::noop()))
+            .is_pending()
+    };
+    let (mut producer, ring) = ReplayRing::<u8>::new(1, 1).unwrap();
+    producer.try_push(1).unwrap();
+    assert!(poll_ready_once(&mut producer)); // parks, then the future is dropped
+    ring.release_through(1).unwrap();
+    producer.try_push(2).unwrap();
+    assert!(poll_ready_once(&mut producer));
+    assert_eq!(ring.metrics().producer_waits, 2, "each wait is counted");
+}
