@@ -430,145 +430,147 @@ async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
     // Relaxed: statistics.
     let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
     let mut out = String::with_capacity(4096);
-    let mut metric = |name: &str, kind: &str, help: &str, value: u64| {
+    let rows: [(&str, &str, &str, u64); 25] = [
+        (
+            "events_enqueued_total",
+            "counter",
+            "Events accepted by the producer.",
+            m.events_enqueued,
+        ),
+        (
+            "events_released_total",
+            "counter",
+            "Events released from the window.",
+            m.events_released,
+        ),
+        (
+            "events_evicted_before_ack_total",
+            "counter",
+            "Events dropped before acknowledgement (always 0).",
+            m.events_evicted_before_ack,
+        ),
+        (
+            "resumes_ok_total",
+            "counter",
+            "Resumes that replayed a suffix.",
+            m.resumes_ok,
+        ),
+        (
+            "resumes_noop_total",
+            "counter",
+            "Resumes at the head.",
+            m.resumes_noop,
+        ),
+        (
+            "resumes_from_evicted_id_total",
+            "counter",
+            "Resumes refused below the floor (416).",
+            m.resumes_from_evicted_id,
+        ),
+        (
+            "resumes_ahead_of_head_total",
+            "counter",
+            "Resumes refused ahead of the head (409).",
+            m.resumes_ahead_of_head,
+        ),
+        (
+            "producer_full_total",
+            "counter",
+            "Pushes refused because the window was full.",
+            m.producer_full,
+        ),
+        (
+            "producer_waits_total",
+            "counter",
+            "Times the producer waited for space.",
+            m.producer_waits,
+        ),
+        (
+            "readers_active",
+            "gauge",
+            "Registered readers.",
+            m.readers_active as u64,
+        ),
+        ("floor", "gauge", "Oldest retained id.", m.floor),
+        ("head", "gauge", "Newest id.", m.head),
+        ("capacity", "gauge", "Window capacity.", m.capacity as u64),
+        (
+            "ack_releases_total",
+            "counter",
+            "Releases by resume acknowledgement.",
+            r.ack_releases,
+        ),
+        (
+            "window_releases_total",
+            "counter",
+            "Releases by resumption-window expiry.",
+            r.window_releases,
+        ),
+        (
+            "streams_opened_total",
+            "counter",
+            "Event-stream responses opened.",
+            load(&c.streams_opened),
+        ),
+        (
+            "frames_written_total",
+            "counter",
+            "Event frames written.",
+            load(&c.frames_written),
+        ),
+        (
+            "keep_alives_total",
+            "counter",
+            "Keep-alive comments written.",
+            load(&c.keep_alives),
+        ),
+        (
+            "refused_400_total",
+            "counter",
+            "Resumes refused: invalid Last-Event-ID.",
+            load(&c.refused_400),
+        ),
+        (
+            "refused_404_total",
+            "counter",
+            "Resumes refused: stream or session lost.",
+            load(&c.refused_404),
+        ),
+        (
+            "refused_409_total",
+            "counter",
+            "Resumes refused: cursor ahead of head.",
+            load(&c.refused_409),
+        ),
+        (
+            "refused_416_total",
+            "counter",
+            "Resumes refused: cursor below floor.",
+            load(&c.refused_416),
+        ),
+        (
+            "refused_503_total",
+            "counter",
+            "Connections refused: no reader slot.",
+            load(&c.refused_503),
+        ),
+        (
+            "backpressure_timeouts_total",
+            "counter",
+            "Streams closed by the backpressure bound.",
+            load(&c.backpressure_timeouts),
+        ),
+        (
+            "closed",
+            "gauge",
+            "1 once the stream has ended.",
+            u64::from(state.ring.is_closed()),
+        ),
+    ];
+    for (name, kind, help, value) in rows {
         let _ = writeln!(out, "# HELP replay_ring_{name} {help}");
         let _ = writeln!(out, "# TYPE replay_ring_{name} {kind}");
         let _ = writeln!(out, "replay_ring_{name} {value}");
-    };
-    metric(
-        "events_enqueued_total",
-        "counter",
-        "Events accepted by the producer.",
-        m.events_enqueued,
-    );
-    metric(
-        "events_released_total",
-        "counter",
-        "Events released from the window.",
-        m.events_released,
-    );
-    metric(
-        "events_evicted_before_ack_total",
-        "counter",
-        "Events dropped before acknowledgement (always 0).",
-        m.events_evicted_before_ack,
-    );
-    metric(
-        "resumes_ok_total",
-        "counter",
-        "Resumes that replayed a suffix.",
-        m.resumes_ok,
-    );
-    metric(
-        "resumes_noop_total",
-        "counter",
-        "Resumes at the head.",
-        m.resumes_noop,
-    );
-    metric(
-        "resumes_from_evicted_id_total",
-        "counter",
-        "Resumes refused below the floor (416).",
-        m.resumes_from_evicted_id,
-    );
-    metric(
-        "resumes_ahead_of_head_total",
-        "counter",
-        "Resumes refused ahead of the head (409).",
-        m.resumes_ahead_of_head,
-    );
-    metric(
-        "producer_full_total",
-        "counter",
-        "Pushes refused because the window was full.",
-        m.producer_full,
-    );
-    metric(
-        "producer_waits_total",
-        "counter",
-        "Times the producer waited for space.",
-        m.producer_waits,
-    );
-    metric(
-        "readers_active",
-        "gauge",
-        "Registered readers.",
-        m.readers_active as u64,
-    );
-    metric("floor", "gauge", "Oldest retained id.", m.floor);
-    metric("head", "gauge", "Newest id.", m.head);
-    metric("capacity", "gauge", "Window capacity.", m.capacity as u64);
-    metric(
-        "ack_releases_total",
-        "counter",
-        "Releases by resume acknowledgement.",
-        r.ack_releases,
-    );
-    metric(
-        "window_releases_total",
-        "counter",
-        "Releases by resumption-window expiry.",
-        r.window_releases,
-    );
-    metric(
-        "streams_opened_total",
-        "counter",
-        "Event-stream responses opened.",
-        load(&c.streams_opened),
-    );
-    metric(
-        "frames_written_total",
-        "counter",
-        "Event frames written.",
-        load(&c.frames_written),
-    );
-    metric(
-        "keep_alives_total",
-        "counter",
-        "Keep-alive comments written.",
-        load(&c.keep_alives),
-    );
-    metric(
-        "refused_400_total",
-        "counter",
-        "Resumes refused: invalid Last-Event-ID.",
-        load(&c.refused_400),
-    );
-    metric(
-        "refused_404_total",
-        "counter",
-        "Resumes refused: stream or session lost.",
-        load(&c.refused_404),
-    );
-    metric(
-        "refused_409_total",
-        "counter",
-        "Resumes refused: cursor ahead of head.",
-        load(&c.refused_409),
-    );
-    metric(
-        "refused_416_total",
-        "counter",
-        "Resumes refused: cursor below floor.",
-        load(&c.refused_416),
-    );
-    metric(
-        "refused_503_total",
-        "counter",
-        "Connections refused: no reader slot.",
-        load(&c.refused_503),
-    );
-    metric(
-        "backpressure_timeouts_total",
-        "counter",
-        "Streams closed by the backpressure bound.",
-        load(&c.backpressure_timeouts),
-    );
-    metric(
-        "closed",
-        "gauge",
-        "1 once the stream has ended.",
-        u64::from(state.ring.is_closed()),
-    );
+    }
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out)
 }
