@@ -42,6 +42,9 @@ pub struct Producer<T> {
     /// occupants were released and unpinned when it was computed, and stay so (the floor only grows
     /// and new pins start at or above the floor).
     write_limit: u64,
+    /// The first id whose slot already holds a value (`first_id + capacity`): from here on a push
+    /// replaces, and drops, the slot's previous occupant.
+    first_reuse: u64,
     full: u64,
     waits: u64,
     waiting: bool,
@@ -71,6 +74,7 @@ impl<T> Producer<T> {
             shared,
             next_id,
             write_limit,
+            first_reuse: write_limit,
             full: 0,
             waits: 0,
             waiting: false,
@@ -147,7 +151,7 @@ impl<T> Producer<T> {
         let value = make(id);
         let shared = &*self.shared;
         let index = shared.index(id);
-        let replaced = id >= shared.first_id.saturating_add(shared.capacity());
+        let replaced = id >= self.first_reuse;
         let old = {
             // SAFETY: `index` is masked by `capacity - 1` and `trackers` has `capacity` entries.
             let _track = unsafe { shared.trackers.get_unchecked(index) }.write();
