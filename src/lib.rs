@@ -47,9 +47,9 @@
 //! assert_eq!(producer.try_push("five".into()), Ok(5));
 //! ```
 //!
-//! The [`sse`] module puts rings on the wire: event-id format, `Last-Event-ID` parsing, frame
-//! encoding, the resume decision and its HTTP mapping, a retention policy and a client-side
-//! continuity verifier.
+//! The `replay-ring-sse` crate puts rings on the wire: event-id format, `Last-Event-ID` parsing,
+//! frame encoding, the resume decision and its HTTP mapping, a retention policy, a publisher and an
+//! axum endpoint.
 #![deny(missing_docs, missing_debug_implementations, unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 #![warn(rust_2018_idioms, unreachable_pub)]
@@ -61,8 +61,6 @@ mod reader;
 mod ring;
 mod sync;
 mod wait;
-
-pub mod sse;
 
 pub use error::{BuildError, CloseReason, PushError, ReadError, ReleaseError, ResumeError};
 pub use metrics::Metrics;

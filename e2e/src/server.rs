@@ -1,4 +1,4 @@
-//! Launching `examples/sse_server.rs` for the e2e tests, plus a tiny loopback HTTP GET client for
+//! Launching `sse/examples/sse_server` for the e2e tests, plus a tiny loopback HTTP GET client for
 //! `/metrics` and direct probes.
 //!
 //! Contract with the example: `--port 0` makes it print `listening on http://127.0.0.1:PORT` as its
@@ -22,7 +22,7 @@ use crate::http::{Buffered, ChunkedDecoder};
 /// Upper bound for the example to print its address.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Builds `examples/sse_server.rs` once per process and returns the executable.
+/// Builds `sse/examples/sse_server` once per process and returns the executable.
 ///
 /// `REPLAY_RING_SSE_SERVER` overrides the path (skips the build).
 pub fn example_binary() -> io::Result<PathBuf> {
@@ -45,7 +45,7 @@ fn build_example() -> io::Result<PathBuf> {
         .args([
             "build",
             "-p",
-            "replay-ring",
+            "replay-ring-sse",
             "--example",
             "sse_server",
             "--message-format=json-render-diagnostics",

@@ -17,7 +17,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use replay_ring::sse::RetentionConfig;
+use replay_ring_sse::RetentionConfig;
 use replay_ring_mcp::demo::{app, Storage};
 use replay_ring_mcp::StoreConfig;
 

@@ -28,7 +28,7 @@ use bytes::Bytes;
 use http::{HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
-use replay_ring::sse::{HttpResponse, ResumeDecision, LAST_EVENT_ID_HEADER};
+use replay_ring_sse::{HttpResponse, ResumeDecision, LAST_EVENT_ID_HEADER};
 use rmcp::transport::streamable_http_server::session::{SessionId, SessionManager};
 
 use crate::manager::ReplayRingSessionManager;
@@ -127,7 +127,7 @@ pub fn refusal_status(refusal: &ResumeRefusal) -> StatusCode {
         // A live session whose cursor names no stream here: the cursor is wrong, the session
         // is fine, so not 404 (which would make the client re-initialize).
         ResumeDecision::StreamLost(_) => 400,
-        ref d => replay_ring::sse::status_for(d),
+        ref d => replay_ring_sse::status_for(d),
     };
     StatusCode::from_u16(code).unwrap_or(StatusCode::BAD_REQUEST)
 }

@@ -7,7 +7,7 @@
 //!
 //! - [`RingEventStore`]: rmcp's `EventStore` trait, one ring per stream, ids in the SSE layer's
 //!   `<stream>.<epoch>.<seq>` format, backpressure (bounded) instead of eviction, the shared
-//!   retention policy ([`replay_ring::sse::Retention`]).
+//!   retention policy ([`replay_ring_sse::Retention`]).
 //! - [`ReplayRingSessionManager`]: rmcp's `LocalSessionManager` with every SSE connection served
 //!   from the rings, resumes bound to their session.
 //! - [`ResumeGuardLayer`]: a tower layer that answers unreplayable cursors explicitly before rmcp

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use futures::stream::{self, BoxStream};
 use futures::{Stream, StreamExt};
-use replay_ring::sse::EventId;
+use replay_ring_sse::EventId;
 use rmcp::model::{
     ClientJsonRpcMessage, ErrorCode, ErrorData, JsonRpcError, JsonRpcVersion2_0,
     ServerJsonRpcMessage,

@@ -1,6 +1,6 @@
 //! [`RingEventStore`]: rmcp's [`EventStore`] on replay-ring, one ring per SSE stream.
 //!
-//! Ids are the SSE layer's wire format `<stream>.<epoch>.<seq>` ([`replay_ring::sse::EventId`]):
+//! Ids are the SSE layer's wire format `<stream>.<epoch>.<seq>` ([`replay_ring_sse::EventId`]):
 //! rmcp's own stream names (a UUID per request, `<session>:common` for the GET stream) are too long
 //! for the grammar, so each stream gets a short name `s<n>` and the store keeps the mapping.
 //! `store_event` returns only after the event is in the ring (the ring assigns the id and commits
@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use replay_ring::sse::{
+use replay_ring_sse::{
     BackpressureClock, Epoch, EventId, LastEventIdError, Refused, ResumeDecision, Resumed,
     Retention, RetentionConfig, StreamId, StreamIdentity, StreamState,
 };
@@ -382,7 +382,7 @@ impl RingEventStore {
     ) -> Result<StreamState, ResumeRefusal> {
         let (entry, _) = self.locate(session, last_event_id)?;
         let state = entry.state();
-        match replay_ring::sse::decide(Some(&state), Some(last_event_id)) {
+        match replay_ring_sse::decide(Some(&state), Some(last_event_id)) {
             d if d.is_accepted() => Ok(state),
             decision => Err(self.refused(ResumeRefusal {
                 decision,
@@ -458,7 +458,7 @@ impl RingEventStore {
         last_event_id: &[u8],
     ) -> Result<RingStream, ResumeRefusal> {
         let (entry, _) = self.locate(session, last_event_id)?;
-        let resumed = replay_ring::sse::resume(&entry.ring, &entry.identity, Some(last_event_id))
+        let resumed = replay_ring_sse::resume(&entry.ring, &entry.identity, Some(last_event_id))
             .map_err(|Refused { decision, state }| {
             self.refused(ResumeRefusal {
                 decision,

@@ -9,7 +9,7 @@ use std::task::{Context, Poll};
 use std::time::Instant;
 
 use futures::Stream;
-use replay_ring::sse::ConnectionId;
+use replay_ring_sse::ConnectionId;
 use replay_ring::{CloseReason, Event, ReadError, Reader};
 use rmcp::model::{ErrorCode, ErrorData, JsonRpcError, JsonRpcVersion2_0, ServerJsonRpcMessage};
 use rmcp::transport::streamable_http_server::session::ServerSseMessage;

@@ -6,7 +6,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use replay_ring::sse::RetentionConfig;
+use replay_ring_sse::RetentionConfig;
 use replay_ring_mcp::demo::Storage;
 use replay_ring_mcp::StoreConfig;
 

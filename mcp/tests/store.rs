@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use futures::StreamExt;
-use replay_ring::sse::{Epoch, ResumeDecision, RetentionConfig};
+use replay_ring_sse::{Epoch, ResumeDecision, RetentionConfig};
 use replay_ring_mcp::{RingEventStore, StoreConfig, STREAM_BROKEN_CODE};
 use rmcp::model::ServerJsonRpcMessage;
 use rmcp::transport::streamable_http_server::session::{EventStore, ServerSseMessage};

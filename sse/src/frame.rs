@@ -11,12 +11,12 @@ use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use super::event_id::EventId;
+use crate::event_id::EventId;
 
 /// Which frame field held a forbidden byte.
 ///
 /// ```
-/// use replay_ring::sse::{Frame, FrameError, FrameField};
+/// use replay_ring_sse::{Frame, FrameError, FrameField};
 /// let err = Frame::new().comment("a\rb").encode().unwrap_err();
 /// assert_eq!(err, FrameError::ForbiddenByte { field: FrameField::Comment, position: 1, byte: b'\r' });
 /// ```
@@ -43,7 +43,7 @@ impl fmt::Display for FrameField {
 /// A frame that would not mean what the caller asked for on the wire.
 ///
 /// ```
-/// use replay_ring::sse::{Frame, FrameError, FrameField};
+/// use replay_ring_sse::{Frame, FrameError, FrameField};
 ///
 /// let err = Frame::new().event("a\nid: 1").data(b"x").encode().unwrap_err();
 /// assert_eq!(err, FrameError::ForbiddenByte { field: FrameField::Event, position: 1, byte: b'\n' });
@@ -103,7 +103,7 @@ enum FrameId<'a> {
 /// set the last event id or the reconnection time.
 ///
 /// ```
-/// use replay_ring::sse::{EventId, Frame};
+/// use replay_ring_sse::{EventId, Frame};
 /// use std::time::Duration;
 ///
 /// let id = EventId::parse("events.1f.42").unwrap();
@@ -132,7 +132,7 @@ impl<'a> Frame<'a> {
     /// An empty frame (encodes to a lone blank line, which dispatches nothing).
     ///
     /// ```
-    /// assert_eq!(&replay_ring::sse::Frame::new().encode().unwrap()[..], b"\n");
+    /// assert_eq!(&replay_ring_sse::Frame::new().encode().unwrap()[..], b"\n");
     /// ```
     pub fn new() -> Self {
         Frame::default()
@@ -141,7 +141,7 @@ impl<'a> Frame<'a> {
     /// Sets the `id:` field from a wire [`EventId`] (always valid).
     ///
     /// ```
-    /// use replay_ring::sse::{EventId, Frame};
+    /// use replay_ring_sse::{EventId, Frame};
     /// let f = Frame::new().id(EventId::parse("s.1.2").unwrap()).encode().unwrap();
     /// assert_eq!(&f[..], b"id: s.1.2\n\n");
     /// ```
@@ -154,7 +154,7 @@ impl<'a> Frame<'a> {
     /// An empty string is allowed and resets the client's last event id (per the standard).
     ///
     /// ```
-    /// use replay_ring::sse::Frame;
+    /// use replay_ring_sse::Frame;
     /// assert!(Frame::new().raw_id("a\rb").encode().is_err());
     /// assert_eq!(&Frame::new().raw_id("x-1").encode().unwrap()[..], b"id: x-1\n\n");
     /// ```
@@ -166,7 +166,7 @@ impl<'a> Frame<'a> {
     /// Sets the `event:` field (the type a browser dispatches to `addEventListener`).
     ///
     /// ```
-    /// use replay_ring::sse::Frame;
+    /// use replay_ring_sse::Frame;
     /// assert_eq!(&Frame::new().event("end").data(b"").encode().unwrap()[..], b"event: end\ndata:\n\n");
     /// ```
     pub fn event(mut self, name: &'a str) -> Self {
@@ -177,7 +177,7 @@ impl<'a> Frame<'a> {
     /// Sets the `retry:` field: the client's reconnection delay, in whole milliseconds.
     ///
     /// ```
-    /// use replay_ring::sse::Frame;
+    /// use replay_ring_sse::Frame;
     /// use std::time::Duration;
     /// let f = Frame::new().retry(Duration::from_secs(3)).encode().unwrap();
     /// assert_eq!(&f[..], b"retry: 3000\n\n");
@@ -192,7 +192,7 @@ impl<'a> Frame<'a> {
     /// data. Payloads should be UTF-8 (clients decode the stream as UTF-8).
     ///
     /// ```
-    /// use replay_ring::sse::Frame;
+    /// use replay_ring_sse::Frame;
     /// let f = Frame::new().data(b"a\rb\n\nc\n").encode().unwrap();
     /// assert_eq!(&f[..], b"data: a\ndata: b\ndata:\ndata: c\ndata:\n\n");
     /// ```
@@ -204,7 +204,7 @@ impl<'a> Frame<'a> {
     /// Adds a `:` comment line first (ignored by clients; used for keep-alives).
     ///
     /// ```
-    /// use replay_ring::sse::Frame;
+    /// use replay_ring_sse::Frame;
     /// assert_eq!(&Frame::new().comment("hi").encode().unwrap()[..], b": hi\n\n");
     /// ```
     pub fn comment(mut self, text: &'a str) -> Self {
@@ -232,7 +232,7 @@ impl<'a> Frame<'a> {
     ///
     /// ```
     /// use bytes::BytesMut;
-    /// use replay_ring::sse::Frame;
+    /// use replay_ring_sse::Frame;
     ///
     /// let mut buf = BytesMut::with_capacity(256);
     /// Frame::new().data(b"1").encode_into(&mut buf).unwrap();
@@ -271,7 +271,7 @@ impl<'a> Frame<'a> {
     /// Encodes into a fresh `Bytes` (one allocation, sized up front).
     ///
     /// ```
-    /// use replay_ring::sse::Frame;
+    /// use replay_ring_sse::Frame;
     /// assert_eq!(&Frame::new().data(b"{\"n\":1}").encode().unwrap()[..], b"data: {\"n\":1}\n\n");
     /// ```
     pub fn encode(&self) -> Result<Bytes, FrameError> {
@@ -366,7 +366,7 @@ impl<'a> Iterator for DataLines<'a> {
 /// alive: `: keep-alive\n\n`.
 ///
 /// ```
-/// assert_eq!(replay_ring::sse::KEEP_ALIVE, b": keep-alive\n\n");
+/// assert_eq!(replay_ring_sse::KEEP_ALIVE, b": keep-alive\n\n");
 /// ```
 pub const KEEP_ALIVE: &[u8] = b": keep-alive\n\n";
 
@@ -375,7 +375,7 @@ pub const KEEP_ALIVE: &[u8] = b": keep-alive\n\n";
 /// ```
 /// use bytes::BytesMut;
 /// let mut buf = BytesMut::new();
-/// replay_ring::sse::encode_keep_alive(&mut buf);
+/// replay_ring_sse::encode_keep_alive(&mut buf);
 /// assert_eq!(&buf[..], b": keep-alive\n\n");
 /// ```
 pub fn encode_keep_alive(buf: &mut BytesMut) {
@@ -389,7 +389,7 @@ pub fn encode_keep_alive(buf: &mut BytesMut) {
 ///
 /// ```
 /// use bytes::BytesMut;
-/// use replay_ring::sse::{encode_priming, EventId};
+/// use replay_ring_sse::{encode_priming, EventId};
 /// use std::time::Duration;
 ///
 /// let mut buf = BytesMut::new();
@@ -409,7 +409,7 @@ pub fn encode_priming(buf: &mut BytesMut, id: EventId, retry: Option<Duration>) 
 ///
 /// ```
 /// use bytes::BytesMut;
-/// use replay_ring::sse::{encode_event, EventId};
+/// use replay_ring_sse::{encode_event, EventId};
 ///
 /// let mut buf = BytesMut::new();
 /// encode_event(&mut buf, EventId::parse("s.1.7").unwrap(), None, b"{\"n\":7}").unwrap();

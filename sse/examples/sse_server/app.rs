@@ -15,7 +15,7 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use bytes::{Bytes, BytesMut};
-use replay_ring::sse::{
+use replay_ring_sse::{
     encode_event, encode_keep_alive, encode_priming, resume, BackpressureClock, ConnectionId,
     Epoch, Frame, HttpResponse, Retention, RetentionConfig, StreamId, StreamIdentity, StreamState,
     LAST_EVENT_ID_HEADER,
@@ -269,8 +269,8 @@ async fn events(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Respo
     let Some(conn) = conn else {
         // More connections than the retention table holds (cannot happen with max_readers
         // entries, kept for robustness): refuse explicitly.
-        let refused = replay_ring::sse::Refused {
-            decision: replay_ring::sse::ResumeDecision::Busy {
+        let refused = replay_ring_sse::Refused {
+            decision: replay_ring_sse::ResumeDecision::Busy {
                 limit: state.config.max_readers,
             },
             state: Some(resumed.state),

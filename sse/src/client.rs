@@ -8,12 +8,12 @@
 
 use std::fmt;
 
-use super::event_id::{Epoch, EventId, StreamId};
+use crate::event_id::{Epoch, EventId, StreamId};
 
 /// A continuity violation.
 ///
 /// ```
-/// use replay_ring::sse::{ContinuityError, ContinuityVerifier};
+/// use replay_ring_sse::client::{ContinuityError, ContinuityVerifier};
 ///
 /// let mut v = ContinuityVerifier::with_cursor(41);
 /// v.on_reconnect();
@@ -101,7 +101,7 @@ impl std::error::Error for ContinuityError {}
 /// reported once.
 ///
 /// ```
-/// use replay_ring::sse::ContinuityVerifier;
+/// use replay_ring_sse::client::ContinuityVerifier;
 ///
 /// let mut v = ContinuityVerifier::new();
 /// v.on_priming(0).unwrap();        // fresh subscription at head 0
@@ -124,7 +124,7 @@ impl ContinuityVerifier {
     /// A verifier for a fresh subscription: the first id seen (priming or event) sets the cursor.
     ///
     /// ```
-    /// assert_eq!(replay_ring::sse::ContinuityVerifier::new().cursor(), None);
+    /// assert_eq!(replay_ring_sse::client::ContinuityVerifier::new().cursor(), None);
     /// ```
     pub fn new() -> Self {
         Self::default()
@@ -133,7 +133,7 @@ impl ContinuityVerifier {
     /// A verifier resuming from `cursor` (the `Last-Event-ID` the client will send).
     ///
     /// ```
-    /// use replay_ring::sse::ContinuityVerifier;
+    /// use replay_ring_sse::client::ContinuityVerifier;
     /// let mut v = ContinuityVerifier::with_cursor(41);
     /// assert!(v.on_event(42).is_ok());
     /// ```
@@ -148,7 +148,7 @@ impl ContinuityVerifier {
     /// The last id accepted.
     ///
     /// ```
-    /// let mut v = replay_ring::sse::ContinuityVerifier::with_cursor(3);
+    /// let mut v = replay_ring_sse::client::ContinuityVerifier::with_cursor(3);
     /// v.on_event(4).unwrap();
     /// assert_eq!(v.cursor(), Some(4));
     /// ```
@@ -159,7 +159,7 @@ impl ContinuityVerifier {
     /// The connection was re-established; the next event must be `cursor + 1`.
     ///
     /// ```
-    /// use replay_ring::sse::{ContinuityError, ContinuityVerifier};
+    /// use replay_ring_sse::client::{ContinuityError, ContinuityVerifier};
     /// let mut v = ContinuityVerifier::with_cursor(3);
     /// v.on_event(4).unwrap();
     /// v.on_reconnect();
@@ -172,7 +172,7 @@ impl ContinuityVerifier {
     /// A priming event (id, empty data). With a cursor, its id must equal the cursor.
     ///
     /// ```
-    /// use replay_ring::sse::{ContinuityError, ContinuityVerifier};
+    /// use replay_ring_sse::client::{ContinuityError, ContinuityVerifier};
     /// let mut v = ContinuityVerifier::with_cursor(41);
     /// assert_eq!(v.on_priming(130), Err(ContinuityError::PrimingMismatch { cursor: 41, got: 130 }));
     /// ```
@@ -190,7 +190,7 @@ impl ContinuityVerifier {
     /// A dispatched event with sequence number `id`.
     ///
     /// ```
-    /// use replay_ring::sse::{ContinuityError, ContinuityVerifier};
+    /// use replay_ring_sse::client::{ContinuityError, ContinuityVerifier};
     /// let mut v = ContinuityVerifier::with_cursor(5);
     /// assert_eq!(v.on_event(5), Err(ContinuityError::Duplicate { expected: 6, got: 5 }));
     /// assert_eq!(v.on_event(6), Ok(()));
@@ -224,7 +224,8 @@ impl ContinuityVerifier {
     /// [`on_event`](Self::on_event) for a wire id: also checks that stream and epoch never change.
     ///
     /// ```
-    /// use replay_ring::sse::{ContinuityError, ContinuityVerifier, EventId};
+    /// use replay_ring_sse::client::{ContinuityError, ContinuityVerifier};
+    /// use replay_ring_sse::EventId;
     /// let mut v = ContinuityVerifier::new();
     /// v.on_event_id(&EventId::parse("s.1.7").unwrap()).unwrap();
     /// let restarted = EventId::parse("s.2.8").unwrap();
@@ -238,7 +239,8 @@ impl ContinuityVerifier {
     /// [`on_priming`](Self::on_priming) for a wire id.
     ///
     /// ```
-    /// use replay_ring::sse::{ContinuityVerifier, EventId};
+    /// use replay_ring_sse::client::{ContinuityVerifier};
+    /// use replay_ring_sse::EventId;
     /// let mut v = ContinuityVerifier::new();
     /// v.on_priming_id(&EventId::parse("s.1.0").unwrap()).unwrap();
     /// assert_eq!(v.cursor(), Some(0));
@@ -264,7 +266,7 @@ impl ContinuityVerifier {
 /// What the client has seen on the response body of a connection (after the headers).
 ///
 /// ```
-/// use replay_ring::sse::{classify, BodyState, Observation, StallClass};
+/// use replay_ring_sse::client::{classify, BodyState, Observation, StallClass};
 /// let silent = Observation::Connected { cursor: 5, body: BodyState::OpenSilent, replay_floor: None };
 /// assert_eq!(classify(&silent), StallClass::Reconnect);
 /// ```
@@ -281,7 +283,7 @@ pub enum BodyState {
 /// Everything a client knows about its stream when it stalls.
 ///
 /// ```
-/// use replay_ring::sse::{classify, BodyState, Observation, StallClass};
+/// use replay_ring_sse::client::{classify, BodyState, Observation, StallClass};
 /// let waiting = Observation::Connected { cursor: 5, body: BodyState::OpenAlive, replay_floor: Some(3) };
 /// assert_eq!(classify(&waiting), StallClass::Delayed);
 /// ```
@@ -303,7 +305,7 @@ pub enum Observation {
 /// What a reconnect returned.
 ///
 /// ```
-/// use replay_ring::sse::{classify, BodyState, Observation, Reconnect, ResumptionFailure, StallClass};
+/// use replay_ring_sse::client::{classify, BodyState, Observation, Reconnect, ResumptionFailure, StallClass};
 /// let empty = Reconnect {
 ///     cursor: 7, status: 200, replay_floor: None, replay_head: None,
 ///     session_durable: true, first_event: None, body: BodyState::EndedEmpty,
@@ -333,7 +335,7 @@ pub struct Reconnect {
 /// Why resumption failed.
 ///
 /// ```
-/// use replay_ring::sse::{classify, BodyState, Observation, Reconnect, ResumptionFailure, StallClass};
+/// use replay_ring_sse::client::{classify, BodyState, Observation, Reconnect, ResumptionFailure, StallClass};
 /// let gap = Reconnect {
 ///     cursor: 7, status: 416, replay_floor: Some(20), replay_head: Some(30),
 ///     session_durable: true, first_event: None, body: BodyState::EndedEmpty,
@@ -384,7 +386,7 @@ pub enum ResumptionFailure {
 /// The classification of a stalled stream.
 ///
 /// ```
-/// use replay_ring::sse::{classify, BodyState, Observation, Reconnect, StallClass};
+/// use replay_ring_sse::client::{classify, BodyState, Observation, Reconnect, StallClass};
 /// let gone = Reconnect {
 ///     cursor: 7, status: 410, replay_floor: None, replay_head: None,
 ///     session_durable: false, first_event: None, body: BodyState::EndedEmpty,
@@ -411,7 +413,7 @@ pub enum StallClass {
 /// Classifies a stalled stream (seed 000's decision boundary).
 ///
 /// ```
-/// use replay_ring::sse::{classify, BodyState, Observation, Reconnect, ResumptionFailure, StallClass};
+/// use replay_ring_sse::client::{classify, BodyState, Observation, Reconnect, ResumptionFailure, StallClass};
 ///
 /// // The recorded incident: 200 OK, first event 130 after cursor 41.
 /// let seen = Reconnect {

@@ -1,10 +1,9 @@
 //! Client continuity (seed 000): the verifier's +1 rule, and the stall classifier on every case the
 //! seed lists, table-driven.
 
-use replay_ring::sse::{
-    classify, BodyState, ContinuityError, ContinuityVerifier, EventId, Observation, Reconnect,
-    ResumptionFailure as F, StallClass,
-};
+use replay_ring_sse::client::ResumptionFailure as F;
+use replay_ring_sse::EventId;
+use replay_ring_sse::client::{classify, BodyState, ContinuityError, ContinuityVerifier, Observation, Reconnect, StallClass};
 
 /// A healthy reconnect from cursor 41: 200, floor advertised, first event 42, keep-alives arriving.
 fn healthy() -> Reconnect {

@@ -15,13 +15,13 @@
 
 use bytes::Bytes;
 
-use super::json::JsonObject;
-use super::resume::{Refused, ResumeDecision, StreamState};
+use crate::json::JsonObject;
+use crate::resume::{Refused, ResumeDecision, StreamState};
 
 /// Response header naming the oldest id the stream can still replay (decimal sequence number).
 ///
 /// ```
-/// use replay_ring::sse::{HttpResponse, StreamState, StreamIdentity, StreamId, Epoch, REPLAY_FLOOR_HEADER, REPLAY_HEAD_HEADER, REPLAY_STREAM_HEADER};
+/// use replay_ring_sse::{HttpResponse, StreamState, StreamIdentity, StreamId, Epoch, REPLAY_FLOOR_HEADER, REPLAY_HEAD_HEADER, REPLAY_STREAM_HEADER};
 /// let me = StreamIdentity::new(StreamId::new("s").unwrap(), Epoch::new(0xf));
 /// let r = HttpResponse::stream(&StreamState { identity: me, floor: 4, head: 9 });
 /// assert_eq!(r.header(REPLAY_FLOOR_HEADER), Some("4"));
@@ -33,27 +33,27 @@ pub const REPLAY_FLOOR_HEADER: &str = "replay-floor";
 /// [`REPLAY_FLOOR_HEADER`] for an example.
 ///
 /// ```
-/// assert_eq!(replay_ring::sse::REPLAY_HEAD_HEADER, "replay-head");
+/// assert_eq!(replay_ring_sse::REPLAY_HEAD_HEADER, "replay-head");
 /// ```
 pub const REPLAY_HEAD_HEADER: &str = "replay-head";
 /// Response header naming the stream and epoch (`<stream>.<epoch>`), so a client can tell a
 /// restarted stream from the one it was reading before it sees any event.
 ///
 /// ```
-/// assert_eq!(replay_ring::sse::REPLAY_STREAM_HEADER, "replay-stream");
+/// assert_eq!(replay_ring_sse::REPLAY_STREAM_HEADER, "replay-stream");
 /// ```
 pub const REPLAY_STREAM_HEADER: &str = "replay-stream";
 /// Request header a client sends to resume (per the HTML standard; header names are
 /// case-insensitive).
 ///
 /// ```
-/// assert_eq!(replay_ring::sse::LAST_EVENT_ID_HEADER, "last-event-id");
+/// assert_eq!(replay_ring_sse::LAST_EVENT_ID_HEADER, "last-event-id");
 /// ```
 pub const LAST_EVENT_ID_HEADER: &str = "last-event-id";
 /// Content type of an event stream.
 ///
 /// ```
-/// assert_eq!(replay_ring::sse::EVENT_STREAM_CONTENT_TYPE, "text/event-stream");
+/// assert_eq!(replay_ring_sse::EVENT_STREAM_CONTENT_TYPE, "text/event-stream");
 /// ```
 pub const EVENT_STREAM_CONTENT_TYPE: &str = "text/event-stream";
 
@@ -61,7 +61,7 @@ pub const EVENT_STREAM_CONTENT_TYPE: &str = "text/event-stream";
 /// For a 200 the body is empty here: the event stream follows.
 ///
 /// ```
-/// use replay_ring::sse::{HttpResponse, ResumeDecision, StreamState, StreamIdentity, StreamId, Epoch};
+/// use replay_ring_sse::{HttpResponse, ResumeDecision, StreamState, StreamIdentity, StreamId, Epoch};
 ///
 /// let me = StreamIdentity::new(StreamId::new("events").unwrap(), Epoch::new(0xa));
 /// let state = StreamState { identity: me, floor: 65, head: 130 };
@@ -88,7 +88,7 @@ impl HttpResponse {
     /// The first value of header `name` (compared case-insensitively).
     ///
     /// ```
-    /// use replay_ring::sse::{HttpResponse, ResumeDecision};
+    /// use replay_ring_sse::{HttpResponse, ResumeDecision};
     /// let r = HttpResponse::for_decision(&ResumeDecision::SessionLost, None);
     /// assert_eq!(r.header("Content-Type"), Some("application/json"));
     /// ```
@@ -103,7 +103,7 @@ impl HttpResponse {
     /// exist); it supplies the `Replay-*` headers.
     ///
     /// ```
-    /// use replay_ring::sse::{HttpResponse, ResumeDecision, StreamState, StreamIdentity, StreamId, Epoch};
+    /// use replay_ring_sse::{HttpResponse, ResumeDecision, StreamState, StreamIdentity, StreamId, Epoch};
     /// let me = StreamIdentity::new(StreamId::new("s").unwrap(), Epoch::new(1));
     /// let state = StreamState { identity: me, floor: 3, head: 9 };
     /// let ok = HttpResponse::for_decision(&ResumeDecision::Replay { from: 5, through: 9 }, Some(&state));
@@ -150,7 +150,7 @@ impl HttpResponse {
     /// The 200 head for an accepted stream.
     ///
     /// ```
-    /// use replay_ring::sse::{HttpResponse, StreamState, StreamIdentity, StreamId, Epoch};
+    /// use replay_ring_sse::{HttpResponse, StreamState, StreamIdentity, StreamId, Epoch};
     /// let me = StreamIdentity::new(StreamId::new("s").unwrap(), Epoch::new(1));
     /// let r = HttpResponse::stream(&StreamState { identity: me, floor: 1, head: 0 });
     /// assert_eq!((r.status, r.header("replay-floor")), (200, Some("1")));
@@ -162,7 +162,7 @@ impl HttpResponse {
     /// The response for a refusal from [`resume`](super::resume()).
     ///
     /// ```
-    /// use replay_ring::sse::{resume, Epoch, HttpResponse, StreamId, StreamIdentity};
+    /// use replay_ring_sse::{resume, Epoch, HttpResponse, StreamId, StreamIdentity};
     /// let me = StreamIdentity::new(StreamId::new("s").unwrap(), Epoch::new(1));
     /// let (_p, ring) = replay_ring::ReplayRing::<u8>::new(4, 1).unwrap();
     /// let refused = resume(&ring, &me, Some(b"s.1.5")).unwrap_err();
@@ -176,7 +176,7 @@ impl HttpResponse {
 /// The status code for a decision (see the module table).
 ///
 /// ```
-/// use replay_ring::sse::{status_for, ResumeDecision};
+/// use replay_ring_sse::{status_for, ResumeDecision};
 /// assert_eq!(status_for(&ResumeDecision::Mismatch { requested: 9, head: 3 }), 409);
 /// assert_eq!(status_for(&ResumeDecision::SessionLost), 404);
 /// ```

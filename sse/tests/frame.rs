@@ -4,7 +4,7 @@
 
 use bytes::BytesMut;
 use proptest::prelude::*;
-use replay_ring::sse::{
+use replay_ring_sse::{
     encode_event, encode_keep_alive, encode_priming, EventId, Frame, FrameError, FrameField,
 };
 use std::time::Duration;

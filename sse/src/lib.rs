@@ -1,4 +1,4 @@
-//! Server-Sent Events on top of a [`ReplayRing`](crate::ReplayRing): the wire format, the resume
+//! Server-Sent Events on top of a [`ReplayRing`](replay_ring::ReplayRing): the wire format, the resume
 //! decision and its HTTP mapping, a retention policy, and a client-side continuity verifier. No
 //! HTTP framework is involved; `examples/sse_server` wires it into axum. The protocol is
 //! specified in `docs/protocol.md`.
@@ -11,11 +11,11 @@
 //!   naming floor and head; never a 200 that skips ids.
 //! - [`Retention`], [`BackpressureClock`]: release on acknowledgement and after the resumption
 //!   window; close with an explicit error instead of dropping.
-//! - [`ContinuityVerifier`], [`classify`]: what a client must check after reconnecting.
+//! - [`client`]: the [`ContinuityVerifier`](client::ContinuityVerifier) and [`classify`](client::classify): what a client must check after reconnecting.
 //!
 //! ```
 //! use bytes::BytesMut;
-//! use replay_ring::sse::{encode_event, encode_priming, resume, Epoch, HttpResponse, StreamId, StreamIdentity};
+//! use replay_ring_sse::{encode_event, encode_priming, resume, Epoch, HttpResponse, StreamId, StreamIdentity};
 //! use replay_ring::ReplayRing;
 //!
 //! let me = StreamIdentity::new(StreamId::new("events").unwrap(), Epoch::new(0x5));
@@ -45,7 +45,8 @@ mod http;
 mod json;
 mod resume;
 mod retention;
-mod verifier;
+
+pub mod client;
 
 pub use event_id::{
     Epoch, EventId, EventIdBuf, IdField, LastEventIdError, Malformed, StreamId, StreamIdError,
@@ -62,8 +63,4 @@ pub use resume::{decide, resume, Refused, ResumeDecision, Resumed, StreamState};
 pub use retention::{
     BackpressureClock, ConnectionId, Retention, RetentionConfig, RetentionStats, CHECKPOINTS,
     DEFAULT_BACKPRESSURE_TIMEOUT, DEFAULT_RESUMPTION_WINDOW,
-};
-pub use verifier::{
-    classify, BodyState, ContinuityError, ContinuityVerifier, Observation, Reconnect,
-    ResumptionFailure, StallClass,
 };

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use replay_ring::sse::{encode_event, Epoch, Retention, RetentionConfig, StreamId, StreamIdentity};
+use replay_ring_sse::{encode_event, Epoch, Retention, RetentionConfig, StreamId, StreamIdentity};
 use replay_ring::ReplayRing;
 
 struct Counting;

@@ -18,14 +18,14 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use crate::{CloseReason, ReleaseError, ReplayRing};
+use replay_ring::{CloseReason, ReleaseError, ReplayRing};
 
 /// Number of `(id, written-at)` checkpoints kept; the window is tracked with a granularity of
 /// `resumption_window / CHECKPOINTS` (events are released at most that much later than due, never
 /// earlier).
 ///
 /// ```
-/// assert_eq!(replay_ring::sse::CHECKPOINTS, 64);
+/// assert_eq!(replay_ring_sse::CHECKPOINTS, 64);
 /// ```
 pub const CHECKPOINTS: usize = 64;
 
@@ -36,14 +36,14 @@ const SLOTS: usize = CHECKPOINTS + 2;
 /// Default [`RetentionConfig::resumption_window`]: 30 s (two 15 s keep-alive periods).
 ///
 /// ```
-/// use replay_ring::sse::{RetentionConfig, DEFAULT_RESUMPTION_WINDOW};
+/// use replay_ring_sse::{RetentionConfig, DEFAULT_RESUMPTION_WINDOW};
 /// assert_eq!(RetentionConfig::default().resumption_window, DEFAULT_RESUMPTION_WINDOW);
 /// ```
 pub const DEFAULT_RESUMPTION_WINDOW: Duration = Duration::from_secs(30);
 /// Default [`RetentionConfig::backpressure_timeout`]: 10 s.
 ///
 /// ```
-/// use replay_ring::sse::{RetentionConfig, DEFAULT_BACKPRESSURE_TIMEOUT};
+/// use replay_ring_sse::{RetentionConfig, DEFAULT_BACKPRESSURE_TIMEOUT};
 /// assert_eq!(RetentionConfig::default().backpressure_timeout, DEFAULT_BACKPRESSURE_TIMEOUT);
 /// ```
 pub const DEFAULT_BACKPRESSURE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -51,7 +51,7 @@ pub const DEFAULT_BACKPRESSURE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Retention settings.
 ///
 /// ```
-/// use replay_ring::sse::RetentionConfig;
+/// use replay_ring_sse::RetentionConfig;
 /// use std::time::Duration;
 ///
 /// let c = RetentionConfig::default();
@@ -81,7 +81,7 @@ impl Default for RetentionConfig {
 /// A live connection's entry in a [`Retention`] table (not `Clone`: one per connection).
 ///
 /// ```
-/// let mut r = replay_ring::sse::Retention::new(Default::default(), 2);
+/// let mut r = replay_ring_sse::Retention::new(Default::default(), 2);
 /// let a = r.connect(0).unwrap();
 /// let b = r.connect(0).unwrap();
 /// assert_ne!(a, b);
@@ -94,7 +94,7 @@ pub struct ConnectionId(usize);
 /// ```
 /// let (mut p, ring) = replay_ring::ReplayRing::<u8>::new(4, 1).unwrap();
 /// p.try_push(1).unwrap();
-/// let mut r = replay_ring::sse::Retention::new(Default::default(), 1);
+/// let mut r = replay_ring_sse::Retention::new(Default::default(), 1);
 /// r.acknowledge(&ring, 1).unwrap();
 /// assert_eq!(r.stats().ack_releases, 1);
 /// assert_eq!(r.stats().window_releases, 0);
@@ -113,7 +113,7 @@ pub struct RetentionStats {
 /// method is O(connections) at worst and allocation-free.
 ///
 /// ```
-/// use replay_ring::sse::{Retention, RetentionConfig};
+/// use replay_ring_sse::{Retention, RetentionConfig};
 /// use replay_ring::ReplayRing;
 /// use std::time::{Duration, Instant};
 ///
@@ -149,7 +149,7 @@ impl Retention {
     /// A policy for a stream with at most `max_connections` simultaneous connections.
     ///
     /// ```
-    /// let r = replay_ring::sse::Retention::new(Default::default(), 4);
+    /// let r = replay_ring_sse::Retention::new(Default::default(), 4);
     /// assert_eq!(r.live_connections(), 0);
     /// ```
     pub fn new(config: RetentionConfig, max_connections: usize) -> Self {
@@ -166,8 +166,8 @@ impl Retention {
     /// The settings.
     ///
     /// ```
-    /// let r = replay_ring::sse::Retention::new(Default::default(), 1);
-    /// assert_eq!(r.config(), &replay_ring::sse::RetentionConfig::default());
+    /// let r = replay_ring_sse::Retention::new(Default::default(), 1);
+    /// assert_eq!(r.config(), &replay_ring_sse::RetentionConfig::default());
     /// ```
     pub fn config(&self) -> &RetentionConfig {
         &self.config
@@ -176,7 +176,7 @@ impl Retention {
     /// Release counters.
     ///
     /// ```
-    /// let r = replay_ring::sse::Retention::new(Default::default(), 1);
+    /// let r = replay_ring_sse::Retention::new(Default::default(), 1);
     /// assert_eq!(r.stats().ack_releases, 0);
     /// ```
     pub fn stats(&self) -> RetentionStats {
@@ -186,7 +186,7 @@ impl Retention {
     /// Number of registered connections.
     ///
     /// ```
-    /// let mut r = replay_ring::sse::Retention::new(Default::default(), 1);
+    /// let mut r = replay_ring_sse::Retention::new(Default::default(), 1);
     /// let c = r.connect(0).unwrap();
     /// assert_eq!(r.live_connections(), 1);
     /// r.disconnect(c, std::time::Instant::now());
@@ -200,7 +200,7 @@ impl Retention {
     /// head for a live subscription). `None` when the table is full.
     ///
     /// ```
-    /// let mut r = replay_ring::sse::Retention::new(Default::default(), 1);
+    /// let mut r = replay_ring_sse::Retention::new(Default::default(), 1);
     /// let _a = r.connect(0).unwrap();
     /// assert!(r.connect(0).is_none());
     /// ```
@@ -224,7 +224,7 @@ impl Retention {
     /// ```
     /// use std::time::{Duration, Instant};
     /// let (mut p, ring) = replay_ring::ReplayRing::<u8>::new(4, 2).unwrap();
-    /// let mut r = replay_ring::sse::Retention::new(Default::default(), 2);
+    /// let mut r = replay_ring_sse::Retention::new(Default::default(), 2);
     /// let (fast, slow) = (r.connect(0).unwrap(), r.connect(0).unwrap());
     /// p.try_push(1).unwrap();
     /// let t0 = Instant::now();
@@ -251,7 +251,7 @@ impl Retention {
     /// ```
     /// use std::time::{Duration, Instant};
     /// let (mut p, ring) = replay_ring::ReplayRing::<u8>::new(4, 2).unwrap();
-    /// let mut r = replay_ring::sse::Retention::new(Default::default(), 2);
+    /// let mut r = replay_ring_sse::Retention::new(Default::default(), 2);
     /// let (fast, slow) = (r.connect(0).unwrap(), r.connect(0).unwrap());
     /// p.try_push(1).unwrap(); p.try_push(2).unwrap();
     /// let t0 = Instant::now();
@@ -310,7 +310,7 @@ impl Retention {
     /// ```
     /// use std::time::{Duration, Instant};
     /// let (mut p, ring) = replay_ring::ReplayRing::<u8>::new(4, 1).unwrap();
-    /// let mut r = replay_ring::sse::Retention::new(Default::default(), 1);
+    /// let mut r = replay_ring_sse::Retention::new(Default::default(), 1);
     /// let c = r.connect(0).unwrap();
     /// p.try_push(1).unwrap();
     /// let t0 = Instant::now();
@@ -356,7 +356,7 @@ impl Retention {
     ///
     /// ```
     /// use std::time::{Duration, Instant};
-    /// let mut r = replay_ring::sse::Retention::new(Default::default(), 1);
+    /// let mut r = replay_ring_sse::Retention::new(Default::default(), 1);
     /// let c = r.connect(0).unwrap();
     /// assert_eq!(r.next_expiry(), None);
     /// let t0 = Instant::now();
@@ -376,7 +376,7 @@ impl Retention {
     /// use replay_ring::{ReleaseError, ReplayRing};
     /// let (mut p, ring) = ReplayRing::<u8>::new(8, 2).unwrap();
     /// for n in 1..=5 { p.try_push(n).unwrap(); }
-    /// let mut r = replay_ring::sse::Retention::new(Default::default(), 2);
+    /// let mut r = replay_ring_sse::Retention::new(Default::default(), 2);
     /// assert_eq!(r.acknowledge(&ring, 3), Ok(4));
     /// assert_eq!(r.acknowledge(&ring, 9), Err(ReleaseError::AheadOfHead { requested: 9, head: 5 }));
     /// ```
@@ -404,7 +404,7 @@ impl Retention {
 /// Measures how long a producer has been backpressured and says when to give up.
 ///
 /// ```
-/// use replay_ring::sse::BackpressureClock;
+/// use replay_ring_sse::BackpressureClock;
 /// use replay_ring::CloseReason;
 /// use std::time::{Duration, Instant};
 ///
@@ -427,7 +427,7 @@ impl BackpressureClock {
     /// A clock that gives up after `bound` of continuous backpressure.
     ///
     /// ```
-    /// let c = replay_ring::sse::BackpressureClock::new(std::time::Duration::from_secs(1));
+    /// let c = replay_ring_sse::BackpressureClock::new(std::time::Duration::from_secs(1));
     /// assert_eq!(c.waiting_since(), None);
     /// ```
     pub fn new(bound: Duration) -> Self {
@@ -439,7 +439,7 @@ impl BackpressureClock {
     ///
     /// ```
     /// use std::time::{Duration, Instant};
-    /// let mut c = replay_ring::sse::BackpressureClock::new(Duration::from_millis(10));
+    /// let mut c = replay_ring_sse::BackpressureClock::new(Duration::from_millis(10));
     /// let t0 = Instant::now();
     /// assert!(c.on_full(t0).is_ok());
     /// assert!(c.on_full(t0 + Duration::from_millis(10)).is_err());
@@ -458,7 +458,7 @@ impl BackpressureClock {
     ///
     /// ```
     /// use std::time::{Duration, Instant};
-    /// let mut c = replay_ring::sse::BackpressureClock::new(Duration::from_millis(10));
+    /// let mut c = replay_ring_sse::BackpressureClock::new(Duration::from_millis(10));
     /// let t0 = Instant::now();
     /// c.on_full(t0).unwrap();
     /// c.on_pushed();
@@ -472,7 +472,7 @@ impl BackpressureClock {
     ///
     /// ```
     /// use std::time::{Duration, Instant};
-    /// let mut c = replay_ring::sse::BackpressureClock::new(Duration::from_secs(1));
+    /// let mut c = replay_ring_sse::BackpressureClock::new(Duration::from_secs(1));
     /// let t0 = Instant::now();
     /// c.on_full(t0).unwrap();
     /// c.on_full(t0 + Duration::from_millis(5)).unwrap();

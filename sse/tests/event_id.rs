@@ -9,7 +9,7 @@
 //! so 4 × N inputs (80,000 by default). docs/protocol.md records the deep runs.
 
 use proptest::prelude::*;
-use replay_ring::sse::{
+use replay_ring_sse::{
     Epoch, EventId, IdField, LastEventIdError, Malformed, StreamId, StreamIdentity,
     MAX_EVENT_ID_LEN,
 };

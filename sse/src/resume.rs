@@ -6,14 +6,14 @@
 
 use std::fmt;
 
-use crate::{Reader, ReplayRing, ResumeError};
+use replay_ring::{Reader, ReplayRing, ResumeError};
 
-use super::event_id::{EventId, LastEventIdError, StreamIdentity};
+use crate::event_id::{EventId, LastEventIdError, StreamIdentity};
 
 /// A stream's identity and window at one instant: what a resume decision is made against.
 ///
 /// ```
-/// use replay_ring::sse::{Epoch, StreamId, StreamIdentity, StreamState};
+/// use replay_ring_sse::{Epoch, StreamId, StreamIdentity, StreamState};
 /// use replay_ring::ReplayRing;
 ///
 /// let me = StreamIdentity::new(StreamId::new("events").unwrap(), Epoch::new(1));
@@ -36,7 +36,7 @@ impl StreamState {
     /// Snapshots a ring's floor and head (floor first, so `floor <= head + 1` holds).
     ///
     /// ```
-    /// use replay_ring::sse::{Epoch, StreamId, StreamIdentity, StreamState};
+    /// use replay_ring_sse::{Epoch, StreamId, StreamIdentity, StreamState};
     /// let me = StreamIdentity::new(StreamId::new("s").unwrap(), Epoch::new(1));
     /// let (_p, ring) = replay_ring::ReplayRing::<u8>::new(4, 1).unwrap();
     /// assert_eq!(StreamState::of(me, &ring).head, 0);
@@ -55,7 +55,7 @@ impl StreamState {
 /// What to do with one GET for a stream, given its `Last-Event-ID`.
 ///
 /// ```
-/// use replay_ring::sse::{decide, Epoch, ResumeDecision, StreamId, StreamIdentity, StreamState};
+/// use replay_ring_sse::{decide, Epoch, ResumeDecision, StreamId, StreamIdentity, StreamState};
 ///
 /// let me = StreamIdentity::new(StreamId::new("events").unwrap(), Epoch::new(0xa));
 /// let state = StreamState { identity: me, floor: 65, head: 130 };
@@ -124,7 +124,7 @@ impl ResumeDecision {
     /// Whether the request gets a 200 stream.
     ///
     /// ```
-    /// use replay_ring::sse::ResumeDecision;
+    /// use replay_ring_sse::ResumeDecision;
     /// assert!(ResumeDecision::NoOp { head: 3 }.is_accepted());
     /// assert!(!ResumeDecision::SessionLost.is_accepted());
     /// ```
@@ -140,7 +140,7 @@ impl ResumeDecision {
     /// A stable machine-readable code (the `error` member of JSON bodies, or `"ok"`).
     ///
     /// ```
-    /// use replay_ring::sse::ResumeDecision;
+    /// use replay_ring_sse::ResumeDecision;
     /// assert_eq!(ResumeDecision::Gap { requested: 1, floor: 5, head: 9 }.code(), "replay_gap");
     /// ```
     pub fn code(&self) -> &'static str {
@@ -163,7 +163,7 @@ impl From<ResumeError> for ResumeDecision {
     /// registration).
     ///
     /// ```
-    /// use replay_ring::sse::ResumeDecision;
+    /// use replay_ring_sse::ResumeDecision;
     /// use replay_ring::ResumeError;
     /// let d = ResumeDecision::from(ResumeError::BelowFloor { requested: 1, floor: 9, head: 20 });
     /// assert_eq!(d, ResumeDecision::Gap { requested: 1, floor: 9, head: 20 });
@@ -216,7 +216,7 @@ impl fmt::Display for ResumeDecision {
 /// For a ring, prefer [`resume`], which registers the reader and re-checks atomically.
 ///
 /// ```
-/// use replay_ring::sse::{decide, Epoch, ResumeDecision, StreamId, StreamIdentity, StreamState};
+/// use replay_ring_sse::{decide, Epoch, ResumeDecision, StreamId, StreamIdentity, StreamState};
 /// let me = StreamIdentity::new(StreamId::new("s").unwrap(), Epoch::new(1));
 /// let state = StreamState { identity: me, floor: 1, head: 0 };
 /// assert!(matches!(decide(Some(&state), Some(b"s.1.x")), ResumeDecision::InvalidCursor(_)));
@@ -271,7 +271,7 @@ fn parse_cursor(
 /// A registered reader and the decision that created it.
 ///
 /// ```
-/// use replay_ring::sse::{resume, Epoch, ResumeDecision, StreamId, StreamIdentity};
+/// use replay_ring_sse::{resume, Epoch, ResumeDecision, StreamId, StreamIdentity};
 /// let me = StreamIdentity::new(StreamId::new("s").unwrap(), Epoch::new(1));
 /// let (mut p, ring) = replay_ring::ReplayRing::<u8>::new(4, 1).unwrap();
 /// p.try_push(7).unwrap();
@@ -296,7 +296,7 @@ pub struct Resumed<T> {
 /// is gone).
 ///
 /// ```
-/// use replay_ring::sse::{resume, Epoch, ResumeDecision, StreamId, StreamIdentity};
+/// use replay_ring_sse::{resume, Epoch, ResumeDecision, StreamId, StreamIdentity};
 /// let me = StreamIdentity::new(StreamId::new("s").unwrap(), Epoch::new(1));
 /// let (_p, ring) = replay_ring::ReplayRing::<u8>::new(4, 1).unwrap();
 /// let refused = resume(&ring, &me, Some(b"s.1.3")).unwrap_err();
@@ -316,7 +316,7 @@ pub struct Refused {
 /// floor and head (a snapshot decision could race with the producer or a release).
 ///
 /// ```
-/// use replay_ring::sse::{resume, Epoch, ResumeDecision, StreamId, StreamIdentity};
+/// use replay_ring_sse::{resume, Epoch, ResumeDecision, StreamId, StreamIdentity};
 /// use replay_ring::ReplayRing;
 ///
 /// let me = StreamIdentity::new(StreamId::new("events").unwrap(), Epoch::new(0xa));

@@ -225,13 +225,17 @@ pub fn percentile(sorted: &[u64], q: f64) -> u64 {
 }
 
 /// Directory for the JSON-lines results of the non-criterion scenarios: `BENCH_RESULTS_DIR`, else
-/// `$CARGO_TARGET_DIR/bench-results`, else `target/bench-results`.
+/// `$CARGO_TARGET_DIR/bench-results`, else the workspace's `target/bench-results`.
 pub fn results_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("BENCH_RESULTS_DIR") {
         return dir.into();
     }
-    let target = std::env::var_os("CARGO_TARGET_DIR").unwrap_or_else(|| "target".into());
-    PathBuf::from(target).join("bench-results")
+    // Benchmarks run with the package folder as their working directory; the workspace's target
+    // folder is one level up.
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"));
+    target.join("bench-results")
 }
 
 /// Appends one JSON object (given as pre-rendered `"key": value` pairs) to `<results>/<file>`, and

@@ -18,7 +18,7 @@ use std::str::FromStr;
 /// Longest stream name, in bytes.
 ///
 /// ```
-/// use replay_ring::sse::{StreamId, MAX_STREAM_LEN};
+/// use replay_ring_sse::{StreamId, MAX_STREAM_LEN};
 /// assert!(StreamId::new(&"s".repeat(MAX_STREAM_LEN)).is_ok());
 /// assert!(StreamId::new(&"s".repeat(MAX_STREAM_LEN + 1)).is_err());
 /// ```
@@ -28,7 +28,7 @@ pub const MAX_STREAM_LEN: usize = 32;
 /// two dots. Anything longer is rejected before it is scanned.
 ///
 /// ```
-/// use replay_ring::sse::{EventId, LastEventIdError, MAX_EVENT_ID_LEN};
+/// use replay_ring_sse::{EventId, LastEventIdError, MAX_EVENT_ID_LEN};
 /// assert_eq!(MAX_EVENT_ID_LEN, 70);
 /// let long = "a".repeat(MAX_EVENT_ID_LEN + 1);
 /// assert_eq!(EventId::parse(&long), Err(LastEventIdError::TooLong { len: 71, max: 70 }));
@@ -41,7 +41,7 @@ pub const MAX_EVENT_ID_LEN: usize = MAX_STREAM_LEN + 1 + 16 + 1 + 20;
 /// line or a header, and is always safe to log.
 ///
 /// ```
-/// use replay_ring::sse::StreamId;
+/// use replay_ring_sse::StreamId;
 ///
 /// let s = StreamId::new("events").unwrap();
 /// assert_eq!(s.as_str(), "events");
@@ -57,7 +57,7 @@ pub struct StreamId {
 /// Why a string is not a valid [`StreamId`].
 ///
 /// ```
-/// use replay_ring::sse::{StreamId, StreamIdError};
+/// use replay_ring_sse::{StreamId, StreamIdError};
 ///
 /// assert_eq!(StreamId::new(""), Err(StreamIdError::Empty));
 /// assert_eq!(StreamId::new("a b"), Err(StreamIdError::InvalidByte { position: 1 }));
@@ -106,7 +106,7 @@ impl StreamId {
     /// Validates and stores a stream name.
     ///
     /// ```
-    /// use replay_ring::sse::{StreamId, StreamIdError};
+    /// use replay_ring_sse::{StreamId, StreamIdError};
     ///
     /// assert!(StreamId::new("tool-call_7").is_ok());
     /// assert_eq!(StreamId::new(&"x".repeat(33)), Err(StreamIdError::TooLong { len: 33 }));
@@ -136,7 +136,7 @@ impl StreamId {
     /// The name as a string slice.
     ///
     /// ```
-    /// assert_eq!(replay_ring::sse::StreamId::new("s1").unwrap().as_str(), "s1");
+    /// assert_eq!(replay_ring_sse::StreamId::new("s1").unwrap().as_str(), "s1");
     /// ```
     pub fn as_str(&self) -> &str {
         // Only ASCII bytes are ever stored (checked in `from_bytes`), so this cannot fail.
@@ -169,7 +169,7 @@ impl FromStr for StreamId {
 /// "stream lost" instead of being replayed against unrelated events.
 ///
 /// ```
-/// use replay_ring::sse::Epoch;
+/// use replay_ring_sse::Epoch;
 ///
 /// let a = Epoch::generate();
 /// let b = Epoch::generate();
@@ -183,7 +183,7 @@ impl Epoch {
     /// An explicit epoch (for example one persisted alongside a durable log).
     ///
     /// ```
-    /// assert_eq!(replay_ring::sse::Epoch::new(7).get(), 7);
+    /// assert_eq!(replay_ring_sse::Epoch::new(7).get(), 7);
     /// ```
     pub const fn new(value: u64) -> Self {
         Epoch(value)
@@ -192,7 +192,7 @@ impl Epoch {
     /// The numeric value.
     ///
     /// ```
-    /// assert_eq!(replay_ring::sse::Epoch::new(9).get(), 9);
+    /// assert_eq!(replay_ring_sse::Epoch::new(9).get(), 9);
     /// ```
     pub const fn get(self) -> u64 {
         self.0
@@ -203,7 +203,7 @@ impl Epoch {
     /// value within a process; across restarts a collision has probability about 2^-48.
     ///
     /// ```
-    /// let e = replay_ring::sse::Epoch::generate();
+    /// let e = replay_ring_sse::Epoch::generate();
     /// assert!(e.get() < 1 << 48);
     /// ```
     pub fn generate() -> Self {
@@ -238,7 +238,7 @@ impl fmt::Display for Epoch {
 /// Which numeric field of an id overflowed `u64`.
 ///
 /// ```
-/// use replay_ring::sse::{EventId, IdField, LastEventIdError};
+/// use replay_ring_sse::{EventId, IdField, LastEventIdError};
 /// assert_eq!(EventId::parse("s.10000000000000000.1"),
 ///            Err(LastEventIdError::Overflow { field: IdField::Epoch }));
 /// ```
@@ -262,7 +262,7 @@ impl fmt::Display for IdField {
 /// What exactly is wrong with a syntactically malformed id.
 ///
 /// ```
-/// use replay_ring::sse::{EventId, LastEventIdError, Malformed};
+/// use replay_ring_sse::{EventId, LastEventIdError, Malformed};
 /// assert_eq!(EventId::parse("s.1"),
 ///            Err(LastEventIdError::Malformed { position: 3, reason: Malformed::MissingSeparator }));
 /// assert_eq!(Malformed::MissingSeparator.to_string(), "expected <stream>.<epoch>.<seq>");
@@ -310,7 +310,7 @@ impl fmt::Display for Malformed {
 /// untrusted), only offsets, lengths and already-validated names, so they are safe to log.
 ///
 /// ```
-/// use replay_ring::sse::{EventId, LastEventIdError};
+/// use replay_ring_sse::{EventId, LastEventIdError};
 ///
 /// let err = EventId::parse("").unwrap_err();
 /// assert_eq!(err, LastEventIdError::Empty);
@@ -369,7 +369,7 @@ impl LastEventIdError {
     /// a well-formed cursor for a stream that is gone (HTTP 404).
     ///
     /// ```
-    /// use replay_ring::sse::{LastEventIdError, StreamId};
+    /// use replay_ring_sse::{LastEventIdError, StreamId};
     ///
     /// let gone = LastEventIdError::UnknownStream { stream: StreamId::new("s").unwrap() };
     /// assert!(!gone.is_syntax());
@@ -384,7 +384,7 @@ impl LastEventIdError {
     /// A stable machine-readable code, used as the `reason` in JSON error bodies.
     ///
     /// ```
-    /// use replay_ring::sse::EventId;
+    /// use replay_ring_sse::EventId;
     /// assert_eq!(EventId::parse("x").unwrap_err().code(), "malformed");
     /// ```
     pub fn code(&self) -> &'static str {
@@ -432,7 +432,7 @@ impl std::error::Error for LastEventIdError {}
 /// One event's position: which stream, which incarnation of it, and the ring sequence number.
 ///
 /// ```
-/// use replay_ring::sse::{Epoch, EventId, StreamId};
+/// use replay_ring_sse::{Epoch, EventId, StreamId};
 ///
 /// let id = EventId::new(StreamId::new("events").unwrap(), Epoch::new(0x1f), 42);
 /// assert_eq!(id.to_string(), "events.1f.42");
@@ -452,7 +452,7 @@ impl EventId {
     /// Assembles an id.
     ///
     /// ```
-    /// use replay_ring::sse::{Epoch, EventId, StreamId};
+    /// use replay_ring_sse::{Epoch, EventId, StreamId};
     /// let id = EventId::new(StreamId::new("s").unwrap(), Epoch::new(1), 0);
     /// assert_eq!(id.seq, 0);
     /// ```
@@ -464,7 +464,7 @@ impl EventId {
     /// refusals. Checks are ordered cheapest first: empty, length, ASCII, then the grammar.
     ///
     /// ```
-    /// use replay_ring::sse::{EventId, IdField, LastEventIdError, Malformed};
+    /// use replay_ring_sse::{EventId, IdField, LastEventIdError, Malformed};
     ///
     /// assert_eq!(EventId::parse("s.a.18446744073709551616"),
     ///            Err(LastEventIdError::Overflow { field: IdField::Sequence }));
@@ -479,7 +479,7 @@ impl EventId {
     /// [`parse`](Self::parse) for raw header bytes (HTTP header values need not be UTF-8).
     ///
     /// ```
-    /// use replay_ring::sse::{EventId, LastEventIdError};
+    /// use replay_ring_sse::{EventId, LastEventIdError};
     /// assert_eq!(EventId::parse_bytes(b"s.1.\xff"), Err(LastEventIdError::NonAscii { position: 4 }));
     /// assert_eq!(EventId::parse_bytes(b"s.1.7").unwrap().seq, 7);
     /// ```
@@ -543,7 +543,7 @@ impl EventId {
     /// Writes the canonical form into a stack buffer (no allocation).
     ///
     /// ```
-    /// use replay_ring::sse::EventId;
+    /// use replay_ring_sse::EventId;
     /// let id = EventId::parse("a.0.0").unwrap();
     /// assert_eq!(id.encode().as_str(), "a.0.0");
     /// ```
@@ -579,7 +579,7 @@ impl FromStr for EventId {
 /// An encoded [`EventId`] held inline: at most [`MAX_EVENT_ID_LEN`] ASCII bytes, no CR/LF/NUL/colon.
 ///
 /// ```
-/// use replay_ring::sse::EventId;
+/// use replay_ring_sse::EventId;
 /// let buf = EventId::parse("s.ff.10").unwrap().encode();
 /// assert_eq!(&*buf, "s.ff.10");
 /// assert_eq!(buf.as_bytes().len(), 7);
@@ -600,7 +600,7 @@ impl EventIdBuf {
     /// The encoded id.
     ///
     /// ```
-    /// assert_eq!(replay_ring::sse::EventId::parse("s.1.2").unwrap().encode().as_str(), "s.1.2");
+    /// assert_eq!(replay_ring_sse::EventId::parse("s.1.2").unwrap().encode().as_str(), "s.1.2");
     /// ```
     pub fn as_str(&self) -> &str {
         // Built only from ASCII stream bytes and ASCII digits.
@@ -610,7 +610,7 @@ impl EventIdBuf {
     /// The encoded id as bytes.
     ///
     /// ```
-    /// assert_eq!(replay_ring::sse::EventId::parse("s.1.2").unwrap().encode().as_bytes(), b"s.1.2");
+    /// assert_eq!(replay_ring_sse::EventId::parse("s.1.2").unwrap().encode().as_bytes(), b"s.1.2");
     /// ```
     pub fn as_bytes(&self) -> &[u8] {
         &self.bytes[..self.len as usize]
@@ -705,7 +705,7 @@ fn render(mut n: u64, radix: u64, out: &mut [u8; 20]) -> &[u8] {
 /// A stream as a server knows it: its name and current epoch. Checks and mints ids.
 ///
 /// ```
-/// use replay_ring::sse::{Epoch, LastEventIdError, StreamId, StreamIdentity};
+/// use replay_ring_sse::{Epoch, LastEventIdError, StreamId, StreamIdentity};
 ///
 /// let me = StreamIdentity::new(StreamId::new("events").unwrap(), Epoch::new(0xabc));
 /// assert_eq!(me.event_id(5).to_string(), "events.abc.5");
@@ -727,7 +727,7 @@ impl StreamIdentity {
     /// A stream identity.
     ///
     /// ```
-    /// use replay_ring::sse::{Epoch, StreamId, StreamIdentity};
+    /// use replay_ring_sse::{Epoch, StreamId, StreamIdentity};
     /// let me = StreamIdentity::new(StreamId::new("s").unwrap(), Epoch::generate());
     /// assert_eq!(me.stream.as_str(), "s");
     /// ```
@@ -738,7 +738,7 @@ impl StreamIdentity {
     /// The wire id of sequence number `seq` on this stream.
     ///
     /// ```
-    /// use replay_ring::sse::{Epoch, StreamId, StreamIdentity};
+    /// use replay_ring_sse::{Epoch, StreamId, StreamIdentity};
     /// let me = StreamIdentity::new(StreamId::new("s").unwrap(), Epoch::new(16));
     /// assert_eq!(me.event_id(3).to_string(), "s.10.3");
     /// ```
@@ -749,7 +749,7 @@ impl StreamIdentity {
     /// Checks that a parsed id belongs to this stream and incarnation, returning its sequence.
     ///
     /// ```
-    /// use replay_ring::sse::{Epoch, EventId, StreamId, StreamIdentity};
+    /// use replay_ring_sse::{Epoch, EventId, StreamId, StreamIdentity};
     /// let me = StreamIdentity::new(StreamId::new("s").unwrap(), Epoch::new(1));
     /// assert_eq!(me.check(&EventId::parse("s.1.9").unwrap()), Ok(9));
     /// ```
@@ -771,7 +771,7 @@ impl StreamIdentity {
     /// [`LastEventIdError`]s in one call.
     ///
     /// ```
-    /// use replay_ring::sse::{Epoch, LastEventIdError, StreamId, StreamIdentity};
+    /// use replay_ring_sse::{Epoch, LastEventIdError, StreamId, StreamIdentity};
     /// let me = StreamIdentity::new(StreamId::new("s").unwrap(), Epoch::new(1));
     /// assert_eq!(me.parse_last_event_id(b""), Err(LastEventIdError::Empty));
     /// ```

@@ -9,7 +9,7 @@ mod app;
 use std::sync::Arc;
 use std::time::Duration;
 
-use replay_ring::sse::{Epoch, RetentionConfig, StreamId};
+use replay_ring_sse::{Epoch, RetentionConfig, StreamId};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
@@ -465,7 +465,7 @@ async fn read_then_hang_up(port: u16, until: u64) -> Vec<u64> {
 
 #[tokio::test]
 async fn disconnect_then_resume_delivers_every_event_exactly_once() {
-    use replay_ring::sse::ContinuityVerifier;
+    use replay_ring_sse::client::ContinuityVerifier;
     let mut cfg = config();
     cfg.capacity = 128;
     cfg.events = Some(100);

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use replay_ring::sse::{
+use replay_ring_sse::{
     decide, resume, BackpressureClock, Epoch, HttpResponse, LastEventIdError, ResumeDecision,
     Retention, RetentionConfig, StreamId, StreamIdentity, StreamState, CHECKPOINTS,
 };

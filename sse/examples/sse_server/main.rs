@@ -16,7 +16,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use app::Config;
-use replay_ring::sse::{Epoch, StreamId};
+use replay_ring_sse::{Epoch, StreamId};
 
 const USAGE: &str = "\
 usage: sse_server [flags]
