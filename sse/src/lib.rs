@@ -45,6 +45,7 @@ mod http;
 mod json;
 mod resume;
 mod retention;
+mod slow_consumer;
 
 pub mod client;
 
@@ -63,4 +64,8 @@ pub use resume::{decide, resume, Refused, ResumeDecision, Resumed, StreamState};
 pub use retention::{
     BackpressureClock, ConnectionId, Retention, RetentionConfig, RetentionStats, CHECKPOINTS,
     DEFAULT_BACKPRESSURE_TIMEOUT, DEFAULT_RESUMPTION_WINDOW,
+};
+pub use slow_consumer::{
+    ConsumerProgress, SlowConsumerPolicy, Verdict, Window, DEFAULT_MAX_LAG_PERCENT,
+    DEFAULT_WRITE_TIMEOUT,
 };
