@@ -49,6 +49,9 @@ mod slow_consumer;
 
 pub mod client;
 
+#[cfg(feature = "axum")]
+pub mod axum;
+
 pub use event_id::{
     Epoch, EventId, EventIdBuf, IdField, LastEventIdError, Malformed, StreamId, StreamIdError,
     StreamIdentity, MAX_EVENT_ID_LEN, MAX_STREAM_LEN,

@@ -1,0 +1,54 @@
+//! A drop-in axum endpoint for a resumable event stream (feature `axum`).
+//!
+//! - [`SseStream`] answers `GET` requests ([`SseStream::respond`], or the [`events`] handler):
+//!   strict `Last-Event-ID` parsing, the priming event with `retry:`, replay of exactly the events
+//!   after the cursor, keep-alive comments, explicit 400/404/409/416/503 refusals with JSON bodies
+//!   and `Replay-*` headers, and a per-connection writer that drains at socket speed.
+//! - [`SseProducer`] publishes into it, waiting while the window is full and closing the stream
+//!   explicitly past the backpressure bound; never dropping an event.
+//! - A connection that stops reading is cut by the [`SlowConsumerPolicy`](crate::SlowConsumerPolicy)
+//!   (it ends with a `slow_consumer` error frame where the socket still takes one) and then holds
+//!   events only as a disconnected client does, so one stalled client cannot end the stream for
+//!   everyone.
+//! - [`serve`] runs a router with header-read, write and idle timeouts and a connection cap
+//!   answered with 503.
+//! - With feature `metrics`, [`SseStream::record_metrics`] publishes the counters through the
+//!   `metrics` facade, for any exporter.
+//!
+//! A resumable endpoint in an existing axum app:
+//!
+//! ```no_run
+//! use axum::{routing::get, Router};
+//! use replay_ring_sse::axum::{events, serve, ServeConfig, SseConfig, SseStream};
+//! use replay_ring_sse::{Epoch, StreamId, StreamIdentity};
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let identity = StreamIdentity::new(StreamId::new("events")?, Epoch::generate());
+//! let (stream, mut producer) = SseStream::new(identity, SseConfig::default())?;
+//! tokio::spawn(async move {
+//!     for n in 0u64.. {
+//!         let payload = format!(r#"{{"n":{n}}}"#);
+//!         if producer.send(payload).await.is_err() { break } // closed: backpressure bound
+//!         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+//!     }
+//! });
+//! let app = Router::new()
+//!     .route("/", get(|| async { "hello" }))
+//!     .route("/events", get(events).with_state(stream));
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
+//! serve(listener, app, ServeConfig::default()).await?;
+//! # Ok(()) }
+//! ```
+
+mod endpoint;
+mod frames;
+#[cfg(feature = "metrics")]
+mod metrics;
+mod producer;
+mod serve;
+
+pub use endpoint::{
+    events, EndpointStats, SseConfig, SseStream, DEFAULT_KEEP_ALIVE, DEFAULT_RETRY,
+};
+pub use producer::{Closed, SseProducer};
+pub use serve::{serve, ServeConfig};
