@@ -15,30 +15,9 @@
 //! - With feature `metrics`, [`SseStream::record_metrics`] publishes the counters through the
 //!   `metrics` facade, for any exporter.
 //!
-//! A resumable endpoint in an existing axum app:
-//!
-//! ```no_run
-//! use axum::{routing::get, Router};
-//! use replay_ring_sse::axum::{events, serve, ServeConfig, SseConfig, SseStream};
-//! use replay_ring_sse::{Epoch, StreamId, StreamIdentity};
-//!
-//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-//! let identity = StreamIdentity::new(StreamId::new("events")?, Epoch::generate());
-//! let (stream, mut producer) = SseStream::new(identity, SseConfig::default())?;
-//! tokio::spawn(async move {
-//!     for n in 0u64.. {
-//!         let payload = format!(r#"{{"n":{n}}}"#);
-//!         if producer.send(payload).await.is_err() { break } // closed: backpressure bound
-//!         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-//!     }
-//! });
-//! let app = Router::new()
-//!     .route("/", get(|| async { "hello" }))
-//!     .route("/events", get(events).with_state(stream));
-//! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
-//! serve(listener, app, ServeConfig::default()).await?;
-//! # Ok(()) }
-//! ```
+//! A resumable endpoint in an existing axum app (`run` serves it on a bound listener; the same
+//! code is driven over real HTTP by the crate's tests):
+#![doc = concat!("```\n", include_str!("snippet.rs"), "```")]
 
 mod endpoint;
 mod frames;
