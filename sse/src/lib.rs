@@ -69,6 +69,6 @@ pub use retention::{
     DEFAULT_BACKPRESSURE_TIMEOUT, DEFAULT_RESUMPTION_WINDOW,
 };
 pub use slow_consumer::{
-    ConsumerProgress, SlowConsumerPolicy, Verdict, Window, DEFAULT_MAX_LAG_PERCENT,
-    DEFAULT_WRITE_TIMEOUT,
+    ConsumerProgress, SlowConsumerPolicy, Verdict, Window, DEFAULT_LAG_GRACE,
+    DEFAULT_MAX_LAG_PERCENT, DEFAULT_WRITE_TIMEOUT,
 };

@@ -316,7 +316,8 @@ impl Retention {
     /// let c = r.connect(0).unwrap();
     /// let t0 = Instant::now();
     /// r.on_write_pending(&c, t0);
-    /// assert_eq!(r.next_expiry(), Some(t0 + Duration::from_secs(5)));
+    /// // When the policy may cut it: the lag grace (1 s; the lag rule also needs others keeping up).
+    /// assert_eq!(r.next_expiry(), Some(t0 + Duration::from_secs(1)));
     /// r.release_expired(&ring, t0 + Duration::from_secs(5));
     /// assert!(r.cut_verdict(&c).is_some());
     /// ```
@@ -346,14 +347,17 @@ impl Retention {
     /// Returns how many were cut. [`release_expired`](Self::release_expired) calls it first.
     ///
     /// ```
-    /// use std::time::Instant;
+    /// use std::time::{Duration, Instant};
     /// let (mut p, ring) = replay_ring::ReplayRing::<u8>::new(4, 2).unwrap();
     /// let mut r = replay_ring_sse::Retention::new(Default::default(), 2);
     /// let (fast, slow) = (r.connect(0).unwrap(), r.connect(0).unwrap());
     /// for n in 1..=4 { p.try_push(n).unwrap(); }
-    /// let now = Instant::now();
+    /// let t0 = Instant::now();
+    /// r.on_write_pending(&slow, t0); // its socket has not taken its first chunk
+    /// let now = t0 + Duration::from_secs(1);
     /// r.on_written(&fast, 4, now);
-    /// // The window is full, `slow` is 4 events behind (limit 2) and `fast` keeps up.
+    /// // The window is full, `slow` is 4 events behind (limit 2) and blocked for the lag grace
+    /// // (1 s), `fast` keeps up.
     /// assert_eq!(r.cut_slow_consumers(&ring, now), 1);
     /// assert_eq!(r.cut_verdict(&slow).unwrap().reason(), "lagging");
     /// assert_eq!(r.live_connections(), 1);
@@ -513,9 +517,9 @@ impl Retention {
         }
     }
 
-    /// When the oldest checkpoint expires or a pending write reaches the policy's write timeout
-    /// (when [`release_expired`](Self::release_expired) may next release something), for a
-    /// producer that waits on a full window.
+    /// When the oldest checkpoint expires or a pending write reaches a slow-consumer deadline
+    /// ([`SlowConsumerPolicy::stall_deadline`]): when [`release_expired`](Self::release_expired)
+    /// may next release something, for a producer that waits on a full window.
     ///
     /// ```
     /// use std::time::{Duration, Instant};

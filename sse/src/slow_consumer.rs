@@ -12,9 +12,12 @@
 //! 1. **its socket accepts nothing** for [`write_timeout`](SlowConsumerPolicy::write_timeout):
 //!    a write was handed to the transport and not taken for that long; or
 //! 2. **it lags**: the window is full, it is more than
-//!    [`max_lag_percent`](SlowConsumerPolicy::max_lag_percent) of the window behind the head, and
-//!    another consumer keeps up (lags at most that much). A lone consumer is never cut for lag:
-//!    there is nobody it holds back.
+//!    [`max_lag_percent`](SlowConsumerPolicy::max_lag_percent) of the window behind the head, its
+//!    transport has not taken its last write for [`lag_grace`](SlowConsumerPolicy::lag_grace), and
+//!    another consumer keeps up (lags at most that much). A lone consumer is never cut for lag
+//!    (there is nobody it holds back), nor is one that is only waiting to be scheduled (its last
+//!    write was taken: it is not blocked on its socket). This cuts a blocked consumer sooner than
+//!    the write timeout, but only once it holds everyone else back.
 //!
 //! The logic is pure (time is passed in) so any store can apply it: [`Retention`](crate::Retention)
 //! applies it to its connections; the transport only reports when a write started and when it was
@@ -31,6 +34,14 @@ use std::time::{Duration, Instant};
 /// assert_eq!(SlowConsumerPolicy::default().write_timeout, Some(DEFAULT_WRITE_TIMEOUT));
 /// ```
 pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Default [`SlowConsumerPolicy::lag_grace`]: 1 s, to ride out a busy machine's scheduling delays.
+///
+/// ```
+/// use replay_ring_sse::{SlowConsumerPolicy, DEFAULT_LAG_GRACE};
+/// assert_eq!(SlowConsumerPolicy::default().lag_grace, DEFAULT_LAG_GRACE);
+/// ```
+pub const DEFAULT_LAG_GRACE: Duration = Duration::from_secs(1);
 
 /// Default [`SlowConsumerPolicy::max_lag_percent`]: 50 % of the window.
 ///
@@ -59,10 +70,11 @@ pub const DEFAULT_MAX_LAG_PERCENT: u8 = 50;
 ///     policy.judge(&stalled, &window, None, t0 + Duration::from_secs(5)),
 ///     Verdict::Stalled { waited: Duration::from_secs(5) }
 /// );
-/// // 54 events behind a full 64-event window while another consumer is at the head: lagging.
-/// let behind = ConsumerProgress { written_through: 10, write_pending_since: None };
+/// // 54 events behind a full 64-event window, blocked on its socket for a second, while another
+/// // consumer is at the head: lagging.
+/// let t1 = t0 + Duration::from_secs(1);
 /// assert_eq!(
-///     policy.judge(&behind, &window, Some(0), t0),
+///     policy.judge(&stalled, &window, Some(0), t1),
 ///     Verdict::Lagging { lag: 54, limit: 32 }
 /// );
 /// ```
@@ -71,8 +83,11 @@ pub struct SlowConsumerPolicy {
     /// Cut a consumer whose pending write has not been taken by its transport for this long.
     pub write_timeout: Option<Duration>,
     /// Cut a consumer that is more than this share of the window (1..=100, percent) behind the head
-    /// while the window is full and another consumer is within it.
+    /// and blocked on its socket (a write pending), while the window is full and another consumer
+    /// is within it.
     pub max_lag_percent: Option<u8>,
+    /// How long a lagging consumer's pending write must have waited before the lag rule applies.
+    pub lag_grace: Duration,
 }
 
 impl Default for SlowConsumerPolicy {
@@ -80,6 +95,7 @@ impl Default for SlowConsumerPolicy {
         SlowConsumerPolicy {
             write_timeout: Some(DEFAULT_WRITE_TIMEOUT),
             max_lag_percent: Some(DEFAULT_MAX_LAG_PERCENT),
+            lag_grace: DEFAULT_LAG_GRACE,
         }
     }
 }
@@ -217,6 +233,7 @@ impl SlowConsumerPolicy {
         SlowConsumerPolicy {
             write_timeout: None,
             max_lag_percent: None,
+            lag_grace: DEFAULT_LAG_GRACE,
         }
     }
 
@@ -239,10 +256,16 @@ impl SlowConsumerPolicy {
     /// use replay_ring_sse::{ConsumerProgress, SlowConsumerPolicy, Verdict, Window};
     /// let p = SlowConsumerPolicy::default();
     /// let full = Window { floor: 1, head: 8, capacity: 8 };
-    /// let behind = ConsumerProgress { written_through: 0, write_pending_since: None };
+    /// let since = std::time::Instant::now();
+    /// let now = since + p.lag_grace;
+    /// let behind = ConsumerProgress { written_through: 0, write_pending_since: Some(since) };
     /// // Alone, or with nobody keeping up: never cut for lag.
-    /// assert_eq!(p.judge(&behind, &full, None, std::time::Instant::now()), Verdict::Keep);
-    /// assert_eq!(p.judge(&behind, &full, Some(7), std::time::Instant::now()), Verdict::Keep);
+    /// assert_eq!(p.judge(&behind, &full, None, now), Verdict::Keep);
+    /// assert_eq!(p.judge(&behind, &full, Some(7), now), Verdict::Keep);
+    /// // Not blocked on its socket (only waiting to be scheduled): kept.
+    /// let idle = ConsumerProgress { write_pending_since: None, ..behind };
+    /// assert_eq!(p.judge(&idle, &full, Some(0), now), Verdict::Keep);
+    /// assert!(p.judge(&behind, &full, Some(0), now).is_cut());
     /// ```
     pub fn judge(
         &self,
@@ -259,24 +282,36 @@ impl SlowConsumerPolicy {
         }
         if let (Some(limit), Some(other)) = (self.lag_limit(window.capacity), others_min_lag) {
             let lag = consumer.lag(window.head);
-            if window.is_full() && lag > limit && other <= limit {
+            let blocked = consumer
+                .write_pending_since
+                .is_some_and(|since| now.saturating_duration_since(since) >= self.lag_grace);
+            if blocked && window.is_full() && lag > limit && other <= limit {
                 return Verdict::Lagging { lag, limit };
             }
         }
         Verdict::Keep
     }
 
-    /// When `consumer` will be cut for its pending write if the transport takes nothing until then.
+    /// When the policy may next cut `consumer` if its transport takes nothing until then: the
+    /// write timeout, or (with the lag rule on) the end of the lag grace. `None` while no write is
+    /// pending.
     ///
     /// ```
     /// use replay_ring_sse::{ConsumerProgress, SlowConsumerPolicy};
     /// use std::time::{Duration, Instant};
     /// let t0 = Instant::now();
-    /// let p = SlowConsumerPolicy::default();
     /// let c = ConsumerProgress { written_through: 0, write_pending_since: Some(t0) };
-    /// assert_eq!(p.stall_deadline(&c), Some(t0 + Duration::from_secs(5)));
+    /// let no_lag_rule = SlowConsumerPolicy { max_lag_percent: None, ..Default::default() };
+    /// assert_eq!(no_lag_rule.stall_deadline(&c), Some(t0 + Duration::from_secs(5)));
+    /// assert_eq!(SlowConsumerPolicy::default().stall_deadline(&c), Some(t0 + Duration::from_secs(1)));
     /// ```
     pub fn stall_deadline(&self, consumer: &ConsumerProgress) -> Option<Instant> {
-        Some(consumer.write_pending_since? + self.write_timeout?)
+        let since = consumer.write_pending_since?;
+        let timeout = self.write_timeout.map(|t| since + t);
+        let lag = self.max_lag_percent.map(|_| since + self.lag_grace);
+        match (timeout, lag) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 }

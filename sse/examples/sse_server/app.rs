@@ -82,6 +82,7 @@ impl Args {
             slow_consumer: SlowConsumerPolicy {
                 write_timeout: (self.write_timeout_ms > 0).then(|| ms(self.write_timeout_ms)),
                 max_lag_percent: (self.max_lag_percent > 0).then_some(self.max_lag_percent),
+                ..SlowConsumerPolicy::default()
             },
             keep_alive: ms(self.keep_alive_ms),
             retry: Some(ms(self.retry_ms)),

@@ -1,7 +1,7 @@
 //! The event-stream responder: one GET in, one response out (a 200 stream or an explicit refusal).
 
 use std::convert::Infallible;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -166,6 +166,10 @@ pub(crate) struct Shared {
     pub(crate) counters: Counters,
     /// Notified when the first stream opens (see [`SseProducer::first_subscriber`]).
     pub(crate) subscribed: Notify,
+    /// Set by the producer while it waits on a full window: a writer that records progress then
+    /// wakes it through `progress`, since that progress can bring the next release closer.
+    pub(crate) producer_waiting: AtomicBool,
+    pub(crate) progress: Notify,
 }
 
 impl Shared {
@@ -226,6 +230,8 @@ impl SseStream {
                 config,
                 counters: Counters::default(),
                 subscribed: Notify::new(),
+                producer_waiting: AtomicBool::new(false),
+                progress: Notify::new(),
             }),
         };
         let producer = SseProducer::new(producer, stream.clone());
@@ -476,7 +482,7 @@ impl Writer {
             return None;
         }
         let shared = self.shared.clone();
-        let cut = {
+        let (cut, producer_waiting) = {
             let conn = self.conn.as_ref()?;
             let now = Instant::now().into_std();
             let mut retention = shared.retention();
@@ -484,8 +490,15 @@ impl Writer {
                 retention.on_written(conn, through, now);
             }
             retention.release_expired(&shared.ring, now);
-            retention.cut_verdict(conn)
+            // Relaxed: read under the retention lock, which the producer held after setting the
+            // flag; the mutex orders the two (see `SseProducer::send_with`).
+            let waiting = shared.producer_waiting.load(Ordering::Relaxed);
+            (retention.cut_verdict(conn), waiting)
         };
+        if producer_waiting {
+            // A permit is stored if the producer is not parked yet: the wake-up is not lost.
+            shared.progress.notify_one();
+        }
         if let Some(verdict) = cut {
             // Cut by the slow-consumer policy: say so where the socket still takes a frame, and
             // end. The client resumes with its Last-Event-ID like after any disconnect.

@@ -2,6 +2,7 @@
 //! retention policy allows, give up explicitly past the bound).
 
 use std::fmt;
+use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
 use replay_ring::{CloseReason, Producer, PushError};
@@ -136,6 +137,12 @@ impl SseProducer {
             match producer.try_push_with(make) {
                 Ok(id) => {
                     self.clock.on_pushed();
+                    // Relaxed: only the producer writes it; writers read it under the retention
+                    // lock (a stale `true` costs one spurious wake-up).
+                    self.stream
+                        .shared
+                        .producer_waiting
+                        .store(false, Ordering::Relaxed);
                     return Ok(id);
                 }
                 Err(PushError::Full(back)) => make = back,
@@ -146,6 +153,10 @@ impl SseProducer {
                 }
             }
             let shared = &self.stream.shared;
+            // Relaxed: published to the writers by the retention lock taken next; a writer that
+            // records progress after this critical section sees it and wakes the producer, one
+            // that recorded before is seen in the `next_expiry` below.
+            shared.producer_waiting.store(true, Ordering::Relaxed);
             let now = Instant::now();
             let (released, expiry) = {
                 let mut retention = shared.retention();
@@ -163,14 +174,15 @@ impl SseProducer {
                     return Err(Closed(reason));
                 }
             };
-            // Wake for whichever comes first: space (a batch ends, a release), the next checkpoint
-            // or stall deadline, or the backpressure bound.
+            // Wake for whichever comes first: space (a batch ends, a release), a writer's progress
+            // (it may bring a checkpoint), the next checkpoint or stall deadline, or the bound.
             let wake = expiry.map_or(deadline, |e| e.min(deadline));
             let Some(producer) = self.producer.as_mut() else {
                 continue;
             };
             tokio::select! {
                 _ = producer.ready() => {}
+                _ = shared.progress.notified() => {}
                 _ = sleep_until(Instant::from_std(wake)) => {}
             }
         }

@@ -31,7 +31,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::{sleep, sleep_until, Instant};
 
 /// Connections over the cap that are still answered with a 503 at the same time; beyond that an
@@ -188,6 +188,8 @@ async fn serve_connection(
         tokio::select! {
             // Ends on completion, on a hyper error, and on hyper's header-read timeout.
             _ = &mut connection => return,
+            // A write started waiting: recompute the deadline.
+            _ = activity.blocked.notified() => {}
             _ = sleep_until(deadline) => {
                 if let Some(reason) = activity.expired(&config, Instant::now()) {
                     count(reason);
@@ -233,6 +235,8 @@ struct Activity {
     last_ms: AtomicU64,
     /// `u64::MAX`: no write waiting.
     blocked_since_ms: AtomicU64,
+    /// Wakes the watchdog when a write starts waiting (its deadline moves closer).
+    blocked: Notify,
 }
 
 const NOT_BLOCKED: u64 = u64::MAX;
@@ -243,6 +247,7 @@ impl Activity {
             base: Instant::now(),
             last_ms: AtomicU64::new(0),
             blocked_since_ms: AtomicU64::new(NOT_BLOCKED),
+            blocked: Notify::new(),
         }
     }
 
@@ -269,6 +274,8 @@ impl Activity {
         if self.blocked_since_ms.load(Ordering::Relaxed) == NOT_BLOCKED {
             self.blocked_since_ms
                 .store(self.now_ms(), Ordering::Relaxed);
+            // Stores a permit if the watchdog is not waiting yet: it recomputes its deadline.
+            self.blocked.notify_one();
         }
     }
 
