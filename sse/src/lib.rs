@@ -11,6 +11,8 @@
 //!   naming floor and head; never a 200 that skips ids.
 //! - [`Retention`], [`BackpressureClock`]: release on acknowledgement and after the resumption
 //!   window; close with an explicit error instead of dropping.
+//! - [`backend`]: the contract every store of a stream's window keeps ([`backend::Backend`],
+//!   [`backend::BackendProducer`], [`backend::Tail`]), implemented here for the in-process ring.
 //! - [`client`]: the [`ContinuityVerifier`](client::ContinuityVerifier) and [`classify`](client::classify): what a client must check after reconnecting.
 //!
 //! ```
@@ -46,6 +48,7 @@ mod json;
 mod resume;
 mod retention;
 
+pub mod backend;
 pub mod client;
 
 pub use event_id::{
