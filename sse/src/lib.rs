@@ -50,6 +50,8 @@ mod retention;
 
 pub mod backend;
 pub mod client;
+#[cfg(feature = "contract-tests")]
+pub mod contract;
 
 pub use event_id::{
     Epoch, EventId, EventIdBuf, IdField, LastEventIdError, Malformed, StreamId, StreamIdError,

@@ -3,11 +3,11 @@
 
 use std::time::{Duration, Instant};
 
+use replay_ring::{CloseReason, ReadError, ReplayRing, ResumeError};
 use replay_ring_sse::{
     decide, resume, BackpressureClock, Epoch, HttpResponse, LastEventIdError, ResumeDecision,
     Retention, RetentionConfig, StreamId, StreamIdentity, StreamState, CHECKPOINTS,
 };
-use replay_ring::{CloseReason, ReadError, ReplayRing, ResumeError};
 
 fn me() -> StreamIdentity {
     StreamIdentity::new(StreamId::new("events").unwrap(), Epoch::new(0xa))
