@@ -9,6 +9,9 @@
 //!   room, close;
 //! - [`Tail`]: one reader, positioned by a resume, yielding batches of `(id, payload)`.
 //!
+//! The payload type is the backend's ([`Backend::Payload`]): [`Bytes`](bytes::Bytes) for a network store, any
+//! `Clone` type for the ring.
+//!
 //! Every backend keeps the same promises (the `contract` suite checks them):
 //!
 //! 1. **Eager, gap-free ids.** The k-th accepted append gets `first + k - 1`; the payload is built
@@ -30,14 +33,18 @@
 //!
 //! # Example
 //!
-//! Code written against the traits runs on any backend; here on the ring:
+//! Code written against the traits runs on any backend; here on a ring of `Bytes`:
 //!
 //! ```
 //! use bytes::Bytes;
 //! use replay_ring::ReplayRing;
 //! use replay_ring_sse::backend::{AppendError, Backend, BackendProducer, OpenError, Tail};
 //!
-//! async fn demo<P: BackendProducer>(mut producer: P) {
+//! async fn demo<P, B>(mut producer: P)
+//! where
+//!     P: BackendProducer<Backend = B>,
+//!     B: Backend<Producer = P, Payload = Bytes>,
+//! {
 //!     let backend = producer.backend();
 //!     for _ in 0..3 {
 //!         producer.try_append_with(|id| Bytes::from(format!("event {id}"))).await.unwrap();
@@ -65,16 +72,14 @@
 //! # });
 //! ```
 
-use std::error::Error as StdError;
-use std::fmt;
-use std::future::{ready, Future};
-use std::sync::Arc;
-
-use bytes::Bytes;
 use replay_ring::{
     CloseReason, Metrics, Producer, PushError, ReadError, Reader, ReleaseError as RingReleaseError,
     ReplayRing, ResumeError,
 };
+use std::error::Error as StdError;
+use std::fmt;
+use std::future::{ready, Future};
+use std::sync::Arc;
 
 /// Floor and head of a stream at one instant: ids `floor ..= head` are retained (none when
 /// `floor == head + 1`).
@@ -472,10 +477,13 @@ impl From<ReadError> for TailError {
 /// The shared side of a stream: window, release, resume. Cheap to clone; one per connection or
 /// task is fine.
 pub trait Backend: Clone + Send + Sync + 'static {
+    /// What an event carries: [`Bytes`](bytes::Bytes) for a network backend (and for the contract suite); any
+    /// `Clone` type for the in-process ring (a `Bytes` clone bumps a reference count).
+    type Payload: Clone + Send + Sync + 'static;
     /// The stream's single producer.
     type Producer: BackendProducer<Backend = Self>;
     /// A reader opened by [`resume`](Self::resume).
-    type Tail: Tail;
+    type Tail: Tail<Payload = Self::Payload>;
 
     /// The window capacity: how many unreleased events the producer may get ahead.
     fn capacity(&self) -> usize;
@@ -562,7 +570,7 @@ pub trait BackendProducer: Send + 'static {
         make: F,
     ) -> impl Future<Output = Result<u64, AppendError<F>>> + Send
     where
-        F: FnOnce(u64) -> Bytes + Send;
+        F: FnOnce(u64) -> <Self::Backend as Backend>::Payload + Send;
 
     /// Waits until one append would be accepted (a release made room, or ids are exhausted, which
     /// the append then reports). Wake-ups come from releases and finished reads; spurious returns
@@ -589,6 +597,9 @@ pub trait BackendProducer: Send + 'static {
 
 /// One reader's live tail: the replay first, then live events.
 pub trait Tail: Send + 'static {
+    /// What an event carries (the backend's [`Backend::Payload`]).
+    type Payload: Clone + Send + Sync + 'static;
+
     /// The id this tail yields next.
     fn cursor(&self) -> u64;
 
@@ -604,16 +615,17 @@ pub trait Tail: Send + 'static {
     /// Cancel safe: events are only taken (and the cursor moved) in the poll that returns them.
     fn next_batch(
         &mut self,
-        out: &mut Vec<(u64, Bytes)>,
+        out: &mut Vec<(u64, Self::Payload)>,
     ) -> impl Future<Output = Result<usize, TailError>> + Send;
 }
 
 // ---------------------------------------------------------------------------------------------
 // The in-process ring.
 
-impl Backend for ReplayRing<Bytes> {
-    type Producer = Producer<Bytes>;
-    type Tail = Reader<Bytes>;
+impl<T: Clone + Send + Sync + 'static> Backend for ReplayRing<T> {
+    type Payload = T;
+    type Producer = Producer<T>;
+    type Tail = Reader<T>;
 
     fn capacity(&self) -> usize {
         ReplayRing::capacity(self)
@@ -653,8 +665,8 @@ impl Backend for ReplayRing<Bytes> {
     }
 }
 
-impl BackendProducer for Producer<Bytes> {
-    type Backend = ReplayRing<Bytes>;
+impl<T: Clone + Send + Sync + 'static> BackendProducer for Producer<T> {
+    type Backend = ReplayRing<T>;
 
     fn backend(&self) -> Self::Backend {
         self.ring()
@@ -665,7 +677,7 @@ impl BackendProducer for Producer<Bytes> {
         make: F,
     ) -> impl Future<Output = Result<u64, AppendError<F>>> + Send
     where
-        F: FnOnce(u64) -> Bytes + Send,
+        F: FnOnce(u64) -> T + Send,
     {
         ready(self.try_push_with(make).map_err(AppendError::from))
     }
@@ -681,16 +693,18 @@ impl BackendProducer for Producer<Bytes> {
     }
 }
 
-impl Tail for Reader<Bytes> {
+impl<T: Clone + Send + Sync + 'static> Tail for Reader<T> {
+    type Payload = T;
+
     fn cursor(&self) -> u64 {
         Reader::cursor(self)
     }
 
-    async fn next_batch(&mut self, out: &mut Vec<(u64, Bytes)>) -> Result<usize, TailError> {
+    async fn next_batch(&mut self, out: &mut Vec<(u64, T)>) -> Result<usize, TailError> {
         let batch = self.read().await?;
         out.clear();
-        // `Bytes::clone` bumps a reference count: no copy of the payload, and no allocation
-        // once `out` has grown to the largest batch.
+        // For `Bytes`, a clone bumps a reference count: no copy of the payload, and no
+        // allocation once `out` has grown to the largest batch.
         out.extend(batch.iter().map(|(id, payload)| (id, payload.clone())));
         Ok(out.len())
     }

@@ -62,7 +62,7 @@ pub fn payload(id: u64) -> Bytes {
 /// Dropping the future abandons the checks; streams already opened are dropped.
 pub async fn run_all<B, F, Fut>(open: F)
 where
-    B: Backend,
+    B: Backend<Payload = Bytes>,
     F: Fn(usize) -> Fut,
     Fut: Future<Output = (B::Producer, B)>,
 {
@@ -84,7 +84,11 @@ async fn within<T>(what: &str, fut: impl Future<Output = T>) -> T {
     }
 }
 
-async fn append<P: BackendProducer>(producer: &mut P) -> u64 {
+async fn append<P>(producer: &mut P) -> u64
+where
+    P: BackendProducer,
+    P::Backend: Backend<Payload = Bytes>,
+{
     match producer.try_append_with(payload).await {
         Ok(id) => id,
         Err(e) => panic!("append refused while the window had room: {e}"),
@@ -97,7 +101,7 @@ async fn window<B: Backend>(backend: &B) -> Window {
 
 async fn open_fresh<B, F, Fut>(open: &F, capacity: usize) -> (B::Producer, B, u64)
 where
-    B: Backend,
+    B: Backend<Payload = Bytes>,
     F: Fn(usize) -> Fut,
     Fut: Future<Output = (B::Producer, B)>,
 {
@@ -132,7 +136,7 @@ async fn resume_refused<B: Backend>(backend: &B, cursor: Option<u64>) -> ResumeE
 
 /// Reads batches until id `through` was yielded; checks order, contiguity and payloads. Returns
 /// the ids.
-async fn read_through<T: Tail>(tail: &mut T, through: u64) -> Vec<u64> {
+async fn read_through<T: Tail<Payload = Bytes>>(tail: &mut T, through: u64) -> Vec<u64> {
     let mut ids = Vec::new();
     let mut batch = Vec::new();
     while ids.last().is_none_or(|&last| last < through) {
@@ -166,7 +170,7 @@ async fn read_through<T: Tail>(tail: &mut T, through: u64) -> Vec<u64> {
 
 /// Asserts the tail yields exactly `expected` and then the `sentinel` (appended after `expected`
 /// was complete): nothing skipped, nothing extra.
-async fn assert_yields<T: Tail>(
+async fn assert_yields<T: Tail<Payload = Bytes>>(
     tail: &mut T,
     expected: impl IntoIterator<Item = u64>,
     sentinel: u64,
@@ -189,7 +193,7 @@ async fn assert_yields<T: Tail>(
 /// Dropping the future abandons the check.
 pub async fn resume_table<B, F, Fut>(open: &F)
 where
-    B: Backend,
+    B: Backend<Payload = Bytes>,
     F: Fn(usize) -> Fut,
     Fut: Future<Output = (B::Producer, B)>,
 {
@@ -260,7 +264,7 @@ where
 /// Dropping the future abandons the check.
 pub async fn resume_on_fresh_and_emptied_windows<B, F, Fut>(open: &F)
 where
-    B: Backend,
+    B: Backend<Payload = Bytes>,
     F: Fn(usize) -> Fut,
     Fut: Future<Output = (B::Producer, B)>,
 {
@@ -317,7 +321,7 @@ where
 /// Dropping the future abandons the check.
 pub async fn refused_appends_burn_no_id<B, F, Fut>(open: &F)
 where
-    B: Backend,
+    B: Backend<Payload = Bytes>,
     F: Fn(usize) -> Fut,
     Fut: Future<Output = (B::Producer, B)>,
 {
@@ -399,7 +403,7 @@ where
 /// Dropping the future abandons the check.
 pub async fn release_and_floor<B, F, Fut>(open: &F)
 where
-    B: Backend,
+    B: Backend<Payload = Bytes>,
     F: Fn(usize) -> Fut,
     Fut: Future<Output = (B::Producer, B)>,
 {
@@ -473,7 +477,7 @@ where
 /// Dropping the future abandons the check.
 pub async fn ready_waits_for_a_release<B, F, Fut>(open: &F)
 where
-    B: Backend,
+    B: Backend<Payload = Bytes>,
     F: Fn(usize) -> Fut,
     Fut: Future<Output = (B::Producer, B)>,
 {
@@ -521,7 +525,7 @@ where
 /// Dropping the future abandons the check.
 pub async fn close_drains_then_reports_the_reason<B, F, Fut>(open: &F)
 where
-    B: Backend,
+    B: Backend<Payload = Bytes>,
     F: Fn(usize) -> Fut,
     Fut: Future<Output = (B::Producer, B)>,
 {
@@ -584,7 +588,7 @@ async fn assert_closed<T: Tail>(tail: &mut T, reason: &CloseReason) {
 /// Dropping the future abandons the check.
 pub async fn too_many_readers<B, F, Fut>(open: &F)
 where
-    B: Backend,
+    B: Backend<Payload = Bytes>,
     F: Fn(usize) -> Fut,
     Fut: Future<Output = (B::Producer, B)>,
 {
@@ -617,7 +621,7 @@ where
 /// Dropping the future abandons the check (spawned tasks end when their deadlines pass).
 pub async fn concurrent_producer_readers_releaser<B, F, Fut>(open: &F)
 where
-    B: Backend,
+    B: Backend<Payload = Bytes>,
     F: Fn(usize) -> Fut,
     Fut: Future<Output = (B::Producer, B)>,
 {
