@@ -45,6 +45,7 @@ mod event_id;
 mod frame;
 mod http;
 mod json;
+mod publisher;
 mod resume;
 mod retention;
 
@@ -63,6 +64,9 @@ pub use frame::{
 pub use http::{
     status_for, HttpResponse, EVENT_STREAM_CONTENT_TYPE, LAST_EVENT_ID_HEADER, REPLAY_FLOOR_HEADER,
     REPLAY_HEAD_HEADER, REPLAY_STREAM_HEADER,
+};
+pub use publisher::{
+    PublishError, Publisher, RetentionPolicy, SharedRetention, EXPIRED_BUT_HELD_RECHECK,
 };
 pub use resume::{decide, resume, Refused, ResumeDecision, Resumed, StreamState};
 pub use retention::{
