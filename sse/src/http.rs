@@ -15,7 +15,8 @@
 
 use bytes::Bytes;
 
-use crate::json::JsonObject;
+use serde::Serialize;
+
 use crate::resume::{Refused, ResumeDecision, StreamState};
 
 /// Response header naming the oldest id the stream can still replay (decimal sequence number).
@@ -193,49 +194,71 @@ pub fn status_for(decision: &ResumeDecision) -> u16 {
     }
 }
 
+/// The JSON body of a refusal: one flat object, keys in this order, absent fields omitted.
+#[derive(Serialize)]
+struct ErrorBody<'a> {
+    error: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<&'static str>,
+    message: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    requested: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    floor: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    head: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lost_from: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lost_through: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    limit: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    epoch: Option<String>,
+}
+
 fn error_body(decision: &ResumeDecision, state: Option<&StreamState>) -> Bytes {
-    let message = decision.to_string();
-    let mut json = JsonObject::new().string("error", decision.code());
+    let mut body = ErrorBody {
+        error: decision.code(),
+        reason: None,
+        message: decision.to_string(),
+        requested: None,
+        floor: state.map(|s| s.floor),
+        head: state.map(|s| s.head),
+        lost_from: None,
+        lost_through: None,
+        limit: None,
+        stream: state.map(|s| s.identity.stream.as_str()),
+        epoch: state.map(|s| s.identity.epoch.to_string()),
+    };
     match *decision {
         ResumeDecision::InvalidCursor(err) | ResumeDecision::StreamLost(err) => {
-            json = json.string("reason", err.code());
+            body.reason = Some(err.code());
         }
-        _ => {}
-    }
-    json = json.string("message", &message);
-    match *decision {
         ResumeDecision::Gap {
             requested,
             floor,
             head,
         } => {
-            json = json
-                .number("requested", requested)
-                .number("floor", floor)
-                .number("head", head)
-                .number("lost_from", requested.saturating_add(1))
-                .number("lost_through", floor.saturating_sub(1));
+            body.requested = Some(requested);
+            body.floor = Some(floor);
+            body.head = Some(head);
+            body.lost_from = Some(requested.saturating_add(1));
+            body.lost_through = Some(floor.saturating_sub(1));
         }
         ResumeDecision::Mismatch { requested, head } => {
-            json = json.number("requested", requested);
-            if let Some(s) = state {
-                json = json.number("floor", s.floor);
-            }
-            json = json.number("head", head);
+            body.requested = Some(requested);
+            body.head = Some(head);
         }
         ResumeDecision::Busy { limit } => {
-            json = json.number("limit", limit as u64);
+            body.limit = Some(limit);
+            body.floor = None;
+            body.head = None;
         }
-        _ => {
-            if let Some(s) = state {
-                json = json.number("floor", s.floor).number("head", s.head);
-            }
-        }
+        _ => {}
     }
-    if let Some(s) = state {
-        json = json
-            .string("stream", s.identity.stream.as_str())
-            .string("epoch", &s.identity.epoch.to_string());
-    }
-    json.finish()
+    // Serialising a struct of strings and integers cannot fail.
+    Bytes::from(serde_json::to_vec(&body).unwrap_or_default())
 }

@@ -45,7 +45,6 @@ mod classify;
 mod event_id;
 mod frame;
 mod http;
-mod json;
 mod publisher;
 mod resume;
 mod retention;

@@ -572,3 +572,38 @@ proptest::proptest! {
         }
     }
 }
+
+#[test]
+fn every_refusal_body_is_one_json_object_naming_the_window() {
+    let state = StreamState {
+        identity: me(),
+        floor: 65,
+        head: 130,
+    };
+    let refusals = [
+        decide(Some(&state), Some(b"events.a.41")),
+        decide(Some(&state), Some(b"events.a.131")),
+        decide(Some(&state), Some(b"events.a.x")),
+        decide(Some(&state), Some(b"events.b.100")),
+        decide(Some(&state), Some(b"other.a.100")),
+        ResumeDecision::Busy { limit: 8 },
+    ];
+    for decision in refusals {
+        let body = HttpResponse::for_decision(&decision, Some(&state)).body;
+        let value: serde_json::Value = serde_json::from_slice(&body)
+            .unwrap_or_else(|e| panic!("{decision:?}: body is not JSON ({e})"));
+        let object = value.as_object().expect("a JSON object");
+        assert_eq!(object["error"], decision.code());
+        assert_eq!(object["message"], decision.to_string());
+        assert_eq!(object["stream"], "events");
+        assert_eq!(object["epoch"], "a");
+        if !matches!(decision, ResumeDecision::Busy { .. }) {
+            assert_eq!(object["head"], 130, "{decision:?}");
+        }
+    }
+    let lost = HttpResponse::for_decision(&ResumeDecision::SessionLost, None).body;
+    assert_eq!(
+        serde_json::from_slice::<serde_json::Value>(&lost).unwrap(),
+        serde_json::json!({"error": "session_lost", "message": "session not found; re-initialize"})
+    );
+}
