@@ -366,6 +366,12 @@ pub enum LastEventIdError {
         /// The stream named by the id.
         stream: StreamId,
     },
+    /// The request carried the header more than once; which one the client meant is unknowable,
+    /// so none is used (see [`last_event_id`](crate::last_event_id)).
+    Duplicate {
+        /// How many `Last-Event-ID` headers the request had.
+        count: usize,
+    },
 }
 
 impl LastEventIdError {
@@ -401,6 +407,7 @@ impl LastEventIdError {
             LastEventIdError::Overflow { .. } => "overflow",
             LastEventIdError::UnknownEpoch { .. } => "unknown_epoch",
             LastEventIdError::UnknownStream { .. } => "unknown_stream",
+            LastEventIdError::Duplicate { .. } => "duplicate",
         }
     }
 }
@@ -427,6 +434,9 @@ impl fmt::Display for LastEventIdError {
             ),
             LastEventIdError::UnknownStream { stream } => {
                 write!(f, "Last-Event-ID names unknown stream {stream}")
+            }
+            LastEventIdError::Duplicate { count } => {
+                write!(f, "Last-Event-ID was sent {count} times; send it at most once")
             }
         }
     }

@@ -6,7 +6,7 @@
 //! | `Live`, `Replay`, `NoOp` | 200 `text/event-stream` | the stream (priming event first) |
 //! | `Gap` | 416 | `{"error":"replay_gap",...,"floor":F,"head":H}` |
 //! | `Mismatch` | 409 | `{"error":"cursor_ahead_of_head",...}` |
-//! | `InvalidCursor` | 400 | `{"error":"invalid_last_event_id","reason":...}` |
+//! | `InvalidCursor` (incl. a repeated header) | 400 | `{"error":"invalid_last_event_id","reason":...}` |
 //! | `StreamLost` | 404 | `{"error":"stream_lost","reason":...}` |
 //! | `SessionLost` | 404 | `{"error":"session_lost"}` |
 //! | `Busy` | 503 + `Retry-After` | `{"error":"too_many_readers","limit":N}` |
@@ -17,6 +17,7 @@ use bytes::Bytes;
 
 use serde::Serialize;
 
+use crate::event_id::LastEventIdError;
 use crate::resume::{Refused, ResumeDecision, StreamState};
 
 /// Response header naming the oldest id the stream can still replay (decimal sequence number).
@@ -174,7 +175,42 @@ impl HttpResponse {
     }
 }
 
-/// The status code for a decision (see the module table).
+/// The request's `Last-Event-ID`, from *all* of its values for that header (in any framework:
+/// `headers.get_all("last-event-id").iter().map(|v| v.as_bytes())`). `Ok(None)` when absent.
+/// Integrations call this rather than taking the first value: with two values the client's cursor
+/// is ambiguous (a proxy appended one, or a client bug), and resuming from either could replay the
+/// wrong suffix, so the request is refused as [`ResumeDecision::InvalidCursor`] (HTTP 400).
+///
+/// ```
+/// use replay_ring_sse::{last_event_id, LastEventIdError};
+///
+/// assert_eq!(last_event_id(std::iter::empty()), Ok(None));
+/// assert_eq!(last_event_id([&b"s.1.4"[..]]), Ok(Some(&b"s.1.4"[..])));
+/// assert_eq!(
+///     last_event_id([&b"s.1.4"[..], &b"s.1.4"[..]]),
+///     Err(LastEventIdError::Duplicate { count: 2 })
+/// );
+/// ```
+///
+/// # Errors
+/// [`LastEventIdError::Duplicate`] when the header appears more than once (even with equal
+/// values).
+pub fn last_event_id<'a, I>(values: I) -> Result<Option<&'a [u8]>, LastEventIdError>
+where
+    I: IntoIterator<Item = &'a [u8]>,
+{
+    let mut values = values.into_iter();
+    let Some(first) = values.next() else {
+        return Ok(None);
+    };
+    match values.count() {
+        0 => Ok(Some(first)),
+        more => Err(LastEventIdError::Duplicate { count: more + 1 }),
+    }
+}
+
+/// The status code for a decision: the one table every integration uses (the SSE endpoint and
+/// the MCP layer alike; see the module table and `docs/protocol.md` for why each code).
 ///
 /// ```
 /// use replay_ring_sse::{status_for, ResumeDecision};

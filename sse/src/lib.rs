@@ -62,8 +62,8 @@ pub use frame::{
     encode_event, encode_keep_alive, encode_priming, Frame, FrameError, FrameField, KEEP_ALIVE,
 };
 pub use http::{
-    status_for, HttpResponse, EVENT_STREAM_CONTENT_TYPE, LAST_EVENT_ID_HEADER, REPLAY_FLOOR_HEADER,
-    REPLAY_HEAD_HEADER, REPLAY_STREAM_HEADER,
+    last_event_id, status_for, HttpResponse, EVENT_STREAM_CONTENT_TYPE, LAST_EVENT_ID_HEADER,
+    REPLAY_FLOOR_HEADER, REPLAY_HEAD_HEADER, REPLAY_STREAM_HEADER,
 };
 pub use publisher::{
     PublishError, Publisher, RetentionPolicy, SharedRetention, EXPIRED_BUT_HELD_RECHECK,
