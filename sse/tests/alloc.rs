@@ -102,3 +102,45 @@ fn hot_path_does_not_allocate() {
         ring.floor()
     );
 }
+
+/// Publishing through the [`Publisher`] and reading through the backend [`Tail`] into a reused
+/// buffer allocate nothing per event either (the payload is a static `Bytes`; cloning one out of
+/// the ring bumps a reference count).
+#[test]
+fn publisher_and_backend_tail_do_not_allocate_per_event() {
+    use bytes::Bytes;
+    use replay_ring_sse::backend::Tail;
+    use replay_ring_sse::Publisher;
+
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let (producer, ring) = ReplayRing::<Bytes>::new(64, 2).unwrap();
+        let mut publisher = Publisher::new(producer, RetentionConfig::default());
+        let mut tail = ring.reader().unwrap();
+        let mut out: Vec<(u64, Bytes)> = Vec::with_capacity(64);
+        let payload = Bytes::from_static(br#"{"n":123456,"kind":"progress"}"#);
+        let mut expected = 1;
+
+        let mut before = 0;
+        for round in 0..10_500u64 {
+            if round == 500 {
+                // Relaxed: single-threaded measurement.
+                before = ALLOCATIONS.load(Ordering::Relaxed);
+                MEASURING.with(|m| m.set(true));
+            }
+            let id = publisher.publish_with(|_| payload.clone()).await.unwrap();
+            assert_eq!(id, expected);
+            let n = Tail::next_batch(&mut tail, &mut out).await.unwrap();
+            assert_eq!((n, out[0].0), (1, id));
+            ring.release_through(id).unwrap();
+            expected += 1;
+        }
+        MEASURING.with(|m| m.set(false));
+        let after = ALLOCATIONS.load(Ordering::Relaxed);
+        assert_eq!(after - before, 0, "allocations on the publish + tail path");
+        assert_eq!(ring.head(), 10_500);
+    });
+}
