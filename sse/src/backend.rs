@@ -288,7 +288,7 @@ impl<F> fmt::Debug for AppendError<F> {
             AppendError::Closed(_) => f.write_str("Closed(..)"),
             AppendError::Unavailable { make, error } => f
                 .debug_struct("Unavailable")
-                .field("made", &make.is_none())
+                .field("closure_returned", &make.is_some())
                 .field("error", error)
                 .finish(),
         }
