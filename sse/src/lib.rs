@@ -75,7 +75,8 @@ pub use http::{
     REPLAY_FLOOR_HEADER, REPLAY_HEAD_HEADER, REPLAY_STREAM_HEADER,
 };
 pub use publisher::{
-    PublishError, Publisher, RetentionPolicy, SharedRetention, EXPIRED_BUT_HELD_RECHECK,
+    PublishError, Publisher, PublisherStats, RetentionPolicy, SharedRetention,
+    EXPIRED_BUT_HELD_RECHECK,
 };
 pub use resume::{decide, resume, Refused, ResumeDecision, Resumed, StreamState};
 pub use retention::{

@@ -153,6 +153,7 @@ async fn a_cancelled_publish_consumes_no_id_and_keeps_its_backpressure_episode()
     );
     assert_eq!(ring.head(), 1);
     assert!(!publisher.is_closed());
+    assert_eq!(publisher.stats().backpressure_episodes, 1);
 
     // Retrying continues the same episode: the bound is 3 s from the first refusal, not 3 more.
     let err = publisher.publish_with(payload).await.unwrap_err();
@@ -161,6 +162,15 @@ async fn a_cancelled_publish_consumes_no_id_and_keeps_its_backpressure_episode()
         "{err:?}"
     );
     assert_eq!(t0.elapsed(), Duration::from_secs(3));
+    let stats = publisher.stats();
+    assert_eq!(
+        (
+            stats.published,
+            stats.backpressure_episodes,
+            stats.backpressure_timeouts
+        ),
+        (1, 1, 1)
+    );
 }
 
 #[tokio::test(start_paused = true)]
