@@ -98,11 +98,11 @@ impl<T: Send> Builder<T> {
     /// is allocated once, here.
     ///
     /// ```
-    /// use replay_ring::{ReplayRing, ResumeError};
+    /// use replay_ring::ReplayRing;
     ///
     /// let (_p, ring) = ReplayRing::<u8>::builder().max_readers(1).build().unwrap();
     /// let _only = ring.reader().unwrap();
-    /// assert_eq!(ring.reader().unwrap_err(), ResumeError::TooManyReaders { limit: 1 });
+    /// assert_eq!(ring.reader().unwrap_err().limit, 1);
     /// ```
     pub fn max_readers(mut self, max_readers: usize) -> Self {
         self.max_readers = max_readers;
@@ -138,7 +138,7 @@ impl<T: Send> Builder<T> {
     ///     .unwrap();
     /// let mut reader = ring.reader().unwrap();
     /// producer.try_push(1).unwrap();
-    /// assert_eq!(reader.try_next().unwrap().unwrap().data, 1);
+    /// assert_eq!(reader.try_recv().unwrap().unwrap().data, 1);
     /// ```
     pub fn wakeup_fences(mut self, fences: WakeupFences) -> Self {
         self.wakeup_fences = fences;
@@ -210,6 +210,8 @@ impl<T: Send> Builder<T> {
             close_reason: Mutex::new(None),
             producer_full: AtomicU64::new(0),
             producer_waits: AtomicU64::new(0),
+            resumes_below_floor: AtomicU64::new(0),
+            resumes_ahead_of_head: AtomicU64::new(0),
         });
         let ring = ReplayRing {
             shared: shared.clone(),

@@ -30,7 +30,7 @@
 //! for n in 1..=4 {
 //!     producer.try_push_with(|id| format!("progress {n} (id {id})")).unwrap();
 //! }
-//! // Full: the producer is told, nothing is evicted.
+//! // Full: the producer is told, and every retained event stays.
 //! assert!(producer.try_push("five".into()).unwrap_err().is_full());
 //!
 //! // A client that saw id 2 reconnects and gets exactly 3 and 4.
@@ -59,16 +59,20 @@ mod error;
 mod metrics;
 mod producer;
 mod reader;
+mod resume;
 mod ring;
 mod shared;
 mod sync;
 mod wait;
 
 pub use builder::{Builder, WakeupFences, MAX_CAPACITY, MAX_READERS};
-pub use error::{BuildError, CloseReason, PushError, ReadError, ReleaseError, ResumeError};
+pub use error::{
+    BuildError, CloseReason, PushError, ReadError, ReleaseError, ResumeError, TooManyReaders,
+};
 pub use metrics::Metrics;
 pub use producer::Producer;
 pub use reader::{Batch, Event, Reader};
+pub use resume::{classify_resume, Resumption};
 pub use ring::ReplayRing;
 
 /// The README's example is compiled and run as a doctest.

@@ -19,7 +19,7 @@ use crate::sync::{
 ///
 /// Every accepted event gets the next id (1, 2, 3, …); a refused push consumes none. When the window
 /// is full the producer is told ([`try_push`](Self::try_push) → [`PushError::Full`]) or waits
-/// ([`push`](Self::push), [`push_blocking`](Self::push_blocking)); it never drops a retained event.
+/// ([`push`](Self::push), [`push_timeout`](Self::push_timeout)); it never drops a retained event.
 ///
 /// Dropping the producer closes the stream with [`CloseReason::ProducerDropped`].
 ///
@@ -32,8 +32,8 @@ use crate::sync::{
 /// assert_eq!(id, 1);
 /// producer.close(CloseReason::Completed);
 ///
-/// assert_eq!(reader.try_next().unwrap().unwrap().data, "id: 1\ndata: hello\n\n");
-/// assert_eq!(reader.try_next(), Err(ReadError::Closed(CloseReason::Completed)));
+/// assert_eq!(reader.try_recv().unwrap().unwrap().data, "id: 1\ndata: hello\n\n");
+/// assert_eq!(reader.try_recv(), Err(ReadError::Closed(CloseReason::Completed)));
 /// ```
 pub struct Producer<T> {
     shared: Arc<Shared<T>>,
@@ -135,7 +135,7 @@ impl<T> Producer<T> {
     /// let (mut producer, ring) = replay_ring::ReplayRing::<String>::new(4, 1).unwrap();
     /// let id = producer.try_push_with(|id| format!("event {id}")).unwrap();
     /// let mut reader = ring.resume(Some(0)).unwrap();
-    /// assert_eq!(reader.try_next().unwrap().unwrap().data, format!("event {id}"));
+    /// assert_eq!(reader.try_recv().unwrap().unwrap().data, format!("event {id}"));
     /// ```
     #[inline]
     pub fn try_push_with<F: FnOnce(u64) -> T>(&mut self, make: F) -> Result<u64, PushError<F>> {
@@ -292,7 +292,7 @@ impl<T> Producer<T> {
     /// let (mut producer, ring) = replay_ring::ReplayRing::<String>::new(4, 1).unwrap();
     /// let id = producer.push_with(|id| format!("id: {id}")).await.unwrap();
     /// let mut reader = ring.resume(Some(0)).unwrap();
-    /// assert_eq!(reader.next().await.unwrap().data, format!("id: {id}"));
+    /// assert_eq!(reader.recv().await.unwrap().data, format!("id: {id}"));
     /// # });
     /// ```
     pub async fn push_with<F: FnOnce(u64) -> T>(&mut self, make: F) -> Result<u64, PushError<F>> {
@@ -310,8 +310,8 @@ impl<T> Producer<T> {
     /// let mut reader = ring.reader().unwrap();
     /// producer.try_push(1).unwrap();
     /// producer.close(CloseReason::error("tool failed"));
-    /// assert_eq!(reader.try_next().unwrap().unwrap().id, 1); // drained first
-    /// assert_eq!(reader.try_next(), Err(ReadError::Closed(CloseReason::error("tool failed"))));
+    /// assert_eq!(reader.try_recv().unwrap().unwrap().id, 1); // drained first
+    /// assert_eq!(reader.try_recv(), Err(ReadError::Closed(CloseReason::error("tool failed"))));
     /// ```
     pub fn close(mut self, reason: CloseReason) {
         self.close_inner(reason);
@@ -341,13 +341,13 @@ impl<T> Producer<T> {
     ///
     /// let (mut producer, ring) = replay_ring::ReplayRing::<u8>::new(1, 1).unwrap();
     /// producer.try_push(1).unwrap();
-    /// let err = producer.push_blocking(2, Duration::from_millis(1)).unwrap_err();
+    /// let err = producer.push_timeout(2, Duration::from_millis(1)).unwrap_err();
     /// assert!(err.is_full());
     /// ring.release_through(1).unwrap();
-    /// assert_eq!(producer.push_blocking(2, Duration::from_secs(1)), Ok(2));
+    /// assert_eq!(producer.push_timeout(2, Duration::from_secs(1)), Ok(2));
     /// ```
-    pub fn push_blocking(&mut self, value: T, timeout: Duration) -> Result<u64, PushError<T>> {
-        if self.wait_ready_timeout(timeout) {
+    pub fn push_timeout(&mut self, value: T, timeout: Duration) -> Result<u64, PushError<T>> {
+        if self.ready_timeout(timeout) {
             self.try_push(value)
         } else {
             self.full += 1;
@@ -363,13 +363,13 @@ impl<T> Producer<T> {
     /// use std::time::Duration;
     ///
     /// let (mut producer, ring) = replay_ring::ReplayRing::<u8>::new(1, 1).unwrap();
-    /// assert!(producer.wait_ready_timeout(Duration::ZERO));
+    /// assert!(producer.ready_timeout(Duration::ZERO));
     /// producer.try_push(1).unwrap();
-    /// assert!(!producer.wait_ready_timeout(Duration::from_millis(1)));
+    /// assert!(!producer.ready_timeout(Duration::from_millis(1)));
     /// ring.release_through(1).unwrap();
-    /// assert!(producer.wait_ready_timeout(Duration::ZERO));
+    /// assert!(producer.ready_timeout(Duration::ZERO));
     /// ```
-    pub fn wait_ready_timeout(&mut self, timeout: Duration) -> bool {
+    pub fn ready_timeout(&mut self, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
         let mut waker = std::mem::take(&mut self.thread_waker);
         let ready = crate::wait::block_on_deadline(&mut waker, deadline, |cx| self.poll_ready(cx));

@@ -48,12 +48,12 @@ fn unpin<T>(shared: &Shared<T>, slot: &ReaderSlot) {
     shared.wake_producer();
 }
 
-/// One event, cloned out of the ring (see [`Reader::try_next`]).
+/// One event, cloned out of the ring (see [`Reader::try_recv`]).
 ///
 /// ```
 /// let (mut producer, ring) = replay_ring::ReplayRing::<u8>::new(4, 1).unwrap();
 /// producer.try_push(5).unwrap();
-/// let event = ring.resume(Some(0)).unwrap().try_next().unwrap().unwrap();
+/// let event = ring.resume(Some(0)).unwrap().try_recv().unwrap().unwrap();
 /// assert_eq!((event.id, event.data), (1, 5));
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -314,11 +314,11 @@ impl<T> Reader<T> {
     ///
     /// let (mut producer, ring) = replay_ring::ReplayRing::<&str>::new(4, 1).unwrap();
     /// let mut reader = ring.reader().unwrap();
-    /// assert_eq!(reader.try_next(), Ok(None));
+    /// assert_eq!(reader.try_recv(), Ok(None));
     /// producer.try_push("a").unwrap();
-    /// assert_eq!(reader.try_next(), Ok(Some(Event { id: 1, data: "a" })));
+    /// assert_eq!(reader.try_recv(), Ok(Some(Event { id: 1, data: "a" })));
     /// ```
-    pub fn try_next(&mut self) -> Result<Option<Event<T>>, ReadError>
+    pub fn try_recv(&mut self) -> Result<Option<Event<T>>, ReadError>
     where
         T: Clone,
     {
@@ -333,11 +333,11 @@ impl<T> Reader<T> {
     /// let mut reader = ring.reader().unwrap();
     /// producer.try_push(7).unwrap();
     /// producer.try_push(8).unwrap();
-    /// assert_eq!(reader.next().await.unwrap().data, 7);
-    /// assert_eq!(reader.next().await.unwrap().data, 8); // one event at a time
+    /// assert_eq!(reader.recv().await.unwrap().data, 7);
+    /// assert_eq!(reader.recv().await.unwrap().data, 8); // one event at a time
     /// # });
     /// ```
-    pub async fn next(&mut self) -> Result<Event<T>, ReadError>
+    pub async fn recv(&mut self) -> Result<Event<T>, ReadError>
     where
         T: Clone,
     {
@@ -354,12 +354,12 @@ impl<T> Reader<T> {
     ///
     /// let (mut producer, ring) = replay_ring::ReplayRing::<u8>::new(4, 1).unwrap();
     /// let mut reader = ring.reader().unwrap();
-    /// assert!(reader.read_blocking(Duration::from_millis(1)).unwrap().is_none());
+    /// assert!(reader.read_timeout(Duration::from_millis(1)).unwrap().is_none());
     /// std::thread::spawn(move || producer.try_push(5).unwrap());
-    /// let batch = reader.read_blocking(Duration::from_secs(10)).unwrap().unwrap();
+    /// let batch = reader.read_timeout(Duration::from_secs(10)).unwrap().unwrap();
     /// assert_eq!(batch.as_slices().0, &[5]);
     /// ```
-    pub fn read_blocking(&mut self, timeout: Duration) -> Result<Option<Batch<'_, T>>, ReadError> {
+    pub fn read_timeout(&mut self, timeout: Duration) -> Result<Option<Batch<'_, T>>, ReadError> {
         let deadline = Instant::now() + timeout;
         let mut waker = std::mem::take(&mut self.thread_waker);
         let ready = crate::wait::block_on_deadline(&mut waker, deadline, |cx| self.poll_ready(cx));
