@@ -51,6 +51,7 @@ pub enum WakeupFences {
 /// assert_eq!(ring.max_readers(), 4);
 /// assert_eq!(producer.next_id(), 1);
 /// ```
+#[must_use = "a Builder does nothing until `build()` is called"]
 pub struct Builder<T> {
     capacity: usize,
     max_readers: usize,
@@ -94,7 +95,7 @@ impl<T: Send> Builder<T> {
         self
     }
 
-    /// How many [`Reader`]s may exist at once (default 16). The reader table, including its wakers,
+    /// How many [`Reader`](crate::Reader)s may exist at once (default 16). The reader table, including its wakers,
     /// is allocated once, here.
     ///
     /// ```
@@ -145,8 +146,23 @@ impl<T: Send> Builder<T> {
         self
     }
 
-    /// Allocates the ring. Fails with a [`BuildError`] on a zero or absurd capacity, zero or too many
-    /// readers, or a first id outside `1..u64::MAX`.
+    /// Allocates the ring: the slots, the reader table and its wakers. Nothing is allocated after
+    /// this.
+    ///
+    /// # Errors
+    ///
+    /// A [`BuildError`] on a zero or absurd capacity, zero or too many readers, a first id outside
+    /// `1..u64::MAX`, or when the allocator refuses the slot array.
+    ///
+    /// ```
+    /// use replay_ring::{BuildError, ReplayRing};
+    ///
+    /// assert!(ReplayRing::<u8>::builder().capacity(3).build().is_ok());
+    /// assert_eq!(
+    ///     ReplayRing::<u8>::builder().first_id(0).build().unwrap_err(),
+    ///     BuildError::InvalidFirstId(0)
+    /// );
+    /// ```
     pub fn build(self) -> Result<(Producer<T>, ReplayRing<T>), BuildError> {
         if self.capacity == 0 {
             return Err(BuildError::ZeroCapacity);
@@ -233,6 +249,11 @@ impl<T: Send> ReplayRing<T> {
 
     /// A ring retaining up to `capacity` events (rounded up to a power of two) with room for
     /// `max_readers` concurrent readers.
+    ///
+    /// # Errors
+    ///
+    /// As [`Builder::build`]: a [`BuildError`] on a zero or absurd capacity, or zero or too many
+    /// readers.
     ///
     /// ```
     /// let (_producer, ring) = replay_ring::ReplayRing::<u64>::new(100, 3).unwrap();

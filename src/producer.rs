@@ -21,6 +21,11 @@ use crate::sync::{
 /// is full the producer is told ([`try_push`](Self::try_push) → [`PushError::Full`]) or waits
 /// ([`push`](Self::push), [`push_timeout`](Self::push_timeout)); it never drops a retained event.
 ///
+/// The waiting operations come in one family, as in `crossbeam-channel`: `try_*` never waits, the
+/// `async fn` waits for a wake-up, and `*_timeout` blocks the thread up to a deadline
+/// ([`try_push`](Self::try_push) / [`push`](Self::push) / [`push_timeout`](Self::push_timeout), and
+/// [`ready`](Self::ready) / [`ready_timeout`](Self::ready_timeout)).
+///
 /// Dropping the producer closes the stream with [`CloseReason::ProducerDropped`].
 ///
 /// ```
@@ -111,7 +116,13 @@ impl<T> Producer<T> {
         }
     }
 
-    /// Appends `value` if there is room, returning its id.
+    /// Appends `value` if there is room, returning its id. Never waits.
+    ///
+    /// # Errors
+    ///
+    /// [`PushError::Full`] when every slot holds an unreleased event or one a reader is borrowing;
+    /// [`PushError::IdsExhausted`] after id `u64::MAX - 1`. Either way `value` comes back and no id
+    /// is consumed.
     ///
     /// ```
     /// let (mut producer, _ring) = replay_ring::ReplayRing::<u8>::new(2, 1).unwrap();
@@ -130,6 +141,10 @@ impl<T> Producer<T> {
     /// Appends the value `make(id)` if there is room, returning `id`. `make` learns the event's id
     /// before the event exists (eager assignment), so it can write `id:` into its own SSE frame. If the
     /// push is refused, `make` is handed back uncalled and no id is consumed.
+    ///
+    /// # Errors
+    ///
+    /// As [`try_push`](Self::try_push), with `make` (uncalled) in place of the value.
     ///
     /// ```
     /// let (mut producer, ring) = replay_ring::ReplayRing::<String>::new(4, 1).unwrap();
@@ -253,7 +268,17 @@ impl<T> Producer<T> {
     }
 
     /// Waits until a push would be accepted: until enough events are released and no reader is
-    /// still borrowing the slot to reuse.
+    /// still borrowing the slot to reuse. Also returns once ids are exhausted (the next push then
+    /// reports [`PushError::IdsExhausted`]).
+    ///
+    /// Only this producer fills the window, so after `ready()` returns, the next
+    /// [`try_push`](Self::try_push) succeeds unless ids are exhausted.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future before it completes loses nothing, and a later call waits
+    /// afresh. This is the building block for a push that must survive cancellation (for example
+    /// inside `tokio::select!`): `producer.ready().await; producer.try_push(value)`.
     ///
     /// ```
     /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
@@ -269,7 +294,18 @@ impl<T> Producer<T> {
         self.stop_waiting();
     }
 
-    /// Appends `value`, waiting for space if the window is full. Only fails when ids are exhausted.
+    /// Appends `value`, waiting for space if the window is full.
+    ///
+    /// # Errors
+    ///
+    /// Only [`PushError::IdsExhausted`] (with `value`): a full window is waited out, never reported.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe for the value: `value` moves into the future, so dropping the future while
+    /// it waits for space drops `value` with it. No id is consumed in that case and the stream is
+    /// unaffected. To keep the value across cancellation, await [`ready`](Self::ready) (cancel
+    /// safe) and then call [`try_push`](Self::try_push).
     ///
     /// ```
     /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
@@ -286,6 +322,15 @@ impl<T> Producer<T> {
     }
 
     /// Like [`push`](Self::push), with the id passed to `make` before the value is built.
+    ///
+    /// # Errors
+    ///
+    /// Only [`PushError::IdsExhausted`], with `make` uncalled.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`push`](Self::push): dropping the future while it waits drops `make` uncalled and
+    /// consumes no id.
     ///
     /// ```
     /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
@@ -336,6 +381,11 @@ impl<T> Producer<T> {
     /// Appends `value`, blocking the thread up to `timeout` for space. On timeout the value comes
     /// back in [`PushError::Full`] and no id is consumed. For servers without an async runtime.
     ///
+    /// # Errors
+    ///
+    /// [`PushError::Full`] (with `value`) when no space appeared within `timeout`;
+    /// [`PushError::IdsExhausted`] after id `u64::MAX - 1`.
+    ///
     /// ```
     /// use std::time::Duration;
     ///
@@ -357,7 +407,8 @@ impl<T> Producer<T> {
         }
     }
 
-    /// Blocks up to `timeout` until a push would be accepted. Returns whether it would.
+    /// Blocks up to `timeout` until a push would be accepted. Returns whether it would (`true` also
+    /// once ids are exhausted, which the push then reports).
     ///
     /// ```
     /// use std::time::Duration;
@@ -369,6 +420,7 @@ impl<T> Producer<T> {
     /// ring.release_through(1).unwrap();
     /// assert!(producer.ready_timeout(Duration::ZERO));
     /// ```
+    #[must_use = "the window may still be full when this returns false"]
     pub fn ready_timeout(&mut self, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
         let mut waker = std::mem::take(&mut self.thread_waker);

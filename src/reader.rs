@@ -74,6 +74,14 @@ pub struct Event<T> {
 /// [`ReadError::Gap`]. After the producer closes the stream and the reader has read everything
 /// retained, reads return [`ReadError::Closed`].
 ///
+/// Reads come in two shapes, each in the `crossbeam-channel` family of `try_*` (never waits), an
+/// `async fn` (waits for a wake-up) and `*_timeout` (blocks the thread up to a deadline):
+///
+/// - zero-copy batches: [`try_read`](Self::try_read), [`read`](Self::read),
+///   [`read_timeout`](Self::read_timeout) lend every available event as a [`Batch`];
+/// - one event at a time, cloned out: [`try_recv`](Self::try_recv), [`recv`](Self::recv),
+///   [`recv_timeout`](Self::recv_timeout), and the `futures_core::Stream` impl (feature `stream`).
+///
 /// ```
 /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
 /// use replay_ring::{CloseReason, ReadError, ReplayRing};
@@ -216,7 +224,13 @@ impl<T> Reader<T> {
     }
 
     /// Lends every event available now, from the cursor to the head, without copying; `Ok(None)` when
-    /// the reader has caught up. Dropping the batch marks its events read.
+    /// the reader has caught up. Dropping the batch marks its events read (see [`Batch`]).
+    ///
+    /// # Errors
+    ///
+    /// [`ReadError::Gap`] when the reader's next event was released before it was read (the
+    /// reader never skips it); [`ReadError::Closed`] once the stream has ended and everything
+    /// retained was read. Both end the reader: every later read reports them again.
     ///
     /// ```
     /// let (mut producer, ring) = replay_ring::ReplayRing::<u8>::new(4, 1).unwrap();
@@ -292,6 +306,17 @@ impl<T> Reader<T> {
 
     /// Waits until at least one event is available and lends all available ones.
     ///
+    /// # Errors
+    ///
+    /// [`ReadError::Gap`] when the reader's next event was released before it was read (the
+    /// reader never skips it); [`ReadError::Closed`] once the stream has ended and everything
+    /// retained was read. Both end the reader: every later read reports them again.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: nothing is consumed until the batch is returned, so dropping the future loses
+    /// no event; the next read starts at the same cursor.
+    ///
     /// ```
     /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
     /// let (mut producer, ring) = replay_ring::ReplayRing::<u8>::new(4, 1).unwrap();
@@ -308,6 +333,12 @@ impl<T> Reader<T> {
 
     /// Clones the next event out, if any. One pin per event: for throughput prefer
     /// [`try_read`](Self::try_read), which lends a whole batch.
+    ///
+    /// # Errors
+    ///
+    /// [`ReadError::Gap`] when the reader's next event was released before it was read (the
+    /// reader never skips it); [`ReadError::Closed`] once the stream has ended and everything
+    /// retained was read. Both end the reader: every later read reports them again.
     ///
     /// ```
     /// use replay_ring::Event;
@@ -326,6 +357,17 @@ impl<T> Reader<T> {
     }
 
     /// Waits for the next event and clones it out.
+    ///
+    /// # Errors
+    ///
+    /// [`ReadError::Gap`] when the reader's next event was released before it was read (the
+    /// reader never skips it); [`ReadError::Closed`] once the stream has ended and everything
+    /// retained was read. Both end the reader: every later read reports them again.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: the event is cloned and the cursor advanced only when the future completes, so
+    /// dropping it loses no event.
     ///
     /// ```
     /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
@@ -347,7 +389,14 @@ impl<T> Reader<T> {
 
 #[cfg(not(replay_ring_loom))]
 impl<T> Reader<T> {
-    /// Blocks the thread up to `timeout` for at least one event; `Ok(None)` on timeout.
+    /// Blocks the thread up to `timeout` for at least one event and lends all available ones;
+    /// `Ok(None)` on timeout.
+    ///
+    /// # Errors
+    ///
+    /// [`ReadError::Gap`] when the reader's next event was released before it was read (the
+    /// reader never skips it); [`ReadError::Closed`] once the stream has ended and everything
+    /// retained was read. Both end the reader: every later read reports them again.
     ///
     /// ```
     /// use std::time::Duration;
@@ -372,6 +421,35 @@ impl<T> Reader<T> {
             Some(Err(e)) => Err(e),
             Some(Ok(())) => self.borrow_available().map(Some),
         }
+    }
+
+    /// Blocks the thread up to `timeout` for the next event and clones it out; `Ok(None)` on
+    /// timeout. One pin per event: for throughput prefer [`read_timeout`](Self::read_timeout).
+    ///
+    /// # Errors
+    ///
+    /// [`ReadError::Gap`] when the reader's next event was released before it was read (the
+    /// reader never skips it); [`ReadError::Closed`] once the stream has ended and everything
+    /// retained was read. Both end the reader: every later read reports them again.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let (mut producer, ring) = replay_ring::ReplayRing::<u8>::new(4, 1).unwrap();
+    /// let mut reader = ring.reader().unwrap();
+    /// assert_eq!(reader.recv_timeout(Duration::from_millis(1)), Ok(None));
+    /// std::thread::spawn(move || {
+    ///     producer.try_push(5).unwrap();
+    ///     producer.try_push(6).unwrap();
+    /// });
+    /// assert_eq!(reader.recv_timeout(Duration::from_secs(10)).unwrap().unwrap().data, 5);
+    /// assert_eq!(reader.recv_timeout(Duration::from_secs(10)).unwrap().unwrap().data, 6);
+    /// ```
+    pub fn recv_timeout(&mut self, timeout: Duration) -> Result<Option<Event<T>>, ReadError>
+    where
+        T: Clone,
+    {
+        Ok(self.read_timeout(timeout)?.map(Batch::take_first))
     }
 }
 
@@ -409,9 +487,25 @@ impl<T: Clone> futures_core::Stream for Reader<T> {
 /// Events lent by a [`Reader`]: ids `first_id()..=last_id()`, in order, as at most two slices.
 ///
 /// While a batch lives, the producer cannot overwrite its events (a full window backpressures it
-/// instead), so hold it only as long as it takes to copy or write the events out. Dropping it marks
-/// the events read; [`mark_read`](Self::mark_read) keeps a tail for the next read (for example after a
-/// short socket write).
+/// instead), so hold it only as long as it takes to copy or write the events out.
+///
+/// # Dropping a batch consumes it
+///
+/// Dropping the batch marks its events read: the reader's next read starts at `last_id() + 1`.
+/// [`mark_read(n)`](Self::mark_read) consumes only the first `n` and keeps the tail for the next
+/// read (for example after a short socket write).
+///
+/// There is no separate commit step because reading is not acknowledging. The cursor a batch
+/// advances belongs to this reader alone, and events leave the window only through
+/// [`ReplayRing::release_through`](crate::ReplayRing::release_through), which a server calls from its
+/// retention policy (on the client's acknowledgement or after a resumption window), never because a
+/// reader read something. So a server that reads a batch and then fails to write it to the socket
+/// loses nothing for the client: the connection is gone, its reader is dropped with it, and the
+/// client reconnects with the `Last-Event-ID` of the last event it did receive; those events are
+/// still retained, and the resume replays them. An explicit commit would only add a way to forget
+/// it, and re-delivering the same events on every read of a live connection would be the wrong
+/// default.
+#[must_use = "dropping a Batch marks its events read"]
 pub struct Batch<'a, T> {
     reader: &'a mut Reader<T>,
     first: u64,

@@ -18,7 +18,7 @@ use crate::sync::{
 /// acknowledged events, and resume readers.
 ///
 /// Create one with [`ReplayRing::new`] or [`ReplayRing::builder`]; both also return the stream's
-/// single [`Producer`].
+/// single [`Producer`](crate::Producer).
 ///
 /// ```
 /// use replay_ring::ReplayRing;
@@ -126,6 +126,10 @@ impl<T> ReplayRing<T> {
     /// is an error (those events do not exist).
     ///
     /// This is the only way events leave the window: a full window backpressures the producer.
+    ///
+    /// # Errors
+    ///
+    /// [`ReleaseError::AheadOfHead`] when `id` is newer than the head; nothing is released then.
     ///
     /// ```
     /// use replay_ring::ReplayRing;
