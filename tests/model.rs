@@ -1,6 +1,6 @@
 //! Model-based property test: random sequences of push / release / resume / read / close are run
-//! against the ring and against a small sequential reference model of the seeds' event log (with the
-//! seeds' bug fixed: a refused push burns no id). Every result and error must match.
+//! against the ring and against a small sequential reference model of an event log (where a refused
+//! push burns no id). Every result and error must match.
 
 use proptest::prelude::*;
 use replay_ring::{
@@ -56,7 +56,7 @@ struct ModelReader {
     done: bool,
 }
 
-/// The event log as the seeds describe it, sequential and obviously correct.
+/// The event log as specified, sequential and obviously correct.
 #[derive(Debug)]
 struct Model {
     capacity: u64,

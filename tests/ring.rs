@@ -265,7 +265,7 @@ fn a_reader_that_falls_out_of_the_window_gets_a_gap_never_a_skip() {
 }
 
 #[test]
-fn resume_decisions_match_the_seeds() {
+fn resume_decisions_cover_every_case() {
     let (mut producer, ring) = ReplayRing::<u32>::new(8, 8).unwrap();
     // Empty stream: resuming at 0 is a no-op, anything else is ahead.
     assert!(ring.resume(Some(0)).is_ok());
