@@ -45,7 +45,6 @@
 //! assert_eq!(HttpResponse::refused(&lost).status, 404);
 //! ```
 
-mod classify;
 mod event_id;
 mod frame;
 mod http;

@@ -277,8 +277,8 @@ where
     /// let err = publisher.publish_with(|_| Bytes::from("b")).await.unwrap_err();
     /// assert!(matches!(err, PublishError::BackpressureTimeout { .. }));
     /// let mut reader = ring.resume(Some(0)).unwrap();
-    /// assert_eq!(reader.try_next().unwrap().unwrap().data, "a");
-    /// assert!(matches!(reader.try_next(), Err(ReadError::Closed(CloseReason::BackpressureTimeout { .. }))));
+    /// assert_eq!(reader.try_recv().unwrap().unwrap().data, "a");
+    /// assert!(matches!(reader.try_recv(), Err(ReadError::Closed(CloseReason::BackpressureTimeout { .. }))));
     /// # });
     /// ```
     ///
