@@ -86,7 +86,7 @@ async fn the_readme_snippet_serves_a_resumable_stream() {
         assert!(dup.header("replay-head").is_some());
         assert!(
             dup.text()
-                .starts_with(r#"{"error":"invalid_last_event_id","reason":"duplicate_header""#),
+                .starts_with(r#"{"error":"invalid_last_event_id","reason":"duplicate""#),
             "{}",
             dup.text()
         );
@@ -157,7 +157,7 @@ async fn a_failed_write_mid_stream_loses_nothing() {
     for _ in 0..N {
         producer.send(payload.clone()).await.unwrap();
     }
-    producer.close(CloseReason::Completed);
+    producer.close(CloseReason::Completed).await.unwrap();
 
     let mut first = Stream::open(
         addr,

@@ -133,7 +133,7 @@ pub async fn run_producer(mut producer: SseProducer, config: Args) {
             return; // closed past the backpressure bound; readers got an explicit error
         }
     }
-    producer.close(CloseReason::Completed);
+    let _ = producer.close(CloseReason::Completed).await;
 }
 
 /// `GET /` (the page), `GET /events` (the stream), `GET /metrics` (Prometheus text).

@@ -1,7 +1,7 @@
 //! The event-stream responder: one GET in, one response out (a 200 stream or an explicit refusal).
 
 use std::convert::Infallible;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -16,11 +16,10 @@ use tokio::time::{sleep, Instant};
 
 use super::frames::{encode_cut, encode_terminal};
 use super::producer::SseProducer;
-use crate::json::JsonObject;
 use crate::{
-    encode_event, encode_keep_alive, encode_priming, resume, ConnectionId, HttpResponse, Refused,
-    ResumeDecision, Retention, RetentionConfig, SlowConsumerPolicy, StreamIdentity, StreamState,
-    LAST_EVENT_ID_HEADER, REPLAY_FLOOR_HEADER, REPLAY_HEAD_HEADER, REPLAY_STREAM_HEADER,
+    encode_event, encode_keep_alive, encode_priming, last_event_id, resume, ConnectionId,
+    HttpResponse, Refused, ResumeDecision, Retention, RetentionConfig, SlowConsumerPolicy,
+    StreamIdentity, StreamState, LAST_EVENT_ID_HEADER,
 };
 
 /// Default [`SseConfig::keep_alive`]: 15 s, as in the MCP SDKs.
@@ -166,10 +165,6 @@ pub(crate) struct Shared {
     pub(crate) counters: Counters,
     /// Notified when the first stream opens (see [`SseProducer::first_subscriber`]).
     pub(crate) subscribed: Notify,
-    /// Set by the producer while it waits on a full window: a writer that records progress then
-    /// wakes it through `progress`, since that progress can bring the next release closer.
-    pub(crate) producer_waiting: AtomicBool,
-    pub(crate) progress: Notify,
 }
 
 impl Shared {
@@ -230,8 +225,6 @@ impl SseStream {
                 config,
                 counters: Counters::default(),
                 subscribed: Notify::new(),
-                producer_waiting: AtomicBool::new(false),
-                progress: Notify::new(),
             }),
         };
         let producer = SseProducer::new(producer, stream.clone());
@@ -332,12 +325,16 @@ impl SseStream {
     /// ```
     pub fn respond(&self, headers: &HeaderMap) -> Response {
         let shared = &self.shared;
-        let mut values = headers.get_all(LAST_EVENT_ID_HEADER).iter();
-        let last_event_id = values.next().map(HeaderValue::as_bytes);
-        if values.next().is_some() {
-            shared.counters.refused(400);
-            return duplicate_header(&StreamState::of(shared.identity, &shared.ring));
-        }
+        let values = headers.get_all(LAST_EVENT_ID_HEADER).iter();
+        let last_event_id = match last_event_id(values.map(HeaderValue::as_bytes)) {
+            Ok(value) => value,
+            Err(err) => {
+                return self.refuse(&Refused {
+                    decision: ResumeDecision::InvalidCursor(err),
+                    state: Some(StreamState::of(shared.identity, &shared.ring)),
+                })
+            }
+        };
         let resumed = match resume(&shared.ring, &shared.identity, last_event_id) {
             Ok(resumed) => resumed,
             Err(refused) => return self.refuse(&refused),
@@ -416,38 +413,6 @@ pub async fn events(State(stream): State<SseStream>, headers: HeaderMap) -> Resp
     stream.respond(&headers)
 }
 
-/// The 400 for a request that sends `Last-Event-ID` more than once: two cursors cannot both be
-/// the client's position, and picking one could replay from the wrong place.
-fn duplicate_header(state: &StreamState) -> Response {
-    let body = JsonObject::new()
-        .string("error", "invalid_last_event_id")
-        .string("reason", "duplicate_header")
-        .string(
-            "message",
-            "Last-Event-ID was sent more than once; send one cursor",
-        )
-        .number("floor", state.floor)
-        .number("head", state.head)
-        .string("stream", state.identity.stream.as_str())
-        .string("epoch", &state.identity.epoch.to_string())
-        .finish();
-    let plan = HttpResponse {
-        status: 400,
-        headers: vec![
-            ("content-type", "application/json".to_owned()),
-            ("cache-control", "no-store".to_owned()),
-            (REPLAY_FLOOR_HEADER, state.floor.to_string()),
-            (REPLAY_HEAD_HEADER, state.head.to_string()),
-            (
-                REPLAY_STREAM_HEADER,
-                format!("{}.{}", state.identity.stream, state.identity.epoch),
-            ),
-        ],
-        body,
-    };
-    to_axum(&plan, Body::from(plan.body.clone()))
-}
-
 fn to_axum(plan: &HttpResponse, body: Body) -> Response {
     let mut response = Response::new(body);
     *response.status_mut() =
@@ -482,23 +447,17 @@ impl Writer {
             return None;
         }
         let shared = self.shared.clone();
-        let (cut, producer_waiting) = {
+        let cut = {
             let conn = self.conn.as_ref()?;
             let now = Instant::now().into_std();
             let mut retention = shared.retention();
             if let Some(through) = self.handed.take() {
                 retention.on_written(conn, through, now);
             }
+            // Under the same lock: a release wakes a producer waiting for room at once.
             retention.release_expired(&shared.ring, now);
-            // Relaxed: read under the retention lock, which the producer held after setting the
-            // flag; the mutex orders the two (see `SseProducer::send_with`).
-            let waiting = shared.producer_waiting.load(Ordering::Relaxed);
-            (retention.cut_verdict(conn), waiting)
+            retention.cut_verdict(conn)
         };
-        if producer_waiting {
-            // A permit is stored if the producer is not parked yet: the wake-up is not lost.
-            shared.progress.notify_one();
-        }
         if let Some(verdict) = cut {
             // Cut by the slow-consumer policy: say so where the socket still takes a frame, and
             // end. The client resumes with its Last-Event-ID like after any disconnect.

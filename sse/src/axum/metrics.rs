@@ -13,7 +13,6 @@ impl SseStream {
     /// |---|---|---|
     /// | `replay_ring_events_enqueued_total` | counter | events published |
     /// | `replay_ring_events_released_total` | counter | events released from the window |
-    /// | `replay_ring_events_dropped_total` | counter | events lost before acknowledgement (always 0) |
     /// | `replay_ring_resumes_ok_total`, `_noop_total` | counter | resumes that replayed, resumes at the head |
     /// | `replay_ring_resumes_below_floor_total` | counter | resumes refused below the floor (416) |
     /// | `replay_ring_resumes_ahead_of_head_total` | counter | resumes refused ahead of the head (409) |
@@ -43,15 +42,11 @@ impl SseStream {
         let counters = [
             ("replay_ring_events_enqueued_total", ring.events_enqueued),
             ("replay_ring_events_released_total", ring.events_released),
-            (
-                "replay_ring_events_dropped_total",
-                ring.events_evicted_before_ack,
-            ),
             ("replay_ring_resumes_ok_total", ring.resumes_ok),
             ("replay_ring_resumes_noop_total", ring.resumes_noop),
             (
                 "replay_ring_resumes_below_floor_total",
-                ring.resumes_from_evicted_id,
+                ring.resumes_below_floor,
             ),
             (
                 "replay_ring_resumes_ahead_of_head_total",

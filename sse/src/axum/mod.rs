@@ -4,8 +4,9 @@
 //!   strict `Last-Event-ID` parsing, the priming event with `retry:`, replay of exactly the events
 //!   after the cursor, keep-alive comments, explicit 400/404/409/416/503 refusals with JSON bodies
 //!   and `Replay-*` headers, and a per-connection writer that drains at socket speed.
-//! - [`SseProducer`] publishes into it, waiting while the window is full and closing the stream
-//!   explicitly past the backpressure bound; never dropping an event.
+//! - [`SseProducer`] publishes into it through the crate's [`Publisher`](crate::Publisher), waiting
+//!   while the window is full and closing the stream explicitly past the backpressure bound; never
+//!   dropping an event.
 //! - A connection that stops reading is cut by the [`SlowConsumerPolicy`](crate::SlowConsumerPolicy)
 //!   (it ends with a `slow_consumer` error frame where the socket still takes one) and then holds
 //!   events only as a disconnected client does, so one stalled client cannot end the stream for
@@ -29,5 +30,5 @@ mod serve;
 pub use endpoint::{
     events, EndpointStats, SseConfig, SseStream, DEFAULT_KEEP_ALIVE, DEFAULT_RETRY,
 };
-pub use producer::{Closed, SseProducer};
+pub use producer::SseProducer;
 pub use serve::{serve, ServeConfig};

@@ -1,39 +1,50 @@
-//! Publishing into an [`SseStream`]: the one backpressure loop (wait for space, release what the
-//! retention policy allows, give up explicitly past the bound).
+//! Publishing into an [`SseStream`]: the crate's [`Publisher`] (the one backpressure loop) over the
+//! stream's ring, with the stream's retention state (and so its slow-consumer policy) as the
+//! policy it consults while the window is full.
 
-use std::fmt;
-use std::sync::atomic::Ordering;
+use std::future::Future;
+use std::time::Instant;
 
 use bytes::Bytes;
-use replay_ring::{CloseReason, Producer, PushError};
-use tokio::time::{sleep_until, Instant};
+use replay_ring::{CloseReason, Producer, ReplayRing};
 
 use super::endpoint::{add, SseStream};
-use crate::BackpressureClock;
+use crate::backend::ReleaseError;
+use crate::{PublishError, Publisher, RetentionPolicy};
 
-/// Why [`SseProducer::send`] did not publish: the stream is closed (by an earlier
-/// [`close`](SseProducer::close), the backpressure bound, or running out of ids).
-///
-/// ```
-/// use replay_ring::CloseReason;
-/// let e = replay_ring_sse::axum::Closed(CloseReason::Completed);
-/// assert!(e.to_string().contains("closed"));
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Closed(pub CloseReason);
+/// The stream's retention state as the [`Publisher`]'s policy.
+#[derive(Debug)]
+pub(crate) struct StreamRetention(SseStream);
 
-impl fmt::Display for Closed {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "stream closed: {}", self.0)
+impl RetentionPolicy<ReplayRing<Bytes>> for StreamRetention {
+    fn release_due(
+        &mut self,
+        ring: &ReplayRing<Bytes>,
+        now: Instant,
+    ) -> impl Future<Output = Result<bool, ReleaseError>> + Send {
+        // Also cuts slow consumers whose deadline passed (`Retention::release_expired`).
+        let released = self
+            .0
+            .with_retention(|r| r.release_expired(ring, now).is_some());
+        std::future::ready(Ok(released))
+    }
+
+    fn next_due(&self) -> Option<Instant> {
+        self.0.with_retention(|r| match r.next_expiry() {
+            Some(due) => Some(due),
+            // Connections are writing what fills the window: their next checkpoint can come at
+            // any moment, so look again shortly rather than only at the backpressure bound.
+            None if r.live_connections() > 0 => Some(Instant::now()),
+            None => None,
+        })
     }
 }
 
-impl std::error::Error for Closed {}
-
-/// The producing side of an [`SseStream`]: publishes events, waits while the window is full
-/// (releasing expired events and cutting slow consumers as they come due), and closes the stream
-/// with [`CloseReason::BackpressureTimeout`] once it has waited
-/// [`backpressure_timeout`](crate::RetentionConfig::backpressure_timeout). Never drops an event.
+/// The producing side of an [`SseStream`]: publishes events through the crate's [`Publisher`],
+/// which waits while the window is full (releasing expired events and cutting slow consumers as
+/// they come due) and closes the stream with [`CloseReason::BackpressureTimeout`] once it has
+/// waited [`backpressure_timeout`](crate::RetentionConfig::backpressure_timeout). Never drops an
+/// event.
 ///
 /// ```
 /// use replay_ring_sse::axum::{SseConfig, SseStream};
@@ -42,28 +53,22 @@ impl std::error::Error for Closed {}
 /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
 /// let me = StreamIdentity::new(StreamId::new("events").unwrap(), Epoch::new(1));
 /// let (stream, mut producer) = SseStream::new(me, SseConfig::default()).unwrap();
-/// assert_eq!(producer.send("a").await, Ok(1));
-/// assert_eq!(producer.send_with(|id| format!("{{\"n\":{id}}}").into()).await, Ok(2));
+/// assert_eq!(producer.send("a").await.unwrap(), 1);
+/// assert_eq!(producer.send_with(|id| format!("{{\"n\":{id}}}").into()).await.unwrap(), 2);
 /// assert_eq!(stream.ring().head(), 2);
 /// # });
 /// ```
 #[derive(Debug)]
 pub struct SseProducer {
-    producer: Option<Producer<Bytes>>,
-    closed: Option<CloseReason>,
+    publisher: Publisher<Producer<Bytes>, StreamRetention>,
     stream: SseStream,
-    clock: BackpressureClock,
 }
 
 impl SseProducer {
     pub(crate) fn new(producer: Producer<Bytes>, stream: SseStream) -> Self {
-        let clock = BackpressureClock::new(stream.config().retention.backpressure_timeout);
-        SseProducer {
-            producer: Some(producer),
-            closed: None,
-            stream,
-            clock,
-        }
+        let bound = stream.config().retention.backpressure_timeout;
+        let publisher = Publisher::with_policy(producer, StreamRetention(stream.clone()), bound);
+        SseProducer { publisher, stream }
     }
 
     /// The stream this producer publishes into.
@@ -83,13 +88,14 @@ impl SseProducer {
     ///
     /// # Errors
     ///
-    /// [`Closed`] if the stream is closed, including when this call waited past the backpressure
-    /// bound (the stream is then closed with `BackpressureTimeout`, after every event already
-    /// published).
+    /// [`PublishError`] if the stream is closed, including when this call waited past the
+    /// backpressure bound (`BackpressureTimeout`: the stream is then closed with that reason,
+    /// after every event already published).
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe: dropped before it returns, nothing was published and no id was used.
+    /// As [`Publisher::publish_with`]: dropped while it waits for room, nothing was published and
+    /// no id was used.
     ///
     /// ```
     /// # use replay_ring_sse::axum::{SseConfig, SseStream};
@@ -97,10 +103,10 @@ impl SseProducer {
     /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
     /// # let me = StreamIdentity::new(StreamId::new("s").unwrap(), Epoch::new(1));
     /// let (_stream, mut producer) = SseStream::new(me, SseConfig::default()).unwrap();
-    /// assert_eq!(producer.send(r#"{"hello":1}"#).await, Ok(1));
+    /// assert_eq!(producer.send(r#"{"hello":1}"#).await.unwrap(), 1);
     /// # });
     /// ```
-    pub async fn send(&mut self, payload: impl Into<Bytes>) -> Result<u64, Closed> {
+    pub async fn send(&mut self, payload: impl Into<Bytes>) -> Result<u64, PublishError> {
         let payload = payload.into();
         self.send_with(move |_| payload).await
     }
@@ -126,66 +132,15 @@ impl SseProducer {
     /// assert_eq!(&reader.try_read().unwrap().unwrap().iter().next().unwrap().1[..], b"event 1");
     /// # });
     /// ```
-    pub async fn send_with<F: FnOnce(u64) -> Bytes>(&mut self, make: F) -> Result<u64, Closed> {
-        let mut make = make;
-        loop {
-            let Some(producer) = self.producer.as_mut() else {
-                return Err(Closed(
-                    self.closed.clone().unwrap_or(CloseReason::Completed),
-                ));
-            };
-            match producer.try_push_with(make) {
-                Ok(id) => {
-                    self.clock.on_pushed();
-                    // Relaxed: only the producer writes it; writers read it under the retention
-                    // lock (a stale `true` costs one spurious wake-up).
-                    self.stream
-                        .shared
-                        .producer_waiting
-                        .store(false, Ordering::Relaxed);
-                    return Ok(id);
-                }
-                Err(PushError::Full(back)) => make = back,
-                Err(PushError::IdsExhausted(_)) => {
-                    let reason = CloseReason::error("event ids exhausted");
-                    self.close_with(reason.clone());
-                    return Err(Closed(reason));
-                }
-            }
-            let shared = &self.stream.shared;
-            // Relaxed: published to the writers by the retention lock taken next; a writer that
-            // records progress after this critical section sees it and wakes the producer, one
-            // that recorded before is seen in the `next_expiry` below.
-            shared.producer_waiting.store(true, Ordering::Relaxed);
-            let now = Instant::now();
-            let (released, expiry) = {
-                let mut retention = shared.retention();
-                let released = retention.release_expired(&shared.ring, now.into_std());
-                (released, retention.next_expiry())
-            };
-            if released.is_some() {
-                continue;
-            }
-            let deadline = match self.clock.on_full(now.into_std()) {
-                Ok(deadline) => deadline,
-                Err(reason) => {
-                    add(&shared.counters.backpressure_timeouts, 1);
-                    self.close_with(reason.clone());
-                    return Err(Closed(reason));
-                }
-            };
-            // Wake for whichever comes first: space (a batch ends, a release), a writer's progress
-            // (it may bring a checkpoint), the next checkpoint or stall deadline, or the bound.
-            let wake = expiry.map_or(deadline, |e| e.min(deadline));
-            let Some(producer) = self.producer.as_mut() else {
-                continue;
-            };
-            tokio::select! {
-                _ = producer.ready() => {}
-                _ = shared.progress.notified() => {}
-                _ = sleep_until(Instant::from_std(wake)) => {}
-            }
+    pub async fn send_with<F>(&mut self, make: F) -> Result<u64, PublishError>
+    where
+        F: FnOnce(u64) -> Bytes + Send,
+    {
+        let result = self.publisher.publish_with(make).await;
+        if let Err(PublishError::BackpressureTimeout { .. }) = result {
+            add(&self.stream.shared.counters.backpressure_timeouts, 1);
         }
+        result
     }
 
     /// Waits until the first event-stream response opens (to start producing only once someone
@@ -213,22 +168,25 @@ impl SseProducer {
 
     /// Ends the stream: readers get every retained event, then the terminal frame for `reason`.
     ///
+    /// # Errors
+    ///
+    /// As [`Publisher::close`] (never for the in-process ring).
+    ///
+    /// # Cancel safety
+    ///
+    /// For the in-process ring the close happens before the first await point.
+    ///
     /// ```
     /// # use replay_ring_sse::axum::{SseConfig, SseStream};
     /// # use replay_ring_sse::{Epoch, StreamId, StreamIdentity};
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
     /// # let me = StreamIdentity::new(StreamId::new("s").unwrap(), Epoch::new(1));
     /// let (stream, producer) = SseStream::new(me, SseConfig::default()).unwrap();
-    /// producer.close(replay_ring::CloseReason::Completed);
+    /// producer.close(replay_ring::CloseReason::Completed).await.unwrap();
     /// assert!(stream.ring().is_closed());
+    /// # });
     /// ```
-    pub fn close(mut self, reason: CloseReason) {
-        self.close_with(reason);
-    }
-
-    fn close_with(&mut self, reason: CloseReason) {
-        if let Some(producer) = self.producer.take() {
-            producer.close(reason.clone());
-            self.closed = Some(reason);
-        }
+    pub async fn close(mut self, reason: CloseReason) -> Result<(), PublishError> {
+        self.publisher.close(reason).await
     }
 }
