@@ -211,3 +211,45 @@ async fn the_backpressure_bound_holds_in_real_time() {
         Some(CloseReason::BackpressureTimeout { .. })
     ));
 }
+
+/// A policy of the application's own: release everything each time the window is full.
+#[derive(Debug, Default)]
+struct ReleaseAll {
+    calls: u64,
+}
+
+impl replay_ring_sse::RetentionPolicy<ReplayRing<Bytes>> for ReleaseAll {
+    async fn release_due(
+        &mut self,
+        ring: &ReplayRing<Bytes>,
+        _now: std::time::Instant,
+    ) -> Result<bool, replay_ring_sse::backend::ReleaseError> {
+        self.calls += 1;
+        let before = ring.floor();
+        Ok(ring.release_through(ring.head())? > before)
+    }
+
+    fn next_due(&self) -> Option<std::time::Instant> {
+        None
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn any_retention_policy_drives_the_loop() {
+    let (producer, ring) = ReplayRing::<Bytes>::new(2, 1).unwrap();
+    let mut publisher =
+        Publisher::with_policy(producer, ReleaseAll::default(), Duration::from_secs(1));
+    let t0 = Instant::now();
+    for expected in 1..=10 {
+        assert_eq!(publisher.publish_with(payload).await.unwrap(), expected);
+    }
+    assert_eq!(
+        t0.elapsed(),
+        Duration::ZERO,
+        "never waited: the policy made room"
+    );
+    // Full at 3, 5, 7, 9: the policy was asked each time and released both events.
+    assert_eq!(publisher.retention().calls, 4);
+    assert_eq!((ring.floor(), ring.head()), (9, 10));
+    assert_eq!(publisher.stats().backpressure_episodes, 0);
+}
