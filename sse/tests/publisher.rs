@@ -253,3 +253,36 @@ async fn any_retention_policy_drives_the_loop() {
     assert_eq!((ring.floor(), ring.head()), (9, 10));
     assert_eq!(publisher.stats().backpressure_episodes, 0);
 }
+
+/// A write reported while the publisher already waits creates the checkpoint that will release
+/// room; the publisher must notice it then, not at the backpressure bound it computed before.
+#[tokio::test(start_paused = true)]
+async fn a_write_reported_while_waiting_moves_the_wake_up() {
+    let (producer, ring) = ReplayRing::<Bytes>::new(2, 2).unwrap();
+    let mut publisher = Publisher::new(producer, config(4, 10));
+    let retention = publisher.retention().clone();
+    let conn = retention.lock().connect(0).unwrap();
+    publisher.publish_with(payload).await.unwrap();
+    publisher.publish_with(payload).await.unwrap();
+    let t0 = Instant::now();
+    let task = tokio::spawn(async move {
+        let id = publisher.publish_with(payload).await;
+        (id, publisher)
+    });
+    until("the publisher is waiting", || {
+        ring.metrics().producer_waits == 1
+    })
+    .await;
+    // Nothing was written yet, so nothing can expire: the publisher's only deadline is the bound.
+    tokio::time::advance(Duration::from_secs(1)).await;
+    retention
+        .lock()
+        .on_written(&conn, 2, Instant::now().into_std());
+    let (id, _publisher) = task.await.unwrap();
+    assert_eq!(id.unwrap(), 3, "released when the written events expired");
+    assert_eq!(
+        t0.elapsed(),
+        Duration::from_secs(5),
+        "written at 1 s + a 4 s window"
+    );
+}
