@@ -62,6 +62,7 @@ mod reader;
 mod ring;
 mod shared;
 mod sync;
+mod table;
 mod wait;
 
 pub use builder::{Builder, WakeupFences, MAX_CAPACITY, MAX_READERS};

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::{CloseReason, PushError};
 use crate::ring::ReplayRing;
-use crate::shared::{Shared, LAST_ID, UNPINNED};
+use crate::shared::{Shared, LAST_ID};
 use crate::sync::{
     heavy_fence, lock, ord, seq_cst_fence, Arc,
     Ordering::{Acquire, Relaxed, Release},
@@ -81,7 +81,7 @@ impl<T> Producer<T> {
             waiting: false,
             closed: false,
             #[cfg(not(replay_ring_loom))]
-            thread_waker: Default::default(),
+            thread_waker: crate::wait::ThreadWaker::new(),
         }
     }
 
@@ -200,15 +200,10 @@ impl<T> Producer<T> {
             seq_cst_fence("no_pin_scan_fence");
             floor
         };
-        let mut limit = floor;
-        for slot in shared.readers.iter() {
-            // Acquire: pairs with the Release pin stores (and unpin stores) in `reader.rs`, so the
-            // reader's earlier reads of slots below this value happen-before we overwrite them.
-            let pin = slot.pin.load(Acquire);
-            if pin != UNPINNED && pin < limit {
-                limit = pin;
-            }
-        }
+        // Only entries that may be pinned: the active bitmap (`table.rs`) is read after the fence,
+        // and a reader sets its bit before its pin store, so it is visited whenever the hazard
+        // argument needs its pin.
+        let limit = shared.readers.min_pin(floor);
         self.write_limit = limit.saturating_add(shared.capacity());
         let room = self.next_id < self.write_limit;
         if room {
@@ -326,7 +321,9 @@ impl<T> Producer<T> {
         *lock(&shared.close_reason) = Some(reason);
         // Release: pairs with the Acquire loads of `closed` in readers; every `head` publish and the
         // reason happen-before a reader that sees the stream closed.
-        shared.closed.store(true, Release);
+        shared
+            .closed
+            .store(true, ord("closed_relaxed", Release, Relaxed));
         shared.wake_readers();
     }
 }
@@ -371,9 +368,8 @@ impl<T> Producer<T> {
     /// ```
     pub fn wait_ready_timeout(&mut self, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
-        let mut waker = std::mem::take(&mut self.thread_waker);
-        let ready = crate::wait::block_on_deadline(&mut waker, deadline, |cx| self.poll_ready(cx));
-        self.thread_waker = waker;
+        let waker = self.thread_waker.bind();
+        let ready = crate::wait::block_on_deadline(waker, deadline, |cx| self.poll_ready(cx));
         self.stop_waiting();
         ready.is_some()
     }

@@ -90,7 +90,7 @@ impl<T> ReplayRing<T> {
 
     /// How many readers may exist at once.
     pub fn max_readers(&self) -> usize {
-        self.shared.readers.len()
+        self.shared.readers.limit()
     }
 
     /// Whether the producer has closed the stream (or been dropped).
@@ -196,11 +196,11 @@ impl<T> ReplayRing<T> {
     {
         let index = self.shared.claim_reader_slot()?;
         let shared = &self.shared;
-        let slot = &shared.readers[index];
+        let slot = shared.readers.entry(index);
         let Some(last) = last_event_id else {
             // Acquire: pairs with the producer's Release publish.
             let head = shared.head.load(Acquire);
-            return Ok(Reader::new(shared.clone(), index, head + 1, false));
+            return Ok(Reader::new(shared.clone(), index, head + 1, false, false));
         };
         // Acquire: pairs with the producer's Release publish.
         let head = shared.head.load(Acquire);
@@ -214,14 +214,15 @@ impl<T> ReplayRing<T> {
         }
         if last == head {
             slot.counters.count(&slot.counters.resumes_noop);
-            return Ok(Reader::new(shared.clone(), index, head + 1, false));
+            return Ok(Reader::new(shared.clone(), index, head + 1, false, false));
         }
         // `last < head <= LAST_ID`: no overflow.
         let next = last + 1;
-        match crate::reader::pin_and_check(shared, slot, next) {
+        let mut active = false;
+        match crate::reader::pin_and_check(shared, index, &mut active, next) {
             Ok(()) => {
                 slot.counters.count(&slot.counters.resumes_ok);
-                Ok(Reader::new(shared.clone(), index, next, true))
+                Ok(Reader::new(shared.clone(), index, next, true, active))
             }
             Err(floor) => {
                 slot.counters.count(&slot.counters.resumes_from_evicted_id);

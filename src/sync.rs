@@ -194,6 +194,9 @@ mod imp {
         pub(crate) fn wake(&self) {
             self.0.wake();
         }
+        pub(crate) fn take(&self) -> Option<std::task::Waker> {
+            self.0.take_waker()
+        }
     }
     pub(crate) use loom::sync::atomic::{
         fence, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering,
