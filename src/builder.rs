@@ -13,8 +13,8 @@ use crate::producer::Producer;
 use crate::ring::ReplayRing;
 use crate::shared::{Shared, LAST_ID};
 use crate::sync::{init_fences, Arc, AtomicBool, AtomicU64, AtomicWaker, Mutex, SlotTracker};
-pub use crate::table::MAX_READERS;
 use crate::table::ReaderTable;
+pub use crate::table::MAX_READERS;
 use crate::wait::WaitList;
 
 /// The largest capacity [`Builder::capacity`] accepts (after rounding up to a power of two).

@@ -12,12 +12,12 @@ use std::time::{Duration, Instant};
 
 use crate::error::ReadError;
 use crate::shared::{Shared, UNPINNED};
-use crate::table::ReaderEntry;
 use crate::sync::{
     heavy_fence, lock, ord, seq_cst_fence, Arc,
     Ordering::{Acquire, Relaxed, Release},
     ReadTrack,
 };
+use crate::table::ReaderEntry;
 
 /// Pins `next` in entry `index`, then checks it is still retained. On `Err(floor)` the entry is
 /// unpinned again. A fixed number of steps: (after a park) the two active-bit RMWs, one store, one
@@ -125,6 +125,8 @@ pub struct Reader<T> {
     active: bool,
     /// A waker is registered (and the entry is, or was, on the wait list) for a pending wait.
     waiting: bool,
+    /// A waker may be registered in the entry (from any earlier wait): released on drop.
+    registered: bool,
     /// A `Gap` or `Closed` already reported: the reader is finished.
     done: bool,
 }
@@ -161,6 +163,7 @@ impl<T> Reader<T> {
             pinned,
             active,
             waiting: false,
+            registered: false,
             done: false,
         }
     }
@@ -232,9 +235,7 @@ impl<T> Reader<T> {
         }
         self.pinned = false;
         // Acquire: pairs with the producer's Release publish: slots up to `head` are written.
-        let head = shared
-            .head
-            .load(ord("lend_head_relaxed", Acquire, Relaxed));
+        let head = shared.head.load(ord("lend_head_relaxed", Acquire, Relaxed));
         debug_assert!(self.cursor <= head && head - self.cursor < shared.capacity());
         Ok(Batch::new(self, head))
     }
@@ -298,12 +299,19 @@ impl<T> Reader<T> {
         // SAFETY: as in `slot` (a field borrow, so `self.waiting` stays writable).
         let entry = unsafe { self.entry.as_ref() };
         entry.waker.register(cx.waker());
-        shared.waiters.enqueue(self.index, entry);
+        self.registered = true;
+        let enqueue_late = crate::sync::mutant("enqueue_after_fence");
+        if !enqueue_late {
+            shared.waiters.enqueue(self.index, entry);
+        }
         self.waiting = true;
         // Heavy half of an asymmetric SeqCst fence: pairs with the light half in
         // `Shared::wake_readers` after every publish and on close. Either the producer sees us on
         // the wait list, or we see its new `head` (or `closed`).
         heavy_fence("no_reader_wait_fence", shared.asymmetric_reader_wakeup);
+        if enqueue_late {
+            shared.waiters.enqueue(self.index, entry);
+        }
         if self.available()? {
             self.waiting = false;
             return Poll::Ready(Ok(()));
@@ -317,6 +325,7 @@ impl<T> Reader<T> {
     fn abandon_wait(&mut self) {
         if self.waiting {
             self.waiting = false;
+            self.registered = false;
             drop(self.slot().waker.take());
         }
     }
@@ -415,7 +424,8 @@ impl<T> Drop for Reader<T> {
         if self.pinned {
             unpin(&self.shared, self.slot());
         }
-        self.shared.free_reader_slot(self.index);
+        self.shared
+            .free_reader_slot(self.index, self.active, self.registered);
     }
 }
 

@@ -206,7 +206,7 @@ impl<T> ReplayRing<T> {
         let head = shared.head.load(Acquire);
         if last > head {
             slot.counters.count(&slot.counters.resumes_ahead_of_head);
-            shared.free_reader_slot(index);
+            shared.free_reader_slot(index, false, false);
             return Err(ResumeError::AheadOfHead {
                 requested: last,
                 head,
@@ -226,7 +226,7 @@ impl<T> ReplayRing<T> {
             }
             Err(floor) => {
                 slot.counters.count(&slot.counters.resumes_from_evicted_id);
-                shared.free_reader_slot(index);
+                shared.free_reader_slot(index, false, false);
                 // Re-read the head: the floor came from a release of an id <= the head at that time,
                 // so this snapshot keeps `floor <= head + 1` (the head read above may predate it).
                 // Acquire: pairs with the producer's Release publish.

@@ -133,12 +133,17 @@ impl<T> Shared<T> {
             })
     }
 
-    /// Returns a reader-table entry to the pool. The entry must be unpinned. Its active bit is
-    /// cleared and its waker released (a dropped reader keeps no task alive); it may stay on the
-    /// wait list until the next push, which then wakes nobody.
-    pub(crate) fn free_reader_slot(&self, index: usize) {
-        self.readers.deactivate(index);
-        drop(self.readers.entry(index).waker.take());
+    /// Returns a reader-table entry to the pool. The entry must be unpinned; `active` says whether
+    /// its active bit may be set, `waker` whether a waker may be registered in it. The waker is
+    /// released (a dropped reader keeps no task alive); the entry may stay on the wait list until
+    /// the next push, which then wakes nobody.
+    pub(crate) fn free_reader_slot(&self, index: usize, active: bool, waker: bool) {
+        if active {
+            self.readers.deactivate(index);
+        }
+        if waker {
+            drop(self.readers.entry(index).waker.take());
+        }
         self.readers.free(index);
     }
 

@@ -7,7 +7,9 @@
 #[cfg(not(replay_ring_loom))]
 mod imp {
     pub(crate) use atomic_waker::AtomicWaker;
-    pub(crate) use std::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+    pub(crate) use std::sync::atomic::{
+        fence, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering,
+    };
     pub(crate) use std::sync::Arc;
 
     /// A lock for cold paths only (the close reason). Never taken on push or read.

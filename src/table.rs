@@ -36,6 +36,11 @@ const SEGMENTS: usize = 25;
 /// Entries in segment 0 at most: small tables (a few readers) allocate only what they ask for.
 const MAX_BASE: usize = 64;
 
+/// Bits used per bitmap word. Under loom, 2: a four-entry table then has two leaf words and a
+/// summary word, so a small model exercises both levels of the bitmap (the logic is the same for
+/// any width).
+const WORD_BITS: usize = if cfg!(replay_ring_loom) { 2 } else { 64 };
+
 /// Low half of the free-list word: index + 1 of the top entry (0 = empty). High half: a generation
 /// tag bumped by every push and pop, so a pop that raced with a pop-push of the same entry fails.
 const INDEX_BITS: u32 = 32;
@@ -85,22 +90,47 @@ impl ReaderEntry {
 
 struct Segment {
     entries: Box<[CachePadded<ReaderEntry>]>,
-    /// Bit `i % 64` of word `i / 64`: entry `i` may be pinned.
+    /// Bit `i % WORD_BITS` of word `i / WORD_BITS`: entry `i` may be pinned.
     active: Box<[AtomicU64]>,
-    /// Bit `w % 64` of word `w / 64`: `active[w]` may be non-zero.
+    /// Bit `w % WORD_BITS` of word `w / WORD_BITS`: `active[w]` may be non-zero. Empty when
+    /// `active` is a single word: the scan then reads that word directly.
     summary: Box<[AtomicU64]>,
 }
 
 impl Segment {
     fn new(len: usize) -> Segment {
-        let words = len.div_ceil(64);
+        let words = len.div_ceil(WORD_BITS);
+        let summary_words = if words == 1 {
+            0
+        } else {
+            words.div_ceil(WORD_BITS)
+        };
         Segment {
             entries: (0..len)
                 .map(|_| CachePadded::new(ReaderEntry::new()))
                 .collect(),
             active: (0..words).map(|_| AtomicU64::new(0)).collect(),
-            summary: (0..words.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
+            summary: (0..summary_words).map(|_| AtomicU64::new(0)).collect(),
         }
+    }
+
+    /// Visits the pin of every entry whose active bit is set in leaf word `word`, returning
+    /// whether the word was non-zero.
+    fn scan_word(&self, word: usize, limit: &mut u64) -> bool {
+        // Acquire: pairs with the Release RMWs in `activate` / `deactivate`.
+        let active = self.active[word].load(Acquire);
+        for b in bits(active) {
+            let entry = &self.entries[word * WORD_BITS + b];
+            // Acquire: pairs with the Release pin and unpin stores in `reader.rs`, so the reader's
+            // earlier slot reads happen-before we overwrite them.
+            let pin = entry
+                .pin
+                .load(crate::sync::ord("pin_scan_relaxed", Acquire, Relaxed));
+            if pin != UNPINNED && pin < *limit {
+                *limit = pin;
+            }
+        }
+        active != 0
     }
 }
 
@@ -268,12 +298,12 @@ impl ReaderTable {
     /// Marks entry `index` as possibly pinned. Must precede the pin store it covers.
     pub(crate) fn activate(&self, index: usize) {
         let (segment, offset) = self.segment_of(index);
-        let word = offset / 64;
+        let word = offset / WORD_BITS;
         // Release (both): pairs with the producer's Acquire swap of `summary` and load of `active` in
         // `min_pin`; see the hazard argument there. Leaf first, then summary.
-        segment.active[word].fetch_or(1 << (offset % 64), Release);
-        if !crate::sync::mutant("skip_active_summary") {
-            segment.summary[word / 64].fetch_or(1 << (word % 64), Release);
+        segment.active[word].fetch_or(1 << (offset % WORD_BITS), Release);
+        if !segment.summary.is_empty() && !crate::sync::mutant("skip_active_summary") {
+            segment.summary[word / WORD_BITS].fetch_or(1 << (word % WORD_BITS), Release);
         }
     }
 
@@ -282,7 +312,7 @@ impl ReaderTable {
         let (segment, offset) = self.segment_of(index);
         // Release: pairs with the producer's Acquire load of `active` in `min_pin`: the reader's
         // earlier slot reads (before its unpin) happen-before a reuse decided without its pin.
-        segment.active[offset / 64].fetch_and(!(1 << (offset % 64)), Release);
+        segment.active[offset / WORD_BITS].fetch_and(!(1 << (offset % WORD_BITS)), Release);
     }
 
     /// `min(limit, every pin of an active entry)`. Producer only, after its floor load and
@@ -295,6 +325,10 @@ impl ReaderTable {
     /// Release set, and our leaf load sees its leaf bit.
     pub(crate) fn min_pin(&self, mut limit: u64) -> u64 {
         let mut scan = |segment: &Segment| {
+            if segment.summary.is_empty() {
+                segment.scan_word(0, &mut limit);
+                return;
+            }
             for (s, summary) in segment.summary.iter().enumerate() {
                 // Relaxed: a summary bit set before a reader's fence is seen by this load, which
                 // follows our fence (or it was taken by an earlier scan of ours, which put it back).
@@ -305,24 +339,8 @@ impl ReaderTable {
                 let taken = summary.swap(0, Acquire);
                 let mut keep = 0;
                 for w in bits(taken) {
-                    let word = s * 64 + w;
-                    // Acquire: pairs with the Release RMWs in `activate` / `deactivate`.
-                    let active = segment.active[word].load(Acquire);
-                    if active != 0 {
+                    if segment.scan_word(s * WORD_BITS + w, &mut limit) {
                         keep |= 1 << w;
-                    }
-                    for b in bits(active) {
-                        let entry = &segment.entries[word * 64 + b];
-                        // Acquire: pairs with the Release pin and unpin stores in `reader.rs`, so
-                        // the reader's earlier slot reads happen-before we overwrite them.
-                        let pin = entry.pin.load(crate::sync::ord(
-                            "pin_scan_relaxed",
-                            Acquire,
-                            Relaxed,
-                        ));
-                        if pin != UNPINNED && pin < limit {
-                            limit = pin;
-                        }
                     }
                 }
                 if keep != 0 && !crate::sync::mutant("summary_not_restored") {

@@ -105,8 +105,8 @@ mod blocking {
 /// change it only with RMWs, so they agree on who owns the next step:
 /// - a reader whose `swap(true)` returns `true` is still listed: the producer's later
 ///   `swap(false)` reads the reader's `true`, synchronizes with it, and so wakes the waker the
-///   reader registered just before (a plain store there would lose that waker: the
-///   `wake_clear_store` mutant);
+///   reader registered just before. (The waker's own state word gives the same guarantee, since
+///   registering and waking are RMWs on it; the RMWs here keep the argument local.)
 /// - the producer reads `wait_next` *before* clearing `queued`, since the reader may push itself
 ///   again (rewriting `wait_next`) as soon as it sees `false`.
 pub(crate) struct WaitList {
@@ -123,18 +123,9 @@ impl WaitList {
     /// Puts reader `index` (whose waker is already registered) on the list, unless it is still on
     /// it. The caller then issues its half of the wake-up fence and re-checks.
     pub(crate) fn enqueue(&self, index: usize, entry: &ReaderEntry) {
-        let already = if crate::sync::mutant("wake_clear_store") {
-            // Mutant: plain load and store instead of the RMW.
-            // Acquire / Relaxed: the weakened form of the swap below.
-            let was = entry.queued.load(Acquire);
-            entry.queued.store(true, Relaxed);
-            was
-        } else {
-            // AcqRel: the Release half publishes the waker registered before; the Acquire half
-            // pairs with the producer's `swap(false)`, which read `wait_next` before it.
-            entry.queued.swap(true, AcqRel)
-        };
-        if already {
+        // AcqRel: the Release half publishes the waker registered before; the Acquire half pairs
+        // with the producer's `swap(false)`, which read `wait_next` before it.
+        if entry.queued.swap(true, AcqRel) {
             return;
         }
         // Relaxed: a stale head only makes the CAS below fail and retry.
@@ -144,9 +135,10 @@ impl WaitList {
             entry.wait_next.store(head, Relaxed);
             // Release: pairs with the producer's Acquire `swap` in `wake_all`, so it sees
             // `wait_next` and the registered waker.
+            let publish = crate::sync::ord("wait_push_relaxed", Release, Relaxed);
             match self
                 .head
-                .compare_exchange(head, index as u64 + 1, Release, Relaxed)
+                .compare_exchange(head, index as u64 + 1, publish, Relaxed)
             {
                 Ok(_) => return,
                 Err(actual) => head = actual,
@@ -171,17 +163,14 @@ impl WaitList {
             let entry = table.entry(next as usize - 1);
             // Relaxed: written before the Release CAS our swap synchronized with.
             next = entry.wait_next.load(Relaxed);
-            if crate::sync::mutant("wake_clear_store") {
-                // Mutant: a plain store; a reader that found the flag set is not synchronized.
-                // Release: the weakened form of the swap below.
-                entry.queued.store(false, Release);
-            } else {
-                // AcqRel: Release orders our `wait_next` load before the reader's next push;
-                // Acquire pairs with a reader's `swap(true)` that found the entry still listed, so
-                // the wake below sees the waker it registered.
-                entry.queued.swap(false, AcqRel);
-            }
+            // AcqRel: Release orders our `wait_next` load before the reader's next push; Acquire
+            // pairs with a reader's `swap(true)` that found the entry still listed, so the wake
+            // below sees the waker it registered.
+            entry.queued.swap(false, AcqRel);
             entry.waker.wake();
+            if crate::sync::mutant("wake_first_only") {
+                return;
+            }
         }
     }
 }

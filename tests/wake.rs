@@ -54,7 +54,11 @@ fn a_parked_reader_is_woken_once_per_wait() {
         let Poll::Ready(batch) = poll(read.as_mut(), &waker) else {
             panic!("woken with events available")
         };
-        assert_eq!(batch.unwrap().len(), 3, "a woken reader reads everything published since");
+        assert_eq!(
+            batch.unwrap().len(),
+            3,
+            "a woken reader reads everything published since"
+        );
     }
     // Waits again: woken again, once.
     let mut read = pin!(reader.read());
@@ -72,9 +76,17 @@ fn a_read_future_dropped_while_pending_releases_its_waker() {
     {
         let mut read = pin!(reader.read());
         assert!(poll(read.as_mut(), &waker).is_pending());
-        assert_eq!(Arc::strong_count(&counter), 3, "ours, `waker`, the ring's clone");
+        assert_eq!(
+            Arc::strong_count(&counter),
+            3,
+            "ours, `waker`, the ring's clone"
+        );
     }
-    assert_eq!(Arc::strong_count(&counter), 2, "the ring released the waker");
+    assert_eq!(
+        Arc::strong_count(&counter),
+        2,
+        "the ring released the waker"
+    );
     producer.try_push(1).unwrap();
     assert_eq!(counter.wakes(), 0, "the abandoned wait is not woken");
 
@@ -101,7 +113,11 @@ fn a_dropped_reader_releases_its_waker_and_its_entry() {
         assert!(poll(read.as_mut(), &waker).is_pending());
         std::mem::forget(read); // leak the future: only the reader's drop can release the waker
         drop(reader);
-        assert_eq!(Arc::strong_count(&counter), 2, "the ring released the waker");
+        assert_eq!(
+            Arc::strong_count(&counter),
+            2,
+            "the ring released the waker"
+        );
         // The entry is free again, although it may still be on the wait list.
         ring.reader().unwrap()
     };

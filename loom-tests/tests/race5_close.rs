@@ -135,3 +135,44 @@ fn close_vs_abandoned_wait() {
         drop_and_check_ledger(&ledger, 1, None, ring);
     });
 }
+
+/// Capacity 2, a live reader at the empty head; non-blocking, so it also runs with the light fence
+/// modelled as nothing. Producer thread: push 1, then close. Reader (main): up to three `try_read`s.
+/// Whenever it sees `Closed`, it must already have read id 1: the close must not overtake the last
+/// publish (`closed` is stored with Release after it, and loaded with Acquire before the final
+/// re-read of `head`).
+#[test]
+fn close_vs_polling_reader() {
+    model("close_vs_polling_reader", Bound::Exhaustive, || {
+        let ledger = Ledger::new(1);
+        let (mut producer, ring, mut reader) = empty_ring_with_live_reader(&ledger);
+
+        let producer_thread = {
+            let ledger = ledger.clone();
+            thread::spawn(move || {
+                assert_eq!(producer.try_push_with(maker(&ledger)).ok(), Some(1));
+                producer.close(CloseReason::Completed);
+            })
+        };
+
+        let mut next = 1;
+        for _ in 0..3 {
+            match reader.try_read() {
+                Ok(Some(batch)) => next = check_batch(&batch, next) + 1,
+                Ok(None) => {}
+                Err(ReadError::Closed(CloseReason::Completed)) => {
+                    assert_eq!(
+                        next, 2,
+                        "lost tail: the reader saw Closed before reading id {next}"
+                    );
+                    break;
+                }
+                Err(e) => panic!("replay mismatch: unexpected {e:?}"),
+            }
+        }
+
+        producer_thread.join().unwrap();
+        drop(reader);
+        drop_and_check_ledger(&ledger, 1, None, ring);
+    });
+}
