@@ -16,7 +16,7 @@ use replay_ring_loom_tests::{
 /// ids 1 and 2 (at most two reads: each returns at least one event). Producer (main): push 1, 2.
 #[test]
 fn reader_wait_vs_push() {
-    model("reader_wait_vs_push", Bound::Exhaustive, || {
+    model("reader_wait_vs_push", Bound::Preemptions(4), || {
         let ledger = Ledger::new(2);
         let (mut producer, ring, mut reader) = empty_ring_with_live_reader(&ledger);
 

@@ -18,7 +18,7 @@ use replay_ring_loom_tests::{
 /// the last publish — and must not hang.
 #[test]
 fn close_vs_waiting_reader() {
-    model("close_vs_waiting_reader", Bound::Exhaustive, || {
+    model("close_vs_waiting_reader", Bound::Preemptions(4), || {
         let ledger = Ledger::new(1);
         let (mut producer, ring, mut reader) = empty_ring_with_live_reader(&ledger);
 
@@ -64,7 +64,7 @@ fn close_vs_waiting_reader() {
 fn close_vs_waiting_producer_and_reader() {
     model(
         "close_vs_waiting_producer_and_reader",
-        Bound::Exhaustive,
+        Bound::Preemptions(4),
         || {
             let ledger = Ledger::new(2);
             let (mut producer, ring, mut reader) = one_event_pinned(&ledger, true);
