@@ -92,7 +92,7 @@ fn child(case: &str) {
             producer.try_push(1).unwrap();
             deny_membarrier();
             // The window is full: the producer parks, which needs the heavy fence.
-            let _ = producer.wait_ready_timeout(Duration::from_millis(10));
+            let _ = producer.ready_timeout(Duration::from_millis(10));
         }
         "reader" => {
             let (_producer, ring) = ReplayRing::<u8>::builder()
@@ -102,7 +102,7 @@ fn child(case: &str) {
             let mut reader = ring.reader().unwrap();
             deny_membarrier();
             // Nothing to read: the reader parks, which needs the heavy fence.
-            let _ = reader.read_blocking(Duration::from_millis(10));
+            let _ = reader.read_timeout(Duration::from_millis(10));
         }
         other => panic!("unknown case {other}"),
     }

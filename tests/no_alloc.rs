@@ -64,12 +64,12 @@ fn push_read_release_resume_and_waits_allocate_nothing() {
     // thread waker comes with the reader-table entry, or with the producer).
     COUNTING.with(|c| c.set(true));
     assert!(live
-        .read_blocking(std::time::Duration::from_micros(1))
+        .read_timeout(std::time::Duration::from_micros(1))
         .unwrap()
         .is_none());
     let mut fresh = ring.resume(Some(ring.head())).unwrap();
     assert!(fresh
-        .read_blocking(std::time::Duration::from_micros(1))
+        .read_timeout(std::time::Duration::from_micros(1))
         .unwrap()
         .is_none());
     drop(fresh);
@@ -95,7 +95,7 @@ fn push_read_release_resume_and_waits_allocate_nothing() {
     // A full window: the producer's async wait registers its waker, again without allocating.
     while producer.try_push(payload.clone()).is_ok() {}
     assert!(poll_once(producer.ready()).is_pending());
-    assert!(!producer.wait_ready_timeout(std::time::Duration::from_micros(1)));
+    assert!(!producer.ready_timeout(std::time::Duration::from_micros(1)));
     COUNTING.with(|c| c.set(false));
 
     assert_eq!(ALLOCATIONS.load(SeqCst), 0, "the hot path allocated");
