@@ -79,8 +79,8 @@ pub struct Event<T> {
 /// A registered reader: replays from where it was resumed, then follows live events.
 ///
 /// Obtained from [`ReplayRing::resume`](crate::ReplayRing::resume) or
-/// [`ReplayRing::reader`](crate::ReplayRing::reader). Each reader owns one entry of the ring's fixed
-/// reader table until it is dropped.
+/// [`ReplayRing::reader`](crate::ReplayRing::reader). Each reader owns one entry of the ring's reader
+/// table until it is dropped; the entry (and its wakers) is then reused by a later registration.
 ///
 /// A reader never skips: if its next event was released before it read it, every read returns
 /// [`ReadError::Gap`]. After the producer closes the stream and the reader has read everything
