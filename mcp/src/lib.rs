@@ -52,7 +52,7 @@ pub use layer::{refusal_response, refusal_status, Body, ResumeGuard, ResumeGuard
 pub use manager::{ManagerError, ReplayRingSessionManager, SseStream};
 pub use metrics::StoreMetrics;
 pub use store::{
-    ResumeRefusal, RingEventStore, StoreConfig, DEFAULT_CAPACITY, DEFAULT_COMPLETED_TTL,
-    DEFAULT_MAX_READERS, DEFAULT_RETRY,
+    RefusalReason, ResumeRefusal, RingEventStore, StoreConfig, DEFAULT_CAPACITY,
+    DEFAULT_COMPLETED_TTL, DEFAULT_MAX_READERS, DEFAULT_RETRY,
 };
 pub use stream::{RingStream, STREAM_BROKEN_CODE};

@@ -122,23 +122,34 @@ impl ReplayRingSessionManager {
     }
 
     /// The explicit answer when a resume that passed the tower check is refused after all (the
-    /// window moved in between): a JSON-RPC error for the stream's request, never an empty stream.
-    fn refusal_stream(refusal: &ResumeRefusal) -> SseStream {
-        let data = serde_json::json!({
-            "error": if refusal.foreign_session { "foreign_session" } else { refusal.decision.code() },
-            "floor": refusal.state.map(|s| s.floor),
-            "head": refusal.state.map(|s| s.head),
-        });
-        let msg = ServerJsonRpcMessage::Error(JsonRpcError {
-            jsonrpc: JsonRpcVersion2_0,
-            id: None,
-            error: ErrorData::new(
-                ErrorCode(crate::STREAM_BROKEN_CODE),
-                refusal.to_string(),
-                Some(data),
-            ),
-        });
-        SseStream::new(stream::iter([ServerSseMessage::from_message(msg)]))
+    /// window moved in between): a JSON-RPC error for the stream's request when it has one, else a
+    /// `retry:` hint that ends the connection, so the client's reconnect gets the explicit HTTP
+    /// status from [`ResumeGuardLayer`](crate::ResumeGuardLayer). Never an empty stream.
+    fn refusal_stream(&self, last_event_id: &str, refusal: &ResumeRefusal) -> SseStream {
+        let request = EventId::parse(last_event_id)
+            .ok()
+            .and_then(|id| self.store.entry_by_event_id(&id))
+            .and_then(|entry| entry.request());
+        let frame = match request {
+            Some(id) => {
+                let data = serde_json::json!({
+                    "error": refusal.code(),
+                    "floor": refusal.state.map(|s| s.floor),
+                    "head": refusal.state.map(|s| s.head),
+                });
+                ServerSseMessage::from_message(ServerJsonRpcMessage::Error(JsonRpcError {
+                    jsonrpc: JsonRpcVersion2_0,
+                    id: Some(id),
+                    error: ErrorData::new(
+                        ErrorCode(crate::STREAM_BROKEN_CODE),
+                        refusal.to_string(),
+                        Some(data),
+                    ),
+                }))
+            }
+            None => ServerSseMessage::retry(self.store.config().retry),
+        };
+        SseStream::new(stream::iter([frame]))
     }
 }
 
@@ -247,7 +258,7 @@ impl SessionManager for ReplayRingSessionManager {
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
         match self.store.resume_stream(Some(id), last_event_id.as_bytes()) {
             Ok(s) => Ok(SseStream::new(s)),
-            Err(refusal) => Ok(Self::refusal_stream(&refusal)),
+            Err(refusal) => Ok(self.refusal_stream(&last_event_id, &refusal)),
         }
     }
 

@@ -35,6 +35,7 @@ pub(crate) struct Counters {
     pub(crate) resumes_session_lost: Counter,
     pub(crate) resumes_foreign_session: Counter,
     pub(crate) resumes_busy: Counter,
+    pub(crate) resumes_stream_ended: Counter,
     pub(crate) backpressure_waits: Counter,
     pub(crate) backpressure_timeouts: Counter,
     pub(crate) streams_ended_with_error: Counter,
@@ -58,6 +59,7 @@ impl Counters {
             resumes_session_lost: self.resumes_session_lost.get(),
             resumes_foreign_session: self.resumes_foreign_session.get(),
             resumes_busy: self.resumes_busy.get(),
+            resumes_stream_ended: self.resumes_stream_ended.get(),
             backpressure_waits: self.backpressure_waits.get(),
             backpressure_timeouts: self.backpressure_timeouts.get(),
             streams_ended_with_error: self.streams_ended_with_error.get(),
@@ -81,7 +83,7 @@ pub struct StoreMetrics {
     pub streams_created: u64,
     /// Request streams that stored their final response.
     pub streams_completed: u64,
-    /// Completed streams forgotten after their resumption time.
+    /// Ended streams (completed or closed) forgotten after `completed_ttl`.
     pub streams_expired: u64,
     /// Resumes accepted.
     pub resumes_ok: u64,
@@ -99,11 +101,14 @@ pub struct StoreMetrics {
     pub resumes_foreign_session: u64,
     /// Resumes refused: every reader slot of the stream is taken.
     pub resumes_busy: u64,
+    /// Resumes refused: the cursor is the last id of a stream that has ended (completed or closed).
+    pub resumes_stream_ended: u64,
     /// Backpressure episodes (a push found the window full).
     pub backpressure_waits: u64,
     /// Streams closed because the window stayed full past the bound.
     pub backpressure_timeouts: u64,
-    /// Connections that ended with an explicit error event.
+    /// Connections that ended because their stream broke (closed or released): with a JSON-RPC
+    /// error for the request on a request stream, with a `retry:` hint on the GET stream.
     pub streams_ended_with_error: u64,
     /// Connections ended on purpose by the server (SEP-1699 polling).
     pub server_disconnects: u64,
@@ -113,8 +118,6 @@ pub struct StoreMetrics {
     pub retained: u64,
     /// Gauge: registered readers over all streams.
     pub readers_active: u64,
-    /// Sum over live rings: always 0 (replay-ring never evicts an unacknowledged event).
-    pub events_evicted_before_ack: u64,
     /// Sum over live rings: pushes that found the ring full.
     pub producer_full: u64,
     /// Sum over live rings: producer waits for space.
@@ -143,6 +146,7 @@ impl StoreMetrics {
             ("resumes_session_lost", self.resumes_session_lost),
             ("resumes_foreign_session", self.resumes_foreign_session),
             ("resumes_busy", self.resumes_busy),
+            ("resumes_stream_ended", self.resumes_stream_ended),
             ("backpressure_waits", self.backpressure_waits),
             ("backpressure_timeouts", self.backpressure_timeouts),
             ("streams_ended_with_error", self.streams_ended_with_error),
@@ -150,7 +154,6 @@ impl StoreMetrics {
             ("streams_open", self.streams_open),
             ("retained", self.retained),
             ("readers_active", self.readers_active),
-            ("events_evicted_before_ack", self.events_evicted_before_ack),
             ("producer_full", self.producer_full),
             ("producer_waits", self.producer_waits),
             ("ack_releases", self.ack_releases),
@@ -168,6 +171,7 @@ impl StoreMetrics {
             + self.resumes_session_lost
             + self.resumes_foreign_session
             + self.resumes_busy
+            + self.resumes_stream_ended
     }
 
     /// Prometheus text exposition, every name prefixed `replay_ring_mcp_`.

@@ -16,11 +16,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
+use replay_ring::{CloseReason, Producer, PushError, ReplayRing};
 use replay_ring_sse::{
     BackpressureClock, Epoch, EventId, LastEventIdError, Refused, ResumeDecision, Resumed,
     Retention, RetentionConfig, StreamId, StreamIdentity, StreamState,
 };
-use replay_ring::{CloseReason, Producer, PushError, ReplayRing};
 use rmcp::model::{RequestId, ServerJsonRpcMessage};
 use rmcp::transport::streamable_http_server::session::{
     EventStore, EventStoreError, EventStream, ServerSseMessage, SessionId,
@@ -73,24 +73,70 @@ impl Default for StoreConfig {
     }
 }
 
+/// Why a resume was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RefusalReason {
+    /// The SSE layer's decision: `Gap`, `Mismatch`, `InvalidCursor`, `StreamLost`, `SessionLost`
+    /// or `Busy`.
+    Decision(ResumeDecision),
+    /// The cursor names a stream of another MCP session. Answered like an unknown stream, so a
+    /// client learns nothing about other sessions.
+    ForeignSession {
+        /// The stream the cursor names.
+        stream: StreamId,
+    },
+    /// The cursor is the last id of a stream that has ended: there is nothing more to send, ever.
+    /// `Completed` when its final JSON-RPC response was stored.
+    StreamEnded(CloseReason),
+}
+
 /// Why a resume was refused, with everything an explicit answer needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResumeRefusal {
-    /// The SSE layer's decision (`Gap`, `Mismatch`, `InvalidCursor`, `StreamLost`, `SessionLost`,
-    /// `Busy`).
-    pub decision: ResumeDecision,
-    /// The stream's window, when the stream exists.
+    /// Why.
+    pub reason: RefusalReason,
+    /// The stream's window, when the stream exists (and the cursor's session owns it).
     pub state: Option<StreamState>,
-    /// The cursor names a stream of another session.
-    pub foreign_session: bool,
+}
+
+impl ResumeRefusal {
+    /// The machine-readable code of the refusal (the `error` member of its JSON body).
+    ///
+    /// ```
+    /// use replay_ring_mcp::{RefusalReason, ResumeRefusal};
+    /// use replay_ring::CloseReason;
+    ///
+    /// let done = ResumeRefusal { reason: RefusalReason::StreamEnded(CloseReason::Completed), state: None };
+    /// assert_eq!(done.code(), "stream_complete");
+    /// let stream = replay_ring_sse::StreamId::new("s1").unwrap();
+    /// let foreign = ResumeRefusal { reason: RefusalReason::ForeignSession { stream }, state: None };
+    /// assert_eq!(foreign.code(), "stream_lost");
+    /// ```
+    pub fn code(&self) -> &'static str {
+        match &self.reason {
+            RefusalReason::Decision(d) => d.code(),
+            RefusalReason::ForeignSession { .. } => "stream_lost",
+            RefusalReason::StreamEnded(CloseReason::Completed) => "stream_complete",
+            RefusalReason::StreamEnded(_) => "stream_closed",
+        }
+    }
 }
 
 impl std::fmt::Display for ResumeRefusal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.foreign_session {
-            f.write_str("the Last-Event-ID belongs to a stream of another session")
-        } else {
-            write!(f, "{}", self.decision)
+        match &self.reason {
+            RefusalReason::Decision(d) => write!(f, "{d}"),
+            RefusalReason::ForeignSession { stream } => {
+                write!(f, "the Last-Event-ID names stream {stream}, which is not one of this MCP session's")
+            }
+            RefusalReason::StreamEnded(CloseReason::Completed) => f.write_str(
+                "the stream is complete: the Last-Event-ID is its final event, nothing more will be sent",
+            ),
+            RefusalReason::StreamEnded(reason) => write!(
+                f,
+                "the stream ended ({reason}) after the Last-Event-ID: nothing more will be sent"
+            ),
         }
     }
 }
@@ -109,7 +155,13 @@ pub(crate) struct StreamEntry {
     session: Mutex<Option<SessionId>>,
     /// The JSON-RPC request a request stream answers (for the explicit error if it breaks).
     request: Mutex<Option<RequestId>>,
-    completed_at: Mutex<Option<Instant>>,
+    /// When the stream ended (completed, or closed by backpressure); it is forgotten
+    /// `completed_ttl` later.
+    closed_at: Mutex<Option<Instant>>,
+    /// Since when the window has been full without a slot freed.
+    full_since: Mutex<Option<Instant>>,
+    /// Since when no connection has been reading the stream (`None` while one is).
+    unattended_since: Mutex<Option<Instant>>,
     /// Bumped to end every live connection of this stream (SEP-1699 server-side disconnect).
     disconnect: tokio::sync::watch::Sender<u64>,
     is_common: bool,
@@ -130,6 +182,40 @@ impl StreamEntry {
 
     fn state(&self) -> StreamState {
         StreamState::of(self.identity, &self.ring)
+    }
+
+    /// A connection started reading the stream (`live` = connections now registered).
+    pub(crate) fn on_connections_changed(&self, live: usize) {
+        let mut unattended = self.unattended_since.lock();
+        match (live, *unattended) {
+            (0, None) => *unattended = Some(Instant::now()),
+            (0, Some(_)) => {}
+            _ => *unattended = None,
+        }
+    }
+
+    /// When a backpressured push started waiting, for the bound: when the window filled up or,
+    /// while no client is connected, when the last one left, whichever came first. rmcp stores a
+    /// session's events one at a time, so a stream can only fill up once the session worker is
+    /// done waiting on another one; counting from the departure of its client lets abandoned
+    /// streams time out together instead of one bound after another.
+    fn waiting_since(&self, now: Instant) -> Instant {
+        let filled = self.full_since.lock().unwrap_or(now);
+        let unattended = self.unattended_since.lock().unwrap_or(now);
+        filled.min(unattended).min(now)
+    }
+
+    /// No free slot: the next push has to wait for a release.
+    fn is_full(&self) -> bool {
+        self.ring.head() + 1 - self.ring.floor() >= self.ring.capacity() as u64
+    }
+
+    /// Closes the producer (if still open) and starts the stream's time-to-live.
+    fn close(&self, producer: &mut Option<Producer<ServerSseMessage>>, reason: CloseReason) {
+        if let Some(p) = producer.take() {
+            p.close(reason);
+        }
+        *self.closed_at.lock() = Some(Instant::now());
     }
 }
 
@@ -223,7 +309,6 @@ impl RingEventStore {
         m.streams_open = streams.by_rmcp.len() as u64;
         for entry in streams.by_rmcp.values() {
             let r = entry.ring.metrics();
-            m.events_evicted_before_ack += r.events_evicted_before_ack;
             m.producer_waits += r.producer_waits;
             m.producer_full += r.producer_full;
             m.readers_active += r.readers_active as u64;
@@ -262,7 +347,9 @@ impl RingEventStore {
             retention: Mutex::new(Retention::new(cfg.retention, cfg.max_readers)),
             session: Mutex::new(session),
             request: Mutex::new(None),
-            completed_at: Mutex::new(None),
+            closed_at: Mutex::new(None),
+            full_since: Mutex::new(None),
+            unattended_since: Mutex::new(Some(Instant::now())),
             disconnect: tokio::sync::watch::channel(0).0,
             is_common,
         });
@@ -272,14 +359,14 @@ impl RingEventStore {
         Ok(entry)
     }
 
-    /// Drops finished request streams whose resumption time is over.
+    /// Forgets streams that ended (completed or closed) `completed_ttl` ago.
     fn sweep(&self, streams: &mut Streams, now: Instant) {
         let ttl = self.inner.config.completed_ttl;
         let expired: Vec<String> = streams
             .by_rmcp
             .iter()
             .filter(|(_, e)| {
-                e.completed_at
+                e.closed_at
                     .lock()
                     .is_some_and(|at| now.saturating_duration_since(at) >= ttl)
             })
@@ -373,22 +460,37 @@ impl RingEventStore {
         }
     }
 
-    /// Checks a `Last-Event-ID` against the stream it names and the session it must belong to,
-    /// without opening a reader (the tower layer's check before rmcp sees the request).
+    /// Checks a `Last-Event-ID` against the stream it names and the MCP session it must belong
+    /// to, without opening a reader (the tower layer's check before rmcp sees the request).
+    ///
+    /// # Errors
+    ///
+    /// A [`ResumeRefusal`] when the cursor cannot be honoured: malformed, an unknown stream or one
+    /// of another session, below the retained floor, ahead of the head, or the last id of a stream
+    /// that has ended.
     pub fn check_resume(
         &self,
         session: Option<&str>,
         last_event_id: &[u8],
     ) -> Result<StreamState, ResumeRefusal> {
-        let (entry, _) = self.locate(session, last_event_id)?;
+        let (entry, id) = self.locate(session, last_event_id)?;
         let state = entry.state();
-        match replay_ring_sse::decide(Some(&state), Some(last_event_id)) {
-            d if d.is_accepted() => Ok(state),
-            decision => Err(self.refused(ResumeRefusal {
-                decision,
-                state: Some(state),
-                foreign_session: false,
-            })),
+        let decision = replay_ring_sse::decide(Some(&state), Some(last_event_id));
+        if !decision.is_accepted() {
+            return Err(self.refuse(RefusalReason::Decision(decision), Some(state)));
+        }
+        self.check_not_ended(&entry, id.seq)?;
+        Ok(state)
+    }
+
+    /// A cursor at the head of a stream that has ended would get a `200` with nothing in it:
+    /// refuse it explicitly instead (the client already holds everything the stream will carry).
+    fn check_not_ended(&self, entry: &StreamEntry, cursor: u64) -> Result<(), ResumeRefusal> {
+        match entry.ring.close_reason() {
+            Some(reason) if cursor >= entry.ring.head() => {
+                Err(self.refuse(RefusalReason::StreamEnded(reason), Some(entry.state())))
+            }
+            _ => Ok(()),
         }
     }
 
@@ -398,74 +500,82 @@ impl RingEventStore {
         session: Option<&str>,
         last_event_id: &[u8],
     ) -> Result<(Arc<StreamEntry>, EventId), ResumeRefusal> {
-        let refuse = |decision, state, foreign_session| {
-            self.refused(ResumeRefusal {
-                decision,
-                state,
-                foreign_session,
-            })
+        let lost = |err| {
+            self.refuse(
+                RefusalReason::Decision(ResumeDecision::StreamLost(err)),
+                None,
+            )
         };
-        let id = EventId::parse_bytes(last_event_id)
-            .map_err(|e| refuse(ResumeDecision::InvalidCursor(e), None, false))?;
+        let id = EventId::parse_bytes(last_event_id).map_err(|e| {
+            self.refuse(
+                RefusalReason::Decision(ResumeDecision::InvalidCursor(e)),
+                None,
+            )
+        })?;
         if id.epoch != self.inner.epoch {
-            let err = LastEventIdError::UnknownEpoch {
+            return Err(lost(LastEventIdError::UnknownEpoch {
                 stream: id.stream,
                 got: id.epoch,
                 current: self.inner.epoch,
-            };
-            return Err(refuse(ResumeDecision::StreamLost(err), None, false));
+            }));
         }
         let Some(entry) = self.entry_by_event_id(&id) else {
-            let err = LastEventIdError::UnknownStream { stream: id.stream };
-            return Err(refuse(ResumeDecision::StreamLost(err), None, false));
+            return Err(lost(LastEventIdError::UnknownStream { stream: id.stream }));
         };
+        if let Some(session) = session {
+            if entry.session().as_deref() != Some(session) {
+                let stream = id.stream;
+                return Err(self.refuse(RefusalReason::ForeignSession { stream }, None));
+            }
+        }
         // The window is enforced lazily: whatever expired is released before the decision.
         entry
             .retention
             .lock()
             .release_expired(&entry.ring, Instant::now());
-        if let Some(session) = session {
-            if entry.session().as_deref() != Some(session) {
-                let err = LastEventIdError::UnknownStream { stream: id.stream };
-                return Err(refuse(ResumeDecision::StreamLost(err), None, true));
-            }
-        }
         Ok((entry, id))
     }
 
-    fn refused(&self, r: ResumeRefusal) -> ResumeRefusal {
+    /// Counts a refusal and builds it.
+    fn refuse(&self, reason: RefusalReason, state: Option<StreamState>) -> ResumeRefusal {
         let c = &self.inner.counters;
-        if r.foreign_session {
-            c.resumes_foreign_session.inc();
-        } else {
-            match r.decision {
+        match &reason {
+            RefusalReason::ForeignSession { .. } => c.resumes_foreign_session.inc(),
+            RefusalReason::StreamEnded(_) => c.resumes_stream_ended.inc(),
+            RefusalReason::Decision(d) => match d {
                 ResumeDecision::Gap { .. } => c.resumes_below_floor.inc(),
                 ResumeDecision::Mismatch { .. } => c.resumes_ahead_of_head.inc(),
                 ResumeDecision::InvalidCursor(_) => c.resumes_malformed.inc(),
                 ResumeDecision::StreamLost(_) => c.resumes_stream_lost.inc(),
                 ResumeDecision::SessionLost => c.resumes_session_lost.inc(),
                 _ => c.resumes_busy.inc(),
-            }
+            },
         }
-        r
+        ResumeRefusal { reason, state }
+    }
+
+    pub(crate) fn session_lost(&self) -> ResumeRefusal {
+        self.refuse(RefusalReason::Decision(ResumeDecision::SessionLost), None)
     }
 
     /// Opens a stream that replays everything after `last_event_id` and then tails live events
     /// until the stream completes. `session` (when given) must own the stream.
+    ///
+    /// # Errors
+    ///
+    /// The same refusals as [`check_resume`](Self::check_resume), plus `Busy` when every reader
+    /// slot of the stream is taken.
     pub fn resume_stream(
         &self,
         session: Option<&str>,
         last_event_id: &[u8],
     ) -> Result<RingStream, ResumeRefusal> {
-        let (entry, _) = self.locate(session, last_event_id)?;
+        let (entry, id) = self.locate(session, last_event_id)?;
+        self.check_not_ended(&entry, id.seq)?;
         let resumed = replay_ring_sse::resume(&entry.ring, &entry.identity, Some(last_event_id))
             .map_err(|Refused { decision, state }| {
-            self.refused(ResumeRefusal {
-                decision,
-                state,
-                foreign_session: false,
-            })
-        })?;
+                self.refuse(RefusalReason::Decision(decision), state)
+            })?;
         self.inner.counters.resumes_ok.inc();
         Ok(self.open(entry, resumed))
     }
@@ -476,13 +586,10 @@ impl RingEventStore {
         entry: Arc<StreamEntry>,
         after: u64,
     ) -> Result<RingStream, ResumeRefusal> {
-        let reader = entry.ring.resume(Some(after)).map_err(|e| {
-            self.refused(ResumeRefusal {
-                decision: e.into(),
-                state: Some(entry.state()),
-                foreign_session: false,
-            })
-        })?;
+        let reader = entry
+            .ring
+            .resume(Some(after))
+            .map_err(|e| self.refuse(RefusalReason::Decision(e.into()), Some(entry.state())))?;
         Ok(RingStream::new(entry, reader, None, self.inner.clone()))
     }
 
@@ -528,15 +635,13 @@ impl RingEventStore {
             });
             match pushed {
                 Ok(seq) => {
+                    *entry.full_since.lock() = entry.is_full().then_some(now);
                     counters.events_stored.inc();
                     if event.message.is_none() {
                         counters.priming_stored.inc();
                     }
                     if final_message {
-                        if let Some(p) = guard.take() {
-                            p.close(CloseReason::Completed);
-                        }
-                        *entry.completed_at.lock() = Some(now);
+                        entry.close(&mut guard, CloseReason::Completed);
                         counters.streams_completed.inc();
                     }
                     return Ok(seq);
@@ -544,12 +649,13 @@ impl RingEventStore {
                 Err(PushError::Full(_)) => {
                     if clock.waiting_since().is_none() {
                         counters.backpressure_waits.inc();
+                        let _ = clock.on_full(entry.waiting_since(now));
                     }
                     match clock.on_full(now) {
                         Ok(deadline) => {
                             let expiry = entry.retention.lock().next_expiry();
                             let wake = expiry.map_or(deadline, |e| e.min(deadline));
-                            let wake = wake.max(now + MIN_BACKPRESSURE_POLL);
+                            let wake = wake.max(now + MIN_BACKPRESSURE_POLL).min(deadline);
                             tokio::select! {
                                 () = producer.ready() => {}
                                 () = tokio::time::sleep_until(wake.into()) => {}
@@ -562,17 +668,13 @@ impl RingEventStore {
                                 identity.stream,
                                 entry.ring.capacity()
                             );
-                            if let Some(p) = guard.take() {
-                                p.close(reason);
-                            }
+                            entry.close(&mut guard, reason);
                             return Err(message.into());
                         }
                     }
                 }
                 Err(PushError::IdsExhausted(_)) => {
-                    if let Some(p) = guard.take() {
-                        p.close(CloseReason::error("event ids exhausted"));
-                    }
+                    entry.close(&mut guard, CloseReason::error("event ids exhausted"));
                     return Err("event ids exhausted".into());
                 }
             }

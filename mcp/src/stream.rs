@@ -9,8 +9,8 @@ use std::task::{Context, Poll};
 use std::time::Instant;
 
 use futures::Stream;
-use replay_ring_sse::ConnectionId;
 use replay_ring::{CloseReason, Event, ReadError, Reader};
+use replay_ring_sse::ConnectionId;
 use rmcp::model::{ErrorCode, ErrorData, JsonRpcError, JsonRpcVersion2_0, ServerJsonRpcMessage};
 use rmcp::transport::streamable_http_server::session::ServerSseMessage;
 use sync_wrapper::SyncWrapper;
@@ -73,6 +73,7 @@ impl RingStream {
                 // A resume with `x` proves the client holds `..= x`.
                 let _ = retention.acknowledge(&entry.ring, acked);
             }
+            entry.on_connections_changed(retention.live_connections());
             conn
         };
         let mut rx = entry.disconnect_signal();
@@ -107,17 +108,22 @@ impl RingStream {
         self.reader.get_mut().cursor()
     }
 
-    /// The explicit last frame when the stream breaks: a JSON-RPC error for the request the stream
-    /// answers (so the client's call fails now instead of waiting forever).
+    /// The explicit last frame when the stream breaks. On a request stream: a JSON-RPC error for
+    /// that request, so the client's call fails now instead of waiting forever. A stream that
+    /// answers no request (the session's GET stream) has no request an error could name, and an
+    /// error without an id is not a message the clients accept: it ends the connection with a
+    /// `retry:` hint instead, and the client's reconnect gets the explicit HTTP status.
     fn broken(&self, message: String, data: serde_json::Value) -> ServerSseMessage {
         self.store.counters.streams_ended_with_error.inc();
+        let Some(id) = self.entry.request() else {
+            return self.retry_frame();
+        };
         let error = ErrorData::new(ErrorCode(STREAM_BROKEN_CODE), message, Some(data));
-        let msg = ServerJsonRpcMessage::Error(JsonRpcError {
+        ServerSseMessage::from_message(ServerJsonRpcMessage::Error(JsonRpcError {
             jsonrpc: JsonRpcVersion2_0,
-            id: self.entry.request(),
+            id: Some(id),
             error,
-        });
-        ServerSseMessage::from_message(msg)
+        }))
     }
 
     fn retry_frame(&self) -> ServerSseMessage {
@@ -220,7 +226,10 @@ impl Drop for RingStream {
     fn drop(&mut self) {
         if let Some(conn) = self.conn.take() {
             // The departed client gets a full resumption window for what it has not seen.
-            self.entry.retention.lock().disconnect(conn, Instant::now());
+            let mut retention = self.entry.retention.lock();
+            retention.disconnect(conn, Instant::now());
+            self.entry
+                .on_connections_changed(retention.live_connections());
         }
     }
 }
