@@ -17,9 +17,9 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use replay_ring_sse::RetentionConfig;
 use replay_ring_mcp::demo::{app, Storage};
 use replay_ring_mcp::StoreConfig;
+use replay_ring_sse::RetentionConfig;
 
 #[derive(Debug, Clone)]
 struct Args {
