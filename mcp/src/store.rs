@@ -16,10 +16,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use replay_ring::{CloseReason, Producer, PushError, ReplayRing};
+use futures::FutureExt;
+use replay_ring::{CloseReason, Producer, ReplayRing};
 use replay_ring_sse::{
-    BackpressureClock, Epoch, EventId, LastEventIdError, Refused, ResumeDecision, Resumed,
-    Retention, RetentionConfig, StreamId, StreamIdentity, StreamState,
+    Epoch, EventId, LastEventIdError, PublishError, Publisher, Refused, ResumeDecision, Resumed,
+    RetentionConfig, SharedRetention, StreamId, StreamIdentity, StreamState,
 };
 use rmcp::model::{RequestId, ServerJsonRpcMessage};
 use rmcp::transport::streamable_http_server::session::{
@@ -37,9 +38,6 @@ pub const DEFAULT_MAX_READERS: usize = 4;
 pub const DEFAULT_COMPLETED_TTL: Duration = Duration::from_secs(60);
 /// Default `retry:` hint sent when the server ends a connection (rmcp's default `sse_retry`).
 pub const DEFAULT_RETRY: Duration = Duration::from_secs(3);
-/// Shortest wait between two attempts of a backpressured push (a fallback bound; releases wake the
-/// producer directly).
-const MIN_BACKPRESSURE_POLL: Duration = Duration::from_millis(10);
 
 /// Settings of a [`RingEventStore`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -143,13 +141,15 @@ impl std::fmt::Display for ResumeRefusal {
 
 impl std::error::Error for ResumeRefusal {}
 
-/// One SSE stream: its ring, its producer, and what it is bound to.
+/// One SSE stream: its ring, its publisher, and what it is bound to.
 pub(crate) struct StreamEntry {
     pub(crate) identity: StreamIdentity,
     pub(crate) ring: ReplayRing<ServerSseMessage>,
     /// `None` once the stream was closed (completed, or ended by backpressure).
-    producer: tokio::sync::Mutex<Option<Producer<ServerSseMessage>>>,
-    pub(crate) retention: Mutex<Retention>,
+    /// The producer with the shared retention policy and the one backpressure loop.
+    publisher: tokio::sync::Mutex<Publisher<Producer<ServerSseMessage>>>,
+    /// The publisher's retention policy, which the stream's connections report to.
+    pub(crate) retention: SharedRetention,
     /// The session this stream belongs to (known at creation for the GET stream, at the POST for
     /// request streams). A resume naming another session is refused.
     session: Mutex<Option<SessionId>>,
@@ -210,12 +210,9 @@ impl StreamEntry {
         self.ring.head() + 1 - self.ring.floor() >= self.ring.capacity() as u64
     }
 
-    /// Closes the producer (if still open) and starts the stream's time-to-live.
-    fn close(&self, producer: &mut Option<Producer<ServerSseMessage>>, reason: CloseReason) {
-        if let Some(p) = producer.take() {
-            p.close(reason);
-        }
-        *self.closed_at.lock() = Some(Instant::now());
+    /// Starts the time-to-live of a stream that has ended.
+    fn mark_closed(&self) {
+        self.closed_at.lock().get_or_insert_with(Instant::now);
     }
 }
 
@@ -336,6 +333,7 @@ impl RingEventStore {
             .max_readers(cfg.max_readers)
             .build()
             .map_err(|e| Box::new(e) as EventStoreError)?;
+        let publisher = Publisher::new(producer, cfg.retention);
         let (is_common, session) = match rmcp_id.strip_suffix(":common") {
             Some(session) => (true, Some(SessionId::from(session))),
             None => (false, None),
@@ -343,8 +341,8 @@ impl RingEventStore {
         let entry = Arc::new(StreamEntry {
             identity: StreamIdentity::new(name, self.inner.epoch),
             ring,
-            producer: tokio::sync::Mutex::new(Some(producer)),
-            retention: Mutex::new(Retention::new(cfg.retention, cfg.max_readers)),
+            retention: publisher.retention().clone(),
+            publisher: tokio::sync::Mutex::new(publisher),
             session: Mutex::new(session),
             request: Mutex::new(None),
             closed_at: Mutex::new(None),
@@ -433,10 +431,11 @@ impl RingEventStore {
             if let Some(entry) = streams.by_rmcp.get(&k) {
                 // Live readers of a deleted session end with an explicit "session closed" event
                 // instead of idling. A push in progress holds the lock; it finishes on its own.
-                if let Ok(mut producer) = entry.producer.try_lock() {
-                    if let Some(p) = producer.take() {
-                        p.close(CloseReason::error("session closed"));
-                    }
+                if let Ok(mut publisher) = entry.publisher.try_lock() {
+                    // The ring records a close at once: the future is ready on its first poll.
+                    let _ = publisher
+                        .close(CloseReason::error("session closed"))
+                        .now_or_never();
                 }
             }
             streams.remove(&k);
@@ -602,83 +601,83 @@ impl RingEventStore {
         RingStream::new(entry, reader, acknowledged, self.inner.clone())
     }
 
-    /// Pushes one event, waiting (bounded) for space; the stream is closed with an explicit
-    /// reason when the bound is reached. Never drops an event.
+    /// Pushes one event through the stream's [`Publisher`], which waits (bounded) for space and
+    /// closes the stream with an explicit reason when the bound is reached. Never drops an event.
+    ///
+    /// The bound counts from [`StreamEntry::waiting_since`], which can be earlier than this call:
+    /// the publisher is given that much less time, and the stream is closed the same way when it
+    /// runs out.
     async fn push(
         &self,
         entry: &StreamEntry,
         event: &ServerSseMessage,
     ) -> Result<u64, EventStoreError> {
         let counters = &self.inner.counters;
-        let mut guard = entry.producer.lock().await;
-        let Some(producer) = guard.as_mut() else {
-            let reason = entry
-                .ring
-                .close_reason()
-                .map_or_else(|| "closed".to_owned(), |r| r.to_string());
-            return Err(format!("stream {} is closed: {reason}", entry.identity.stream).into());
-        };
+        let mut publisher = entry.publisher.lock().await;
         let final_message = !entry.is_common
             && matches!(
                 event.message.as_deref(),
                 Some(ServerJsonRpcMessage::Response(_) | ServerJsonRpcMessage::Error(_))
             );
-        let mut clock = BackpressureClock::new(self.inner.config.retention.backpressure_timeout);
         let identity = entry.identity;
-        loop {
-            let now = Instant::now();
-            entry.retention.lock().release_expired(&entry.ring, now);
-            let pushed = producer.try_push_with(|seq| {
-                let mut m = event.clone();
-                m.event_id = Some(identity.event_id(seq).to_string());
-                m
-            });
-            match pushed {
-                Ok(seq) => {
-                    *entry.full_since.lock() = entry.is_full().then_some(now);
-                    counters.events_stored.inc();
-                    if event.message.is_none() {
-                        counters.priming_stored.inc();
-                    }
-                    if final_message {
-                        entry.close(&mut guard, CloseReason::Completed);
-                        counters.streams_completed.inc();
-                    }
-                    return Ok(seq);
-                }
-                Err(PushError::Full(_)) => {
-                    if clock.waiting_since().is_none() {
-                        counters.backpressure_waits.inc();
-                        let _ = clock.on_full(entry.waiting_since(now));
-                    }
-                    match clock.on_full(now) {
-                        Ok(deadline) => {
-                            let expiry = entry.retention.lock().next_expiry();
-                            let wake = expiry.map_or(deadline, |e| e.min(deadline));
-                            let wake = wake.max(now + MIN_BACKPRESSURE_POLL).min(deadline);
-                            tokio::select! {
-                                () = producer.ready() => {}
-                                () = tokio::time::sleep_until(wake.into()) => {}
-                            }
-                        }
-                        Err(reason) => {
-                            counters.backpressure_timeouts.inc();
-                            let message = format!(
-                                "stream {} closed: {reason} with {} events unacknowledged; nothing was dropped",
-                                identity.stream,
-                                entry.ring.capacity()
-                            );
-                            entry.close(&mut guard, reason);
-                            return Err(message.into());
-                        }
-                    }
-                }
-                Err(PushError::IdsExhausted(_)) => {
-                    entry.close(&mut guard, CloseReason::error("event ids exhausted"));
-                    return Err("event ids exhausted".into());
-                }
-            }
+        let make = |seq| {
+            let mut m = event.clone();
+            m.event_id = Some(identity.event_id(seq).to_string());
+            m
+        };
+        let since = entry.waiting_since(Instant::now());
+        let deadline = since + self.inner.config.retention.backpressure_timeout;
+        if entry.is_full() {
+            counters.backpressure_waits.inc();
         }
+        // `publish_with` is polled before the deadline is checked, so an event with room is
+        // always stored; a cancelled publish appends nothing.
+        let published =
+            tokio::time::timeout_at(deadline.into(), publisher.publish_with(make)).await;
+        let result = match published {
+            Ok(Ok(seq)) => {
+                *entry.full_since.lock() = entry.is_full().then_some(Instant::now());
+                counters.events_stored.inc();
+                if event.message.is_none() {
+                    counters.priming_stored.inc();
+                }
+                if final_message {
+                    let _ = publisher.close(CloseReason::Completed).await;
+                    counters.streams_completed.inc();
+                }
+                Ok(seq)
+            }
+            Ok(Err(PublishError::Closed(reason))) => {
+                let reason = reason.map_or_else(|| "closed".to_owned(), |r| r.to_string());
+                Err(format!("stream {} is closed: {reason}", identity.stream))
+            }
+            Ok(Err(e @ PublishError::BackpressureTimeout { .. })) => {
+                counters.backpressure_timeouts.inc();
+                Err(Self::backpressure_message(entry, &e))
+            }
+            Ok(Err(e)) => Err(format!("stream {}: {e}", identity.stream)),
+            Err(_elapsed) => {
+                let waited = since.elapsed();
+                let _ = publisher
+                    .close(CloseReason::BackpressureTimeout { waited })
+                    .await;
+                counters.backpressure_timeouts.inc();
+                let e = PublishError::BackpressureTimeout { waited };
+                Err(Self::backpressure_message(entry, &e))
+            }
+        };
+        if publisher.is_closed() {
+            entry.mark_closed();
+        }
+        result.map_err(EventStoreError::from)
+    }
+
+    fn backpressure_message(entry: &StreamEntry, e: &PublishError) -> String {
+        format!(
+            "stream {} closed: {e}; {} events unacknowledged, nothing was dropped",
+            entry.identity.stream,
+            entry.ring.capacity()
+        )
     }
 }
 
