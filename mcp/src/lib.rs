@@ -41,7 +41,6 @@
 //! 2026-07-28; see `docs/mcp.md`.
 #![deny(missing_docs)]
 
-pub mod demo;
 mod layer;
 mod manager;
 mod metrics;

@@ -15,8 +15,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
 use futures::FutureExt;
+use parking_lot::Mutex;
 use replay_ring::{CloseReason, Producer, ReplayRing};
 use replay_ring_sse::{
     Epoch, EventId, LastEventIdError, PublishError, Publisher, Refused, ResumeDecision, Resumed,

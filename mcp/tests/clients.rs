@@ -6,8 +6,8 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use replay_ring_mcp::demo::Storage;
 use replay_ring_mcp::StoreConfig;
+use replay_ring_mcp_demo::Storage;
 use replay_ring_sse::RetentionConfig;
 
 const N: u64 = 200;

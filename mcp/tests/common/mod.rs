@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use replay_ring_e2e::proxy::{ChaosProxy, ProxyConfig, ProxyHandle, RequestLog};
-use replay_ring_mcp::demo::{app, Storage};
 use replay_ring_mcp::RingEventStore;
+use replay_ring_mcp_demo::{app, Storage};
 use serde_json::Value;
 
 /// A running demo server.
