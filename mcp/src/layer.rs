@@ -13,7 +13,7 @@
 //! | cursor ahead of the head | 409 | `cursor_ahead_of_head` |
 //! | cursor at the last id of a completed stream | 410 | `stream_complete` |
 //! | cursor at the last id of a stream closed early (backpressure) | 410 | `stream_closed` |
-//! | malformed `Last-Event-ID` | 400 | `invalid_last_event_id` |
+//! | malformed or repeated `Last-Event-ID` | 400 | `invalid_last_event_id` |
 //! | every reader slot taken | 503 | `too_many_readers` |
 //!
 //! Every refusal for an existing stream also carries `Replay-Floor`, `Replay-Head` and
@@ -30,8 +30,8 @@ use http::{HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use replay_ring_sse::{
-    HttpResponse, LastEventIdError, ResumeDecision, StreamState, LAST_EVENT_ID_HEADER,
-    REPLAY_FLOOR_HEADER, REPLAY_HEAD_HEADER, REPLAY_STREAM_HEADER,
+    last_event_id, HttpResponse, LastEventIdError, ResumeDecision, StreamState,
+    LAST_EVENT_ID_HEADER, REPLAY_FLOOR_HEADER, REPLAY_HEAD_HEADER, REPLAY_STREAM_HEADER,
 };
 use rmcp::transport::streamable_http_server::session::{SessionId, SessionManager};
 
@@ -88,12 +88,18 @@ where
     }
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
-        let cursor = req
-            .headers()
-            .get(LAST_EVENT_ID_HEADER)
-            .map(|v| v.as_bytes().to_vec());
-        let Some(cursor) = cursor.filter(|_| req.method() == Method::GET) else {
+        if req.method() != Method::GET {
             return Box::pin(self.inner.call(req));
+        }
+        let values = req.headers().get_all(LAST_EVENT_ID_HEADER);
+        let cursor = match last_event_id(values.iter().map(HeaderValue::as_bytes)) {
+            Ok(Some(cursor)) => cursor.to_vec(),
+            Ok(None) => return Box::pin(self.inner.call(req)),
+            // Two values: the cursor is ambiguous, and rmcp would take the first.
+            Err(e) => {
+                let response = refusal_response(&self.manager.store().malformed(e));
+                return Box::pin(async move { Ok(response) });
+            }
         };
         let session: Option<SessionId> = req
             .headers()

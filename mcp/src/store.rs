@@ -553,6 +553,13 @@ impl RingEventStore {
         ResumeRefusal { reason, state }
     }
 
+    pub(crate) fn malformed(&self, err: LastEventIdError) -> ResumeRefusal {
+        self.refuse(
+            RefusalReason::Decision(ResumeDecision::InvalidCursor(err)),
+            None,
+        )
+    }
+
     pub(crate) fn session_lost(&self) -> ResumeRefusal {
         self.refuse(RefusalReason::Decision(ResumeDecision::SessionLost), None)
     }

@@ -460,3 +460,22 @@ async fn abandoned_tool_calls_are_released_round_after_round() {
         ROUNDS - 1
     );
 }
+
+#[tokio::test]
+async fn a_repeated_last_event_id_is_refused_as_ambiguous() {
+    let app = ring_app();
+    let session = initialize(&app).await;
+    let all = events(call(&app, post(Some(&session), long_task(1, 3))).await, 100).await;
+    let (first, second) = (all[1].id.clone().unwrap(), all[2].id.clone().unwrap());
+    let mut req = get(&session, Some(&first));
+    req.headers_mut()
+        .append("last-event-id", second.parse().unwrap());
+    let resp = call(&app, req).await;
+    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+    let body = json_body(resp).await;
+    assert_eq!(
+        body["error"]["data"]["error"], "invalid_last_event_id",
+        "{body}"
+    );
+    assert_eq!(body["error"]["data"]["reason"], "duplicate", "{body}");
+}
