@@ -9,7 +9,7 @@ use std::mem::MaybeUninit;
 
 use crossbeam_utils::CachePadded;
 
-use crate::error::{CloseReason, ResumeError};
+use crate::error::{CloseReason, TooManyReaders};
 use crate::sync::{
     light_fence, lock, AtomicBool, AtomicU64, AtomicUsize, AtomicWaker, Mutex,
     Ordering::{Acquire, Relaxed, Release},
@@ -27,8 +27,6 @@ pub(crate) const UNPINNED: u64 = 0;
 pub(crate) struct ReaderCounters {
     pub(crate) resumes_ok: AtomicU64,
     pub(crate) resumes_noop: AtomicU64,
-    pub(crate) resumes_from_evicted_id: AtomicU64,
-    pub(crate) resumes_ahead_of_head: AtomicU64,
 }
 
 impl ReaderCounters {
@@ -88,6 +86,10 @@ pub(crate) struct Shared<T> {
     /// Producer-owned counters: only the producer writes them, so no contended RMW on push.
     pub(crate) producer_full: AtomicU64,
     pub(crate) producer_waits: AtomicU64,
+    /// Refused resumes. Shared, contended counters: a refusal may have no reader-table entry to
+    /// count in (the cursor is checked before one is claimed), and refusals are a cold path.
+    pub(crate) resumes_below_floor: AtomicU64,
+    pub(crate) resumes_ahead_of_head: AtomicU64,
 }
 
 // SAFETY: the slots are written only by the unique `Producer` (needs `T: Send` to move values in and
@@ -138,7 +140,7 @@ impl<T> Shared<T> {
     }
 
     /// Claims a free reader-table entry for a new [`Reader`](crate::Reader).
-    pub(crate) fn claim_reader_slot(&self) -> Result<usize, ResumeError> {
+    pub(crate) fn claim_reader_slot(&self) -> Result<usize, TooManyReaders> {
         for (index, slot) in self.readers.iter().enumerate() {
             // Acquire: pairs with the Release in `free_reader_slot`, so the previous owner's use of
             // the entry happens-before ours.
@@ -150,9 +152,7 @@ impl<T> Shared<T> {
                 return Ok(index);
             }
         }
-        Err(ResumeError::TooManyReaders {
-            limit: self.readers.len(),
-        })
+        Err(TooManyReaders::new(self.readers.len()))
     }
 
     /// Returns a reader-table entry to the pool. The entry must be unpinned.

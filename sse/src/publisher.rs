@@ -137,6 +137,24 @@ impl fmt::Display for PublishError {
 
 impl std::error::Error for PublishError {}
 
+/// What a [`Publisher`] has done, for metrics.
+///
+/// ```
+/// let s = replay_ring_sse::PublisherStats::default();
+/// assert_eq!((s.published, s.backpressure_episodes, s.backpressure_timeouts), (0, 0, 0));
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PublisherStats {
+    /// Events appended.
+    pub published: u64,
+    /// Times the publisher found the window full and started waiting (one per episode, however
+    /// many wake-ups it took).
+    pub backpressure_episodes: u64,
+    /// Times the bound was reached and the stream closed with `BackpressureTimeout` (0 or 1).
+    pub backpressure_timeouts: u64,
+}
+
 /// A stream's producer together with its retention policy and backpressure bound.
 ///
 /// ```
@@ -158,6 +176,7 @@ pub struct Publisher<P: BackendProducer, R = SharedRetention> {
     retention: R,
     clock: BackpressureClock,
     close_reason: Option<CloseReason>,
+    stats: PublisherStats,
 }
 
 impl<P: BackendProducer, R: fmt::Debug> fmt::Debug for Publisher<P, R> {
@@ -205,7 +224,22 @@ where
             retention,
             clock: BackpressureClock::new(backpressure_timeout),
             close_reason: None,
+            stats: PublisherStats::default(),
         }
+    }
+
+    /// Counters of what this publisher did.
+    ///
+    /// ```
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+    /// let (producer, _ring) = replay_ring::ReplayRing::<u8>::new(4, 1).unwrap();
+    /// let mut publisher = replay_ring_sse::Publisher::new(producer, Default::default());
+    /// publisher.publish_with(|_| 7).await.unwrap();
+    /// assert_eq!(publisher.stats().published, 1);
+    /// # });
+    /// ```
+    pub fn stats(&self) -> PublisherStats {
+        self.stats
     }
 
     /// The stream's shared handle.
@@ -243,8 +277,8 @@ where
     /// let err = publisher.publish_with(|_| Bytes::from("b")).await.unwrap_err();
     /// assert!(matches!(err, PublishError::BackpressureTimeout { .. }));
     /// let mut reader = ring.resume(Some(0)).unwrap();
-    /// assert_eq!(reader.try_next().unwrap().unwrap().data, "a");
-    /// assert!(matches!(reader.try_next(), Err(ReadError::Closed(CloseReason::BackpressureTimeout { .. }))));
+    /// assert_eq!(reader.try_recv().unwrap().unwrap().data, "a");
+    /// assert!(matches!(reader.try_recv(), Err(ReadError::Closed(CloseReason::BackpressureTimeout { .. }))));
     /// # });
     /// ```
     ///
@@ -272,6 +306,7 @@ where
             match producer.try_append_with(make).await {
                 Ok(id) => {
                     self.clock.on_pushed();
+                    self.stats.published += 1;
                     return Ok(id);
                 }
                 Err(AppendError::Full(back)) => make = back,
@@ -306,9 +341,13 @@ where
                 // The policy only releases ids it saw written, which exist; nothing to undo.
                 Err(ReleaseError::AheadOfHead { .. }) => {}
             }
+            if self.clock.waiting_since().is_none() {
+                self.stats.backpressure_episodes += 1;
+            }
             let deadline = match self.clock.on_full(now.into_std()) {
                 Ok(deadline) => deadline,
                 Err(reason) => {
+                    self.stats.backpressure_timeouts += 1;
                     let waited = match reason {
                         CloseReason::BackpressureTimeout { waited } => waited,
                         _ => self.clock.waiting_since().map_or(Duration::ZERO, |since| {

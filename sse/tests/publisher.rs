@@ -120,9 +120,9 @@ async fn past_the_bound_the_stream_closes_with_backpressure_timeout() {
     assert_eq!(ring.head(), 1, "no id consumed by the refused publish");
 
     // Readers get everything retained, then the explicit reason.
-    assert_eq!(reader.try_next().unwrap().unwrap().data, payload(1));
+    assert_eq!(reader.try_recv().unwrap().unwrap().data, payload(1));
     let reason = CloseReason::BackpressureTimeout { waited };
-    assert_eq!(reader.try_next(), Err(ReadError::Closed(reason.clone())));
+    assert_eq!(reader.try_recv(), Err(ReadError::Closed(reason.clone())));
     match publisher.publish_with(payload).await {
         Err(PublishError::Closed(Some(r))) => assert_eq!(r, reason),
         other => panic!("publish after the close: {other:?}"),
@@ -153,6 +153,7 @@ async fn a_cancelled_publish_consumes_no_id_and_keeps_its_backpressure_episode()
     );
     assert_eq!(ring.head(), 1);
     assert!(!publisher.is_closed());
+    assert_eq!(publisher.stats().backpressure_episodes, 1);
 
     // Retrying continues the same episode: the bound is 3 s from the first refusal, not 3 more.
     let err = publisher.publish_with(payload).await.unwrap_err();
@@ -161,6 +162,15 @@ async fn a_cancelled_publish_consumes_no_id_and_keeps_its_backpressure_episode()
         "{err:?}"
     );
     assert_eq!(t0.elapsed(), Duration::from_secs(3));
+    let stats = publisher.stats();
+    assert_eq!(
+        (
+            stats.published,
+            stats.backpressure_episodes,
+            stats.backpressure_timeouts
+        ),
+        (1, 1, 1)
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -174,7 +184,7 @@ async fn after_a_cancelled_publish_the_next_one_gets_the_next_id() {
     ring.release_through(1).unwrap();
     assert_eq!(publisher.publish_with(payload).await.unwrap(), 2);
     let mut reader = ring.resume(Some(1)).unwrap();
-    assert_eq!(reader.try_next().unwrap().unwrap().data, payload(2));
+    assert_eq!(reader.try_recv().unwrap().unwrap().data, payload(2));
 }
 
 #[tokio::test]
