@@ -153,6 +153,13 @@ impl ReplayRingSessionManager {
     }
 }
 
+/// Session bookkeeping is rmcp's `LocalSessionManager`'s; every SSE connection comes from a ring.
+///
+/// # Cancel safety
+///
+/// As `LocalSessionManager`'s methods: each awaits one round trip to the MCP session's worker. A
+/// stream handed out and then dropped unregisters its reader, and the client's next resume is
+/// answered from the ring as usual.
 impl SessionManager for ReplayRingSessionManager {
     type Error = ManagerError;
     type Transport = <LocalSessionManager as SessionManager>::Transport;
@@ -173,11 +180,15 @@ impl SessionManager for ReplayRingSessionManager {
         Ok(self.inner.has_session(id).await?)
     }
 
+    /// Forgets the session's streams (their live connections end: request streams with a JSON-RPC
+    /// error, the GET stream with a `retry:` hint), then closes the session in rmcp.
     async fn close_session(&self, id: &SessionId) -> Result<(), Self::Error> {
         self.store.drop_session(id);
         Ok(self.inner.close_session(id).await?)
     }
 
+    /// The POST's stream: rmcp routes the request and stores the priming event; the connection
+    /// is then served from the ring, bound to the session and the JSON-RPC request.
     async fn create_stream(
         &self,
         id: &SessionId,
@@ -251,6 +262,9 @@ impl SessionManager for ReplayRingSessionManager {
         Ok(SseStream::new(stream::iter([priming]).chain(live)))
     }
 
+    /// A resume bound to the session: replay after `last_event_id`, then live events. A refusal
+    /// here (the window moved after [`ResumeGuardLayer`](crate::ResumeGuardLayer)'s check) is
+    /// still explicit, never an empty stream.
     async fn resume(
         &self,
         id: &SessionId,

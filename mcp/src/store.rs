@@ -690,6 +690,18 @@ impl RingEventStore {
 
 #[async_trait::async_trait]
 impl EventStore for RingEventStore {
+    /// Commits `event` to the ring of `stream_id` (created on first use) and returns its wire id.
+    /// Waits while the window is full, at most the backpressure bound.
+    ///
+    /// # Errors
+    ///
+    /// The stream is closed (completed, closed by backpressure, or its MCP session was deleted),
+    /// or the wait reached the bound (the stream is then closed, nothing dropped).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancelling never stores half an event or consumes an id: a cancelled call either stored
+    /// the event (its id is lost to the caller, the event stays replayable) or stored nothing.
     async fn store_event(
         &self,
         stream_id: &str,
@@ -703,6 +715,14 @@ impl EventStore for RingEventStore {
     /// Used by rmcp only for session-less (2026-07-28 stateless) GETs; session-bound resumes go
     /// through [`ReplayRingSessionManager`](crate::ReplayRingSessionManager), which also checks
     /// the session.
+    ///
+    /// # Errors
+    ///
+    /// The [`ResumeRefusal`] of [`resume_stream`](RingEventStore::resume_stream).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: nothing is awaited; a dropped stream unregisters its reader.
     async fn replay_events_after(
         &self,
         last_event_id: &str,
