@@ -13,10 +13,7 @@ use std::sync::Arc;
 use futures::stream::{self, BoxStream};
 use futures::{Stream, StreamExt};
 use replay_ring_sse::EventId;
-use rmcp::model::{
-    ClientJsonRpcMessage, ErrorCode, ErrorData, JsonRpcError, JsonRpcVersion2_0,
-    ServerJsonRpcMessage,
-};
+use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
 use rmcp::transport::streamable_http_server::session::local::{
     LocalSessionManager, LocalSessionManagerError,
 };
@@ -26,6 +23,7 @@ use rmcp::transport::streamable_http_server::session::{
 use sync_wrapper::SyncWrapper;
 
 use crate::store::{ResumeRefusal, RingEventStore};
+use crate::stream::broken_frame;
 
 /// Errors of [`ReplayRingSessionManager`].
 #[derive(Debug)]
@@ -130,25 +128,13 @@ impl ReplayRingSessionManager {
             .ok()
             .and_then(|id| self.store.entry_by_event_id(&id))
             .and_then(|entry| entry.request());
-        let frame = match request {
-            Some(id) => {
-                let data = serde_json::json!({
-                    "error": refusal.code(),
-                    "floor": refusal.state.map(|s| s.floor),
-                    "head": refusal.state.map(|s| s.head),
-                });
-                ServerSseMessage::from_message(ServerJsonRpcMessage::Error(JsonRpcError {
-                    jsonrpc: JsonRpcVersion2_0,
-                    id: Some(id),
-                    error: ErrorData::new(
-                        ErrorCode(crate::STREAM_BROKEN_CODE),
-                        refusal.to_string(),
-                        Some(data),
-                    ),
-                }))
-            }
-            None => ServerSseMessage::retry(self.store.config().retry),
-        };
+        let data = serde_json::json!({
+            "error": refusal.code(),
+            "floor": refusal.state.map(|s| s.floor),
+            "head": refusal.state.map(|s| s.head),
+        });
+        let retry = self.store.config().retry;
+        let frame = broken_frame(request, refusal.to_string(), data, retry);
         SseStream::new(stream::iter([frame]))
     }
 }

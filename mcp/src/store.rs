@@ -145,7 +145,6 @@ impl std::error::Error for ResumeRefusal {}
 pub(crate) struct StreamEntry {
     pub(crate) identity: StreamIdentity,
     pub(crate) ring: ReplayRing<ServerSseMessage>,
-    /// `None` once the stream was closed (completed, or ended by backpressure).
     /// The producer with the shared retention policy and the one backpressure loop.
     publisher: tokio::sync::Mutex<Publisher<Producer<ServerSseMessage>>>,
     /// The publisher's retention policy, which the stream's connections report to.
@@ -184,7 +183,7 @@ impl StreamEntry {
         StreamState::of(self.identity, &self.ring)
     }
 
-    /// A connection started reading the stream (`live` = connections now registered).
+    /// The number of connections reading the stream changed to `live`.
     pub(crate) fn on_connections_changed(&self, live: usize) {
         let mut unattended = self.unattended_since.lock();
         match (live, *unattended) {
@@ -429,8 +428,9 @@ impl RingEventStore {
             .collect();
         for k in gone {
             if let Some(entry) = streams.by_rmcp.get(&k) {
-                // Live readers of a deleted session end with an explicit "session closed" event
-                // instead of idling. A push in progress holds the lock; it finishes on its own.
+                // Live connections of a deleted session end explicitly instead of idling (a request
+                // stream with a JSON-RPC error, the GET stream with a retry hint whose reconnect
+                // gets 404). A push in progress holds the lock; it finishes on its own.
                 if let Ok(mut publisher) = entry.publisher.try_lock() {
                     // The ring records a close at once: the future is ready on its first poll.
                     let _ = publisher
@@ -505,12 +505,7 @@ impl RingEventStore {
                 None,
             )
         };
-        let id = EventId::parse_bytes(last_event_id).map_err(|e| {
-            self.refuse(
-                RefusalReason::Decision(ResumeDecision::InvalidCursor(e)),
-                None,
-            )
-        })?;
+        let id = EventId::parse_bytes(last_event_id).map_err(|e| self.malformed(e))?;
         if id.epoch != self.inner.epoch {
             return Err(lost(LastEventIdError::UnknownEpoch {
                 stream: id.stream,

@@ -6,12 +6,14 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use futures::Stream;
 use replay_ring::{CloseReason, Event, ReadError, Reader};
 use replay_ring_sse::ConnectionId;
-use rmcp::model::{ErrorCode, ErrorData, JsonRpcError, JsonRpcVersion2_0, ServerJsonRpcMessage};
+use rmcp::model::{
+    ErrorCode, ErrorData, JsonRpcError, JsonRpcVersion2_0, RequestId, ServerJsonRpcMessage,
+};
 use rmcp::transport::streamable_http_server::session::ServerSseMessage;
 use sync_wrapper::SyncWrapper;
 
@@ -21,6 +23,28 @@ use crate::store::{Inner, StreamEntry};
 pub const STREAM_BROKEN_CODE: i32 = -32000;
 
 type Signal = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// The explicit last frame of a connection whose stream cannot go on. On a request stream: a
+/// JSON-RPC error for that request, so the client's call fails now instead of waiting forever. A
+/// stream that answers no request (the session's GET stream) has no request an error could name,
+/// and an error without an id is not a message the clients accept: it ends the connection with a
+/// `retry:` hint instead, and the client's reconnect gets the explicit HTTP status.
+pub(crate) fn broken_frame(
+    request: Option<RequestId>,
+    message: String,
+    data: serde_json::Value,
+    retry: Duration,
+) -> ServerSseMessage {
+    let Some(id) = request else {
+        return ServerSseMessage::retry(retry);
+    };
+    let error = ErrorData::new(ErrorCode(STREAM_BROKEN_CODE), message, Some(data));
+    ServerSseMessage::from_message(ServerJsonRpcMessage::Error(JsonRpcError {
+        jsonrpc: JsonRpcVersion2_0,
+        id: Some(id),
+        error,
+    }))
+}
 
 enum State {
     Open,
@@ -108,22 +132,10 @@ impl RingStream {
         self.reader.get_mut().cursor()
     }
 
-    /// The explicit last frame when the stream breaks. On a request stream: a JSON-RPC error for
-    /// that request, so the client's call fails now instead of waiting forever. A stream that
-    /// answers no request (the session's GET stream) has no request an error could name, and an
-    /// error without an id is not a message the clients accept: it ends the connection with a
-    /// `retry:` hint instead, and the client's reconnect gets the explicit HTTP status.
+    /// The explicit last frame when the stream breaks (see [`broken_frame`]).
     fn broken(&self, message: String, data: serde_json::Value) -> ServerSseMessage {
         self.store.counters.streams_ended_with_error.inc();
-        let Some(id) = self.entry.request() else {
-            return self.retry_frame();
-        };
-        let error = ErrorData::new(ErrorCode(STREAM_BROKEN_CODE), message, Some(data));
-        ServerSseMessage::from_message(ServerJsonRpcMessage::Error(JsonRpcError {
-            jsonrpc: JsonRpcVersion2_0,
-            id: Some(id),
-            error,
-        }))
+        broken_frame(self.entry.request(), message, data, self.store.config.retry)
     }
 
     fn retry_frame(&self) -> ServerSseMessage {
