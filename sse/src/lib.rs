@@ -51,6 +51,7 @@ mod http;
 mod publisher;
 mod resume;
 mod retention;
+mod slow_consumer;
 
 /// The README's example is compiled and run as a doctest.
 #[doc = include_str!("../README.md")]
@@ -61,6 +62,9 @@ pub mod backend;
 pub mod client;
 #[cfg(feature = "contract-tests")]
 pub mod contract;
+
+#[cfg(feature = "axum")]
+pub mod axum;
 
 pub use event_id::{
     Epoch, EventId, EventIdBuf, IdField, LastEventIdError, Malformed, StreamId, StreamIdError,
@@ -81,4 +85,8 @@ pub use resume::{decide, resume, Refused, ResumeDecision, Resumed, StreamState};
 pub use retention::{
     BackpressureClock, ConnectionId, Retention, RetentionConfig, RetentionStats, CHECKPOINTS,
     DEFAULT_BACKPRESSURE_TIMEOUT, DEFAULT_RESUMPTION_WINDOW,
+};
+pub use slow_consumer::{
+    ConsumerProgress, SlowConsumerPolicy, Verdict, Window, DEFAULT_LAG_GRACE,
+    DEFAULT_MAX_LAG_PERCENT, DEFAULT_WRITE_TIMEOUT,
 };

@@ -40,6 +40,10 @@ pub trait RetentionPolicy<B: Backend>: Send + 'static {
 /// registers, reports what it wrote, and acknowledges resumes through [`lock`](Self::lock)). Its
 /// connection table is sized by the backend's `max_readers`, so the two cannot disagree.
 ///
+/// A connection that reports a write should also call `release_expired` under the same lock: a
+/// release wakes a waiting [`Publisher`] at once, while the publisher itself only looks at the
+/// policy again when it wakes (at the next expiry it knew of, or the backpressure bound).
+///
 /// ```
 /// use replay_ring::ReplayRing;
 /// use replay_ring_sse::SharedRetention;
