@@ -126,11 +126,13 @@ pub struct StoreMetrics {
     pub ack_releases: u64,
     /// Sum over live rings: releases after the resumption window.
     pub window_releases: u64,
+    /// Sum over live rings: connections cut by the slow-consumer policy.
+    pub slow_consumers_cut: u64,
 }
 
 impl StoreMetrics {
     /// `(name, value)` for every field, in declaration order.
-    pub fn fields(&self) -> [(&'static str, u64); 27] {
+    pub fn fields(&self) -> [(&'static str, u64); 28] {
         [
             ("events_stored", self.events_stored),
             ("priming_stored", self.priming_stored),
@@ -158,6 +160,7 @@ impl StoreMetrics {
             ("producer_waits", self.producer_waits),
             ("ack_releases", self.ack_releases),
             ("window_releases", self.window_releases),
+            ("slow_consumers_cut", self.slow_consumers_cut),
             ("resumes_refused_total", self.refused()),
         ]
     }

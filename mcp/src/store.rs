@@ -20,7 +20,8 @@ use parking_lot::Mutex;
 use replay_ring::{CloseReason, Producer, ReplayRing};
 use replay_ring_sse::{
     Epoch, EventId, LastEventIdError, PublishError, Publisher, Refused, ResumeDecision, Resumed,
-    RetentionConfig, SharedRetention, StreamId, StreamIdentity, StreamState,
+    Retention, RetentionConfig, SharedRetention, SlowConsumerPolicy, StreamId, StreamIdentity,
+    StreamState,
 };
 use rmcp::model::{RequestId, ServerJsonRpcMessage};
 use rmcp::transport::streamable_http_server::session::{
@@ -56,6 +57,11 @@ pub struct StoreConfig {
     /// End each connection (with a `retry:` hint, SEP-1699 polling) after this many events;
     /// `None` keeps connections open until their stream completes.
     pub frames_per_connection: Option<usize>,
+    /// When a connection may no longer hold its stream back (the SSE layer's policy): one whose
+    /// transport takes nothing for the write timeout, or that lags while another connection of
+    /// the stream keeps up, is cut; it then holds events only as a departed client does, and its
+    /// connection ends with a `retry:` hint.
+    pub slow_consumer: SlowConsumerPolicy,
 }
 
 impl Default for StoreConfig {
@@ -67,6 +73,7 @@ impl Default for StoreConfig {
             completed_ttl: DEFAULT_COMPLETED_TTL,
             retry: DEFAULT_RETRY,
             frames_per_connection: None,
+            slow_consumer: SlowConsumerPolicy::default(),
         }
     }
 }
@@ -312,6 +319,7 @@ impl RingEventStore {
             let stats = entry.retention.lock().stats();
             m.ack_releases += stats.ack_releases;
             m.window_releases += stats.window_releases;
+            m.slow_consumers_cut += stats.slow_consumers_cut;
         }
         m
     }
@@ -333,6 +341,9 @@ impl RingEventStore {
             .build()
             .map_err(|e| Box::new(e) as EventStoreError)?;
         let publisher = Publisher::new(producer, cfg.retention);
+        // The publisher's retention is new and empty: give it this store's slow-consumer policy.
+        *publisher.retention().lock() = Retention::new(cfg.retention, ring.max_readers())
+            .with_slow_consumer_policy(cfg.slow_consumer);
         let (is_common, session) = match rmcp_id.strip_suffix(":common") {
             Some(session) => (true, Some(SessionId::from(session))),
             None => (false, None),

@@ -64,8 +64,10 @@ pub struct RingStream {
     conn: Option<ConnectionId>,
     store: Arc<Inner>,
     state: State,
-    /// Ids below this are not reported to the retention policy again.
+    /// Every id up to here was taken by the transport (reported to the retention policy).
     written: u64,
+    /// The newest id handed to the transport; it is taken when the transport asks for more.
+    handed: u64,
     /// End the connection (with a `retry:` hint) once everything available was sent.
     end_when_caught_up: bool,
     /// Events sent on this connection.
@@ -116,6 +118,7 @@ impl RingStream {
             store,
             state: State::Open,
             written: start,
+            handed: start,
             end_when_caught_up: false,
             frames: 0,
         }
@@ -140,6 +143,23 @@ impl RingStream {
 
     fn retry_frame(&self) -> ServerSseMessage {
         ServerSseMessage::retry(self.store.config.retry)
+    }
+
+    /// The transport asks for more: what was handed before has been taken. Reports it to the
+    /// retention policy (which may release events and so free a waiting producer, woken by the
+    /// ring) and returns whether the slow-consumer policy has cut this connection meanwhile.
+    fn on_taken(&mut self) -> bool {
+        let Some(conn) = &self.conn else {
+            return false;
+        };
+        let mut retention = self.entry.retention.lock();
+        if self.handed > self.written {
+            self.written = self.handed;
+            let now = Instant::now();
+            retention.on_written(conn, self.handed, now);
+            retention.release_expired(&self.entry.ring, now);
+        }
+        retention.cut_verdict(conn).is_some()
     }
 
     fn on_error(&mut self, err: ReadError) -> Option<ServerSseMessage> {
@@ -184,14 +204,15 @@ impl RingStream {
             self.store.counters.server_disconnects.inc();
             self.state = State::Ending(Some(self.retry_frame()));
         }
-        if event.id > self.written {
-            self.written = event.id;
+        if event.id > self.handed {
+            self.handed = event.id;
             if let Some(conn) = &self.conn {
-                let now = Instant::now();
-                let mut retention = self.entry.retention.lock();
-                retention.on_written(conn, event.id, now);
-                // May free space for a producer waiting on a full window (it is woken by the ring).
-                retention.release_expired(&self.entry.ring, now);
+                // Taken when the transport polls again; the slow-consumer policy cuts a
+                // connection whose transport takes nothing for its write timeout.
+                self.entry
+                    .retention
+                    .lock()
+                    .on_write_pending(conn, Instant::now());
             }
         }
         event.data
@@ -215,6 +236,14 @@ impl Stream for RingStream {
                     continue;
                 }
                 State::Open => {}
+            }
+            if this.on_taken() {
+                // Cut by the slow-consumer policy: it no longer holds events back (only for a
+                // resumption window, as a departed client), and its connection ends with a retry
+                // hint: the stream goes on, and a client that reconnects resumes exactly.
+                this.store.counters.server_disconnects.inc();
+                this.state = State::Ending(Some(this.retry_frame()));
+                continue;
             }
             if this.disconnect.get_mut().as_mut().poll(cx).is_ready() {
                 this.end_when_caught_up = true;

@@ -10,7 +10,7 @@ use http::{Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use replay_ring_mcp::{RingEventStore, StoreConfig};
 use replay_ring_mcp_demo::{app, Storage};
-use replay_ring_sse::RetentionConfig;
+use replay_ring_sse::{RetentionConfig, SlowConsumerPolicy};
 use serde_json::{json, Value};
 use tower::ServiceExt;
 
@@ -57,7 +57,11 @@ struct Sse {
 
 /// Reads events until the body ends or `max` events were read.
 async fn events(resp: Response<Body>, max: usize) -> Vec<Sse> {
-    let mut body = resp.into_body();
+    events_from(&mut resp.into_body(), max).await
+}
+
+/// Reads events from `body` until it ends or `max` events were read; the body stays usable.
+async fn events_from(body: &mut Body, max: usize) -> Vec<Sse> {
     let mut buf = String::new();
     let mut out = Vec::new();
     while out.len() < max {
@@ -129,6 +133,12 @@ async fn initialize(app: &Router) -> String {
     .await;
     assert_eq!(ack.status(), StatusCode::ACCEPTED);
     session
+}
+
+fn long_task_paced(id: u64, n: u64, delay_ms: u64) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+        "name": "long_task", "arguments": {"n": n, "delay_ms": delay_ms},
+        "_meta": {"progressToken": format!("p{id}")}}})
 }
 
 fn long_task(id: u64, n: u64) -> Value {
@@ -478,4 +488,59 @@ async fn a_repeated_last_event_id_is_refused_as_ambiguous() {
         "{body}"
     );
     assert_eq!(body["error"]["data"]["reason"], "duplicate", "{body}");
+}
+
+/// The progress value of an SSE event's JSON-RPC notification, if it is one.
+fn progress_of(e: &Sse) -> Option<u64> {
+    let v: Value = serde_json::from_str(&e.data).ok()?;
+    v["params"]["progress"].as_f64().map(|p| p as u64)
+}
+
+/// A client whose POST connection stalls (it stops reading, the connection stays open) resumes on
+/// a second connection. The stalled one would hold the window at its position until the producer
+/// gives up; the slow-consumer policy cuts it after the write timeout, and the resumed connection
+/// gets every event through the result.
+#[tokio::test]
+async fn a_stalled_connection_is_cut_and_the_resumed_one_gets_every_event() {
+    const N: u64 = 100;
+    let config = StoreConfig {
+        capacity: 16,
+        retention: RetentionConfig {
+            resumption_window: Duration::from_millis(100),
+            backpressure_timeout: Duration::from_secs(30),
+        },
+        slow_consumer: SlowConsumerPolicy {
+            write_timeout: Some(Duration::from_millis(200)),
+            ..SlowConsumerPolicy::default()
+        },
+        ..StoreConfig::default()
+    };
+    let (app, store) = ring_app_with(config);
+    let session = initialize(&app).await;
+    let resp = call(&app, post(Some(&session), long_task_paced(7, N, 1))).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let mut stalled = resp.into_body();
+    // The priming event and progress 1..=3, then nothing more is read from this connection.
+    let seen = events_from(&mut stalled, 4).await;
+    assert_eq!(
+        seen.iter().filter_map(progress_of).collect::<Vec<_>>(),
+        [1, 2, 3]
+    );
+    let cursor = seen.last().unwrap().id.clone().unwrap();
+
+    let resumed = events(call(&app, get(&session, Some(&cursor))).await, 1000).await;
+    let progress: Vec<u64> = resumed.iter().filter_map(progress_of).collect();
+    assert_eq!(progress, (4..=N).collect::<Vec<_>>());
+    let result = &resumed.last().unwrap().data;
+    assert!(
+        result.contains(r#""structuredContent":{"n":100}"#),
+        "{result}"
+    );
+    let m = store.metrics();
+    assert_eq!(
+        (m.slow_consumers_cut, m.backpressure_timeouts),
+        (1, 0),
+        "{m:?}"
+    );
+    drop(stalled);
 }

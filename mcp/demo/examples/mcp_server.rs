@@ -18,7 +18,7 @@ use std::time::Duration;
 use clap::Parser;
 use replay_ring_mcp::StoreConfig;
 use replay_ring_mcp_demo::{app, Storage};
-use replay_ring_sse::RetentionConfig;
+use replay_ring_sse::{RetentionConfig, SlowConsumerPolicy};
 
 /// An MCP server on replay-ring (127.0.0.1 only). The first stdout line is
 /// `listening on http://127.0.0.1:PORT`.
@@ -46,6 +46,10 @@ struct Args {
     /// The `retry:` hint, in milliseconds (also rmcp's `sse_retry`).
     #[arg(long, default_value_t = 3_000)]
     retry_ms: u64,
+    /// Cut a connection whose socket takes nothing for this long, in milliseconds (slow-consumer
+    /// policy; 0 turns the rule off).
+    #[arg(long, default_value_t = 5_000)]
+    write_timeout_ms: u64,
     /// End each connection after this many events (SEP-1699 polling).
     #[arg(long)]
     frames_per_connection: Option<usize>,
@@ -70,6 +74,11 @@ impl Args {
             completed_ttl: Duration::from_millis(self.completed_ttl_ms),
             retry,
             frames_per_connection: self.frames_per_connection,
+            slow_consumer: SlowConsumerPolicy {
+                write_timeout: (self.write_timeout_ms > 0)
+                    .then(|| Duration::from_millis(self.write_timeout_ms)),
+                ..SlowConsumerPolicy::default()
+            },
         })
     }
 }
