@@ -6,6 +6,9 @@
 //! cargo run -p replay-ring-mcp-demo --example mcp_server -- --help
 //! ```
 //!
+//! Served with `replay_ring_sse::axum::serve`: header-read, write and idle timeouts on every
+//! connection and a connection cap answered with 503.
+//!
 //! Endpoints: `POST/GET/DELETE /mcp` (MCP), `GET /metrics` (Prometheus text). Tools:
 //! `long_task(n, delay_ms)` sends `notifications/progress` 1..n with the request's progress token
 //! and returns `{"n": n}`; `test_reconnection` closes its own connection after the priming event
@@ -18,6 +21,7 @@ use std::time::Duration;
 use clap::Parser;
 use replay_ring_mcp::StoreConfig;
 use replay_ring_mcp_demo::{app, Storage};
+use replay_ring_sse::axum::{serve, ServeConfig};
 use replay_ring_sse::{RetentionConfig, SlowConsumerPolicy};
 
 /// An MCP server on replay-ring (127.0.0.1 only). The first stdout line is
@@ -53,6 +57,10 @@ struct Args {
     /// End each connection after this many events (SEP-1699 polling).
     #[arg(long)]
     frames_per_connection: Option<usize>,
+    /// Connections served at once; more get an explicit 503 (default: half the file-descriptor
+    /// limit).
+    #[arg(long)]
+    max_connections: Option<usize>,
     /// Serve the same tools on rmcp's built-in cache instead, for comparison.
     #[arg(long)]
     builtin_cache: bool,
@@ -129,8 +137,13 @@ async fn main() -> std::io::Result<()> {
         "replay-ring store"
     };
     eprintln!("mcp endpoint http://{addr}/mcp ({storage}), metrics http://{addr}/metrics");
+    // Timeouts on every connection (request head, writes, idleness) and a connection cap (503).
+    let mut serve_config = ServeConfig::default();
+    if let Some(max) = args.max_connections {
+        serve_config.max_connections = max;
+    }
     tokio::select! {
-        served = axum::serve(listener, router) => served?,
+        served = serve(listener, router, serve_config) => served?,
         () = shutdown_signal() => {}
     }
     if let Some(store) = store {
