@@ -78,7 +78,7 @@ pub use http::{
     REPLAY_FLOOR_HEADER, REPLAY_HEAD_HEADER, REPLAY_STREAM_HEADER,
 };
 pub use publisher::{
-    PublishError, Publisher, PublisherStats, RetentionPolicy, SharedRetention,
+    PublishError, Publisher, PublisherStats, RetentionGuard, RetentionPolicy, SharedRetention,
     EXPIRED_BUT_HELD_RECHECK,
 };
 pub use resume::{decide, resume, Refused, ResumeDecision, Resumed, StreamState};

@@ -211,3 +211,78 @@ async fn the_backpressure_bound_holds_in_real_time() {
         Some(CloseReason::BackpressureTimeout { .. })
     ));
 }
+
+/// A policy of the application's own: release everything each time the window is full.
+#[derive(Debug, Default)]
+struct ReleaseAll {
+    calls: u64,
+}
+
+impl replay_ring_sse::RetentionPolicy<ReplayRing<Bytes>> for ReleaseAll {
+    async fn release_due(
+        &mut self,
+        ring: &ReplayRing<Bytes>,
+        _now: std::time::Instant,
+    ) -> Result<bool, replay_ring_sse::backend::ReleaseError> {
+        self.calls += 1;
+        let before = ring.floor();
+        Ok(ring.release_through(ring.head())? > before)
+    }
+
+    fn next_due(&self) -> Option<std::time::Instant> {
+        None
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn any_retention_policy_drives_the_loop() {
+    let (producer, ring) = ReplayRing::<Bytes>::new(2, 1).unwrap();
+    let mut publisher =
+        Publisher::with_policy(producer, ReleaseAll::default(), Duration::from_secs(1));
+    let t0 = Instant::now();
+    for expected in 1..=10 {
+        assert_eq!(publisher.publish_with(payload).await.unwrap(), expected);
+    }
+    assert_eq!(
+        t0.elapsed(),
+        Duration::ZERO,
+        "never waited: the policy made room"
+    );
+    // Full at 3, 5, 7, 9: the policy was asked each time and released both events.
+    assert_eq!(publisher.retention().calls, 4);
+    assert_eq!((ring.floor(), ring.head()), (9, 10));
+    assert_eq!(publisher.stats().backpressure_episodes, 0);
+}
+
+/// A write reported while the publisher already waits creates the checkpoint that will release
+/// room; the publisher must notice it then, not at the backpressure bound it computed before.
+#[tokio::test(start_paused = true)]
+async fn a_write_reported_while_waiting_moves_the_wake_up() {
+    let (producer, ring) = ReplayRing::<Bytes>::new(2, 2).unwrap();
+    let mut publisher = Publisher::new(producer, config(4, 10));
+    let retention = publisher.retention().clone();
+    let conn = retention.lock().connect(0).unwrap();
+    publisher.publish_with(payload).await.unwrap();
+    publisher.publish_with(payload).await.unwrap();
+    let t0 = Instant::now();
+    let task = tokio::spawn(async move {
+        let id = publisher.publish_with(payload).await;
+        (id, publisher)
+    });
+    until("the publisher is waiting", || {
+        ring.metrics().producer_waits == 1
+    })
+    .await;
+    // Nothing was written yet, so nothing can expire: the publisher's only deadline is the bound.
+    tokio::time::advance(Duration::from_secs(1)).await;
+    retention
+        .lock()
+        .on_written(&conn, 2, Instant::now().into_std());
+    let (id, _publisher) = task.await.unwrap();
+    assert_eq!(id.unwrap(), 3, "released when the written events expired");
+    assert_eq!(
+        t0.elapsed(),
+        Duration::from_secs(5),
+        "written at 1 s + a 4 s window"
+    );
+}

@@ -165,6 +165,8 @@ pub(crate) struct Shared {
     pub(crate) counters: Counters,
     /// Notified when the first stream opens (see [`SseProducer::first_subscriber`]).
     pub(crate) subscribed: Notify,
+    /// Notified when a writer reported progress: a waiting publisher recomputes its wake-up.
+    pub(crate) progress: Notify,
 }
 
 impl Shared {
@@ -225,6 +227,7 @@ impl SseStream {
                 config,
                 counters: Counters::default(),
                 subscribed: Notify::new(),
+                progress: Notify::new(),
             }),
         };
         let producer = SseProducer::new(producer, stream.clone());
@@ -458,6 +461,9 @@ impl Writer {
             retention.release_expired(&shared.ring, now);
             retention.cut_verdict(conn)
         };
+        // A permit is stored if the publisher is not waiting yet, so the wake-up is never lost
+        // (at worst it costs one extra look at the retention state).
+        shared.progress.notify_one();
         if let Some(verdict) = cut {
             // Cut by the slow-consumer policy: say so where the socket still takes a frame, and
             // end. The client resumes with its Last-Event-ID like after any disconnect.

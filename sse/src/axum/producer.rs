@@ -30,13 +30,13 @@ impl RetentionPolicy<ReplayRing<Bytes>> for StreamRetention {
     }
 
     fn next_due(&self) -> Option<Instant> {
-        self.0.with_retention(|r| match r.next_expiry() {
-            Some(due) => Some(due),
-            // Connections are writing what fills the window: their next checkpoint can come at
-            // any moment, so look again shortly rather than only at the backpressure bound.
-            None if r.live_connections() > 0 => Some(Instant::now()),
-            None => None,
-        })
+        self.0.with_retention(|r| r.next_expiry())
+    }
+
+    fn changed(&self) -> impl Future<Output = ()> + Send {
+        // Writers notify after every reported write (a new checkpoint or a slow-consumer deadline
+        // may now come sooner than the publisher's computed wake-up).
+        self.0.shared.progress.notified()
     }
 }
 

@@ -3,14 +3,8 @@
 //!
 //! `axum::serve` keeps a connection for as long as the client likes: a client that sends half a
 //! request, or nothing, or never reads its response, holds a file descriptor forever, and enough of
-//! them make the process run out and new requests hang. [`serve`] closes such connections:
-//!
-//! | setting | default | closes a connection that … |
-//! |---|---|---|
-//! | [`header_read_timeout`](ServeConfig::header_read_timeout) | 10 s | has not sent a complete request head this long after it opened or its previous response ended (half-sent headers, silent or idle keep-alive connections) |
-//! | [`write_timeout`](ServeConfig::write_timeout) | 10 s | has had response bytes waiting that its socket did not accept for this long (a client that stopped reading) |
-//! | [`idle_timeout`](ServeConfig::idle_timeout) | 60 s | moved no byte in either direction for this long (a stalled request body, a handler that never answers); event streams stay alive with their keep-alive comments, so keep [`SseConfig::keep_alive`](super::SseConfig::keep_alive) below it |
-//! | [`max_connections`](ServeConfig::max_connections) | half the file-descriptor limit (32..=16384; 512 where unknown) | would exceed the cap: it gets `503 Service Unavailable` with `Retry-After: 1` and a JSON body, then is closed |
+//! them make the process run out and new requests hang. [`serve`] closes such connections;
+//! [`ServeConfig`] lists the timeouts and the cap.
 //!
 //! Connections are HTTP/1.1 (server-sent events need nothing else; HTTP/2 comes with TLS, in front).
 
@@ -43,7 +37,15 @@ const OVERFLOW_TIMEOUT: Duration = Duration::from_secs(2);
 /// the loop does not spin while it lasts.
 const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(50);
 
-/// Timeouts and the connection cap of [`serve`] (defaults in the [module table](self)).
+/// Timeouts and the connection cap of [`serve`]:
+///
+/// | setting | default | closes a connection that … |
+/// |---|---|---|
+/// | [`header_read_timeout`](Self::header_read_timeout) | 10 s | has not sent a complete request head this long after it opened or its previous response ended (half-sent headers, silent or idle keep-alive connections) |
+/// | [`write_timeout`](Self::write_timeout) | 10 s | has had response bytes waiting that its socket did not accept for this long (a client that stopped reading) |
+/// | [`idle_timeout`](Self::idle_timeout) | 60 s | moved no byte in either direction for this long (a stalled request body, a handler that never answers); event streams stay alive with their keep-alive comments, so keep [`SseConfig::keep_alive`](crate::axum::SseConfig::keep_alive) below it |
+/// | [`max_connections`](Self::max_connections) | half the file-descriptor limit (32..=16384; 512 where unknown) | would exceed the cap: it gets `503 Service Unavailable` with `Retry-After: 1` and a JSON body, then is closed |
+///
 ///
 /// ```
 /// use replay_ring_sse::axum::ServeConfig;
@@ -96,7 +98,10 @@ fn default_max_connections() -> usize {
 }
 
 /// Serves `router` on `listener` until the listener fails, with the timeouts and the connection
-/// cap of `config`. A drop-in for `axum::serve(listener, router)`.
+/// cap of `config` (see [`ServeConfig`]). A drop-in for `axum::serve(listener, router)`, which
+/// keeps a connection for as long as the client likes: one that sends half a request, or nothing,
+/// or never reads its response holds a file descriptor forever, and enough of them make new
+/// requests hang. Connections are HTTP/1.1 (server-sent events need nothing else).
 ///
 /// # Errors
 ///
