@@ -224,6 +224,8 @@ impl Stream for RingStream {
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<ServerSseMessage>> {
         let this = &mut *self;
+        // Asked for more: what was handed before has been taken (also before a last frame).
+        let cut = this.on_taken();
         loop {
             match &mut this.state {
                 State::Done => return Poll::Ready(None),
@@ -237,7 +239,7 @@ impl Stream for RingStream {
                 }
                 State::Open => {}
             }
-            if this.on_taken() {
+            if cut {
                 // Cut by the slow-consumer policy: it no longer holds events back (only for a
                 // resumption window, as a departed client), and its connection ends with a retry
                 // hint: the stream goes on, and a client that reconnects resumes exactly.
