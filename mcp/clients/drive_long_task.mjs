@@ -1,15 +1,16 @@
 // Drives `long_task(n, delay_ms)` with the official TypeScript MCP SDK and prints one JSON line.
 //
-// usage: node drive_long_task.mjs URL N DELAY_MS TIMEOUT_MS
+// usage: node drive_long_task.mjs URL N DELAY_MS TIMEOUT_MS [LINGER_MS]
 //
 // The SDK's StreamableHTTPClientTransport reconnects by itself (GET + Last-Event-ID) when a stream
 // breaks. Output: progress (values delivered to onprogress, in order), result (structured result
 // or null), error (the call's failure), transportErrors (what the transport reported), tokens
-// (resumption tokens the transport recorded, i.e. SSE ids it saw).
+// (resumption tokens the transport recorded, i.e. SSE ids it saw). With LINGER_MS the client stays
+// connected that long after the call settled, so what its transport does next (reconnects) shows.
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 
-const [url, n, delayMs, timeoutMs] = process.argv.slice(2);
+const [url, n, delayMs, timeoutMs, lingerMs] = process.argv.slice(2);
 const out = { progress: [], result: null, error: null, transportErrors: [], tokens: [] };
 
 const transport = new StreamableHTTPClientTransport(new URL(url), {
@@ -40,6 +41,9 @@ try {
   out.isError = res.isError ?? false;
 } catch (e) {
   out.error = String(e);
+}
+if (lingerMs) {
+  await new Promise((resolve) => setTimeout(resolve, Number(lingerMs)));
 }
 console.log(JSON.stringify(out));
 process.exit(0);

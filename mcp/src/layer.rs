@@ -7,12 +7,13 @@
 //!
 //! | situation | status | JSON-RPC `error.data.error` |
 //! |---|---|---|
-//! | session unknown or gone | 404 | `session_lost` |
+//! | MCP session unknown or gone | 404 | `session_lost` |
+//! | unknown stream, an epoch from before a restart, or a stream of another MCP session | 404 | `stream_lost` |
 //! | cursor below the retained floor | 416 | `replay_gap` (with `floor`, `head`, `lost_from`, `lost_through`) |
 //! | cursor ahead of the head | 409 | `cursor_ahead_of_head` |
-//! | malformed `Last-Event-ID` | 400 | `invalid_last_event_id` |
-//! | stream of another session | 400 | `foreign_session` |
-//! | unknown stream / old epoch (session alive) | 400 | `stream_lost` |
+//! | cursor at the last id of a completed stream | 410 | `stream_complete` |
+//! | cursor at the last id of a stream closed early (backpressure) | 410 | `stream_closed` |
+//! | malformed or repeated `Last-Event-ID` | 400 | `invalid_last_event_id` |
 //! | every reader slot taken | 503 | `too_many_readers` |
 //!
 //! Every refusal for an existing stream also carries `Replay-Floor`, `Replay-Head` and
@@ -28,11 +29,14 @@ use bytes::Bytes;
 use http::{HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
-use replay_ring_sse::{HttpResponse, ResumeDecision, LAST_EVENT_ID_HEADER};
+use replay_ring_sse::{
+    last_event_id, HttpResponse, LastEventIdError, ResumeDecision, StreamState,
+    LAST_EVENT_ID_HEADER, REPLAY_FLOOR_HEADER, REPLAY_HEAD_HEADER, REPLAY_STREAM_HEADER,
+};
 use rmcp::transport::streamable_http_server::session::{SessionId, SessionManager};
 
 use crate::manager::ReplayRingSessionManager;
-use crate::store::ResumeRefusal;
+use crate::store::{RefusalReason, ResumeRefusal};
 
 /// The response body type of rmcp's `StreamableHttpService` (and of this layer's refusals).
 pub type Body = BoxBody<Bytes, Infallible>;
@@ -84,12 +88,18 @@ where
     }
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
-        let cursor = req
-            .headers()
-            .get(LAST_EVENT_ID_HEADER)
-            .map(|v| v.as_bytes().to_vec());
-        let Some(cursor) = cursor.filter(|_| req.method() == Method::GET) else {
+        if req.method() != Method::GET {
             return Box::pin(self.inner.call(req));
+        }
+        let values = req.headers().get_all(LAST_EVENT_ID_HEADER);
+        let cursor = match last_event_id(values.iter().map(HeaderValue::as_bytes)) {
+            Ok(Some(cursor)) => cursor.to_vec(),
+            Ok(None) => return Box::pin(self.inner.call(req)),
+            // Two values: the cursor is ambiguous, and rmcp would take the first.
+            Err(e) => {
+                let response = refusal_response(&self.manager.store().malformed(e));
+                return Box::pin(async move { Ok(response) });
+            }
         };
         let session: Option<SessionId> = req
             .headers()
@@ -103,13 +113,7 @@ where
         Box::pin(async move {
             if let Some(session) = &session {
                 if !manager.has_session(session).await.unwrap_or(false) {
-                    manager.store().inner.counters.resumes_session_lost.inc();
-                    let refusal = ResumeRefusal {
-                        decision: ResumeDecision::SessionLost,
-                        state: None,
-                        foreign_session: false,
-                    };
-                    return Ok(refusal_response(&refusal));
+                    return Ok(refusal_response(&manager.store().session_lost()));
                 }
             }
             match manager.store().check_resume(session.as_deref(), &cursor) {
@@ -120,27 +124,65 @@ where
     }
 }
 
-/// The HTTP status for a refusal (see the module table).
+/// The HTTP status for a refusal (see the module table): the SSE layer's mapping for its
+/// decisions, 404 for a stream of another MCP session (as for any stream this session does not
+/// have), 410 for the last id of a stream that has ended.
+///
+/// ```
+/// use replay_ring_mcp::{refusal_status, RefusalReason, ResumeRefusal};
+/// use replay_ring::CloseReason;
+///
+/// let done = ResumeRefusal { reason: RefusalReason::StreamEnded(CloseReason::Completed), state: None };
+/// assert_eq!(refusal_status(&done), http::StatusCode::GONE);
+/// let stream = replay_ring_sse::StreamId::new("s1").unwrap();
+/// let foreign = ResumeRefusal { reason: RefusalReason::ForeignSession { stream }, state: None };
+/// assert_eq!(refusal_status(&foreign), http::StatusCode::NOT_FOUND);
+/// ```
 pub fn refusal_status(refusal: &ResumeRefusal) -> StatusCode {
-    let code = match refusal.decision {
-        _ if refusal.foreign_session => 400,
-        // A live session whose cursor names no stream here: the cursor is wrong, the session
-        // is fine, so not 404 (which would make the client re-initialize).
-        ResumeDecision::StreamLost(_) => 400,
-        ref d => replay_ring_sse::status_for(d),
-    };
-    StatusCode::from_u16(code).unwrap_or(StatusCode::BAD_REQUEST)
+    match &refusal.reason {
+        RefusalReason::Decision(d) => {
+            StatusCode::from_u16(replay_ring_sse::status_for(d)).unwrap_or(StatusCode::BAD_REQUEST)
+        }
+        RefusalReason::ForeignSession { .. } => StatusCode::NOT_FOUND,
+        RefusalReason::StreamEnded(_) => StatusCode::GONE,
+    }
 }
 
 /// A JSON-RPC error response (`id: null`, code -32000) whose `data` is the SSE layer's
 /// machine-readable body (`error`, `message`, `floor`, `head`, ...).
+///
+/// ```
+/// use replay_ring_mcp::{refusal_response, RefusalReason, ResumeRefusal};
+/// use replay_ring::CloseReason;
+///
+/// let done = ResumeRefusal { reason: RefusalReason::StreamEnded(CloseReason::Completed), state: None };
+/// let resp = refusal_response(&done);
+/// assert_eq!(resp.status(), 410);
+/// assert_eq!(resp.headers()["content-type"], "application/json");
+/// ```
 pub fn refusal_response(refusal: &ResumeRefusal) -> Response<Body> {
-    let sse = HttpResponse::for_decision(&refusal.decision, refusal.state.as_ref());
+    let sse = match &refusal.reason {
+        RefusalReason::Decision(d) => HttpResponse::for_decision(d, refusal.state.as_ref()),
+        // A foreign stream is answered exactly like an unknown one, and without its window.
+        RefusalReason::ForeignSession { stream } => HttpResponse::for_decision(
+            &ResumeDecision::StreamLost(LastEventIdError::UnknownStream { stream: *stream }),
+            None,
+        ),
+        RefusalReason::StreamEnded(_) => ended_response(refusal.state.as_ref()),
+    };
     let mut data: serde_json::Value =
         serde_json::from_slice(&sse.body).unwrap_or_else(|_| serde_json::json!({}));
-    if refusal.foreign_session {
-        data["error"] = "foreign_session".into();
-        data["message"] = refusal.to_string().into();
+    if !data.is_object() {
+        data = serde_json::json!({});
+    }
+    data["error"] = refusal.code().into();
+    data["message"] = refusal.to_string().into();
+    if let RefusalReason::StreamEnded(reason) = &refusal.reason {
+        data["reason"] = reason.to_string().into();
+        if let Some(state) = &refusal.state {
+            data["floor"] = state.floor.into();
+            data["head"] = state.head.into();
+        }
     }
     let body = serde_json::json!({
         "jsonrpc": "2.0",
@@ -159,4 +201,22 @@ pub fn refusal_response(refusal: &ResumeRefusal) -> Response<Body> {
         HeaderValue::from_static("application/json"),
     );
     resp
+}
+
+/// Headers of a 410 for a stream that has ended (its body is filled in by the caller).
+fn ended_response(state: Option<&StreamState>) -> HttpResponse {
+    let mut headers = vec![("cache-control", "no-store".to_owned())];
+    if let Some(s) = state {
+        headers.push((REPLAY_FLOOR_HEADER, s.floor.to_string()));
+        headers.push((REPLAY_HEAD_HEADER, s.head.to_string()));
+        headers.push((
+            REPLAY_STREAM_HEADER,
+            format!("{}.{}", s.identity.stream, s.identity.epoch),
+        ));
+    }
+    HttpResponse {
+        status: StatusCode::GONE.as_u16(),
+        headers,
+        body: Bytes::new(),
+    }
 }

@@ -6,12 +6,15 @@
 //! Three pieces, used together:
 //!
 //! - [`RingEventStore`]: rmcp's `EventStore` trait, one ring per stream, ids in the SSE layer's
-//!   `<stream>.<epoch>.<seq>` format, backpressure (bounded) instead of eviction, the shared
-//!   retention policy ([`replay_ring_sse::Retention`]).
+//!   `<stream>.<epoch>.<seq>` format, events published through the SSE layer's
+//!   [`Publisher`](replay_ring_sse::Publisher) (bounded backpressure instead of dropping events),
+//!   its retention and slow-consumer policies ([`replay_ring_sse::Retention`]).
 //! - [`ReplayRingSessionManager`]: rmcp's `LocalSessionManager` with every SSE connection served
 //!   from the rings, resumes bound to their session.
 //! - [`ResumeGuardLayer`]: a tower layer that answers unreplayable cursors explicitly before rmcp
-//!   turns them into an empty `200`.
+//!   turns them into an empty `200`: 404 for a lost MCP session or stream, 416 below the retained
+//!   floor, 409 ahead of the head, 410 at the last id of a stream that has ended, 400 for a
+//!   malformed cursor, 503 when every reader slot is taken (the table is on the layer).
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -41,7 +44,6 @@
 //! 2026-07-28; see `docs/mcp.md`.
 #![deny(missing_docs)]
 
-pub mod demo;
 mod layer;
 mod manager;
 mod metrics;
@@ -52,7 +54,7 @@ pub use layer::{refusal_response, refusal_status, Body, ResumeGuard, ResumeGuard
 pub use manager::{ManagerError, ReplayRingSessionManager, SseStream};
 pub use metrics::StoreMetrics;
 pub use store::{
-    ResumeRefusal, RingEventStore, StoreConfig, DEFAULT_CAPACITY, DEFAULT_COMPLETED_TTL,
-    DEFAULT_MAX_READERS, DEFAULT_RETRY,
+    RefusalReason, ResumeRefusal, RingEventStore, StoreConfig, DEFAULT_CAPACITY,
+    DEFAULT_COMPLETED_TTL, DEFAULT_MAX_READERS, DEFAULT_RETRY,
 };
 pub use stream::{RingStream, STREAM_BROKEN_CODE};

@@ -13,10 +13,7 @@ use std::sync::Arc;
 use futures::stream::{self, BoxStream};
 use futures::{Stream, StreamExt};
 use replay_ring_sse::EventId;
-use rmcp::model::{
-    ClientJsonRpcMessage, ErrorCode, ErrorData, JsonRpcError, JsonRpcVersion2_0,
-    ServerJsonRpcMessage,
-};
+use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
 use rmcp::transport::streamable_http_server::session::local::{
     LocalSessionManager, LocalSessionManagerError,
 };
@@ -26,6 +23,7 @@ use rmcp::transport::streamable_http_server::session::{
 use sync_wrapper::SyncWrapper;
 
 use crate::store::{ResumeRefusal, RingEventStore};
+use crate::stream::broken_frame;
 
 /// Errors of [`ReplayRingSessionManager`].
 #[derive(Debug)]
@@ -122,26 +120,32 @@ impl ReplayRingSessionManager {
     }
 
     /// The explicit answer when a resume that passed the tower check is refused after all (the
-    /// window moved in between): a JSON-RPC error for the stream's request, never an empty stream.
-    fn refusal_stream(refusal: &ResumeRefusal) -> SseStream {
+    /// window moved in between): a JSON-RPC error for the stream's request when it has one, else a
+    /// `retry:` hint that ends the connection, so the client's reconnect gets the explicit HTTP
+    /// status from [`ResumeGuardLayer`](crate::ResumeGuardLayer). Never an empty stream.
+    fn refusal_stream(&self, last_event_id: &str, refusal: &ResumeRefusal) -> SseStream {
+        let request = EventId::parse(last_event_id)
+            .ok()
+            .and_then(|id| self.store.entry_by_event_id(&id))
+            .and_then(|entry| entry.request());
         let data = serde_json::json!({
-            "error": if refusal.foreign_session { "foreign_session" } else { refusal.decision.code() },
+            "error": refusal.code(),
             "floor": refusal.state.map(|s| s.floor),
             "head": refusal.state.map(|s| s.head),
         });
-        let msg = ServerJsonRpcMessage::Error(JsonRpcError {
-            jsonrpc: JsonRpcVersion2_0,
-            id: None,
-            error: ErrorData::new(
-                ErrorCode(crate::STREAM_BROKEN_CODE),
-                refusal.to_string(),
-                Some(data),
-            ),
-        });
-        SseStream::new(stream::iter([ServerSseMessage::from_message(msg)]))
+        let retry = self.store.config().retry;
+        let frame = broken_frame(request, refusal.to_string(), data, retry);
+        SseStream::new(stream::iter([frame]))
     }
 }
 
+/// Session bookkeeping is rmcp's `LocalSessionManager`'s; every SSE connection comes from a ring.
+///
+/// # Cancel safety
+///
+/// As `LocalSessionManager`'s methods: each awaits one round trip to the MCP session's worker. A
+/// stream handed out and then dropped unregisters its reader, and the client's next resume is
+/// answered from the ring as usual.
 impl SessionManager for ReplayRingSessionManager {
     type Error = ManagerError;
     type Transport = <LocalSessionManager as SessionManager>::Transport;
@@ -162,11 +166,15 @@ impl SessionManager for ReplayRingSessionManager {
         Ok(self.inner.has_session(id).await?)
     }
 
+    /// Forgets the session's streams (their live connections end: request streams with a JSON-RPC
+    /// error, the GET stream with a `retry:` hint), then closes the session in rmcp.
     async fn close_session(&self, id: &SessionId) -> Result<(), Self::Error> {
         self.store.drop_session(id);
         Ok(self.inner.close_session(id).await?)
     }
 
+    /// The POST's stream: rmcp routes the request and stores the priming event; the connection
+    /// is then served from the ring, bound to the session and the JSON-RPC request.
     async fn create_stream(
         &self,
         id: &SessionId,
@@ -240,6 +248,9 @@ impl SessionManager for ReplayRingSessionManager {
         Ok(SseStream::new(stream::iter([priming]).chain(live)))
     }
 
+    /// A resume bound to the session: replay after `last_event_id`, then live events. A refusal
+    /// here (the window moved after [`ResumeGuardLayer`](crate::ResumeGuardLayer)'s check) is
+    /// still explicit, never an empty stream.
     async fn resume(
         &self,
         id: &SessionId,
@@ -247,7 +258,7 @@ impl SessionManager for ReplayRingSessionManager {
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
         match self.store.resume_stream(Some(id), last_event_id.as_bytes()) {
             Ok(s) => Ok(SseStream::new(s)),
-            Err(refusal) => Ok(Self::refusal_stream(&refusal)),
+            Err(refusal) => Ok(self.refusal_stream(&last_event_id, &refusal)),
         }
     }
 

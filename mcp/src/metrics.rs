@@ -35,6 +35,7 @@ pub(crate) struct Counters {
     pub(crate) resumes_session_lost: Counter,
     pub(crate) resumes_foreign_session: Counter,
     pub(crate) resumes_busy: Counter,
+    pub(crate) resumes_stream_ended: Counter,
     pub(crate) backpressure_waits: Counter,
     pub(crate) backpressure_timeouts: Counter,
     pub(crate) streams_ended_with_error: Counter,
@@ -58,6 +59,7 @@ impl Counters {
             resumes_session_lost: self.resumes_session_lost.get(),
             resumes_foreign_session: self.resumes_foreign_session.get(),
             resumes_busy: self.resumes_busy.get(),
+            resumes_stream_ended: self.resumes_stream_ended.get(),
             backpressure_waits: self.backpressure_waits.get(),
             backpressure_timeouts: self.backpressure_timeouts.get(),
             streams_ended_with_error: self.streams_ended_with_error.get(),
@@ -81,7 +83,7 @@ pub struct StoreMetrics {
     pub streams_created: u64,
     /// Request streams that stored their final response.
     pub streams_completed: u64,
-    /// Completed streams forgotten after their resumption time.
+    /// Ended streams (completed or closed) forgotten after `completed_ttl`.
     pub streams_expired: u64,
     /// Resumes accepted.
     pub resumes_ok: u64,
@@ -99,11 +101,14 @@ pub struct StoreMetrics {
     pub resumes_foreign_session: u64,
     /// Resumes refused: every reader slot of the stream is taken.
     pub resumes_busy: u64,
+    /// Resumes refused: the cursor is the last id of a stream that has ended (completed or closed).
+    pub resumes_stream_ended: u64,
     /// Backpressure episodes (a push found the window full).
     pub backpressure_waits: u64,
     /// Streams closed because the window stayed full past the bound.
     pub backpressure_timeouts: u64,
-    /// Connections that ended with an explicit error event.
+    /// Connections that ended because their stream broke (closed or released): with a JSON-RPC
+    /// error for the request on a request stream, with a `retry:` hint on the GET stream.
     pub streams_ended_with_error: u64,
     /// Connections ended on purpose by the server (SEP-1699 polling).
     pub server_disconnects: u64,
@@ -121,11 +126,13 @@ pub struct StoreMetrics {
     pub ack_releases: u64,
     /// Sum over live rings: releases after the resumption window.
     pub window_releases: u64,
+    /// Sum over live rings: connections cut by the slow-consumer policy.
+    pub slow_consumers_cut: u64,
 }
 
 impl StoreMetrics {
     /// `(name, value)` for every field, in declaration order.
-    pub fn fields(&self) -> [(&'static str, u64); 26] {
+    pub fn fields(&self) -> [(&'static str, u64); 28] {
         [
             ("events_stored", self.events_stored),
             ("priming_stored", self.priming_stored),
@@ -141,6 +148,7 @@ impl StoreMetrics {
             ("resumes_session_lost", self.resumes_session_lost),
             ("resumes_foreign_session", self.resumes_foreign_session),
             ("resumes_busy", self.resumes_busy),
+            ("resumes_stream_ended", self.resumes_stream_ended),
             ("backpressure_waits", self.backpressure_waits),
             ("backpressure_timeouts", self.backpressure_timeouts),
             ("streams_ended_with_error", self.streams_ended_with_error),
@@ -152,6 +160,7 @@ impl StoreMetrics {
             ("producer_waits", self.producer_waits),
             ("ack_releases", self.ack_releases),
             ("window_releases", self.window_releases),
+            ("slow_consumers_cut", self.slow_consumers_cut),
             ("resumes_refused_total", self.refused()),
         ]
     }
@@ -165,6 +174,7 @@ impl StoreMetrics {
             + self.resumes_session_lost
             + self.resumes_foreign_session
             + self.resumes_busy
+            + self.resumes_stream_ended
     }
 
     /// Prometheus text exposition, every name prefixed `replay_ring_mcp_`.

@@ -15,12 +15,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::FutureExt;
 use parking_lot::Mutex;
+use replay_ring::{CloseReason, Producer, ReplayRing};
 use replay_ring_sse::{
-    BackpressureClock, Epoch, EventId, LastEventIdError, Refused, ResumeDecision, Resumed,
-    Retention, RetentionConfig, StreamId, StreamIdentity, StreamState,
+    Epoch, EventId, LastEventIdError, PublishError, Publisher, Refused, ResumeDecision, Resumed,
+    Retention, RetentionConfig, SharedRetention, SlowConsumerPolicy, StreamId, StreamIdentity,
+    StreamState,
 };
-use replay_ring::{CloseReason, Producer, PushError, ReplayRing};
 use rmcp::model::{RequestId, ServerJsonRpcMessage};
 use rmcp::transport::streamable_http_server::session::{
     EventStore, EventStoreError, EventStream, ServerSseMessage, SessionId,
@@ -37,9 +39,6 @@ pub const DEFAULT_MAX_READERS: usize = 4;
 pub const DEFAULT_COMPLETED_TTL: Duration = Duration::from_secs(60);
 /// Default `retry:` hint sent when the server ends a connection (rmcp's default `sse_retry`).
 pub const DEFAULT_RETRY: Duration = Duration::from_secs(3);
-/// Shortest wait between two attempts of a backpressured push (a fallback bound; releases wake the
-/// producer directly).
-const MIN_BACKPRESSURE_POLL: Duration = Duration::from_millis(10);
 
 /// Settings of a [`RingEventStore`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,6 +57,11 @@ pub struct StoreConfig {
     /// End each connection (with a `retry:` hint, SEP-1699 polling) after this many events;
     /// `None` keeps connections open until their stream completes.
     pub frames_per_connection: Option<usize>,
+    /// When a connection may no longer hold its stream back (the SSE layer's policy): one whose
+    /// transport takes nothing for the write timeout, or that lags while another connection of
+    /// the stream keeps up, is cut; it then holds events only as a departed client does, and its
+    /// connection ends with a `retry:` hint.
+    pub slow_consumer: SlowConsumerPolicy,
 }
 
 impl Default for StoreConfig {
@@ -69,47 +73,101 @@ impl Default for StoreConfig {
             completed_ttl: DEFAULT_COMPLETED_TTL,
             retry: DEFAULT_RETRY,
             frames_per_connection: None,
+            slow_consumer: SlowConsumerPolicy::default(),
         }
     }
+}
+
+/// Why a resume was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RefusalReason {
+    /// The SSE layer's decision: `Gap`, `Mismatch`, `InvalidCursor`, `StreamLost`, `SessionLost`
+    /// or `Busy`.
+    Decision(ResumeDecision),
+    /// The cursor names a stream of another MCP session. Answered like an unknown stream, so a
+    /// client learns nothing about other sessions.
+    ForeignSession {
+        /// The stream the cursor names.
+        stream: StreamId,
+    },
+    /// The cursor is the last id of a stream that has ended: there is nothing more to send, ever.
+    /// `Completed` when its final JSON-RPC response was stored.
+    StreamEnded(CloseReason),
 }
 
 /// Why a resume was refused, with everything an explicit answer needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResumeRefusal {
-    /// The SSE layer's decision (`Gap`, `Mismatch`, `InvalidCursor`, `StreamLost`, `SessionLost`,
-    /// `Busy`).
-    pub decision: ResumeDecision,
-    /// The stream's window, when the stream exists.
+    /// Why.
+    pub reason: RefusalReason,
+    /// The stream's window, when the stream exists (and the cursor's session owns it).
     pub state: Option<StreamState>,
-    /// The cursor names a stream of another session.
-    pub foreign_session: bool,
+}
+
+impl ResumeRefusal {
+    /// The machine-readable code of the refusal (the `error` member of its JSON body).
+    ///
+    /// ```
+    /// use replay_ring_mcp::{RefusalReason, ResumeRefusal};
+    /// use replay_ring::CloseReason;
+    ///
+    /// let done = ResumeRefusal { reason: RefusalReason::StreamEnded(CloseReason::Completed), state: None };
+    /// assert_eq!(done.code(), "stream_complete");
+    /// let stream = replay_ring_sse::StreamId::new("s1").unwrap();
+    /// let foreign = ResumeRefusal { reason: RefusalReason::ForeignSession { stream }, state: None };
+    /// assert_eq!(foreign.code(), "stream_lost");
+    /// ```
+    pub fn code(&self) -> &'static str {
+        match &self.reason {
+            RefusalReason::Decision(d) => d.code(),
+            RefusalReason::ForeignSession { .. } => "stream_lost",
+            RefusalReason::StreamEnded(CloseReason::Completed) => "stream_complete",
+            RefusalReason::StreamEnded(_) => "stream_closed",
+        }
+    }
 }
 
 impl std::fmt::Display for ResumeRefusal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.foreign_session {
-            f.write_str("the Last-Event-ID belongs to a stream of another session")
-        } else {
-            write!(f, "{}", self.decision)
+        match &self.reason {
+            RefusalReason::Decision(d) => write!(f, "{d}"),
+            RefusalReason::ForeignSession { stream } => {
+                write!(f, "the Last-Event-ID names stream {stream}, which is not one of this MCP session's")
+            }
+            RefusalReason::StreamEnded(CloseReason::Completed) => f.write_str(
+                "the stream is complete: the Last-Event-ID is its final event, nothing more will be sent",
+            ),
+            RefusalReason::StreamEnded(reason) => write!(
+                f,
+                "the stream ended ({reason}) after the Last-Event-ID: nothing more will be sent"
+            ),
         }
     }
 }
 
 impl std::error::Error for ResumeRefusal {}
 
-/// One SSE stream: its ring, its producer, and what it is bound to.
+/// One SSE stream: its ring, its publisher, and what it is bound to.
 pub(crate) struct StreamEntry {
     pub(crate) identity: StreamIdentity,
     pub(crate) ring: ReplayRing<ServerSseMessage>,
-    /// `None` once the stream was closed (completed, or ended by backpressure).
-    producer: tokio::sync::Mutex<Option<Producer<ServerSseMessage>>>,
-    pub(crate) retention: Mutex<Retention>,
+    /// The producer with the shared retention policy and the one backpressure loop.
+    publisher: tokio::sync::Mutex<Publisher<Producer<ServerSseMessage>>>,
+    /// The publisher's retention policy, which the stream's connections report to.
+    pub(crate) retention: SharedRetention,
     /// The session this stream belongs to (known at creation for the GET stream, at the POST for
     /// request streams). A resume naming another session is refused.
     session: Mutex<Option<SessionId>>,
     /// The JSON-RPC request a request stream answers (for the explicit error if it breaks).
     request: Mutex<Option<RequestId>>,
-    completed_at: Mutex<Option<Instant>>,
+    /// When the stream ended (completed, or closed by backpressure); it is forgotten
+    /// `completed_ttl` later.
+    closed_at: Mutex<Option<Instant>>,
+    /// Since when the window has been full without a slot freed.
+    full_since: Mutex<Option<Instant>>,
+    /// Since when no connection has been reading the stream (`None` while one is).
+    unattended_since: Mutex<Option<Instant>>,
     /// Bumped to end every live connection of this stream (SEP-1699 server-side disconnect).
     disconnect: tokio::sync::watch::Sender<u64>,
     is_common: bool,
@@ -130,6 +188,37 @@ impl StreamEntry {
 
     fn state(&self) -> StreamState {
         StreamState::of(self.identity, &self.ring)
+    }
+
+    /// The number of connections reading the stream changed to `live`.
+    pub(crate) fn on_connections_changed(&self, live: usize) {
+        let mut unattended = self.unattended_since.lock();
+        match (live, *unattended) {
+            (0, None) => *unattended = Some(Instant::now()),
+            (0, Some(_)) => {}
+            _ => *unattended = None,
+        }
+    }
+
+    /// When a backpressured push started waiting, for the bound: when the window filled up or,
+    /// while no client is connected, when the last one left, whichever came first. rmcp stores a
+    /// session's events one at a time, so a stream can only fill up once the session worker is
+    /// done waiting on another one; counting from the departure of its client lets abandoned
+    /// streams time out together instead of one bound after another.
+    fn waiting_since(&self, now: Instant) -> Instant {
+        let filled = self.full_since.lock().unwrap_or(now);
+        let unattended = self.unattended_since.lock().unwrap_or(now);
+        filled.min(unattended).min(now)
+    }
+
+    /// No free slot: the next push has to wait for a release.
+    fn is_full(&self) -> bool {
+        self.ring.head() + 1 - self.ring.floor() >= self.ring.capacity() as u64
+    }
+
+    /// Starts the time-to-live of a stream that has ended.
+    fn mark_closed(&self) {
+        self.closed_at.lock().get_or_insert_with(Instant::now);
     }
 }
 
@@ -230,6 +319,7 @@ impl RingEventStore {
             let stats = entry.retention.lock().stats();
             m.ack_releases += stats.ack_releases;
             m.window_releases += stats.window_releases;
+            m.slow_consumers_cut += stats.slow_consumers_cut;
         }
         m
     }
@@ -250,6 +340,10 @@ impl RingEventStore {
             .max_readers(cfg.max_readers)
             .build()
             .map_err(|e| Box::new(e) as EventStoreError)?;
+        let publisher = Publisher::new(producer, cfg.retention);
+        // The publisher's retention is new and empty: give it this store's slow-consumer policy.
+        *publisher.retention().lock() = Retention::new(cfg.retention, ring.max_readers())
+            .with_slow_consumer_policy(cfg.slow_consumer);
         let (is_common, session) = match rmcp_id.strip_suffix(":common") {
             Some(session) => (true, Some(SessionId::from(session))),
             None => (false, None),
@@ -257,11 +351,13 @@ impl RingEventStore {
         let entry = Arc::new(StreamEntry {
             identity: StreamIdentity::new(name, self.inner.epoch),
             ring,
-            producer: tokio::sync::Mutex::new(Some(producer)),
-            retention: Mutex::new(Retention::new(cfg.retention, cfg.max_readers)),
+            retention: publisher.retention().clone(),
+            publisher: tokio::sync::Mutex::new(publisher),
             session: Mutex::new(session),
             request: Mutex::new(None),
-            completed_at: Mutex::new(None),
+            closed_at: Mutex::new(None),
+            full_since: Mutex::new(None),
+            unattended_since: Mutex::new(Some(Instant::now())),
             disconnect: tokio::sync::watch::channel(0).0,
             is_common,
         });
@@ -271,14 +367,14 @@ impl RingEventStore {
         Ok(entry)
     }
 
-    /// Drops finished request streams whose resumption time is over.
+    /// Forgets streams that ended (completed or closed) `completed_ttl` ago.
     fn sweep(&self, streams: &mut Streams, now: Instant) {
         let ttl = self.inner.config.completed_ttl;
         let expired: Vec<String> = streams
             .by_rmcp
             .iter()
             .filter(|(_, e)| {
-                e.completed_at
+                e.closed_at
                     .lock()
                     .is_some_and(|at| now.saturating_duration_since(at) >= ttl)
             })
@@ -343,12 +439,14 @@ impl RingEventStore {
             .collect();
         for k in gone {
             if let Some(entry) = streams.by_rmcp.get(&k) {
-                // Live readers of a deleted session end with an explicit "session closed" event
-                // instead of idling. A push in progress holds the lock; it finishes on its own.
-                if let Ok(mut producer) = entry.producer.try_lock() {
-                    if let Some(p) = producer.take() {
-                        p.close(CloseReason::error("session closed"));
-                    }
+                // Live connections of a deleted session end explicitly instead of idling (a request
+                // stream with a JSON-RPC error, the GET stream with a retry hint whose reconnect
+                // gets 404). A push in progress holds the lock; it finishes on its own.
+                if let Ok(mut publisher) = entry.publisher.try_lock() {
+                    // The ring records a close at once: the future is ready on its first poll.
+                    let _ = publisher
+                        .close(CloseReason::error("session closed"))
+                        .now_or_never();
                 }
             }
             streams.remove(&k);
@@ -372,22 +470,37 @@ impl RingEventStore {
         }
     }
 
-    /// Checks a `Last-Event-ID` against the stream it names and the session it must belong to,
-    /// without opening a reader (the tower layer's check before rmcp sees the request).
+    /// Checks a `Last-Event-ID` against the stream it names and the MCP session it must belong
+    /// to, without opening a reader (the tower layer's check before rmcp sees the request).
+    ///
+    /// # Errors
+    ///
+    /// A [`ResumeRefusal`] when the cursor cannot be honoured: malformed, an unknown stream or one
+    /// of another session, below the retained floor, ahead of the head, or the last id of a stream
+    /// that has ended.
     pub fn check_resume(
         &self,
         session: Option<&str>,
         last_event_id: &[u8],
     ) -> Result<StreamState, ResumeRefusal> {
-        let (entry, _) = self.locate(session, last_event_id)?;
+        let (entry, id) = self.locate(session, last_event_id)?;
         let state = entry.state();
-        match replay_ring_sse::decide(Some(&state), Some(last_event_id)) {
-            d if d.is_accepted() => Ok(state),
-            decision => Err(self.refused(ResumeRefusal {
-                decision,
-                state: Some(state),
-                foreign_session: false,
-            })),
+        let decision = replay_ring_sse::decide(Some(&state), Some(last_event_id));
+        if !decision.is_accepted() {
+            return Err(self.refuse(RefusalReason::Decision(decision), Some(state)));
+        }
+        self.check_not_ended(&entry, id.seq)?;
+        Ok(state)
+    }
+
+    /// A cursor at the head of a stream that has ended would get a `200` with nothing in it:
+    /// refuse it explicitly instead (the client already holds everything the stream will carry).
+    fn check_not_ended(&self, entry: &StreamEntry, cursor: u64) -> Result<(), ResumeRefusal> {
+        match entry.ring.close_reason() {
+            Some(reason) if cursor >= entry.ring.head() => {
+                Err(self.refuse(RefusalReason::StreamEnded(reason), Some(entry.state())))
+            }
+            _ => Ok(()),
         }
     }
 
@@ -397,74 +510,84 @@ impl RingEventStore {
         session: Option<&str>,
         last_event_id: &[u8],
     ) -> Result<(Arc<StreamEntry>, EventId), ResumeRefusal> {
-        let refuse = |decision, state, foreign_session| {
-            self.refused(ResumeRefusal {
-                decision,
-                state,
-                foreign_session,
-            })
+        let lost = |err| {
+            self.refuse(
+                RefusalReason::Decision(ResumeDecision::StreamLost(err)),
+                None,
+            )
         };
-        let id = EventId::parse_bytes(last_event_id)
-            .map_err(|e| refuse(ResumeDecision::InvalidCursor(e), None, false))?;
+        let id = EventId::parse_bytes(last_event_id).map_err(|e| self.malformed(e))?;
         if id.epoch != self.inner.epoch {
-            let err = LastEventIdError::UnknownEpoch {
+            return Err(lost(LastEventIdError::UnknownEpoch {
                 stream: id.stream,
                 got: id.epoch,
                 current: self.inner.epoch,
-            };
-            return Err(refuse(ResumeDecision::StreamLost(err), None, false));
+            }));
         }
         let Some(entry) = self.entry_by_event_id(&id) else {
-            let err = LastEventIdError::UnknownStream { stream: id.stream };
-            return Err(refuse(ResumeDecision::StreamLost(err), None, false));
+            return Err(lost(LastEventIdError::UnknownStream { stream: id.stream }));
         };
+        if let Some(session) = session {
+            if entry.session().as_deref() != Some(session) {
+                let stream = id.stream;
+                return Err(self.refuse(RefusalReason::ForeignSession { stream }, None));
+            }
+        }
         // The window is enforced lazily: whatever expired is released before the decision.
         entry
             .retention
             .lock()
             .release_expired(&entry.ring, Instant::now());
-        if let Some(session) = session {
-            if entry.session().as_deref() != Some(session) {
-                let err = LastEventIdError::UnknownStream { stream: id.stream };
-                return Err(refuse(ResumeDecision::StreamLost(err), None, true));
-            }
-        }
         Ok((entry, id))
     }
 
-    fn refused(&self, r: ResumeRefusal) -> ResumeRefusal {
+    /// Counts a refusal and builds it.
+    fn refuse(&self, reason: RefusalReason, state: Option<StreamState>) -> ResumeRefusal {
         let c = &self.inner.counters;
-        if r.foreign_session {
-            c.resumes_foreign_session.inc();
-        } else {
-            match r.decision {
+        match &reason {
+            RefusalReason::ForeignSession { .. } => c.resumes_foreign_session.inc(),
+            RefusalReason::StreamEnded(_) => c.resumes_stream_ended.inc(),
+            RefusalReason::Decision(d) => match d {
                 ResumeDecision::Gap { .. } => c.resumes_below_floor.inc(),
                 ResumeDecision::Mismatch { .. } => c.resumes_ahead_of_head.inc(),
                 ResumeDecision::InvalidCursor(_) => c.resumes_malformed.inc(),
                 ResumeDecision::StreamLost(_) => c.resumes_stream_lost.inc(),
                 ResumeDecision::SessionLost => c.resumes_session_lost.inc(),
                 _ => c.resumes_busy.inc(),
-            }
+            },
         }
-        r
+        ResumeRefusal { reason, state }
+    }
+
+    pub(crate) fn malformed(&self, err: LastEventIdError) -> ResumeRefusal {
+        self.refuse(
+            RefusalReason::Decision(ResumeDecision::InvalidCursor(err)),
+            None,
+        )
+    }
+
+    pub(crate) fn session_lost(&self) -> ResumeRefusal {
+        self.refuse(RefusalReason::Decision(ResumeDecision::SessionLost), None)
     }
 
     /// Opens a stream that replays everything after `last_event_id` and then tails live events
     /// until the stream completes. `session` (when given) must own the stream.
+    ///
+    /// # Errors
+    ///
+    /// The same refusals as [`check_resume`](Self::check_resume), plus `Busy` when every reader
+    /// slot of the stream is taken.
     pub fn resume_stream(
         &self,
         session: Option<&str>,
         last_event_id: &[u8],
     ) -> Result<RingStream, ResumeRefusal> {
-        let (entry, _) = self.locate(session, last_event_id)?;
+        let (entry, id) = self.locate(session, last_event_id)?;
+        self.check_not_ended(&entry, id.seq)?;
         let resumed = replay_ring_sse::resume(&entry.ring, &entry.identity, Some(last_event_id))
             .map_err(|Refused { decision, state }| {
-            self.refused(ResumeRefusal {
-                decision,
-                state,
-                foreign_session: false,
-            })
-        })?;
+                self.refuse(RefusalReason::Decision(decision), state)
+            })?;
         self.inner.counters.resumes_ok.inc();
         Ok(self.open(entry, resumed))
     }
@@ -475,13 +598,10 @@ impl RingEventStore {
         entry: Arc<StreamEntry>,
         after: u64,
     ) -> Result<RingStream, ResumeRefusal> {
-        let reader = entry.ring.resume(Some(after)).map_err(|e| {
-            self.refused(ResumeRefusal {
-                decision: e.into(),
-                state: Some(entry.state()),
-                foreign_session: false,
-            })
-        })?;
+        let reader = entry
+            .ring
+            .resume(Some(after))
+            .map_err(|e| self.refuse(RefusalReason::Decision(e.into()), Some(entry.state())))?;
         Ok(RingStream::new(entry, reader, None, self.inner.clone()))
     }
 
@@ -494,102 +614,100 @@ impl RingEventStore {
         RingStream::new(entry, reader, acknowledged, self.inner.clone())
     }
 
-    /// Pushes one event, waiting (bounded) for space; the stream is closed with an explicit
-    /// reason when the bound is reached. Never drops an event.
+    /// Pushes one event through the stream's [`Publisher`], which waits (bounded) for space and
+    /// closes the stream with an explicit reason when the bound is reached. Never drops an event.
+    ///
+    /// The bound counts from [`StreamEntry::waiting_since`], which can be earlier than this call:
+    /// the publisher is given that much less time, and the stream is closed the same way when it
+    /// runs out.
     async fn push(
         &self,
         entry: &StreamEntry,
         event: &ServerSseMessage,
     ) -> Result<u64, EventStoreError> {
         let counters = &self.inner.counters;
-        let mut guard = entry.producer.lock().await;
-        let Some(producer) = guard.as_mut() else {
-            let reason = entry
-                .ring
-                .close_reason()
-                .map_or_else(|| "closed".to_owned(), |r| r.to_string());
-            return Err(format!("stream {} is closed: {reason}", entry.identity.stream).into());
-        };
+        let mut publisher = entry.publisher.lock().await;
         let final_message = !entry.is_common
             && matches!(
                 event.message.as_deref(),
                 Some(ServerJsonRpcMessage::Response(_) | ServerJsonRpcMessage::Error(_))
             );
-        let mut clock = BackpressureClock::new(self.inner.config.retention.backpressure_timeout);
         let identity = entry.identity;
-        loop {
-            let now = Instant::now();
-            entry.retention.lock().release_expired(&entry.ring, now);
-            let pushed = producer.try_push_with(|seq| {
-                let mut m = event.clone();
-                m.event_id = Some(identity.event_id(seq).to_string());
-                m
-            });
-            match pushed {
-                Ok(seq) => {
-                    counters.events_stored.inc();
-                    if event.message.is_none() {
-                        counters.priming_stored.inc();
-                    }
-                    if final_message {
-                        if let Some(p) = guard.take() {
-                            p.close(CloseReason::Completed);
-                        }
-                        *entry.completed_at.lock() = Some(now);
-                        counters.streams_completed.inc();
-                    }
-                    return Ok(seq);
-                }
-                Err(PushError::Full(_)) => {
-                    if clock.waiting_since().is_none() {
-                        counters.backpressure_waits.inc();
-                    }
-                    match clock.on_full(now) {
-                        Ok(deadline) => {
-                            let expiry = entry.retention.lock().next_expiry();
-                            let wake = expiry.map_or(deadline, |e| e.min(deadline));
-                            let wake = wake.max(now + MIN_BACKPRESSURE_POLL);
-                            tokio::select! {
-                                () = producer.ready() => {}
-                                () = tokio::time::sleep_until(wake.into()) => {}
-                            }
-                        }
-                        Err(reason) => {
-                            counters.backpressure_timeouts.inc();
-                            let message = format!(
-                                "stream {} closed: {reason} with {} events unacknowledged; nothing was dropped",
-                                identity.stream,
-                                entry.ring.capacity()
-                            );
-                            if let Some(p) = guard.take() {
-                                p.close(reason);
-                            }
-                            return Err(message.into());
-                        }
-                    }
-                }
-                Err(PushError::IdsExhausted(_)) => {
-                    if let Some(p) = guard.take() {
-                        p.close(CloseReason::error("event ids exhausted"));
-                    }
-                    return Err("event ids exhausted".into());
-                }
-                // `PushError` is non-exhaustive: end the stream explicitly on a refusal this
-                // version does not know, as for exhausted ids.
-                Err(other) => {
-                    let message = other.to_string();
-                    if let Some(p) = guard.take() {
-                        p.close(CloseReason::error(message.as_str()));
-                    }
-                    return Err(message.into());
-                }
-            }
+        let make = |seq| {
+            let mut m = event.clone();
+            m.event_id = Some(identity.event_id(seq).to_string());
+            m
+        };
+        let since = entry.waiting_since(Instant::now());
+        let deadline = since + self.inner.config.retention.backpressure_timeout;
+        if entry.is_full() {
+            counters.backpressure_waits.inc();
         }
+        // `publish_with` is polled before the deadline is checked, so an event with room is
+        // always stored; a cancelled publish appends nothing.
+        let published =
+            tokio::time::timeout_at(deadline.into(), publisher.publish_with(make)).await;
+        let result = match published {
+            Ok(Ok(seq)) => {
+                *entry.full_since.lock() = entry.is_full().then_some(Instant::now());
+                counters.events_stored.inc();
+                if event.message.is_none() {
+                    counters.priming_stored.inc();
+                }
+                if final_message {
+                    let _ = publisher.close(CloseReason::Completed).await;
+                    counters.streams_completed.inc();
+                }
+                Ok(seq)
+            }
+            Ok(Err(PublishError::Closed(reason))) => {
+                let reason = reason.map_or_else(|| "closed".to_owned(), |r| r.to_string());
+                Err(format!("stream {} is closed: {reason}", identity.stream))
+            }
+            Ok(Err(e @ PublishError::BackpressureTimeout { .. })) => {
+                counters.backpressure_timeouts.inc();
+                Err(Self::backpressure_message(entry, &e))
+            }
+            Ok(Err(e)) => Err(format!("stream {}: {e}", identity.stream)),
+            Err(_elapsed) => {
+                let waited = since.elapsed();
+                let _ = publisher
+                    .close(CloseReason::BackpressureTimeout { waited })
+                    .await;
+                counters.backpressure_timeouts.inc();
+                let e = PublishError::BackpressureTimeout { waited };
+                Err(Self::backpressure_message(entry, &e))
+            }
+        };
+        if publisher.is_closed() {
+            entry.mark_closed();
+        }
+        result.map_err(EventStoreError::from)
+    }
+
+    fn backpressure_message(entry: &StreamEntry, e: &PublishError) -> String {
+        format!(
+            "stream {} closed: {e}; {} events unacknowledged, nothing was dropped",
+            entry.identity.stream,
+            entry.ring.capacity()
+        )
     }
 }
 
 #[async_trait::async_trait]
 impl EventStore for RingEventStore {
+    /// Commits `event` to the ring of `stream_id` (created on first use) and returns its wire id.
+    /// Waits while the window is full, at most the backpressure bound.
+    ///
+    /// # Errors
+    ///
+    /// The stream is closed (completed, closed by backpressure, or its MCP session was deleted),
+    /// or the wait reached the bound (the stream is then closed, nothing dropped).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancelling never stores half an event or consumes an id: a cancelled call either stored
+    /// the event (its id is lost to the caller, the event stays replayable) or stored nothing.
     async fn store_event(
         &self,
         stream_id: &str,
@@ -603,6 +721,14 @@ impl EventStore for RingEventStore {
     /// Used by rmcp only for session-less (2026-07-28 stateless) GETs; session-bound resumes go
     /// through [`ReplayRingSessionManager`](crate::ReplayRingSessionManager), which also checks
     /// the session.
+    ///
+    /// # Errors
+    ///
+    /// The [`ResumeRefusal`] of [`resume_stream`](RingEventStore::resume_stream).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: nothing is awaited; a dropped stream unregisters its reader.
     async fn replay_events_after(
         &self,
         last_event_id: &str,

@@ -6,12 +6,14 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use futures::Stream;
-use replay_ring_sse::ConnectionId;
 use replay_ring::{CloseReason, Event, ReadError, Reader};
-use rmcp::model::{ErrorCode, ErrorData, JsonRpcError, JsonRpcVersion2_0, ServerJsonRpcMessage};
+use replay_ring_sse::ConnectionId;
+use rmcp::model::{
+    ErrorCode, ErrorData, JsonRpcError, JsonRpcVersion2_0, RequestId, ServerJsonRpcMessage,
+};
 use rmcp::transport::streamable_http_server::session::ServerSseMessage;
 use sync_wrapper::SyncWrapper;
 
@@ -21,6 +23,28 @@ use crate::store::{Inner, StreamEntry};
 pub const STREAM_BROKEN_CODE: i32 = -32000;
 
 type Signal = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// The explicit last frame of a connection whose stream cannot go on. On a request stream: a
+/// JSON-RPC error for that request, so the client's call fails now instead of waiting forever. A
+/// stream that answers no request (the session's GET stream) has no request an error could name,
+/// and an error without an id is not a message the clients accept: it ends the connection with a
+/// `retry:` hint instead, and the client's reconnect gets the explicit HTTP status.
+pub(crate) fn broken_frame(
+    request: Option<RequestId>,
+    message: String,
+    data: serde_json::Value,
+    retry: Duration,
+) -> ServerSseMessage {
+    let Some(id) = request else {
+        return ServerSseMessage::retry(retry);
+    };
+    let error = ErrorData::new(ErrorCode(STREAM_BROKEN_CODE), message, Some(data));
+    ServerSseMessage::from_message(ServerJsonRpcMessage::Error(JsonRpcError {
+        jsonrpc: JsonRpcVersion2_0,
+        id: Some(id),
+        error,
+    }))
+}
 
 enum State {
     Open,
@@ -40,8 +64,10 @@ pub struct RingStream {
     conn: Option<ConnectionId>,
     store: Arc<Inner>,
     state: State,
-    /// Ids below this are not reported to the retention policy again.
+    /// Every id up to here was taken by the transport (reported to the retention policy).
     written: u64,
+    /// The newest id handed to the transport; it is taken when the transport asks for more.
+    handed: u64,
     /// End the connection (with a `retry:` hint) once everything available was sent.
     end_when_caught_up: bool,
     /// Events sent on this connection.
@@ -73,6 +99,7 @@ impl RingStream {
                 // A resume with `x` proves the client holds `..= x`.
                 let _ = retention.acknowledge(&entry.ring, acked);
             }
+            entry.on_connections_changed(retention.live_connections());
             conn
         };
         let mut rx = entry.disconnect_signal();
@@ -91,6 +118,7 @@ impl RingStream {
             store,
             state: State::Open,
             written: start,
+            handed: start,
             end_when_caught_up: false,
             frames: 0,
         }
@@ -107,21 +135,31 @@ impl RingStream {
         self.reader.get_mut().cursor()
     }
 
-    /// The explicit last frame when the stream breaks: a JSON-RPC error for the request the stream
-    /// answers (so the client's call fails now instead of waiting forever).
+    /// The explicit last frame when the stream breaks (see [`broken_frame`]).
     fn broken(&self, message: String, data: serde_json::Value) -> ServerSseMessage {
         self.store.counters.streams_ended_with_error.inc();
-        let error = ErrorData::new(ErrorCode(STREAM_BROKEN_CODE), message, Some(data));
-        let msg = ServerJsonRpcMessage::Error(JsonRpcError {
-            jsonrpc: JsonRpcVersion2_0,
-            id: self.entry.request(),
-            error,
-        });
-        ServerSseMessage::from_message(msg)
+        broken_frame(self.entry.request(), message, data, self.store.config.retry)
     }
 
     fn retry_frame(&self) -> ServerSseMessage {
         ServerSseMessage::retry(self.store.config.retry)
+    }
+
+    /// The transport asks for more: what was handed before has been taken. Reports it to the
+    /// retention policy (which may release events and so free a waiting producer, woken by the
+    /// ring) and returns whether the slow-consumer policy has cut this connection meanwhile.
+    fn on_taken(&mut self) -> bool {
+        let Some(conn) = &self.conn else {
+            return false;
+        };
+        let mut retention = self.entry.retention.lock();
+        if self.handed > self.written {
+            self.written = self.handed;
+            let now = Instant::now();
+            retention.on_written(conn, self.handed, now);
+            retention.release_expired(&self.entry.ring, now);
+        }
+        retention.cut_verdict(conn).is_some()
     }
 
     fn on_error(&mut self, err: ReadError) -> Option<ServerSseMessage> {
@@ -166,14 +204,15 @@ impl RingStream {
             self.store.counters.server_disconnects.inc();
             self.state = State::Ending(Some(self.retry_frame()));
         }
-        if event.id > self.written {
-            self.written = event.id;
+        if event.id > self.handed {
+            self.handed = event.id;
             if let Some(conn) = &self.conn {
-                let now = Instant::now();
-                let mut retention = self.entry.retention.lock();
-                retention.on_written(conn, event.id, now);
-                // May free space for a producer waiting on a full window (it is woken by the ring).
-                retention.release_expired(&self.entry.ring, now);
+                // Taken when the transport polls again; the slow-consumer policy cuts a
+                // connection whose transport takes nothing for its write timeout.
+                self.entry
+                    .retention
+                    .lock()
+                    .on_write_pending(conn, Instant::now());
             }
         }
         event.data
@@ -185,6 +224,8 @@ impl Stream for RingStream {
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<ServerSseMessage>> {
         let this = &mut *self;
+        // Asked for more: what was handed before has been taken (also before a last frame).
+        let cut = this.on_taken();
         loop {
             match &mut this.state {
                 State::Done => return Poll::Ready(None),
@@ -197,6 +238,14 @@ impl Stream for RingStream {
                     continue;
                 }
                 State::Open => {}
+            }
+            if cut {
+                // Cut by the slow-consumer policy: it no longer holds events back (only for a
+                // resumption window, as a departed client), and its connection ends with a retry
+                // hint: the stream goes on, and a client that reconnects resumes exactly.
+                this.store.counters.server_disconnects.inc();
+                this.state = State::Ending(Some(this.retry_frame()));
+                continue;
             }
             if this.disconnect.get_mut().as_mut().poll(cx).is_ready() {
                 this.end_when_caught_up = true;
@@ -227,7 +276,10 @@ impl Drop for RingStream {
     fn drop(&mut self) {
         if let Some(conn) = self.conn.take() {
             // The departed client gets a full resumption window for what it has not seen.
-            self.entry.retention.lock().disconnect(conn, Instant::now());
+            let mut retention = self.entry.retention.lock();
+            retention.disconnect(conn, Instant::now());
+            self.entry
+                .on_connections_changed(retention.live_connections());
         }
     }
 }

@@ -6,8 +6,8 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use replay_ring_mcp::demo::Storage;
 use replay_ring_mcp::StoreConfig;
+use replay_ring_mcp_demo::Storage;
 use replay_ring_sse::RetentionConfig;
 
 const N: u64 = 200;
@@ -318,4 +318,71 @@ async fn side_by_side_builtin_cache_vs_replay_ring() {
         }
     }
     println!("SIDE-BY-SIDE\n{}", report.join("\n"));
+}
+
+/// A call that fails with a JSON-RPC error completes its stream like a result does. The TS SDK
+/// (1.32.2) reconnects after an error response anyway (only a result marks its request done), with
+/// the error's id: the last id of a completed stream. That resume is answered 410
+/// `stream_complete`, so the transport gives up after its two retries; a `200` with nothing in it
+/// would make it reconnect every `retry` for as long as the client lives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs python/node clients; run by scripts/test-all"]
+async fn typescript_resume_after_an_error_response_is_told_the_stream_is_complete() {
+    let server = start_server(Storage::ReplayRing(store_config())).await;
+    let proxy = start_proxy(server.addr, |_| {}).await;
+    let url = format!("{}/mcp", proxy.url());
+    // n = -1 is not a valid argument: the tool answers with a JSON-RPC error (invalid params).
+    let out = ts_long_task_raw(&url, "-1", 0, 5_000, 8 * RETRY.as_millis() as u64).await;
+    assert!(out["result"].is_null(), "{out}");
+    assert!(
+        out["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("n (integer) is required"),
+        "{out}"
+    );
+
+    let log = proxy.requests();
+    let resumes: Vec<_> = with_method(&log, "GET")
+        .into_iter()
+        .filter(|r| r.last_event_id.is_some())
+        .collect();
+    assert!(!resumes.is_empty() && resumes.len() <= 2, "{resumes:?}");
+    for r in &resumes {
+        assert_eq!(r.status, Some(410), "{r:?}");
+    }
+    let errors = out["transportErrors"].to_string();
+    assert!(errors.contains("Maximum reconnection attempts"), "{errors}");
+    assert!(
+        server
+            .store
+            .as_ref()
+            .unwrap()
+            .metrics()
+            .resumes_stream_ended
+            >= 1
+    );
+}
+
+/// A normal close: the client deletes its MCP session while its GET stream is open. The GET
+/// stream answers no request, so it ends without a JSON-RPC error (an error without an id is not a
+/// message the Python SDK parses: it would log "Error parsing SSE message" on every close).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs python/node clients; run by scripts/test-all"]
+async fn python_session_close_logs_no_parse_error() {
+    let server = start_server(Storage::ReplayRing(store_config())).await;
+    let proxy = start_proxy(server.addr, |_| {}).await;
+    let url = format!("{}/mcp", proxy.url());
+    // A call long enough for the client's GET stream to be open when it closes the session.
+    let out = python_long_task(&url, 20, 20, 30).await;
+    assert_eq!(out["result"], serde_json::json!({"n": 20}), "{out}");
+    let log = proxy.requests();
+    assert!(
+        log.iter()
+            .any(|r| r.method == "GET" && r.last_event_id.is_none() && r.status == Some(200)),
+        "the client never opened its GET stream: {log:?}"
+    );
+    assert!(log.iter().any(|r| r.method == "DELETE"), "{log:?}");
+    let transport = out["transport_log"].to_string();
+    assert!(!transport.contains("Error parsing"), "{transport}");
 }

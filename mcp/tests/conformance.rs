@@ -7,8 +7,8 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use replay_ring_mcp::demo::Storage;
 use replay_ring_mcp::StoreConfig;
+use replay_ring_mcp_demo::Storage;
 
 /// Every server scenario of the suite (0.1.16, `conformance list`): each must pass with no failure
 /// and no warning. The suite's default ("active") run leaves some out (e.g. `server-sse-polling`),

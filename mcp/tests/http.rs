@@ -8,8 +8,9 @@ use axum::body::Body;
 use axum::Router;
 use http::{Request, Response, StatusCode};
 use http_body_util::BodyExt;
-use replay_ring_mcp::demo::{app, Storage};
-use replay_ring_mcp::StoreConfig;
+use replay_ring_mcp::{RingEventStore, StoreConfig};
+use replay_ring_mcp_demo::{app, Storage};
+use replay_ring_sse::{RetentionConfig, SlowConsumerPolicy};
 use serde_json::{json, Value};
 use tower::ServiceExt;
 
@@ -56,7 +57,11 @@ struct Sse {
 
 /// Reads events until the body ends or `max` events were read.
 async fn events(resp: Response<Body>, max: usize) -> Vec<Sse> {
-    let mut body = resp.into_body();
+    events_from(&mut resp.into_body(), max).await
+}
+
+/// Reads events from `body` until it ends or `max` events were read; the body stays usable.
+async fn events_from(body: &mut Body, max: usize) -> Vec<Sse> {
     let mut buf = String::new();
     let mut out = Vec::new();
     while out.len() < max {
@@ -130,9 +135,15 @@ async fn initialize(app: &Router) -> String {
     session
 }
 
+fn long_task_paced(id: u64, n: u64, delay_ms: u64) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+        "name": "long_task", "arguments": {"n": n, "delay_ms": delay_ms},
+        "_meta": {"progressToken": format!("p{id}")}}})
+}
+
 fn long_task(id: u64, n: u64) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
-        "name": "long_task", "arguments": {"n": n}, "_meta": {"progressToken": "p"}}})
+        "name": "long_task", "arguments": {"n": n}, "_meta": {"progressToken": format!("p{id}")}}})
 }
 
 fn ring_app() -> Router {
@@ -200,12 +211,8 @@ async fn unreplayable_cursors_get_explicit_json_rpc_errors_never_an_empty_200() 
             400,
             "invalid_last_event_id",
         ),
-        (
-            other.as_str(),
-            format!("{prefix}.6"),
-            400,
-            "foreign_session",
-        ),
+        // Another session's stream is answered like a stream that does not exist.
+        (other.as_str(), format!("{prefix}.6"), 404, "stream_lost"),
         (
             "no-such-session",
             format!("{prefix}.6"),
@@ -217,6 +224,9 @@ async fn unreplayable_cursors_get_explicit_json_rpc_errors_never_an_empty_200() 
         let resp = call(&app, get(sess, Some(&cursor))).await;
         assert_eq!(resp.status().as_u16(), status, "{cursor} in {sess}");
         assert_eq!(resp.headers()["content-type"], "application/json");
+        // Only a stream of this session shows its window.
+        let window = resp.headers().contains_key("replay-floor");
+        assert_eq!(window, matches!(status, 409 | 416), "{cursor} in {sess}");
         let body = json_body(resp).await;
         assert_eq!(body["jsonrpc"], "2.0");
         assert_eq!(body["error"]["code"], -32000);
@@ -271,4 +281,266 @@ async fn rmcp_builtin_cache_answers_an_unknown_cursor_with_an_empty_200() {
     let resp = call(&app, get(&session, Some("999/12345"))).await;
     assert_eq!(resp.status(), StatusCode::OK);
     assert!(events(resp, 10).await.is_empty());
+}
+
+#[tokio::test]
+async fn a_resume_at_the_final_id_of_a_completed_stream_is_410_stream_complete() {
+    let app = ring_app();
+    let session = initialize(&app).await;
+    let all = events(call(&app, post(Some(&session), long_task(1, 3))).await, 100).await;
+    let last = all.last().unwrap().id.clone().unwrap();
+    let (prefix, head) = last.rsplit_once('.').unwrap();
+    // From the middle: the rest, ending with the result.
+    let replay = events(
+        call(&app, get(&session, Some(&format!("{prefix}.2")))).await,
+        100,
+    )
+    .await;
+    assert!(
+        replay.last().unwrap().data.contains("structuredContent"),
+        "{replay:?}"
+    );
+    // At the final id there is nothing left to send, ever: an explicit 410, not an empty 200.
+    let resp = call(&app, get(&session, Some(&last))).await;
+    assert_eq!(resp.status(), StatusCode::GONE);
+    assert_eq!(resp.headers()["replay-head"], head);
+    let body = json_body(resp).await;
+    assert_eq!(body["error"]["data"]["error"], "stream_complete", "{body}");
+    assert_eq!(
+        body["error"]["data"]["head"],
+        head.parse::<u64>().unwrap(),
+        "{body}"
+    );
+}
+
+/// The demo app on replay-ring with `config`, and its store.
+fn ring_app_with(config: StoreConfig) -> (Router, RingEventStore) {
+    let (app, store) = app(Storage::ReplayRing(config));
+    (app, store.expect("replay-ring storage has a store"))
+}
+
+fn small_window(capacity: usize) -> StoreConfig {
+    StoreConfig {
+        capacity,
+        retention: RetentionConfig {
+            resumption_window: Duration::from_secs(30),
+            backpressure_timeout: Duration::from_millis(200),
+        },
+        completed_ttl: Duration::from_millis(200),
+        ..StoreConfig::default()
+    }
+}
+
+/// Polls `cond` every few milliseconds until it holds or `limit` passes.
+async fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = tokio::time::Instant::now() + limit;
+    while tokio::time::Instant::now() < deadline {
+        if cond() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    cond()
+}
+
+/// Opens `long_task(n)` in `session`, reads its priming event and abandons the connection.
+/// Returns the priming id.
+async fn abandoned_call(app: &Router, session: &str, id: u64, n: u64) -> String {
+    let resp = call(app, post(Some(session), long_task(id, n))).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let priming = events(resp, 1).await;
+    priming[0].id.clone().expect("priming id")
+}
+
+#[tokio::test]
+async fn a_request_stream_closed_by_backpressure_ends_with_an_error_for_its_request() {
+    let (app, store) = ring_app_with(small_window(8));
+    let session = initialize(&app).await;
+    let priming = abandoned_call(&app, &session, 41, 50).await;
+    assert!(
+        eventually(LIMIT, || store.metrics().backpressure_timeouts == 1).await,
+        "{:?}",
+        store.metrics()
+    );
+    // The client comes back: all eight stored events (nothing dropped), then a JSON-RPC error
+    // that names its request.
+    let resp = call(&app, get(&session, Some(&priming))).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let got = events(resp, 100).await;
+    assert_eq!(got.iter().filter(|e| e.id.is_some()).count(), 7, "{got:?}");
+    let error: Value = serde_json::from_str(&got.last().unwrap().data).unwrap();
+    assert_eq!(error["id"], 41, "{error}");
+    assert_eq!(error["error"]["data"]["error"], "stream_closed", "{error}");
+    // Its last id is answered explicitly, and the stream is forgotten after the TTL.
+    let head = got[got.len() - 2].id.clone().unwrap();
+    let resp = call(&app, get(&session, Some(&head))).await;
+    assert_eq!(resp.status(), StatusCode::GONE);
+    assert_eq!(
+        json_body(resp).await["error"]["data"]["error"],
+        "stream_closed"
+    );
+    assert!(
+        eventually(LIMIT, || {
+            store.maintain();
+            store.metrics().streams_open == 0
+        })
+        .await,
+        "{:?}",
+        store.metrics()
+    );
+    let resp = call(&app, get(&session, Some(&head))).await;
+    assert_eq!(resp.status(), StatusCode::NOT_FOUND);
+}
+
+/// Resident set size of this process, from /proc (Linux).
+fn rss_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * 4096)
+}
+
+/// Abandoned tool calls (the client fires them together, reads each priming event and goes away;
+/// the session stays) fill their windows, are closed by backpressure, and are forgotten after the
+/// TTL: round after round the store returns to empty and the process does not grow. Their
+/// backpressure timeouts run concurrently, so a round takes about one bound, not one per call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abandoned_tool_calls_are_released_round_after_round() {
+    const CALLS: u64 = 30;
+    const ROUNDS: usize = 3;
+    let config = StoreConfig {
+        capacity: 1024,
+        ..small_window(1024)
+    };
+    let bound = config.retention.backpressure_timeout;
+    let (app, store) = ring_app_with(config);
+    let session = initialize(&app).await;
+    let mut rss = Vec::new();
+    for round in 0..ROUNDS {
+        // The client fires the calls together, reads each priming event and goes away.
+        let calls =
+            (0..CALLS).map(|c| abandoned_call(&app, &session, 1000 * round as u64 + c, 1100));
+        futures::future::join_all(calls).await;
+        // The windows fill up (nobody reads them) and the streams are closed by backpressure.
+        let before = round as u64 * CALLS;
+        assert!(
+            eventually(Duration::from_secs(60), || store
+                .metrics()
+                .backpressure_timeouts
+                > before)
+            .await,
+            "round {round}: {:?}",
+            store.metrics()
+        );
+        let first = std::time::Instant::now();
+        assert!(
+            eventually(Duration::from_secs(60), || store
+                .metrics()
+                .backpressure_timeouts
+                == before + CALLS)
+            .await,
+            "round {round}: {:?}",
+            store.metrics()
+        );
+        let spread = first.elapsed();
+        assert!(
+            spread < bound * (CALLS as u32) / 3,
+            "round {round}: {CALLS} backpressure timeouts took {spread:?} (bound {bound:?}): one after the other"
+        );
+        assert!(
+            eventually(Duration::from_secs(10), || {
+                store.maintain();
+                let m = store.metrics();
+                m.streams_open == 0 && m.retained == 0
+            })
+            .await,
+            "round {round}: closed streams were kept: {:?}",
+            store.metrics()
+        );
+        rss.push(rss_bytes().unwrap_or(0));
+    }
+    let m = store.metrics();
+    println!("RSS after each round (bytes): {rss:?}; {m:?}");
+    assert_eq!(m.streams_expired, ROUNDS as u64 * CALLS, "{m:?}");
+    // Each round stores about 20 MB of events (30 windows of 1024); what is released is reused.
+    let growth = rss[ROUNDS - 1].saturating_sub(rss[0]);
+    assert!(
+        growth < 12 << 20,
+        "RSS grew {} MB over {} rounds: {rss:?}",
+        growth >> 20,
+        ROUNDS - 1
+    );
+}
+
+#[tokio::test]
+async fn a_repeated_last_event_id_is_refused_as_ambiguous() {
+    let app = ring_app();
+    let session = initialize(&app).await;
+    let all = events(call(&app, post(Some(&session), long_task(1, 3))).await, 100).await;
+    let (first, second) = (all[1].id.clone().unwrap(), all[2].id.clone().unwrap());
+    let mut req = get(&session, Some(&first));
+    req.headers_mut()
+        .append("last-event-id", second.parse().unwrap());
+    let resp = call(&app, req).await;
+    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+    let body = json_body(resp).await;
+    assert_eq!(
+        body["error"]["data"]["error"], "invalid_last_event_id",
+        "{body}"
+    );
+    assert_eq!(body["error"]["data"]["reason"], "duplicate", "{body}");
+}
+
+/// The progress value of an SSE event's JSON-RPC notification, if it is one.
+fn progress_of(e: &Sse) -> Option<u64> {
+    let v: Value = serde_json::from_str(&e.data).ok()?;
+    v["params"]["progress"].as_f64().map(|p| p as u64)
+}
+
+/// A client whose POST connection stalls (it stops reading, the connection stays open) resumes on
+/// a second connection. The stalled one would hold the window at its position until the producer
+/// gives up; the slow-consumer policy cuts it after the write timeout, and the resumed connection
+/// gets every event through the result.
+#[tokio::test]
+async fn a_stalled_connection_is_cut_and_the_resumed_one_gets_every_event() {
+    const N: u64 = 100;
+    let config = StoreConfig {
+        capacity: 16,
+        retention: RetentionConfig {
+            resumption_window: Duration::from_millis(100),
+            backpressure_timeout: Duration::from_secs(30),
+        },
+        slow_consumer: SlowConsumerPolicy {
+            write_timeout: Some(Duration::from_millis(200)),
+            ..SlowConsumerPolicy::default()
+        },
+        ..StoreConfig::default()
+    };
+    let (app, store) = ring_app_with(config);
+    let session = initialize(&app).await;
+    let resp = call(&app, post(Some(&session), long_task_paced(7, N, 1))).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let mut stalled = resp.into_body();
+    // The priming event and progress 1..=3, then nothing more is read from this connection.
+    let seen = events_from(&mut stalled, 4).await;
+    assert_eq!(
+        seen.iter().filter_map(progress_of).collect::<Vec<_>>(),
+        [1, 2, 3]
+    );
+    let cursor = seen.last().unwrap().id.clone().unwrap();
+
+    let resumed = events(call(&app, get(&session, Some(&cursor))).await, 1000).await;
+    let progress: Vec<u64> = resumed.iter().filter_map(progress_of).collect();
+    assert_eq!(progress, (4..=N).collect::<Vec<_>>());
+    let result = &resumed.last().unwrap().data;
+    assert!(
+        result.contains(r#""structuredContent":{"n":100}"#),
+        "{result}"
+    );
+    let m = store.metrics();
+    assert_eq!(
+        (m.slow_consumers_cut, m.backpressure_timeouts),
+        (1, 0),
+        "{m:?}"
+    );
+    drop(stalled);
 }

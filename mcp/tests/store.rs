@@ -4,11 +4,14 @@
 use std::time::Duration;
 
 use futures::StreamExt;
-use replay_ring_mcp::{RingEventStore, StoreConfig, STREAM_BROKEN_CODE};
+use replay_ring::CloseReason;
+use replay_ring_mcp::{RefusalReason, RingEventStore, StoreConfig};
 use replay_ring_sse::{Epoch, ResumeDecision, RetentionConfig};
 use rmcp::model::ServerJsonRpcMessage;
 use rmcp::transport::streamable_http_server::session::{EventStore, ServerSseMessage};
 use serde_json::json;
+
+use RefusalReason::Decision;
 
 const LIMIT: Duration = Duration::from_secs(5);
 
@@ -136,32 +139,32 @@ async fn refusals_are_typed_below_floor_ahead_malformed_lost() {
     drop(s.resume_stream(None, b"s1.abc.4").unwrap());
     let gap = s.resume_stream(None, b"s1.abc.1").unwrap_err();
     assert_eq!(
-        gap.decision,
-        ResumeDecision::Gap {
+        gap.reason,
+        Decision(ResumeDecision::Gap {
             requested: 1,
             floor: 5,
             head: 6
-        }
+        })
     );
     let ahead = s.resume_stream(None, b"s1.abc.9").unwrap_err();
     assert_eq!(
-        ahead.decision,
-        ResumeDecision::Mismatch {
+        ahead.reason,
+        Decision(ResumeDecision::Mismatch {
             requested: 9,
             head: 6
-        }
+        })
     );
     assert!(matches!(
-        s.resume_stream(None, b"7/0").unwrap_err().decision,
-        ResumeDecision::InvalidCursor(_)
+        s.resume_stream(None, b"7/0").unwrap_err().reason,
+        Decision(ResumeDecision::InvalidCursor(_))
     ));
     assert!(matches!(
-        s.resume_stream(None, b"s1.abd.2").unwrap_err().decision,
-        ResumeDecision::StreamLost(_)
+        s.resume_stream(None, b"s1.abd.2").unwrap_err().reason,
+        Decision(ResumeDecision::StreamLost(_))
     ));
     assert!(matches!(
-        s.resume_stream(None, b"s9.abc.2").unwrap_err().decision,
-        ResumeDecision::StreamLost(_)
+        s.resume_stream(None, b"s9.abc.2").unwrap_err().reason,
+        Decision(ResumeDecision::StreamLost(_))
     ));
     // rmcp's EventStore entry point refuses too (an error, not an empty stream).
     assert!(s.replay_events_after("s1.abc.1").await.is_err());
@@ -185,43 +188,43 @@ async fn a_resume_is_bound_to_the_session_of_its_stream() {
     s.store_event("sess-1:common", &progress(2)).await.unwrap();
     assert!(s.check_resume(Some("sess-1"), id.as_bytes()).is_ok());
     let foreign = s.check_resume(Some("sess-2"), id.as_bytes()).unwrap_err();
-    assert!(foreign.foreign_session, "{foreign:?}");
+    assert!(
+        matches!(foreign.reason, RefusalReason::ForeignSession { .. }),
+        "{foreign:?}"
+    );
+    assert_eq!((foreign.code(), foreign.state), ("stream_lost", None));
     assert!(s.resume_stream(Some("sess-2"), id.as_bytes()).is_err());
     assert_eq!(s.metrics().resumes_foreign_session, 2);
-    // Dropping the session forgets its streams; a live reader ends with an explicit error.
     let mut live = s.resume_stream(Some("sess-1"), id.as_bytes()).unwrap();
     assert_eq!(progress_of(&next(&mut live).await.unwrap()), Some(2));
+    // Dropping the session forgets its streams. The GET stream answers no request, so its live
+    // connection ends with a retry hint, not with a JSON-RPC error (one without an id is not a
+    // message the clients accept); the reconnect is refused explicitly.
     s.drop_session("sess-1");
     let last = next(&mut live).await.unwrap();
-    let v = serde_json::to_value(last.message.as_deref().unwrap()).unwrap();
-    assert_eq!(v["error"]["code"], STREAM_BROKEN_CODE, "{v}");
-    assert!(
-        v["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("session closed"),
-        "{v}"
-    );
+    assert!(last.message.is_none(), "{last:?}");
+    assert_eq!(last.retry, Some(StoreConfig::default().retry));
     assert!(next(&mut live).await.is_none());
     assert!(matches!(
         s.check_resume(Some("sess-1"), id.as_bytes())
             .unwrap_err()
-            .decision,
-        ResumeDecision::StreamLost(_)
+            .reason,
+        Decision(ResumeDecision::StreamLost(_))
     ));
 }
 
 #[tokio::test]
-async fn full_window_backpressures_then_ends_the_stream_with_an_explicit_error() {
+async fn full_window_backpressures_then_ends_the_stream_explicitly() {
     let bound = Duration::from_millis(150);
     let s = store(4, bound);
+    // No client ever reads this stream: the bound counts from its creation.
+    let started = std::time::Instant::now();
     s.store_event("req-a", &ServerSseMessage::retry(Duration::from_secs(1)))
         .await
         .unwrap();
     for p in 1..=3 {
         s.store_event("req-a", &progress(p)).await.unwrap();
     }
-    let started = std::time::Instant::now();
     let err = s.store_event("req-a", &progress(4)).await.unwrap_err();
     assert!(
         started.elapsed() >= bound,
@@ -231,30 +234,140 @@ async fn full_window_backpressures_then_ends_the_stream_with_an_explicit_error()
     assert!(err.to_string().contains("backpressure"), "{err}");
     let m = s.metrics();
     assert_eq!((m.backpressure_waits, m.backpressure_timeouts), (1, 1));
-    // Nothing was dropped: a client that comes back gets all four events, then the explicit error.
+    // Nothing was dropped: a client that comes back gets all four events, then the end of the
+    // stream (this stream answers no request, so a retry hint; see the HTTP tests for the
+    // JSON-RPC error a request stream ends with).
     let mut replay = s.replay_events_after("s1.abc.0").await.unwrap();
-    let ids: Vec<_> = [
-        next(&mut replay).await.unwrap(),
-        next(&mut replay).await.unwrap(),
-        next(&mut replay).await.unwrap(),
-        next(&mut replay).await.unwrap(),
-    ]
-    .iter()
-    .map(|m| m.event_id.clone().unwrap())
-    .collect();
+    let mut ids = Vec::new();
+    for _ in 0..4 {
+        ids.push(next(&mut replay).await.unwrap().event_id.unwrap());
+    }
     assert_eq!(ids, ["s1.abc.1", "s1.abc.2", "s1.abc.3", "s1.abc.4"]);
     let last = next(&mut replay).await.unwrap();
-    let v = serde_json::to_value(last.message.as_deref().unwrap()).unwrap();
-    assert_eq!(v["error"]["code"], STREAM_BROKEN_CODE);
     assert!(
-        v["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("backpressure"),
-        "{v}"
+        last.message.is_none() && last.event_id.is_none(),
+        "{last:?}"
+    );
+    assert!(last.retry.is_some());
+    assert!(next(&mut replay).await.is_none());
+    assert_eq!(s.metrics().streams_ended_with_error, 1);
+    // A resume at the last id is told the stream ended, and why; never an empty stream.
+    let ended = s.resume_stream(None, b"s1.abc.4").unwrap_err();
+    assert!(
+        matches!(
+            ended.reason,
+            RefusalReason::StreamEnded(CloseReason::BackpressureTimeout { .. })
+        ),
+        "{ended:?}"
+    );
+    assert_eq!(ended.code(), "stream_closed");
+}
+
+#[tokio::test]
+async fn a_resume_at_the_last_id_of_a_completed_stream_is_refused_as_complete() {
+    let s = store(64, LIMIT);
+    s.store_event("req-a", &progress(1)).await.unwrap();
+    let last = s.store_event("req-a", &response(7)).await.unwrap();
+    // From the middle: replay through the response, then the end.
+    let mut replay = s.resume_stream(None, b"s1.abc.1").unwrap();
+    assert_eq!(
+        next(&mut replay).await.unwrap().event_id.as_deref(),
+        Some(last.as_str())
     );
     assert!(next(&mut replay).await.is_none());
-    assert!(s.metrics().streams_ended_with_error >= 1);
+    // At the response's id: nothing will ever follow, and the answer says so.
+    for refusal in [
+        s.check_resume(None, last.as_bytes()).unwrap_err(),
+        s.resume_stream(None, last.as_bytes()).unwrap_err(),
+    ] {
+        assert_eq!(
+            refusal.reason,
+            RefusalReason::StreamEnded(CloseReason::Completed)
+        );
+        assert_eq!(refusal.code(), "stream_complete");
+        assert_eq!(refusal.state.map(|st| (st.floor, st.head)), Some((2, 2)));
+    }
+    assert_eq!(s.metrics().resumes_stream_ended, 2);
+}
+
+/// Polls `cond` every few milliseconds until it holds or `limit` passes.
+async fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = tokio::time::Instant::now() + limit;
+    while tokio::time::Instant::now() < deadline {
+        if cond() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    cond()
+}
+
+#[tokio::test]
+async fn ended_streams_of_every_kind_are_forgotten_after_the_ttl() {
+    let s = RingEventStore::with_epoch(
+        StoreConfig {
+            capacity: 2,
+            retention: RetentionConfig {
+                resumption_window: Duration::from_secs(30),
+                backpressure_timeout: Duration::from_millis(20),
+            },
+            completed_ttl: Duration::from_millis(100),
+            ..StoreConfig::default()
+        },
+        Epoch::new(0xabc),
+    );
+    // One stream completes, one is closed by backpressure, one stays open.
+    s.store_event("done", &response(1)).await.unwrap();
+    for p in 1..=2 {
+        s.store_event("stalled", &progress(p)).await.unwrap();
+    }
+    assert!(s.store_event("stalled", &progress(3)).await.is_err());
+    s.store_event("open", &progress(1)).await.unwrap();
+    assert_eq!((s.metrics().streams_open, s.metrics().retained), (3, 4));
+    let forgotten = eventually(LIMIT, || {
+        s.maintain();
+        s.metrics().streams_open == 1
+    })
+    .await;
+    let m = s.metrics();
+    assert!(forgotten, "ended streams were kept: {m:?}");
+    assert_eq!((m.streams_expired, m.retained), (2, 1));
+    assert!(matches!(
+        s.resume_stream(None, b"s2.abc.1").unwrap_err().reason,
+        Decision(ResumeDecision::StreamLost(_))
+    ));
+}
+
+#[tokio::test]
+async fn streams_that_filled_up_together_time_out_together() {
+    // rmcp's session worker stores one event at a time. Streams that filled up while it waited on
+    // another stream have been backpressured all along: their bound runs concurrently, so K
+    // stalled streams end after about one bound, not K bounds.
+    const K: u64 = 8;
+    let bound = Duration::from_millis(300);
+    let s = store(4, bound);
+    let started = std::time::Instant::now();
+    for k in 0..K {
+        for p in 1..=4 {
+            s.store_event(&format!("req-{k}"), &progress(p))
+                .await
+                .unwrap();
+        }
+    }
+    for k in 0..K {
+        let err = s
+            .store_event(&format!("req-{k}"), &progress(5))
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("backpressure"), "{err}");
+    }
+    let elapsed = started.elapsed();
+    assert!(elapsed >= bound, "{elapsed:?}");
+    assert!(
+        elapsed < bound * 3,
+        "{K} stalled streams took {elapsed:?}: their timeouts ran one after the other"
+    );
+    assert_eq!(s.metrics().backpressure_timeouts, K);
 }
 
 #[tokio::test]

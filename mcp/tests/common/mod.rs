@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use replay_ring_e2e::proxy::{ChaosProxy, ProxyConfig, ProxyHandle, RequestLog};
-use replay_ring_mcp::demo::{app, Storage};
 use replay_ring_mcp::RingEventStore;
+use replay_ring_mcp_demo::{app, Storage};
 use serde_json::Value;
 
 /// A running demo server.
@@ -104,20 +104,33 @@ pub async fn python_long_task(url: &str, n: u64, delay_ms: u64, timeout_s: u64) 
 }
 
 pub async fn ts_long_task(url: &str, n: u64, delay_ms: u64, timeout_ms: u64) -> Value {
+    ts_long_task_raw(url, &n.to_string(), delay_ms, timeout_ms, 0).await
+}
+
+/// `long_task` from the TypeScript SDK with `n` as given (it may be invalid), staying connected
+/// `linger_ms` after the call settled.
+pub async fn ts_long_task_raw(
+    url: &str,
+    n: &str,
+    delay_ms: u64,
+    timeout_ms: u64,
+    linger_ms: u64,
+) -> Value {
     let args = [
         clients_dir()
             .join("drive_long_task.mjs")
             .display()
             .to_string(),
         url.to_owned(),
-        n.to_string(),
+        n.to_owned(),
         delay_ms.to_string(),
         timeout_ms.to_string(),
+        linger_ms.to_string(),
     ];
     run_driver(
         node(),
         &args,
-        Duration::from_millis(timeout_ms) + Duration::from_secs(60),
+        Duration::from_millis(timeout_ms + linger_ms) + Duration::from_secs(60),
     )
     .await
 }

@@ -1,5 +1,6 @@
-//! The example server's tools and app (`examples/mcp_server.rs`), as a library module so the
-//! end-to-end tests can run the same server in-process.
+//! The demo MCP server of `replay-ring-mcp`: its tools and its axum app, shared by the
+//! `mcp_server` example and the end-to-end tests (which run the same server in-process). Not
+//! published; the library's API is `replay-ring-mcp`.
 //!
 //! Tools: `long_task(n, delay_ms)` sends `notifications/progress` 1..n with the request's progress
 //! token and returns `{"n": n}`; `test_reconnection` closes its own connection after the priming
@@ -30,7 +31,7 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use rmcp::{RoleServer, ServerHandler};
 use serde_json::{json, Map, Value};
 
-use crate::{ReplayRingSessionManager, ResumeGuardLayer, RingEventStore, StoreConfig};
+use replay_ring_mcp::{ReplayRingSessionManager, ResumeGuardLayer, RingEventStore, StoreConfig};
 
 pub mod fixtures;
 
@@ -38,8 +39,7 @@ pub mod fixtures;
 pub(crate) const PNG_1X1: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
 const WAV_SILENT: &str = "UklGRiQAAABXQVZFZm10IBAAAAABAAEAQB8AAEAfAAABAAgAZGF0YQAAAAA=";
 
-/// The tools. `store` is `None` with `--builtin-cache`.
-/// The demo tool server.
+/// The demo tool server. `store` is `None` on rmcp's built-in cache.
 #[derive(Clone)]
 pub struct Tools {
     store: Option<RingEventStore>,

@@ -1,0 +1,153 @@
+//! An MCP server (streamable HTTP, sessions on, protocol 2025-11-25) whose SSE streams are stored in
+//! replay-ring: resumable with `Last-Event-ID`, explicit errors for unreplayable cursors.
+//!
+//! ```text
+//! cargo run -p replay-ring-mcp-demo --example mcp_server -- --port 3000
+//! cargo run -p replay-ring-mcp-demo --example mcp_server -- --help
+//! ```
+//!
+//! Served with `replay_ring_sse::axum::serve`: header-read, write and idle timeouts on every
+//! connection and a connection cap answered with 503.
+//!
+//! Endpoints: `POST/GET/DELETE /mcp` (MCP), `GET /metrics` (Prometheus text). Tools:
+//! `long_task(n, delay_ms)` sends `notifications/progress` 1..n with the request's progress token
+//! and returns `{"n": n}`; `test_reconnection` closes its own connection after the priming event
+//! (SEP-1699) and returns its result on the resumed stream; plus everything the MCP conformance
+//! suite's server scenarios call (see `docs/mcp.md`).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::Parser;
+use replay_ring_mcp::StoreConfig;
+use replay_ring_mcp_demo::{app, Storage};
+use replay_ring_sse::axum::{serve, ServeConfig};
+use replay_ring_sse::{RetentionConfig, SlowConsumerPolicy};
+
+/// An MCP server on replay-ring (127.0.0.1 only). The first stdout line is
+/// `listening on http://127.0.0.1:PORT`.
+#[derive(Debug, Parser)]
+#[command(version)]
+struct Args {
+    /// Port on 127.0.0.1 (0 picks an ephemeral port).
+    #[arg(long, default_value_t = 3000)]
+    port: u16,
+    /// Events retained per stream (rounded up to a power of two).
+    #[arg(long, default_value_t = replay_ring_mcp::DEFAULT_CAPACITY)]
+    capacity: usize,
+    /// Simultaneous connections per stream.
+    #[arg(long, default_value_t = replay_ring_mcp::DEFAULT_MAX_READERS)]
+    max_readers: usize,
+    /// How long an event stays replayable after it was sent, in milliseconds.
+    #[arg(long, default_value_t = 30_000)]
+    resumption_window_ms: u64,
+    /// How long a full window may wait for room before its stream is closed, in milliseconds.
+    #[arg(long, default_value_t = 10_000)]
+    backpressure_timeout_ms: u64,
+    /// How long an ended stream stays resumable, in milliseconds.
+    #[arg(long, default_value_t = 60_000)]
+    completed_ttl_ms: u64,
+    /// The `retry:` hint, in milliseconds (also rmcp's `sse_retry`).
+    #[arg(long, default_value_t = 3_000)]
+    retry_ms: u64,
+    /// Cut a connection whose socket takes nothing for this long, in milliseconds (slow-consumer
+    /// policy; 0 turns the rule off).
+    #[arg(long, default_value_t = 5_000)]
+    write_timeout_ms: u64,
+    /// End each connection after this many events (SEP-1699 polling).
+    #[arg(long)]
+    frames_per_connection: Option<usize>,
+    /// Connections served at once; more get an explicit 503 (default: half the file-descriptor
+    /// limit).
+    #[arg(long)]
+    max_connections: Option<usize>,
+    /// Serve the same tools on rmcp's built-in cache instead, for comparison.
+    #[arg(long)]
+    builtin_cache: bool,
+}
+
+impl Args {
+    fn storage(&self) -> Storage {
+        let retry = Duration::from_millis(self.retry_ms);
+        if self.builtin_cache {
+            return Storage::BuiltinCache { retry };
+        }
+        Storage::ReplayRing(StoreConfig {
+            capacity: self.capacity,
+            max_readers: self.max_readers,
+            retention: RetentionConfig {
+                resumption_window: Duration::from_millis(self.resumption_window_ms),
+                backpressure_timeout: Duration::from_millis(self.backpressure_timeout_ms),
+            },
+            completed_ttl: Duration::from_millis(self.completed_ttl_ms),
+            retry,
+            frames_per_connection: self.frames_per_connection,
+            slow_consumer: SlowConsumerPolicy {
+                write_timeout: (self.write_timeout_ms > 0)
+                    .then(|| Duration::from_millis(self.write_timeout_ms)),
+                ..SlowConsumerPolicy::default()
+            },
+        })
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = ctrl_c => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = ctrl_c.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}
+
+#[tokio::main]
+async fn main() -> std::io::Result<()> {
+    let args = Args::parse();
+    let (router, store) = app(args.storage());
+    if let Some(store) = store.clone() {
+        // Window releases and the expiry of ended streams also happen lazily; this keeps idle
+        // streams from holding memory until their next event or resume.
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                tick.tick().await;
+                store.maintain();
+            }
+        });
+    }
+    let listener =
+        tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], args.port))).await?;
+    let addr = listener.local_addr()?;
+    // First line on stdout: test harnesses read the port from it.
+    println!("listening on http://{addr}");
+    let storage = if args.builtin_cache {
+        "rmcp built-in cache"
+    } else {
+        "replay-ring store"
+    };
+    eprintln!("mcp endpoint http://{addr}/mcp ({storage}), metrics http://{addr}/metrics");
+    // Timeouts on every connection (request head, writes, idleness) and a connection cap (503).
+    let mut serve_config = ServeConfig::default();
+    if let Some(max) = args.max_connections {
+        serve_config.max_connections = max;
+    }
+    tokio::select! {
+        served = serve(listener, router, serve_config) => served?,
+        () = shutdown_signal() => {}
+    }
+    if let Some(store) = store {
+        eprintln!("final counters:\n{}", store.metrics().to_prometheus());
+    }
+    Ok(())
+}
