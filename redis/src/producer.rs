@@ -1,0 +1,368 @@
+//! The single producer of a stream, fenced by a lease.
+//!
+//! Fencing protocol: the lease key holds the fencing token of the current producer and expires
+//! unless renewed. Tokens come from a counter in the stream's meta key, so each acquisition gets a
+//! larger one. The append script compares the caller's token with the lease key *in the same
+//! atomic step* as the write, so a producer that lost its lease (paused past expiry, partitioned,
+//! restarted, or replaced) is refused (`Fenced`) instead of interleaving its ids with the new
+//! holder's. Appends carry the id they expect (the producer's own sequence); a resend of an append
+//! whose reply was lost is recognised by that id, so retries are idempotent.
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use redis::streams::{StreamReadOptions, StreamReadReply};
+use redis::AsyncCommands;
+use replay_ring::CloseReason;
+
+use crate::backend::Counters;
+use crate::codec::{self, Reply};
+use crate::error::Error;
+use crate::scripts;
+use crate::stream::RedisStream;
+
+/// The lease-holding producer of one stream. Not `Clone`: one producer per lease.
+#[derive(Debug)]
+pub struct RedisProducer {
+    stream: RedisStream,
+    token: String,
+    /// The id the next append writes (head + 1 as far as this producer knows).
+    next_id: u64,
+    /// An append whose reply was lost: resent (same id, same payload) before anything else.
+    pending: Option<Bytes>,
+}
+
+impl RedisProducer {
+    pub(crate) fn new(stream: RedisStream, token: String, head: u64) -> Self {
+        RedisProducer {
+            stream,
+            token,
+            next_id: head + 1,
+            pending: None,
+        }
+    }
+
+    /// The stream this producer writes.
+    ///
+    /// ```no_run
+    /// # fn f(p: replay_ring_redis::RedisProducer) {
+    /// println!("{}", p.stream().identity().stream.as_str());
+    /// # }
+    /// ```
+    pub fn stream(&self) -> &RedisStream {
+        &self.stream
+    }
+
+    /// This producer's fencing token (larger than every earlier producer's).
+    ///
+    /// ```no_run
+    /// # fn f(p: replay_ring_redis::RedisProducer) {
+    /// assert!(p.fencing_token() > 0);
+    /// # }
+    /// ```
+    pub fn fencing_token(&self) -> u64 {
+        self.token.parse().unwrap_or(0)
+    }
+
+    /// The id the next append will receive.
+    ///
+    /// ```no_run
+    /// # fn f(p: replay_ring_redis::RedisProducer) {
+    /// assert!(p.next_id() >= 1);
+    /// # }
+    /// ```
+    pub fn next_id(&self) -> u64 {
+        self.next_id
+    }
+
+    /// Whether an append with an unknown outcome is waiting to be resent.
+    ///
+    /// ```no_run
+    /// # fn f(p: replay_ring_redis::RedisProducer) {
+    /// if p.has_pending() { /* the next append resends it first */ }
+    /// # }
+    /// ```
+    pub fn has_pending(&self) -> bool {
+        self.pending.is_some()
+    }
+
+    /// Appends `payload` and returns its id: the window check, the lease check and the write are
+    /// one atomic script. A refused append consumes no id. If an earlier append's reply was lost
+    /// ([`Error::Unknown`]), that event is resent first (idempotently), then this one is appended.
+    ///
+    /// # Errors
+    /// [`Error::Full`] (nothing appended; wait for a release, see [`append_wait`](Self::append_wait)),
+    /// [`Error::Fenced`], [`Error::Closed`], [`Error::Unknown`] (reply lost: resent on the next
+    /// call), [`Error::Conflict`], [`Error::OutOfSequence`], [`Error::IdsExhausted`],
+    /// [`Error::NotFound`] / [`Error::EpochChanged`] (stream lost), [`Error::Corrupt`],
+    /// [`Error::OutOfMemory`], [`Error::Unavailable`]. If resending a pending event fails, that
+    /// error is returned and `payload` was not appended.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: a cancelled call may or may not have appended `payload` (as with a lost
+    /// reply), and the producer does not know. Call [`resolve_pending`](Self::resolve_pending)
+    /// semantics only apply to [`Error::Unknown`]; do not cancel appends.
+    pub async fn append(&mut self, payload: &[u8]) -> Result<u64, Error> {
+        self.resolve_pending().await?;
+        match self.send(self.next_id, payload).await {
+            Ok(id) => Ok(id),
+            Err(Error::Unavailable(source)) => {
+                // The request may have reached Redis: keep the payload, resend it before the next
+                // append. The id stays reserved for it.
+                self.pending = Some(Bytes::copy_from_slice(payload));
+                Counters::bump(&self.stream.backend.shared.counters.unknown_outcomes);
+                Err(Error::Unknown {
+                    id: self.next_id,
+                    source,
+                })
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Resends the append whose reply was lost, if any, and returns its id (`None` if nothing was
+    /// pending). The script recognises an event that did arrive and answers with its id instead of
+    /// writing it again.
+    ///
+    /// # Errors
+    /// As [`append`](Self::append); on [`Error::Unavailable`] the event stays pending.
+    ///
+    /// # Cancel safety
+    /// Cancel safe in the sense that matters: the event stays pending until a resend is answered.
+    pub async fn resolve_pending(&mut self) -> Result<Option<u64>, Error> {
+        let Some(payload) = self.pending.clone() else {
+            return Ok(None);
+        };
+        match self.send(self.next_id, &payload).await {
+            Ok(id) => {
+                self.pending = None;
+                Ok(Some(id))
+            }
+            Err(Error::Unavailable(source)) => Err(Error::Unknown {
+                id: self.next_id,
+                source,
+            }),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Like [`append`](Self::append), but when the window is full waits (up to `timeout`) for a
+    /// release to make room, woken by the release itself (no polling).
+    ///
+    /// # Errors
+    /// As [`append`](Self::append); [`Error::Full`] once `timeout` has passed without room.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe (see [`append`](Self::append)).
+    pub async fn append_wait(&mut self, payload: &[u8], timeout: Duration) -> Result<u64, Error> {
+        let deadline = Instant::now() + timeout;
+        let mut conn = None;
+        loop {
+            // Read ctl's newest id *before* trying, so a release between the refusal and the
+            // blocking read still wakes us.
+            let mark = self.ctl_mark().await?;
+            match self.append(payload).await {
+                Err(Error::Full { floor, head, capacity }) => {
+                    let now = Instant::now();
+                    if now >= deadline {
+                        return Err(Error::Full { floor, head, capacity });
+                    }
+                    let wait = (deadline - now).min(self.stream.backend.config().block);
+                    self.wait_ctl(&mut conn, &mark, wait).await?;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Extends the lease (and the stream's expiry). Call it at least every `lease / 3` while idle;
+    /// appends renew the lease themselves.
+    ///
+    /// # Errors
+    /// [`Error::Fenced`] if the lease was lost; [`Error::NotFound`], [`Error::Corrupt`],
+    /// [`Error::Unavailable`], [`Error::OutOfMemory`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: idempotent.
+    pub async fn renew(&self) -> Result<(), Error> {
+        let s = &self.stream;
+        let value: redis::Value = scripts::RENEW_SCRIPT
+            .key(&s.keys.lease)
+            .key(&s.keys.meta)
+            .key(&s.keys.log)
+            .key(&s.keys.ctl)
+            .arg(&self.token)
+            .arg(s.lease_ms())
+            .invoke_async(&mut s.backend.conn())
+            .await
+            .map_err(|e| Error::from_redis(&s.id, e))?;
+        let (mut reply, status) = Reply::new(&s.id, value)?;
+        match status.as_str() {
+            "OK" => Ok(()),
+            "FENCED" => Err(self.fenced(&mut reply)),
+            other => Err(s.common_status(other, &mut reply)),
+        }
+    }
+
+    /// Closes the stream with `reason`: readers get every event, then the reason. Gives up the
+    /// lease. Closing twice keeps the first reason.
+    ///
+    /// # Errors
+    /// [`Error::Closed`] (already closed, with the stored reason), [`Error::Fenced`], and the
+    /// backend errors of [`append`](Self::append). An event still pending is resent first.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: one atomic script; the producer is consumed either way, and a lease left
+    /// behind expires.
+    pub async fn close(mut self, reason: CloseReason) -> Result<(), Error> {
+        self.resolve_pending().await?;
+        let s = &self.stream;
+        let value: redis::Value = scripts::CLOSE_SCRIPT
+            .key(&s.keys.meta)
+            .key(&s.keys.lease)
+            .key(&s.keys.ctl)
+            .key(&s.keys.log)
+            .arg(&self.token)
+            .arg(codec::encode_reason(&reason))
+            .invoke_async(&mut s.backend.conn())
+            .await
+            .map_err(|e| Error::from_redis(&s.id, e))?;
+        let (mut reply, status) = Reply::new(&s.id, value)?;
+        match status.as_str() {
+            "OK" => Ok(()),
+            "FENCED" => Err(self.fenced(&mut reply)),
+            "CLOSED" => Err(Error::Closed(
+                reply
+                    .reason("closed")?
+                    .unwrap_or_else(|| CloseReason::error("closed")),
+            )),
+            other => Err(s.common_status(other, &mut reply)),
+        }
+    }
+
+    /// Gives the lease up without closing the stream (e.g. a graceful hand-over to another
+    /// replica). Does nothing if the lease is no longer ours.
+    ///
+    /// # Errors
+    /// [`Error::Unavailable`]; the lease then expires by itself.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the lease expires by itself.
+    pub async fn release_lease(self) -> Result<(), Error> {
+        let s = &self.stream;
+        let _: redis::Value = scripts::UNLEASE_SCRIPT
+            .key(&s.keys.lease)
+            .arg(&self.token)
+            .invoke_async(&mut s.backend.conn())
+            .await
+            .map_err(|e| Error::from_redis(&s.id, e))?;
+        Ok(())
+    }
+
+    /// One append attempt of `payload` as `id`.
+    async fn send(&mut self, id: u64, payload: &[u8]) -> Result<u64, Error> {
+        if id > crate::MAX_ID {
+            return Err(Error::IdsExhausted);
+        }
+        let s = &self.stream;
+        let counters = &s.backend.shared.counters;
+        let value: redis::Value = scripts::APPEND_SCRIPT
+            .key(&s.keys.meta)
+            .key(&s.keys.log)
+            .key(&s.keys.lease)
+            .key(&s.keys.ctl)
+            .arg(&self.token)
+            .arg(id.to_string())
+            .arg(payload)
+            .arg(s.lease_ms())
+            .invoke_async(&mut s.backend.conn())
+            .await
+            .map_err(|e| Error::from_redis(&s.id, e))?;
+        let (mut reply, status) = Reply::new(&s.id, value)?;
+        match status.as_str() {
+            "OK" | "DUP" => {
+                let got = reply.id("id")?;
+                if got != id {
+                    return Err(codec::corrupt(&s.id, "append answered another id"));
+                }
+                if status == "DUP" {
+                    Counters::bump(&counters.duplicates_resolved);
+                } else {
+                    Counters::bump(&counters.appended);
+                }
+                self.next_id = id + 1;
+                Ok(id)
+            }
+            "FULL" => {
+                Counters::bump(&counters.refused_full);
+                Err(Error::Full {
+                    floor: reply.id("floor")?,
+                    head: reply.id("head")?,
+                    capacity: reply.id("capacity")?,
+                })
+            }
+            "FENCED" => Err(self.fenced(&mut reply)),
+            "CLOSED" => Err(Error::Closed(
+                reply
+                    .reason("closed")?
+                    .unwrap_or_else(|| CloseReason::error("closed")),
+            )),
+            "CONFLICT" => Err(Error::Conflict { id }),
+            "SEQ" => Err(Error::OutOfSequence {
+                head: reply.id("head")?,
+                id,
+            }),
+            "EXHAUSTED" => Err(Error::IdsExhausted),
+            other => Err(s.common_status(other, &mut reply)),
+        }
+    }
+
+    fn fenced(&self, reply: &mut Reply<'_>) -> Error {
+        Counters::bump(&self.stream.backend.shared.counters.refused_fenced);
+        let holder = reply.string("holder").ok().and_then(|h| h.parse().ok());
+        Error::Fenced { holder }
+    }
+
+    /// ctl's newest entry id ("0-0" if none).
+    async fn ctl_mark(&self) -> Result<String, Error> {
+        let s = &self.stream;
+        let reply: redis::streams::StreamRangeReply = s
+            .backend
+            .conn()
+            .xrevrange_count(&s.keys.ctl, "+", "-", 1)
+            .await
+            .map_err(|e| Error::from_redis(&s.id, e))?;
+        Ok(reply
+            .ids
+            .first()
+            .map(|e| e.id.clone())
+            .unwrap_or_else(|| "0-0".to_owned()))
+    }
+
+    /// Blocks on ctl (dedicated connection) until an entry newer than `mark` or `wait` passes.
+    async fn wait_ctl(
+        &self,
+        conn: &mut Option<redis::aio::MultiplexedConnection>,
+        mark: &str,
+        wait: Duration,
+    ) -> Result<(), Error> {
+        let s = &self.stream;
+        if conn.is_none() {
+            *conn = Some(
+                s.backend
+                    .dedicated()
+                    .await
+                    .map_err(|e| Error::from_redis(&s.id, e))?,
+            );
+        }
+        let c = conn.as_mut().expect("set above");
+        let opts = StreamReadOptions::default().block(wait.as_millis().max(1) as usize);
+        let r: Result<Option<StreamReadReply>, _> =
+            c.xread_options(&[&s.keys.ctl], &[mark], &opts).await;
+        if let Err(e) = r {
+            *conn = None;
+            return Err(Error::from_redis(&s.id, e));
+        }
+        Ok(())
+    }
+}
