@@ -157,18 +157,32 @@ impl RedisProducer {
     pub async fn append_wait(&mut self, payload: &[u8], timeout: Duration) -> Result<u64, Error> {
         let deadline = Instant::now() + timeout;
         let mut conn = None;
+        let mut mark: Option<String> = None;
         loop {
-            // Read ctl's newest id *before* trying, so a release between the refusal and the
-            // blocking read still wakes us.
-            let mark = self.ctl_mark().await?;
             match self.append(payload).await {
-                Err(Error::Full { floor, head, capacity }) => {
+                Err(Error::Full {
+                    floor,
+                    head,
+                    capacity,
+                }) => {
                     let now = Instant::now();
                     if now >= deadline {
-                        return Err(Error::Full { floor, head, capacity });
+                        return Err(Error::Full {
+                            floor,
+                            head,
+                            capacity,
+                        });
                     }
-                    let wait = (deadline - now).min(self.stream.backend.config().block);
-                    self.wait_ctl(&mut conn, &mark, wait).await?;
+                    match &mark {
+                        // First refusal: note ctl's newest id, then try once more, so a release
+                        // landing between that try and the blocking read still wakes us.
+                        None => mark = Some(self.ctl_mark().await?),
+                        Some(m) => {
+                            let wait = (deadline - now).min(self.stream.backend.config().block);
+                            self.wait_ctl(&mut conn, m, wait).await?;
+                            mark = None;
+                        }
+                    }
                 }
                 other => return other,
             }
