@@ -17,8 +17,9 @@ pub enum Error {
     Unavailable(redis::RedisError),
     /// An append was sent but its reply was lost (connection dropped or timed out): the event may
     /// or may not be in the log. The producer keeps the payload and resends it, with the same id,
-    /// before its next append; the server recognises a repeat, so the retry neither duplicates nor
-    /// skips.
+    /// before its next append (or on [`resolve_pending`](crate::RedisProducer::resolve_pending));
+    /// the server recognises a repeat, so the retry neither duplicates nor skips. Do not append
+    /// the same payload again yourself: it is already queued.
     Unknown {
         /// The id the append would have (or has) received.
         id: u64,
@@ -143,8 +144,10 @@ impl Error {
         }
     }
 
-    /// Whether retrying the same call later may succeed (Redis down, out of memory, window full,
-    /// unknown outcome).
+    /// Whether retrying the same call later may succeed (Redis down, out of memory, window full).
+    ///
+    /// [`Error::Unknown`] is *not* transient in this sense: the producer already keeps that event
+    /// and resends it itself; calling `append` again with the same payload would add it twice.
     ///
     /// ```
     /// let e = replay_ring_redis::Error::Full { floor: 1, head: 8, capacity: 8 };
@@ -154,7 +157,7 @@ impl Error {
     pub fn is_transient(&self) -> bool {
         matches!(
             self,
-            Error::Unavailable(_) | Error::Unknown { .. } | Error::OutOfMemory(_) | Error::Full { .. }
+            Error::Unavailable(_) | Error::OutOfMemory(_) | Error::Full { .. }
         )
     }
 

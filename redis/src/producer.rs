@@ -99,24 +99,34 @@ impl RedisProducer {
     /// error is returned and `payload` was not appended.
     ///
     /// # Cancel safety
-    /// Not cancel safe: a cancelled call may or may not have appended `payload` (as with a lost
-    /// reply), and the producer does not know. Call [`resolve_pending`](Self::resolve_pending)
-    /// semantics only apply to [`Error::Unknown`]; do not cancel appends.
+    /// Cancel safe in the same sense as a lost reply: a cancelled call may or may not have
+    /// appended `payload`; the producer keeps it as pending ([`has_pending`](Self::has_pending))
+    /// and resends it, idempotently, before the next append.
     pub async fn append(&mut self, payload: &[u8]) -> Result<u64, Error> {
         self.resolve_pending().await?;
-        match self.send(self.next_id, payload).await {
-            Ok(id) => Ok(id),
+        // Pending from before the request leaves until its outcome is known, so a cancelled call
+        // leaves it to be resent exactly like a lost reply.
+        let pending = Bytes::copy_from_slice(payload);
+        self.pending = Some(pending.clone());
+        match self.send(self.next_id, &pending).await {
+            Ok(id) => {
+                self.pending = None;
+                Ok(id)
+            }
             Err(Error::Unavailable(source)) => {
                 // The request may have reached Redis: keep the payload, resend it before the next
                 // append. The id stays reserved for it.
-                self.pending = Some(Bytes::copy_from_slice(payload));
                 Counters::bump(&self.stream.backend.shared.counters.unknown_outcomes);
                 Err(Error::Unknown {
                     id: self.next_id,
                     source,
                 })
             }
-            Err(e) => Err(e),
+            Err(e) => {
+                // A definite refusal: nothing was written.
+                self.pending = None;
+                Err(e)
+            }
         }
     }
 
@@ -128,7 +138,7 @@ impl RedisProducer {
     /// As [`append`](Self::append); on [`Error::Unavailable`] the event stays pending.
     ///
     /// # Cancel safety
-    /// Cancel safe in the sense that matters: the event stays pending until a resend is answered.
+    /// Cancel safe: the event stays pending until a resend is answered.
     pub async fn resolve_pending(&mut self) -> Result<Option<u64>, Error> {
         let Some(payload) = self.pending.clone() else {
             return Ok(None);
@@ -153,7 +163,7 @@ impl RedisProducer {
     /// As [`append`](Self::append); [`Error::Full`] once `timeout` has passed without room.
     ///
     /// # Cancel safety
-    /// Not cancel safe (see [`append`](Self::append)).
+    /// As [`append`](Self::append): a cancelled call leaves the payload pending at worst.
     pub async fn append_wait(&mut self, payload: &[u8], timeout: Duration) -> Result<u64, Error> {
         let deadline = Instant::now() + timeout;
         let mut conn = None;

@@ -10,7 +10,9 @@
 //!
 //! Write scripts start with the `#!lua` shebang: Redis then refuses the whole script up front when
 //! it is over `maxmemory` (`-OOM`), instead of failing half-way after a first write. Read scripts
-//! carry `flags=no-writes`, so they keep working while Redis is out of memory.
+//! carry `flags=no-writes`, so they keep working while Redis is out of memory; release and close
+//! carry `flags=allow-oom`, because releasing is how memory is freed and closing is how a stream
+//! ends explicitly when appends can no longer succeed.
 
 use std::sync::LazyLock;
 
@@ -190,6 +192,12 @@ fn write_script(body: &str) -> Script {
     Script::new(&format!("#!lua\n{PRELUDE}{body}"))
 }
 
+/// A write script that may run over `maxmemory`: it frees memory (release) or ends the stream
+/// explicitly (close), which must stay possible when appends are refused with `-OOM`.
+fn freeing_script(body: &str) -> Script {
+    Script::new(&format!("#!lua flags=allow-oom\n{PRELUDE}{body}"))
+}
+
 fn read_script(body: &str) -> Script {
     Script::new(&format!("#!lua flags=no-writes\n{PRELUDE}{body}"))
 }
@@ -200,6 +208,6 @@ pub(crate) static ACQUIRE_SCRIPT: LazyLock<Script> = LazyLock::new(|| write_scri
 pub(crate) static RENEW_SCRIPT: LazyLock<Script> = LazyLock::new(|| write_script(RENEW));
 pub(crate) static UNLEASE_SCRIPT: LazyLock<Script> = LazyLock::new(|| write_script(UNLEASE));
 pub(crate) static APPEND_SCRIPT: LazyLock<Script> = LazyLock::new(|| write_script(APPEND));
-pub(crate) static RELEASE_SCRIPT: LazyLock<Script> = LazyLock::new(|| write_script(RELEASE));
-pub(crate) static CLOSE_SCRIPT: LazyLock<Script> = LazyLock::new(|| write_script(CLOSE));
+pub(crate) static RELEASE_SCRIPT: LazyLock<Script> = LazyLock::new(|| freeing_script(RELEASE));
+pub(crate) static CLOSE_SCRIPT: LazyLock<Script> = LazyLock::new(|| freeing_script(CLOSE));
 pub(crate) static READ_SCRIPT: LazyLock<Script> = LazyLock::new(|| read_script(READ));
