@@ -11,6 +11,8 @@
 //!   naming floor and head; never a 200 that skips ids.
 //! - [`Retention`], [`BackpressureClock`]: release on acknowledgement and after the resumption
 //!   window; close with an explicit error instead of dropping.
+//! - [`backend`]: the contract every store of a stream's window keeps ([`backend::Backend`],
+//!   [`backend::BackendProducer`], [`backend::Tail`]), implemented here for the in-process ring.
 //! - [`client`]: the [`ContinuityVerifier`](client::ContinuityVerifier) and [`classify`](client::classify): what a client must check after reconnecting.
 //!
 //! ```
@@ -39,14 +41,19 @@
 //! assert_eq!(HttpResponse::refused(&lost).status, 404);
 //! ```
 
+mod classify;
 mod event_id;
 mod frame;
 mod http;
 mod json;
+mod publisher;
 mod resume;
 mod retention;
 
+pub mod backend;
 pub mod client;
+#[cfg(feature = "contract-tests")]
+pub mod contract;
 
 pub use event_id::{
     Epoch, EventId, EventIdBuf, IdField, LastEventIdError, Malformed, StreamId, StreamIdError,
@@ -58,6 +65,9 @@ pub use frame::{
 pub use http::{
     status_for, HttpResponse, EVENT_STREAM_CONTENT_TYPE, LAST_EVENT_ID_HEADER, REPLAY_FLOOR_HEADER,
     REPLAY_HEAD_HEADER, REPLAY_STREAM_HEADER,
+};
+pub use publisher::{
+    PublishError, Publisher, RetentionPolicy, SharedRetention, EXPIRED_BUT_HELD_RECHECK,
 };
 pub use resume::{decide, resume, Refused, ResumeDecision, Resumed, StreamState};
 pub use retention::{

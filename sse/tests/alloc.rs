@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use replay_ring_sse::{encode_event, Epoch, Retention, RetentionConfig, StreamId, StreamIdentity};
 use replay_ring::ReplayRing;
+use replay_ring_sse::{encode_event, Epoch, Retention, RetentionConfig, StreamId, StreamIdentity};
 
 struct Counting;
 

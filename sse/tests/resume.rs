@@ -3,11 +3,11 @@
 
 use std::time::{Duration, Instant};
 
+use replay_ring::{CloseReason, ReadError, ReplayRing, ResumeError};
 use replay_ring_sse::{
     decide, resume, BackpressureClock, Epoch, HttpResponse, LastEventIdError, ResumeDecision,
     Retention, RetentionConfig, StreamId, StreamIdentity, StreamState, CHECKPOINTS,
 };
-use replay_ring::{CloseReason, ReadError, ReplayRing, ResumeError};
 
 fn me() -> StreamIdentity {
     StreamIdentity::new(StreamId::new("events").unwrap(), Epoch::new(0xa))
@@ -496,4 +496,79 @@ fn backpressure_clock_bounds_waiting() {
             waited: Duration::from_millis(301)
         })
     );
+}
+
+/// The ring's decision for cursor `x`, in `ResumeDecision` terms (`None` = no cursor).
+fn ring_decision(ring: &ReplayRing<u64>, x: Option<u64>) -> ResumeDecision {
+    match ring.resume(x) {
+        Ok(reader) => match x {
+            None => ResumeDecision::Live {
+                head: reader.cursor() - 1,
+            },
+            Some(x) if reader.cursor() == ring.head() + 1 && x == ring.head() => {
+                ResumeDecision::NoOp { head: x }
+            }
+            Some(x) => {
+                assert_eq!(
+                    reader.cursor(),
+                    x + 1,
+                    "a replay starts right after the cursor"
+                );
+                ResumeDecision::Replay {
+                    from: x + 1,
+                    through: ring.head(),
+                }
+            }
+        },
+        Err(e) => ResumeDecision::from(e),
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
+
+    /// `decide` on a snapshot and `ReplayRing::resume` give the same answer for every window and
+    /// every cursor, including the edges (`floor - 1`, `head`, `head + 1`, `u64::MAX`, no cursor).
+    #[test]
+    fn decide_and_the_ring_agree_on_every_input(
+        capacity in 1usize..=16,
+        pushed in 0u64..=40,
+        release_frac in 0.0f64..=1.0,
+        release_all in proptest::bool::ANY,
+        cursors in proptest::collection::vec(0u64..=48, 1..12),
+    ) {
+        let (mut producer, ring) = ReplayRing::<u64>::new(capacity, 2).unwrap();
+        for n in 0..pushed {
+            while producer.try_push(n).is_err() {
+                // Keep the window at capacity: release the oldest event to make room.
+                ring.release_through(ring.floor()).unwrap();
+            }
+        }
+        let head = ring.head();
+        if head > 0 {
+            let through = if release_all { head } else { (head as f64 * release_frac) as u64 };
+            if through >= ring.floor() {
+                ring.release_through(through).unwrap();
+            }
+        }
+        let state = StreamState::of(me(), &ring);
+        let mut all: Vec<Option<u64>> = cursors.into_iter().map(Some).collect();
+        all.extend([
+            None,
+            Some(state.floor.saturating_sub(1)),
+            Some(state.floor.saturating_sub(2)),
+            Some(state.head),
+            Some(state.head + 1),
+            Some(u64::MAX),
+        ]);
+        for x in all {
+            let header = x.map(|x| me().event_id(x).to_string());
+            let snapshot = decide(Some(&state), header.as_deref().map(str::as_bytes));
+            proptest::prop_assert_eq!(
+                snapshot,
+                ring_decision(&ring, x),
+                "window {}..={}, cursor {:?}", state.floor, state.head, x
+            );
+        }
+    }
 }

@@ -15,12 +15,12 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use bytes::{Bytes, BytesMut};
+use replay_ring::{CloseReason, Producer, PushError, ReadError, ReplayRing};
 use replay_ring_sse::{
     encode_event, encode_keep_alive, encode_priming, resume, BackpressureClock, ConnectionId,
     Epoch, Frame, HttpResponse, Retention, RetentionConfig, StreamId, StreamIdentity, StreamState,
     LAST_EVENT_ID_HEADER,
 };
-use replay_ring::{CloseReason, Producer, PushError, ReadError, ReplayRing};
 use tokio::sync::Notify;
 use tokio::time::{sleep, sleep_until, Instant};
 
