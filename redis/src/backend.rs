@@ -76,9 +76,15 @@ pub struct RedisStats {
     pub unknown_outcomes: u64,
     /// Release calls that moved the floor.
     pub releases: u64,
-    /// Resumes answered with a reader.
+    /// Resumes answered with a replay (cursor below the head).
     pub resumes: u64,
-    /// Resumes refused (gap, ahead of head, stream lost).
+    /// Resumes at the head (nothing to replay) or new subscriptions.
+    pub resumes_noop: u64,
+    /// Resumes refused below the floor.
+    pub resumes_below_floor: u64,
+    /// Resumes refused ahead of the head.
+    pub resumes_ahead_of_head: u64,
+    /// Resumes refused for any other reason (stream lost, corrupt, Redis unavailable).
     pub resumes_refused: u64,
     /// Pages of events read by readers (replay and tail).
     pub pages_read: u64,
@@ -95,6 +101,9 @@ pub(crate) struct Counters {
     pub unknown_outcomes: AtomicU64,
     pub releases: AtomicU64,
     pub resumes: AtomicU64,
+    pub resumes_noop: AtomicU64,
+    pub resumes_below_floor: AtomicU64,
+    pub resumes_ahead_of_head: AtomicU64,
     pub resumes_refused: AtomicU64,
     pub pages_read: AtomicU64,
     pub blocked_reads: AtomicU64,
@@ -204,6 +213,9 @@ impl RedisBackend {
             unknown_outcomes: get(&c.unknown_outcomes),
             releases: get(&c.releases),
             resumes: get(&c.resumes),
+            resumes_noop: get(&c.resumes_noop),
+            resumes_below_floor: get(&c.resumes_below_floor),
+            resumes_ahead_of_head: get(&c.resumes_ahead_of_head),
             resumes_refused: get(&c.resumes_refused),
             pages_read: get(&c.pages_read),
             blocked_reads: get(&c.blocked_reads),
@@ -243,7 +255,11 @@ impl RedisBackend {
         let epoch = reply.string("epoch")?;
         let epoch = codec::decode_epoch(&epoch)
             .ok_or_else(|| codec::corrupt(id, "meta field epoch is not a hex epoch"))?;
-        Ok(RedisStream::new(self.clone(), id.clone(), keys, epoch))
+        let capacity = reply.id("cap")?;
+        if capacity == 0 {
+            return Err(codec::corrupt(id, "meta field cap is 0"));
+        }
+        Ok(RedisStream::new(self.clone(), *id, keys, epoch, capacity))
     }
 
     /// Opens existing stream `id` (whatever its epoch).
@@ -257,7 +273,13 @@ impl RedisBackend {
     pub async fn open(&self, id: &StreamId) -> Result<RedisStream, Error> {
         let keys = Keys::new(&self.shared.config.key_prefix, id);
         let state = crate::stream::read_state(self, id, &keys).await?;
-        Ok(RedisStream::new(self.clone(), id.clone(), keys, state.identity.epoch))
+        Ok(RedisStream::new(
+            self.clone(),
+            *id,
+            keys,
+            state.identity.epoch,
+            state.capacity,
+        ))
     }
 
     /// A clone of the shared, reconnecting connection.

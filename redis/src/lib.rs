@@ -51,6 +51,7 @@
 #![warn(missing_docs)]
 
 mod backend;
+mod backend_trait;
 mod codec;
 mod error;
 mod producer;

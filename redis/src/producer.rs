@@ -30,6 +30,12 @@ pub struct RedisProducer {
     next_id: u64,
     /// An append whose reply was lost: resent (same id, same payload) before anything else.
     pending: Option<Bytes>,
+    /// The floor as of the last reply: `next_id - known_floor < capacity` means room for sure
+    /// (only releases move the floor, and only up), so the trait's `try_append_with` can refuse a
+    /// full window before building the payload without an extra round trip per append.
+    pub(crate) known_floor: u64,
+    /// Dedicated connection for blocking waits on ctl (created on first wait).
+    pub(crate) wait_conn: Option<redis::aio::MultiplexedConnection>,
 }
 
 impl RedisProducer {
@@ -39,6 +45,8 @@ impl RedisProducer {
             token,
             next_id: head + 1,
             pending: None,
+            known_floor: 1,
+            wait_conn: None,
         }
     }
 
@@ -166,7 +174,6 @@ impl RedisProducer {
     /// As [`append`](Self::append): a cancelled call leaves the payload pending at worst.
     pub async fn append_wait(&mut self, payload: &[u8], timeout: Duration) -> Result<u64, Error> {
         let deadline = Instant::now() + timeout;
-        let mut conn = None;
         let mut mark: Option<String> = None;
         loop {
             match self.append(payload).await {
@@ -189,7 +196,7 @@ impl RedisProducer {
                         None => mark = Some(self.ctl_mark().await?),
                         Some(m) => {
                             let wait = (deadline - now).min(self.stream.backend.config().block);
-                            self.wait_ctl(&mut conn, m, wait).await?;
+                            self.wait_ctl(m, wait).await?;
                             mark = None;
                         }
                     }
@@ -306,6 +313,7 @@ impl RedisProducer {
         match status.as_str() {
             "OK" | "DUP" => {
                 let got = reply.id("id")?;
+                self.known_floor = reply.id("floor")?;
                 if got != id {
                     return Err(codec::corrupt(&s.id, "append answered another id"));
                 }
@@ -319,8 +327,10 @@ impl RedisProducer {
             }
             "FULL" => {
                 Counters::bump(&counters.refused_full);
+                let floor = reply.id("floor")?;
+                self.known_floor = floor;
                 Err(Error::Full {
-                    floor: reply.id("floor")?,
+                    floor,
                     head: reply.id("head")?,
                     capacity: reply.id("capacity")?,
                 })
@@ -348,7 +358,7 @@ impl RedisProducer {
     }
 
     /// ctl's newest entry id ("0-0" if none).
-    async fn ctl_mark(&self) -> Result<String, Error> {
+    pub(crate) async fn ctl_mark(&self) -> Result<String, Error> {
         let s = &self.stream;
         let reply: redis::streams::StreamRangeReply = s
             .backend
@@ -364,13 +374,9 @@ impl RedisProducer {
     }
 
     /// Blocks on ctl (dedicated connection) until an entry newer than `mark` or `wait` passes.
-    async fn wait_ctl(
-        &self,
-        conn: &mut Option<redis::aio::MultiplexedConnection>,
-        mark: &str,
-        wait: Duration,
-    ) -> Result<(), Error> {
+    pub(crate) async fn wait_ctl(&mut self, mark: &str, wait: Duration) -> Result<(), Error> {
         let s = &self.stream;
+        let conn = &mut self.wait_conn;
         if conn.is_none() {
             *conn = Some(
                 s.backend

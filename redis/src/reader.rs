@@ -65,14 +65,15 @@ impl RedisReader {
         })
     }
 
-    /// The last id delivered (the resume cursor before the first delivery).
+    /// The last id delivered (the resume cursor before the first delivery): what the client's
+    /// `Last-Event-ID` names.
     ///
     /// ```no_run
     /// # fn f(r: replay_ring_redis::RedisReader) {
-    /// let last_event_id_seq = r.cursor();
+    /// let last_event_id_seq = r.last_id();
     /// # }
     /// ```
-    pub fn cursor(&self) -> u64 {
+    pub fn last_id(&self) -> u64 {
         self.cursor
     }
 

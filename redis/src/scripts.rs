@@ -109,12 +109,12 @@ local floor = num(m[3], 'floor')
 local ttl = num(m[5], 'ttl')
 local id = num(ARGV[2], 'id')
 if id <= head then
-  if id < floor then return {'DUP', dec(id)} end
+  if id < floor then return {'DUP', dec(id), dec(floor)} end
   local e = redis.call('XRANGE', KEYS[2], eid(id), eid(id))
   if #e == 0 then corrupt('entry ' .. dec(id) .. ' is missing from the log') end
   local f = e[1][2]
   if f[1] ~= 'd' or f[2] ~= ARGV[3] then return {'CONFLICT', dec(id)} end
-  return {'DUP', dec(id)}
+  return {'DUP', dec(id), dec(floor)}
 end
 if id ~= head + 1 then return {'SEQ', dec(head)} end
 if m[4] then return {'CLOSED', m[4]} end
@@ -125,7 +125,7 @@ if type(r) == 'table' and r.err then corrupt('the log refused id ' .. dec(id) ..
 redis.call('HSET', KEYS[1], 'head', dec(id))
 redis.call('PEXPIRE', KEYS[3], ARGV[4])
 touch(ttl, KEYS[1], KEYS[2], KEYS[4])
-return {'OK', dec(id)}
+return {'OK', dec(id), dec(floor)}
 "#;
 
 /// KEYS: meta log ctl. ARGV: through.

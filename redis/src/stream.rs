@@ -57,16 +57,35 @@ pub struct RedisStream {
     pub(crate) id: StreamId,
     pub(crate) keys: Keys,
     pub(crate) epoch: Epoch,
+    pub(crate) capacity: u64,
 }
 
 impl RedisStream {
-    pub(crate) fn new(backend: RedisBackend, id: StreamId, keys: Keys, epoch: Epoch) -> Self {
+    pub(crate) fn new(
+        backend: RedisBackend,
+        id: StreamId,
+        keys: Keys,
+        epoch: Epoch,
+        capacity: u64,
+    ) -> Self {
         RedisStream {
             backend,
             id,
             keys,
             epoch,
+            capacity,
         }
+    }
+
+    /// The window capacity (most unreleased events), as stored with the stream.
+    ///
+    /// ```no_run
+    /// # fn f(s: replay_ring_redis::RedisStream) {
+    /// assert!(s.window_capacity() >= 1);
+    /// # }
+    /// ```
+    pub fn window_capacity(&self) -> u64 {
+        self.capacity
     }
 
     /// The stream's name and the epoch this handle refers to.
@@ -168,7 +187,10 @@ impl RedisStream {
             }
         };
         match &result {
+            Ok(r) if r.window().1 == r.last_id() => Counters::bump(&counters.resumes_noop),
             Ok(_) => Counters::bump(&counters.resumes),
+            Err(Error::Gap { .. }) => Counters::bump(&counters.resumes_below_floor),
+            Err(Error::AheadOfHead { .. }) => Counters::bump(&counters.resumes_ahead_of_head),
             Err(_) => Counters::bump(&counters.resumes_refused),
         }
         result

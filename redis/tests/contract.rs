@@ -24,7 +24,7 @@ fn payload(id: u64) -> Vec<u8> {
 /// Reads events until `through` is delivered; asserts gap-free order and payloads.
 async fn read_through(reader: &mut RedisReader, through: u64) -> Vec<u64> {
     let mut ids = Vec::new();
-    while reader.cursor() < through {
+    while reader.last_id() < through {
         match tokio::time::timeout(Duration::from_secs(10), reader.next())
             .await
             .expect("reader stalled")
@@ -68,11 +68,11 @@ async fn resume_table_every_row() {
     }
     // x == head: no-op, the reader then waits for the next event.
     let mut at_head = stream.resume(Some(10)).await.unwrap();
-    assert_eq!(at_head.cursor(), 10);
+    assert_eq!(at_head.last_id(), 10);
     assert!(tokio::time::timeout(Duration::from_millis(200), at_head.next()).await.is_err());
     // No cursor: live from the head.
     let live = stream.resume(None).await.unwrap();
-    assert_eq!(live.cursor(), 10);
+    assert_eq!(live.last_id(), 10);
     // x < floor - 1: gap.
     match stream.resume(Some(2)).await {
         Err(Error::Gap { requested: 2, floor: 4, head: 10 }) => {}
@@ -149,7 +149,7 @@ async fn release_moves_the_floor_monotonically() {
     }
     assert_eq!(stream.release_through(5).await.unwrap(), (6, 5), "empty window: floor = head + 1");
     // Empty window: resume at the head is a no-op, below is a gap.
-    assert_eq!(stream.resume(Some(5)).await.unwrap().cursor(), 5);
+    assert_eq!(stream.resume(Some(5)).await.unwrap().last_id(), 5);
     assert!(matches!(stream.resume(Some(4)).await, Err(Error::Gap { floor: 6, .. })));
     // The ids continue after a full release (the log's counter survives the trim).
     let mut p = stream.acquire_producer().await.unwrap();
@@ -274,7 +274,7 @@ async fn concurrent_producer_readers_and_releaser() {
                             expect += 1;
                         }
                         // Relaxed: the releaser only needs some recent value; Notify orders the wake.
-                        cursors[r].store(reader.cursor(), Ordering::Relaxed);
+                        cursors[r].store(reader.last_id(), Ordering::Relaxed);
                         progress.notify_one();
                     }
                     ReadItem::Closed(reason) => return (expect - 1, reason),
