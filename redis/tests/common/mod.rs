@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod cut_proxy;
+pub mod sse_client;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
