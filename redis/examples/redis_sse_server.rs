@@ -80,7 +80,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let backend = RedisBackend::connect(&args.redis, RedisConfig::default()).await?;
     if args.produce > 0 {
         let created = backend.create(&stream, args.capacity).await?;
-        tokio::spawn(produce(created, args.produce, Duration::from_millis(args.interval_ms)));
+        tokio::spawn(produce(
+            created,
+            args.produce,
+            Duration::from_millis(args.interval_ms),
+        ));
     }
     let app = Arc::new(App {
         backend,
@@ -102,7 +106,8 @@ async fn produce(stream: replay_ring_redis::RedisStream, count: u64, interval: D
         match stream.acquire_producer().await {
             Ok(p) => break p,
             Err(Error::LeaseHeld { expires_in_ms, .. }) => {
-                tokio::time::sleep(Duration::from_millis(expires_in_ms.clamp(10, 1000) as u64)).await
+                tokio::time::sleep(Duration::from_millis(expires_in_ms.clamp(10, 1000) as u64))
+                    .await
             }
             Err(e) => {
                 eprintln!("producer: {e}");
@@ -274,7 +279,10 @@ fn terminal(buf: &mut BytesMut, reason: &CloseReason) {
         ),
     };
     let data = body.to_string();
-    let _ = Frame::new().event(event).data(data.as_bytes()).encode_into(buf);
+    let _ = Frame::new()
+        .event(event)
+        .data(data.as_bytes())
+        .encode_into(buf);
 }
 
 /// The frame that ends a connection whose reader failed: the client resumes (outage) or learns
@@ -313,7 +321,8 @@ fn refusal(e: &Error, identity: Option<StreamIdentity>, last_event_id: Option<&[
 
 fn to_axum(r: HttpResponse) -> Response {
     let mut response = Response::new(Body::from(r.body));
-    *response.status_mut() = StatusCode::from_u16(r.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    *response.status_mut() =
+        StatusCode::from_u16(r.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     for (name, value) in r.headers {
         if let Ok(v) = HeaderValue::from_str(&value) {
             response.headers_mut().insert(name, v);

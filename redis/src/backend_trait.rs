@@ -65,7 +65,10 @@ impl Backend for RedisStream {
                 head,
             })),
             Err(Error::AheadOfHead { requested, head }) => {
-                Err(OpenError::Refused(ResumeError::AheadOfHead { requested, head }))
+                Err(OpenError::Refused(ResumeError::AheadOfHead {
+                    requested,
+                    head,
+                }))
             }
             Err(e) if e.is_stream_lost() => Err(OpenError::Gone),
             Err(e) => Err(OpenError::Unavailable(unavailable("resume", e))),
@@ -147,10 +150,7 @@ impl BackendProducer for RedisProducer {
     }
 
     async fn ready(&mut self) -> Result<(), Unavailable> {
-        let mark = self
-            .ctl_mark()
-            .await
-            .map_err(|e| unavailable("ready", e))?;
+        let mark = self.ctl_mark().await.map_err(|e| unavailable("ready", e))?;
         let state = self
             .stream()
             .state()
@@ -213,9 +213,9 @@ impl Tail for RedisReader {
                 head,
             }),
             // A lost stream will never continue: end the tail explicitly, with the cause.
-            Err(e) if e.is_stream_lost() => {
-                Err(TailError::Closed(CloseReason::error(format!("stream lost: {e}"))))
-            }
+            Err(e) if e.is_stream_lost() => Err(TailError::Closed(CloseReason::error(format!(
+                "stream lost: {e}"
+            )))),
             Err(e) => Err(TailError::Unavailable(unavailable("read", e))),
         }
     }

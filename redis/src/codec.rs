@@ -127,7 +127,8 @@ impl<'a> Reply<'a> {
     /// The next element as a decimal id below 2^53.
     pub(crate) fn id(&mut self, what: &str) -> Result<u64, Error> {
         let s = self.string(what)?;
-        parse_decimal(&s).ok_or_else(|| corrupt(self.stream, &format!("{what} is not a decimal id")))
+        parse_decimal(&s)
+            .ok_or_else(|| corrupt(self.stream, &format!("{what} is not a decimal id")))
     }
 
     /// The next element as an optional close reason (empty string = open).
@@ -197,7 +198,7 @@ pub(crate) fn parse_decimal(s: &str) -> Option<u64> {
 
 pub(crate) fn corrupt(stream: &StreamId, detail: &str) -> Error {
     Error::Corrupt {
-        stream: stream.clone(),
+        stream: *stream,
         detail: detail.to_owned(),
     }
 }

@@ -127,17 +127,17 @@ impl Error {
         match err.code() {
             Some("OOM") => Error::OutOfMemory(err.detail().unwrap_or("").to_owned()),
             Some("RRCORRUPT") => Error::Corrupt {
-                stream: stream.clone(),
+                stream: *stream,
                 detail: err.detail().unwrap_or("").to_owned(),
             },
             Some("WRONGTYPE") => Error::Corrupt {
-                stream: stream.clone(),
+                stream: *stream,
                 detail: format!("a key holds the wrong type: {}", err.detail().unwrap_or("")),
             },
             // An `ERR` raised inside one of the scripts (e.g. HINCRBY on a garbage field) means the
             // data, not the request, is broken: the arguments are all produced by this crate.
             Some("ERR") if err.detail().is_some_and(|d| d.contains("script:")) => Error::Corrupt {
-                stream: stream.clone(),
+                stream: *stream,
                 detail: err.detail().unwrap_or("").to_owned(),
             },
             _ => Error::Server(err),

@@ -133,7 +133,10 @@ impl RedisReader {
             if *id != expect {
                 return Err(codec::corrupt(
                     &self.stream.id,
-                    &format!("the log jumps from {} to {id}: an entry was removed outside this crate", expect - 1),
+                    &format!(
+                        "the log jumps from {} to {id}: an entry was removed outside this crate",
+                        expect - 1
+                    ),
                 ));
             }
             expect += 1;
@@ -176,7 +179,8 @@ impl RedisReader {
                 return Err(Error::from_redis(&s.id, e));
             }
         };
-        Ok(log_entries(s, reply, &s.keys.log)?.filter(|e| e.first().map(|(id, _)| *id) == Some(self.cursor + 1)))
+        Ok(log_entries(s, reply, &s.keys.log)?
+            .filter(|e| e.first().map(|(id, _)| *id) == Some(self.cursor + 1)))
     }
 }
 
@@ -193,14 +197,25 @@ fn log_entries(
             .into_iter()
             .map(|(k, v)| redis::Value::Array(vec![k, v]))
             .collect(),
-        _ => return Err(codec::corrupt(&stream.id, "XREAD reply has an unexpected shape")),
+        _ => {
+            return Err(codec::corrupt(
+                &stream.id,
+                "XREAD reply has an unexpected shape",
+            ))
+        }
     };
     for s in streams {
         let redis::Value::Array(mut kv) = s else {
-            return Err(codec::corrupt(&stream.id, "XREAD reply has an unexpected shape"));
+            return Err(codec::corrupt(
+                &stream.id,
+                "XREAD reply has an unexpected shape",
+            ));
         };
         if kv.len() != 2 {
-            return Err(codec::corrupt(&stream.id, "XREAD reply has an unexpected shape"));
+            return Err(codec::corrupt(
+                &stream.id,
+                "XREAD reply has an unexpected shape",
+            ));
         }
         let entries = kv.pop().expect("len checked");
         let key = kv.pop().expect("len checked");
@@ -208,7 +223,10 @@ fn log_entries(
             continue;
         }
         let redis::Value::Array(entries) = entries else {
-            return Err(codec::corrupt(&stream.id, "XREAD reply has an unexpected shape"));
+            return Err(codec::corrupt(
+                &stream.id,
+                "XREAD reply has an unexpected shape",
+            ));
         };
         let parsed = entries
             .into_iter()
@@ -244,7 +262,10 @@ async fn read_page(stream: &RedisStream, after: u64) -> Result<Page, Error> {
             if after < head && entries.first().map(|(id, _)| *id) != Some(after + 1) {
                 return Err(codec::corrupt(
                     &s.id,
-                    &format!("entry {} is missing from the log (retained {floor}..={head})", after + 1),
+                    &format!(
+                        "entry {} is missing from the log (retained {floor}..={head})",
+                        after + 1
+                    ),
                 ));
             }
             Ok(Page {

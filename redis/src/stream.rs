@@ -43,7 +43,7 @@ impl RedisStreamState {
     /// ```
     pub fn as_sse(&self) -> StreamState {
         StreamState {
-            identity: self.identity.clone(),
+            identity: self.identity,
             floor: self.floor,
             head: self.head,
         }
@@ -97,7 +97,7 @@ impl RedisStream {
     /// # }
     /// ```
     pub fn identity(&self) -> StreamIdentity {
-        StreamIdentity::new(self.id.clone(), self.epoch)
+        StreamIdentity::new(self.id, self.epoch)
     }
 
     /// Reads capacity, floor, head, close reason and fence in one atomic step.
@@ -112,7 +112,7 @@ impl RedisStream {
         let state = read_state(&self.backend, &self.id, &self.keys).await?;
         if state.identity.epoch != self.epoch {
             return Err(Error::EpochChanged {
-                stream: self.id.clone(),
+                stream: self.id,
                 expected: self.epoch,
                 current: Some(state.identity.epoch),
             });
@@ -271,13 +271,14 @@ impl RedisStream {
     /// Maps the statuses every script may answer.
     pub(crate) fn common_status(&self, status: &str, reply: &mut Reply<'_>) -> Error {
         match status {
-            "NOSTREAM" => Error::NotFound {
-                stream: self.id.clone(),
-            },
+            "NOSTREAM" => Error::NotFound { stream: self.id },
             "LOST" => Error::EpochChanged {
-                stream: self.id.clone(),
+                stream: self.id,
                 expected: self.epoch,
-                current: reply.string("epoch").ok().and_then(|e| codec::decode_epoch(&e)),
+                current: reply
+                    .string("epoch")
+                    .ok()
+                    .and_then(|e| codec::decode_epoch(&e)),
             },
             other => codec::corrupt(&self.id, &format!("unexpected script status {other:?}")),
         }
@@ -307,7 +308,7 @@ pub(crate) async fn read_state(
         .map_err(|e| Error::from_redis(id, e))?;
     let (mut reply, status) = Reply::new(id, value)?;
     if status == "NOSTREAM" {
-        return Err(Error::NotFound { stream: id.clone() });
+        return Err(Error::NotFound { stream: *id });
     }
     if status != "OK" {
         return Err(codec::corrupt(id, "unexpected script status"));
@@ -328,7 +329,7 @@ pub(crate) async fn read_state(
         ));
     }
     Ok(RedisStreamState {
-        identity: StreamIdentity::new(id.clone(), epoch),
+        identity: StreamIdentity::new(*id, epoch),
         capacity,
         floor,
         head,

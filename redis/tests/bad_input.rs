@@ -25,7 +25,12 @@ async fn with_events(backend: &RedisBackend, name: &str, n: u64) -> RedisStream 
 }
 
 fn hset(server: &RedisServer, key: &str, field: &str, value: &str) {
-    let _: () = redis::cmd("HSET").arg(key).arg(field).arg(value).query(&mut server.raw()).unwrap();
+    let _: () = redis::cmd("HSET")
+        .arg(key)
+        .arg(field)
+        .arg(value)
+        .query(&mut server.raw())
+        .unwrap();
 }
 
 fn assert_corrupt<T: std::fmt::Debug>(what: &str, r: Result<T, Error>) {
@@ -53,9 +58,15 @@ async fn garbage_meta_fields_are_corrupt() {
         hset(&server, &meta, field, value);
         let what = format!("{field}={value:?}");
         assert_corrupt(&format!("state {what}"), stream.state().await);
-        assert_corrupt(&format!("open {what}"), backend.open(&sid(&name)).await.map(|_| ()));
+        assert_corrupt(
+            &format!("open {what}"),
+            backend.open(&sid(&name)).await.map(|_| ()),
+        );
         if field != "ttl" && field != "cap" {
-            assert_corrupt(&format!("resume {what}"), stream.resume(Some(1)).await.map(|_| ()));
+            assert_corrupt(
+                &format!("resume {what}"),
+                stream.resume(Some(1)).await.map(|_| ()),
+            );
         }
         let producer = stream.acquire_producer().await;
         if field == "head" {
@@ -86,13 +97,27 @@ async fn garbage_epoch_reason_and_key_types_are_corrupt() {
     }
 
     let stream = with_events(&backend, "wrongtype", 2).await;
-    let _: () = redis::cmd("DEL").arg(stream.key_names()[0]).query(&mut server.raw()).unwrap();
-    let _: () = redis::cmd("SET").arg(stream.key_names()[0]).arg("x").query(&mut server.raw()).unwrap();
+    let _: () = redis::cmd("DEL")
+        .arg(stream.key_names()[0])
+        .query(&mut server.raw())
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg(stream.key_names()[0])
+        .arg("x")
+        .query(&mut server.raw())
+        .unwrap();
     assert_corrupt("state on a string", stream.state().await);
-    assert_corrupt("resume on a string", stream.resume(Some(0)).await.map(|_| ()));
+    assert_corrupt(
+        "resume on a string",
+        stream.resume(Some(0)).await.map(|_| ()),
+    );
 
     let stream = with_events(&backend, "logtype", 0).await;
-    let _: () = redis::cmd("SET").arg(stream.key_names()[1]).arg("x").query(&mut server.raw()).unwrap();
+    let _: () = redis::cmd("SET")
+        .arg(stream.key_names()[1])
+        .arg("x")
+        .query(&mut server.raw())
+        .unwrap();
     let mut p = stream.acquire_producer().await.unwrap();
     assert_corrupt("append onto a string log", p.append(b"x").await);
 }
@@ -140,23 +165,39 @@ async fn a_stream_deleted_externally_is_lost_for_everyone() {
     let waiting = tokio::spawn(async move { reader.next().await });
 
     // Only the log disappears: entries the window promises are missing.
-    let _: () = redis::cmd("DEL").arg(stream.key_names()[1]).query(&mut server.raw()).unwrap();
-    assert_corrupt("resume after log deleted", stream.resume(Some(1)).await.map(|_| ()));
+    let _: () = redis::cmd("DEL")
+        .arg(stream.key_names()[1])
+        .query(&mut server.raw())
+        .unwrap();
+    assert_corrupt(
+        "resume after log deleted",
+        stream.resume(Some(1)).await.map(|_| ()),
+    );
 
     // Everything disappears (FLUSHDB, a careless DEL): not found, for every operation.
     let _: () = redis::cmd("FLUSHDB").query(&mut server.raw()).unwrap();
-    assert!(matches!(stream.resume(Some(1)).await, Err(Error::NotFound { .. })));
+    assert!(matches!(
+        stream.resume(Some(1)).await,
+        Err(Error::NotFound { .. })
+    ));
     assert!(matches!(stream.state().await, Err(Error::NotFound { .. })));
-    assert!(matches!(stream.release_through(1).await, Err(Error::NotFound { .. })));
+    assert!(matches!(
+        stream.release_through(1).await,
+        Err(Error::NotFound { .. })
+    ));
     assert!(matches!(p.append(b"x").await, Err(Error::NotFound { .. })));
     // The blocked reader notices on its next wake-up (block timeout at most).
-    let got = tokio::time::timeout(Duration::from_secs(10), waiting).await.unwrap().unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .unwrap()
+        .unwrap();
     assert!(matches!(got, Err(Error::NotFound { .. })), "{got:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn out_of_memory_is_a_typed_error_and_release_still_works() {
-    let server = RedisServer::start_with(&["--maxmemory", "4mb", "--maxmemory-policy", "noeviction"]);
+    let server =
+        RedisServer::start_with(&["--maxmemory", "4mb", "--maxmemory-policy", "noeviction"]);
     let config = RedisConfig {
         block: Duration::from_millis(200),
         ..RedisConfig::default()
@@ -174,7 +215,10 @@ async fn out_of_memory_is_a_typed_error_and_release_still_works() {
         assert!(appended < 100, "maxmemory never reached");
     };
     assert!(matches!(err, Error::OutOfMemory(_)), "{err:?}");
-    assert!(!p.has_pending(), "a refused append is not an unknown outcome");
+    assert!(
+        !p.has_pending(),
+        "a refused append is not an unknown outcome"
+    );
     assert!(appended > 0);
     // Reads still work (read-only scripts), and nothing was half-written.
     let state = stream.state().await.unwrap();

@@ -64,38 +64,73 @@ async fn resume_table_every_row() {
     // floor - 1 <= x < head: exactly x+1..=head.
     for x in 3..10 {
         let mut r = stream.resume(Some(x)).await.unwrap();
-        assert_eq!(read_through(&mut r, 10).await, (x + 1..=10).collect::<Vec<_>>(), "x={x}");
+        assert_eq!(
+            read_through(&mut r, 10).await,
+            (x + 1..=10).collect::<Vec<_>>(),
+            "x={x}"
+        );
     }
     // x == head: no-op, the reader then waits for the next event.
     let mut at_head = stream.resume(Some(10)).await.unwrap();
     assert_eq!(at_head.last_id(), 10);
-    assert!(tokio::time::timeout(Duration::from_millis(200), at_head.next()).await.is_err());
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), at_head.next())
+            .await
+            .is_err()
+    );
     // No cursor: live from the head.
     let live = stream.resume(None).await.unwrap();
     assert_eq!(live.last_id(), 10);
     // x < floor - 1: gap.
     match stream.resume(Some(2)).await {
-        Err(Error::Gap { requested: 2, floor: 4, head: 10 }) => {}
+        Err(Error::Gap {
+            requested: 2,
+            floor: 4,
+            head: 10,
+        }) => {}
         other => panic!("expected Gap, got {other:?}"),
     }
     match stream.resume(Some(0)).await {
-        Err(Error::Gap { requested: 0, floor: 4, head: 10 }) => {}
+        Err(Error::Gap {
+            requested: 0,
+            floor: 4,
+            head: 10,
+        }) => {}
         other => panic!("expected Gap, got {other:?}"),
     }
     // x > head: mismatch.
     for x in [11, u64::MAX] {
         match stream.resume(Some(x)).await {
-            Err(Error::AheadOfHead { requested, head: 10 }) => assert_eq!(requested, x),
+            Err(Error::AheadOfHead {
+                requested,
+                head: 10,
+            }) => assert_eq!(requested, x),
             other => panic!("expected AheadOfHead, got {other:?}"),
         }
     }
     // Stream deleted: lost. Recreated: the old handle's epoch is refused.
     stream.delete().await.unwrap();
-    assert!(matches!(stream.resume(Some(5)).await, Err(Error::NotFound { .. })));
-    let again = server.backend().await.create(&sid("table"), 64).await.unwrap();
-    assert_ne!(again.identity().epoch, stream.identity().epoch, "a new incarnation gets a new epoch");
+    assert!(matches!(
+        stream.resume(Some(5)).await,
+        Err(Error::NotFound { .. })
+    ));
+    let again = server
+        .backend()
+        .await
+        .create(&sid("table"), 64)
+        .await
+        .unwrap();
+    assert_ne!(
+        again.identity().epoch,
+        stream.identity().epoch,
+        "a new incarnation gets a new epoch"
+    );
     match stream.resume(Some(0)).await {
-        Err(Error::EpochChanged { expected, current: Some(current), .. }) => {
+        Err(Error::EpochChanged {
+            expected,
+            current: Some(current),
+            ..
+        }) => {
             assert_eq!(expected, stream.identity().epoch);
             assert_eq!(current, again.identity().epoch);
         }
@@ -117,21 +152,39 @@ async fn a_refused_append_burns_no_id() {
     }
     for _ in 0..3 {
         match p.append(b"refused").await {
-            Err(Error::Full { floor: 1, head: 4, capacity: 4 }) => {}
+            Err(Error::Full {
+                floor: 1,
+                head: 4,
+                capacity: 4,
+            }) => {}
             other => panic!("expected Full, got {other:?}"),
         }
     }
     assert_eq!(stream.state().await.unwrap().head, 4);
     stream.release_through(2).await.unwrap();
-    assert_eq!(p.append(&payload(5)).await.unwrap(), 5, "the refusals consumed no id");
+    assert_eq!(
+        p.append(&payload(5)).await.unwrap(),
+        5,
+        "the refusals consumed no id"
+    );
     assert_eq!(p.append(&payload(6)).await.unwrap(), 6);
-    assert!(matches!(p.append(b"x").await, Err(Error::Full { floor: 3, head: 6, .. })));
+    assert!(matches!(
+        p.append(b"x").await,
+        Err(Error::Full {
+            floor: 3,
+            head: 6,
+            ..
+        })
+    ));
     let mut r = stream.resume(Some(2)).await.unwrap();
     assert_eq!(read_through(&mut r, 6).await, vec![3, 4, 5, 6]);
     assert_eq!(backend.stats().refused_full, 4);
     // The log holds no trace of the refused payloads.
     let mut raw = server.raw();
-    let len: u64 = redis::cmd("XLEN").arg(stream.key_names()[1]).query(&mut raw).unwrap();
+    let len: u64 = redis::cmd("XLEN")
+        .arg(stream.key_names()[1])
+        .query(&mut raw)
+        .unwrap();
     assert_eq!(len, 4);
 }
 
@@ -141,21 +194,42 @@ async fn release_moves_the_floor_monotonically() {
     let stream = stream_with(&server, "release", 16, 5).await;
     assert_eq!(stream.release_through(0).await.unwrap(), (1, 5));
     assert_eq!(stream.release_through(2).await.unwrap(), (3, 5));
-    assert_eq!(stream.release_through(1).await.unwrap(), (3, 5), "never moves back");
-    assert_eq!(stream.release_through(2).await.unwrap(), (3, 5), "idempotent");
+    assert_eq!(
+        stream.release_through(1).await.unwrap(),
+        (3, 5),
+        "never moves back"
+    );
+    assert_eq!(
+        stream.release_through(2).await.unwrap(),
+        (3, 5),
+        "idempotent"
+    );
     match stream.release_through(6).await {
-        Err(Error::AheadOfHead { requested: 6, head: 5 }) => {}
+        Err(Error::AheadOfHead {
+            requested: 6,
+            head: 5,
+        }) => {}
         other => panic!("expected AheadOfHead, got {other:?}"),
     }
-    assert_eq!(stream.release_through(5).await.unwrap(), (6, 5), "empty window: floor = head + 1");
+    assert_eq!(
+        stream.release_through(5).await.unwrap(),
+        (6, 5),
+        "empty window: floor = head + 1"
+    );
     // Empty window: resume at the head is a no-op, below is a gap.
     assert_eq!(stream.resume(Some(5)).await.unwrap().last_id(), 5);
-    assert!(matches!(stream.resume(Some(4)).await, Err(Error::Gap { floor: 6, .. })));
+    assert!(matches!(
+        stream.resume(Some(4)).await,
+        Err(Error::Gap { floor: 6, .. })
+    ));
     // The ids continue after a full release (the log's counter survives the trim).
     let mut p = stream.acquire_producer().await.unwrap();
     assert_eq!(p.append(&payload(6)).await.unwrap(), 6);
     let mut raw = server.raw();
-    let len: u64 = redis::cmd("XLEN").arg(stream.key_names()[1]).query(&mut raw).unwrap();
+    let len: u64 = redis::cmd("XLEN")
+        .arg(stream.key_names()[1])
+        .query(&mut raw)
+        .unwrap();
     assert_eq!(len, 1);
 }
 
@@ -179,22 +253,34 @@ async fn readers_get_every_event_then_the_close_reason() {
         p.append(&payload(id)).await.unwrap();
     }
     p.close(CloseReason::error("tool crashed")).await.unwrap();
-    let (got, reason) = tokio::time::timeout(Duration::from_secs(10), waiting).await.unwrap().unwrap();
+    let (got, reason) = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(got, vec![1, 2, 3]);
     assert_eq!(reason, CloseReason::error("tool crashed"));
 
     // A late resume replays, then sees the reason; at the head it sees the reason at once.
     let mut late = stream.resume(Some(1)).await.unwrap();
     assert_eq!(read_through(&mut late, 3).await, vec![2, 3]);
-    assert_eq!(late.next().await.unwrap(), ReadItem::Closed(CloseReason::error("tool crashed")));
+    assert_eq!(
+        late.next().await.unwrap(),
+        ReadItem::Closed(CloseReason::error("tool crashed"))
+    );
     let mut at_head = stream.resume(Some(3)).await.unwrap();
-    assert_eq!(at_head.next().await.unwrap(), ReadItem::Closed(CloseReason::error("tool crashed")));
+    assert_eq!(
+        at_head.next().await.unwrap(),
+        ReadItem::Closed(CloseReason::error("tool crashed"))
+    );
     // Nothing can be appended after close, and a new producer is told why.
     match stream.acquire_producer().await {
         Err(Error::Closed(r)) => assert_eq!(r, CloseReason::error("tool crashed")),
         other => panic!("expected Closed, got {other:?}"),
     }
-    assert_eq!(stream.state().await.unwrap().closed, Some(CloseReason::error("tool crashed")));
+    assert_eq!(
+        stream.state().await.unwrap().closed,
+        Some(CloseReason::error("tool crashed"))
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -212,7 +298,11 @@ async fn a_blocked_reader_is_woken_by_an_append_in_another_connection() {
     .await;
     let mut p = stream.acquire_producer().await.unwrap();
     p.append(&payload(1)).await.unwrap();
-    let got = tokio::time::timeout(Duration::from_secs(5), task).await.unwrap().unwrap().unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
     assert_eq!(got, ReadItem::Events(vec![(1, Bytes::from(payload(1)))]));
 }
 
@@ -234,11 +324,18 @@ async fn append_wait_is_woken_by_a_release() {
     .await;
     assert!(!task.is_finished());
     releaser.release_through(1).await.unwrap();
-    let (mut p, id) = tokio::time::timeout(Duration::from_secs(5), task).await.unwrap().unwrap();
+    let (mut p, id) = tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(id.unwrap(), 3);
     // With no release it gives up at the deadline with Full, having consumed no id.
     match p.append_wait(b"x", Duration::from_millis(300)).await {
-        Err(Error::Full { floor: 2, head: 3, capacity: 2 }) => {}
+        Err(Error::Full {
+            floor: 2,
+            head: 3,
+            capacity: 2,
+        }) => {}
         other => panic!("expected Full, got {other:?}"),
     }
     assert_eq!(p.next_id(), 4);
@@ -270,7 +367,11 @@ async fn concurrent_producer_readers_and_releaser() {
                     ReadItem::Events(events) => {
                         for (id, data) in events {
                             assert_eq!(id, expect, "reader {r}: ids in order, none skipped");
-                            assert_eq!(data, Bytes::from(payload(id)), "reader {r}: payload of {id}");
+                            assert_eq!(
+                                data,
+                                Bytes::from(payload(id)),
+                                "reader {r}: payload of {id}"
+                            );
                             expect += 1;
                         }
                         // Relaxed: the releaser only needs some recent value; Notify orders the wake.
@@ -290,7 +391,11 @@ async fn concurrent_producer_readers_and_releaser() {
         let mut released = 0;
         while released < N {
             release_progress.notified().await;
-            let min = release_cursors.iter().map(|c| c.load(Ordering::Relaxed)).min().unwrap();
+            let min = release_cursors
+                .iter()
+                .map(|c| c.load(Ordering::Relaxed))
+                .min()
+                .unwrap();
             if min > released {
                 let (floor, _) = release_stream.release_through(min).await.unwrap();
                 assert_eq!(floor, min + 1);
@@ -301,16 +406,25 @@ async fn concurrent_producer_readers_and_releaser() {
 
     let mut producer = stream.acquire_producer().await.unwrap();
     for id in 1..=N {
-        let got = producer.append_wait(&payload(id), Duration::from_secs(30)).await.unwrap();
+        let got = producer
+            .append_wait(&payload(id), Duration::from_secs(30))
+            .await
+            .unwrap();
         assert_eq!(got, id);
     }
     producer.close(CloseReason::Completed).await.unwrap();
     for reader in readers {
-        let (last, reason) = tokio::time::timeout(Duration::from_secs(30), reader).await.unwrap().unwrap();
+        let (last, reason) = tokio::time::timeout(Duration::from_secs(30), reader)
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(last, N);
         assert_eq!(reason, CloseReason::Completed);
     }
-    tokio::time::timeout(Duration::from_secs(10), releaser).await.unwrap().unwrap();
+    tokio::time::timeout(Duration::from_secs(10), releaser)
+        .await
+        .unwrap()
+        .unwrap();
     let state = stream.state().await.unwrap();
     assert_eq!((state.floor, state.head), (N + 1, N));
     assert_eq!(backend.stats().appended, N);

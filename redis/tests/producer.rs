@@ -64,7 +64,10 @@ async fn a_second_producer_is_refused_and_a_stale_one_is_fenced() {
     // While the first holds the lease, a second (another replica) is refused.
     let other_replica = server.backend().await.open(&sid("fence")).await.unwrap();
     match other_replica.acquire_producer().await {
-        Err(Error::LeaseHeld { holder, expires_in_ms }) => {
+        Err(Error::LeaseHeld {
+            holder,
+            expires_in_ms,
+        }) => {
             assert_eq!(holder, first.fencing_token());
             assert!(expires_in_ms > 0 && expires_in_ms <= 300, "{expires_in_ms}");
         }
@@ -74,13 +77,23 @@ async fn a_second_producer_is_refused_and_a_stale_one_is_fenced() {
     // The first stalls (a GC pause, a partition) past its lease; the second takes over.
     let mut raw = server.raw();
     common::eventually(Duration::from_secs(10), "the lease to expire", || {
-        let exists: bool = redis::cmd("EXISTS").arg(stream.key_names()[3]).query(&mut raw).unwrap();
+        let exists: bool = redis::cmd("EXISTS")
+            .arg(stream.key_names()[3])
+            .query(&mut raw)
+            .unwrap();
         std::future::ready(!exists)
     })
     .await;
     let mut second = other_replica.acquire_producer().await.unwrap();
-    assert!(second.fencing_token() > first.fencing_token(), "tokens only grow");
-    assert_eq!(second.next_id(), 2, "the new producer continues at the head");
+    assert!(
+        second.fencing_token() > first.fencing_token(),
+        "tokens only grow"
+    );
+    assert_eq!(
+        second.next_id(),
+        2,
+        "the new producer continues at the head"
+    );
     assert_eq!(second.append(b"b2").await.unwrap(), 2);
 
     // The stale producer wakes up: every write is refused, nothing interleaves.
@@ -89,11 +102,18 @@ async fn a_second_producer_is_refused_and_a_stale_one_is_fenced() {
         other => panic!("expected Fenced, got {other:?}"),
     }
     assert!(matches!(first.renew().await, Err(Error::Fenced { .. })));
-    assert!(matches!(first.close(CloseReason::Completed).await, Err(Error::Fenced { .. })));
+    assert!(matches!(
+        first.close(CloseReason::Completed).await,
+        Err(Error::Fenced { .. })
+    ));
     assert_eq!(second.append(b"b3").await.unwrap(), 3);
     assert_eq!(
         log(&server, &stream),
-        vec![(1, b"a1".to_vec()), (2, b"b2".to_vec()), (3, b"b3".to_vec())]
+        vec![
+            (1, b"a1".to_vec()),
+            (2, b"b2".to_vec()),
+            (3, b"b3".to_vec())
+        ]
     );
     assert!(backend.stats().refused_fenced >= 3);
 
@@ -117,11 +137,17 @@ async fn an_expired_lease_with_no_successor_is_still_fenced() {
     p.append(b"1").await.unwrap();
     let mut raw = server.raw();
     common::eventually(Duration::from_secs(10), "the lease to expire", || {
-        let exists: bool = redis::cmd("EXISTS").arg(stream.key_names()[3]).query(&mut raw).unwrap();
+        let exists: bool = redis::cmd("EXISTS")
+            .arg(stream.key_names()[3])
+            .query(&mut raw)
+            .unwrap();
         std::future::ready(!exists)
     })
     .await;
-    assert!(matches!(p.append(b"2").await, Err(Error::Fenced { holder: None })));
+    assert!(matches!(
+        p.append(b"2").await,
+        Err(Error::Fenced { holder: None })
+    ));
     assert_eq!(stream.state().await.unwrap().head, 1, "nothing appended");
 }
 
@@ -135,7 +161,9 @@ async fn lost_replies_are_resent_without_duplicates_or_gaps() {
         response_timeout: Duration::from_millis(500),
         ..RedisConfig::default()
     };
-    let backend = replay_ring_redis::RedisBackend::connect(&proxy.url(), config).await.unwrap();
+    let backend = replay_ring_redis::RedisBackend::connect(&proxy.url(), config)
+        .await
+        .unwrap();
     let stream = backend.create(&sid("retry"), 64).await.unwrap();
     let mut p = stream.acquire_producer().await.unwrap();
 
@@ -168,19 +196,35 @@ async fn lost_replies_are_resent_without_duplicates_or_gaps() {
                 assert!(!ran || mode == Mode::LoseReply, "{mode:?} of {next} ran");
                 ran_count += u64::from(ran);
                 let dups = backend.stats().duplicates_resolved;
-                assert_eq!(resolve(&mut p).await.unwrap(), Some(next), "resent with the same id");
-                assert_eq!(backend.stats().duplicates_resolved - dups, u64::from(ran), "recognised iff it ran");
+                assert_eq!(
+                    resolve(&mut p).await.unwrap(),
+                    Some(next),
+                    "resent with the same id"
+                );
+                assert_eq!(
+                    backend.stats().duplicates_resolved - dups,
+                    u64::from(ran),
+                    "recognised iff it ran"
+                );
                 next += 1;
             }
             (mode, other) => panic!("{mode:?}: unexpected {other:?}"),
         }
     }
     assert_eq!(unknown, 12, "6 lost replies + 6 lost requests");
-    let expected: Vec<(u64, Vec<u8>)> = (1..=30).map(|i| (i, format!("e{i}").into_bytes())).collect();
+    let expected: Vec<(u64, Vec<u8>)> = (1..=30)
+        .map(|i| (i, format!("e{i}").into_bytes()))
+        .collect();
     assert_eq!(log(&server, &stream), expected);
     let stats = backend.stats();
-    assert!(ran_count >= 5, "lost replies of commands that ran: {ran_count}");
-    assert_eq!(stats.duplicates_resolved, ran_count, "each one recognised, not rewritten");
+    assert!(
+        ran_count >= 5,
+        "lost replies of commands that ran: {ran_count}"
+    );
+    assert_eq!(
+        stats.duplicates_resolved, ran_count,
+        "each one recognised, not rewritten"
+    );
     assert_eq!(stats.unknown_outcomes, 12);
 }
 
@@ -195,18 +239,37 @@ async fn a_resend_with_another_payload_is_a_conflict() {
     let mut p = stream.acquire_producer().await.unwrap();
     assert_eq!(p.append(b"first").await.unwrap(), 1);
     proxy.set(Mode::LoseReply);
-    assert!(matches!(p.append(b"original").await, Err(Error::Unknown { id: 2, .. })));
+    assert!(matches!(
+        p.append(b"original").await,
+        Err(Error::Unknown { id: 2, .. })
+    ));
     proxy.set(Mode::Pass);
-    assert_eq!(log(&server, &stream).len(), 2, "the append ran; only its reply was lost");
+    assert_eq!(
+        log(&server, &stream).len(),
+        2,
+        "the append ran; only its reply was lost"
+    );
     // Someone rewrites entry 2 behind our back: the resend must not pass it off as its own.
     let mut raw = server.raw();
     let log_key = stream.key_names()[1];
     let _: () = redis::cmd("DEL").arg(log_key).query(&mut raw).unwrap();
     for (id, data) in [("0-1", "first"), ("0-2", "other")] {
-        let _: String = redis::cmd("XADD").arg(log_key).arg(id).arg("d").arg(data).query(&mut raw).unwrap();
+        let _: String = redis::cmd("XADD")
+            .arg(log_key)
+            .arg(id)
+            .arg("d")
+            .arg(data)
+            .query(&mut raw)
+            .unwrap();
     }
-    assert!(matches!(resolve(&mut p).await, Err(Error::Conflict { id: 2 })));
+    assert!(matches!(
+        resolve(&mut p).await,
+        Err(Error::Conflict { id: 2 })
+    ));
     assert!(p.has_pending(), "still unresolved");
     let mut reader = stream.resume(Some(1)).await.unwrap();
-    assert_eq!(reader.next().await.unwrap(), ReadItem::Events(vec![(2, Bytes::from_static(b"other"))]));
+    assert_eq!(
+        reader.next().await.unwrap(),
+        ReadItem::Events(vec![(2, Bytes::from_static(b"other"))])
+    );
 }

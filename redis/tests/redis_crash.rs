@@ -30,14 +30,20 @@ async fn acknowledged_appends_survive_kill_9_and_the_stream_continues() {
         ..RedisConfig::default()
     };
     let backend = server.backend_with(config.clone()).await;
-    let stream = backend.create(&StreamId::new("crash").unwrap(), 10_000).await.unwrap();
+    let stream = backend
+        .create(&StreamId::new("crash").unwrap(), 10_000)
+        .await
+        .unwrap();
     let acked = Arc::new(AtomicU64::new(0));
     let errors = Arc::new(AtomicU64::new(0));
 
     // A reader on its own backend (another replica), tolerant of outages: it retries `next` on
     // Unavailable with the same cursor, and checks every id and payload.
     let reader_backend = server.backend_with(config.clone()).await;
-    let reader_stream = reader_backend.open(&StreamId::new("crash").unwrap()).await.unwrap();
+    let reader_stream = reader_backend
+        .open(&StreamId::new("crash").unwrap())
+        .await
+        .unwrap();
     let mut reader = reader_stream.resume(Some(0)).await.unwrap();
     let reader_errors = Arc::new(AtomicU64::new(0));
     let re = reader_errors.clone();
@@ -101,19 +107,33 @@ async fn acknowledged_appends_survive_kill_9_and_the_stream_continues() {
     .await;
     server.kill();
     let acked_at_crash = acked.load(Ordering::Relaxed);
-    common::eventually(Duration::from_secs(30), "the producer to see the outage", || {
-        std::future::ready(errors.load(Ordering::Relaxed) >= 3)
-    })
+    common::eventually(
+        Duration::from_secs(30),
+        "the producer to see the outage",
+        || std::future::ready(errors.load(Ordering::Relaxed) >= 3),
+    )
     .await;
-    assert!(acked.load(Ordering::Relaxed) <= acked_at_crash + 1, "no append acknowledged while down");
+    assert!(
+        acked.load(Ordering::Relaxed) <= acked_at_crash + 1,
+        "no append acknowledged while down"
+    );
     let down_since = Instant::now();
     server.restart();
-    let outage_errors = tokio::time::timeout(Duration::from_secs(60), producer).await.unwrap().unwrap();
+    let outage_errors = tokio::time::timeout(Duration::from_secs(60), producer)
+        .await
+        .unwrap()
+        .unwrap();
     assert!(!outage_errors.is_empty());
-    let (last, reason) = tokio::time::timeout(Duration::from_secs(60), reader_task).await.unwrap().unwrap();
+    let (last, reason) = tokio::time::timeout(Duration::from_secs(60), reader_task)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(last, N);
     assert_eq!(reason, CloseReason::Completed);
-    assert!(reader_errors.load(Ordering::Relaxed) > 0, "the reader saw the outage explicitly");
+    assert!(
+        reader_errors.load(Ordering::Relaxed) > 0,
+        "the reader saw the outage explicitly"
+    );
     eprintln!(
         "acked at crash: {acked_at_crash}, producer errors while down: {}, restart took {:?}",
         outage_errors.len(),
@@ -121,20 +141,20 @@ async fn acknowledged_appends_survive_kill_9_and_the_stream_continues() {
     );
 
     // From a fresh backend: the whole log replays 1..=N with the right payloads.
-    let fresh = server.backend().await.open(&StreamId::new("crash").unwrap()).await.unwrap();
+    let fresh = server
+        .backend()
+        .await
+        .open(&StreamId::new("crash").unwrap())
+        .await
+        .unwrap();
     let state = fresh.state().await.unwrap();
     assert_eq!((state.floor, state.head), (1, N));
     let mut r = fresh.resume(Some(0)).await.unwrap();
     let mut expect = 1;
-    loop {
-        match r.next().await.unwrap() {
-            ReadItem::Events(events) => {
-                for (id, data) in events {
-                    assert_eq!((id, data), (expect, payload(expect)));
-                    expect += 1;
-                }
-            }
-            ReadItem::Closed(_) => break,
+    while let ReadItem::Events(events) = r.next().await.unwrap() {
+        for (id, data) in events {
+            assert_eq!((id, data), (expect, payload(expect)));
+            expect += 1;
         }
     }
     assert_eq!(expect, N + 1);

@@ -39,7 +39,10 @@ impl Client {
     /// The ids a client that subscribed at `start` must have seen by the end.
     fn expected(&self, n: u64) -> Vec<u64> {
         let start = self.start.expect("a priming event");
-        assert!(start < n / 2, "subscribed too late to test much: head was {start}");
+        assert!(
+            start < n / 2,
+            "subscribed too late to test much: head was {start}"
+        );
         (start + 1..=n).collect()
     }
 
@@ -50,11 +53,19 @@ impl Client {
             (None, Some(id)) => {
                 let parsed = EventId::parse(id).expect("server sent a valid id");
                 if frame.data.is_empty() {
-                    self.verifier.on_priming_id(&parsed).expect("priming id is the cursor");
+                    self.verifier
+                        .on_priming_id(&parsed)
+                        .expect("priming id is the cursor");
                     self.start.get_or_insert(parsed.seq);
                 } else {
-                    self.verifier.on_event_id(&parsed).expect("gap-free, in order, same epoch");
-                    assert_eq!(frame.data, format!("{{\"n\":{}}}", parsed.seq), "payload of {id}");
+                    self.verifier
+                        .on_event_id(&parsed)
+                        .expect("gap-free, in order, same epoch");
+                    assert_eq!(
+                        frame.data,
+                        format!("{{\"n\":{}}}", parsed.seq),
+                        "payload of {id}"
+                    );
                     self.ids.push(parsed.seq);
                     self.last_event_id = Some(id.clone());
                 }
@@ -69,7 +80,15 @@ async fn reconnects_alternate_between_two_replicas_through_the_chaos_proxy() {
     const N: u64 = 300;
     let server = RedisServer::start();
     let url = server.url();
-    let a = Replica::start(&["--redis", &url, "--produce", &N.to_string(), "--interval-ms", "5"]).await;
+    let a = Replica::start(&[
+        "--redis",
+        &url,
+        "--produce",
+        &N.to_string(),
+        "--interval-ms",
+        "5",
+    ])
+    .await;
     let b = Replica::start(&["--redis", &url]).await;
     let mut config_a = ProxyConfig::new(a.addr);
     config_a.cut_after_frames = Some(9);
@@ -84,22 +103,37 @@ async fn reconnects_alternate_between_two_replicas_through_the_chaos_proxy() {
     let mut attempts = 0;
     while !client.ended {
         attempts += 1;
-        assert!(attempts < 500, "no end after {attempts} attempts ({} ids)", client.ids.len());
+        assert!(
+            attempts < 500,
+            "no end after {attempts} attempts ({} ids)",
+            client.ids.len()
+        );
         // Every reconnect goes to the other replica.
         let proxy = &proxies[attempts % 2];
         if attempts > 1 {
             client.verifier.on_reconnect();
         }
         let last = client.last_event_id.clone();
-        let attempt = get_events(proxy.addr(), last.as_deref(), Duration::from_secs(60), |f| {
-            client.on_frame(f)
-        })
+        let attempt = get_events(
+            proxy.addr(),
+            last.as_deref(),
+            Duration::from_secs(60),
+            |f| client.on_frame(f),
+        )
         .await
         .expect("attempt");
         assert_eq!(attempt.status, 200, "attempt {attempts} after {last:?}");
     }
-    assert_eq!(client.ids, client.expected(N), "every id exactly once, in order");
-    assert!(client.stream_errors.is_empty(), "{:?}", client.stream_errors);
+    assert_eq!(
+        client.ids,
+        client.expected(N),
+        "every id exactly once, in order"
+    );
+    assert!(
+        client.stream_errors.is_empty(),
+        "{:?}",
+        client.stream_errors
+    );
     // Both replicas served resumes (a Last-Event-ID minted by the other one).
     for (i, proxy) in proxies.iter().enumerate() {
         let resumes = proxy
@@ -109,7 +143,13 @@ async fn reconnects_alternate_between_two_replicas_through_the_chaos_proxy() {
             .count();
         assert!(resumes >= 5, "replica {i} served {resumes} resumes");
     }
-    assert!(proxies.iter().map(|p| p.counters().cuts_after_frames).sum::<usize>() >= 10);
+    assert!(
+        proxies
+            .iter()
+            .map(|p| p.counters().cuts_after_frames)
+            .sum::<usize>()
+            >= 10
+    );
     drop((a, b));
 }
 
@@ -118,7 +158,15 @@ async fn a_client_survives_the_crash_of_its_replica() {
     const N: u64 = 400;
     let server = RedisServer::start();
     let url = server.url();
-    let a = Replica::start(&["--redis", &url, "--produce", &N.to_string(), "--interval-ms", "5"]).await;
+    let a = Replica::start(&[
+        "--redis",
+        &url,
+        "--produce",
+        &N.to_string(),
+        "--interval-ms",
+        "5",
+    ])
+    .await;
     let b = Mutex::new(Some(Replica::start(&["--redis", &url]).await));
     let b_addr = b.lock().unwrap().as_ref().unwrap().addr;
 
@@ -152,6 +200,14 @@ async fn a_client_survives_the_crash_of_its_replica() {
         .expect("attempt on A");
         assert_eq!(attempt.status, 200);
     }
-    assert_eq!(client.ids, client.expected(N), "nothing lost, nothing twice");
-    assert!(client.stream_errors.is_empty(), "{:?}", client.stream_errors);
+    assert_eq!(
+        client.ids,
+        client.expected(N),
+        "nothing lost, nothing twice"
+    );
+    assert!(
+        client.stream_errors.is_empty(),
+        "{:?}",
+        client.stream_errors
+    );
 }

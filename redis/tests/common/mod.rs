@@ -65,7 +65,14 @@ impl RedisServer {
             .arg("--port")
             .arg(self.port.to_string())
             .args(["--bind", "127.0.0.1", "--protected-mode", "no"])
-            .args(["--appendonly", "yes", "--appendfsync", "always", "--save", ""])
+            .args([
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+                "--save",
+                "",
+            ])
             .arg("--dir")
             .arg(self.dir.path())
             .args(["--daemonize", "no", "--loglevel", "warning"])
@@ -88,7 +95,11 @@ impl RedisServer {
                     return;
                 }
             }
-            assert!(Instant::now() < deadline, "redis-server on port {} did not start", self.port);
+            assert!(
+                Instant::now() < deadline,
+                "redis-server on port {} did not start",
+                self.port
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }

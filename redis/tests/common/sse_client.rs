@@ -40,7 +40,8 @@ pub async fn get_events(
 ) -> io::Result<Attempt> {
     tokio::time::timeout(limit, async move {
         let mut conn = TcpStream::connect(addr).await?;
-        let mut req = format!("GET /events HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\n");
+        let mut req =
+            format!("GET /events HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\n");
         if let Some(id) = last_event_id {
             req.push_str(&format!("Last-Event-ID: {id}\r\n"));
         }
