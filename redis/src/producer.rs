@@ -8,6 +8,8 @@
 //! holder's. Appends carry the id they expect (the producer's own sequence); a resend of an append
 //! whose reply was lost is recognised by that id, so retries are idempotent.
 
+use std::ops::RangeInclusive;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -28,8 +30,9 @@ pub struct RedisProducer {
     token: String,
     /// The id the next append writes (head + 1 as far as this producer knows).
     next_id: u64,
-    /// An append whose reply was lost: resent (same id, same payload) before anything else.
-    pending: Option<Bytes>,
+    /// An append (or batch) whose reply was lost: resent (same ids, same payloads) before
+    /// anything else.
+    pending: Option<Arc<[Bytes]>>,
     /// The floor as of the last reply: `next_id - known_floor < capacity` means room for sure
     /// (only releases move the floor, and only up), so the trait's `try_append_with` can refuse a
     /// full window before building the payload without an extra round trip per append.
@@ -111,19 +114,47 @@ impl RedisProducer {
     /// appended `payload`; the producer keeps it as pending ([`has_pending`](Self::has_pending))
     /// and resends it, idempotently, before the next append.
     pub async fn append(&mut self, payload: &[u8]) -> Result<u64, Error> {
+        let batch: Arc<[Bytes]> = Arc::new([Bytes::copy_from_slice(payload)]);
+        self.append_owned(batch).await.map(|ids| *ids.end())
+    }
+
+    /// Appends several events in one atomic script (one round trip): all of them get consecutive
+    /// ids, or none does. Returns the ids. The same rules as [`append`](Self::append) apply to the
+    /// batch as a whole: a refusal consumes no id, a lost reply keeps the whole batch pending.
+    ///
+    /// # Errors
+    /// As [`append`](Self::append); [`Error::Full`] if the window lacks room for the whole batch;
+    /// [`Error::InvalidArgument`] for an empty batch.
+    ///
+    /// # Cancel safety
+    /// As [`append`](Self::append).
+    pub async fn append_batch<P: AsRef<[u8]>>(
+        &mut self,
+        payloads: &[P],
+    ) -> Result<RangeInclusive<u64>, Error> {
+        if payloads.is_empty() {
+            return Err(Error::InvalidArgument("an empty batch"));
+        }
+        let batch: Arc<[Bytes]> = payloads
+            .iter()
+            .map(|p| Bytes::copy_from_slice(p.as_ref()))
+            .collect();
+        self.append_owned(batch).await
+    }
+
+    async fn append_owned(&mut self, batch: Arc<[Bytes]>) -> Result<RangeInclusive<u64>, Error> {
         self.resolve_pending().await?;
-        // Pending from before the request leaves until its outcome is known, so a cancelled call
-        // leaves it to be resent exactly like a lost reply.
-        let pending = Bytes::copy_from_slice(payload);
-        self.pending = Some(pending.clone());
-        match self.send(self.next_id, &pending).await {
-            Ok(id) => {
+        // Pending from before the request until its outcome is known, so a cancelled call leaves
+        // it to be resent exactly like a lost reply.
+        self.pending = Some(batch.clone());
+        match self.send(self.next_id, &batch).await {
+            Ok(ids) => {
                 self.pending = None;
-                Ok(id)
+                Ok(ids)
             }
             Err(Error::Unavailable(source)) => {
-                // The request may have reached Redis: keep the payload, resend it before the next
-                // append. The id stays reserved for it.
+                // The request may have reached Redis: keep the payloads, resend them before the
+                // next append. The ids stay reserved for them.
                 Counters::bump(&self.stream.backend.shared.counters.unknown_outcomes);
                 Err(Error::Unknown {
                     id: self.next_id,
@@ -138,8 +169,8 @@ impl RedisProducer {
         }
     }
 
-    /// Resends the append whose reply was lost, if any, and returns its id (`None` if nothing was
-    /// pending). The script recognises an event that did arrive and answers with its id instead of
+    /// Resends the append whose reply was lost, if any, and returns its id (the last id of a
+    /// batch; `None` if nothing was pending). The script recognises an event that did arrive and answers with its id instead of
     /// writing it again.
     ///
     /// # Errors
@@ -148,13 +179,13 @@ impl RedisProducer {
     /// # Cancel safety
     /// Cancel safe: the event stays pending until a resend is answered.
     pub async fn resolve_pending(&mut self) -> Result<Option<u64>, Error> {
-        let Some(payload) = self.pending.clone() else {
+        let Some(batch) = self.pending.clone() else {
             return Ok(None);
         };
-        match self.send(self.next_id, &payload).await {
-            Ok(id) => {
+        match self.send(self.next_id, &batch).await {
+            Ok(ids) => {
                 self.pending = None;
-                Ok(Some(id))
+                Ok(Some(*ids.end()))
             }
             Err(Error::Unavailable(source)) => Err(Error::Unknown {
                 id: self.next_id,
@@ -290,40 +321,48 @@ impl RedisProducer {
         Ok(())
     }
 
-    /// One append attempt of `payload` as `id`.
-    async fn send(&mut self, id: u64, payload: &[u8]) -> Result<u64, Error> {
-        if id > crate::MAX_ID {
+    /// One append attempt of `batch` as ids `first ..`.
+    async fn send(&mut self, first: u64, batch: &[Bytes]) -> Result<RangeInclusive<u64>, Error> {
+        let last = first + batch.len() as u64 - 1;
+        if last > crate::MAX_ID {
             return Err(Error::IdsExhausted);
         }
         let s = &self.stream;
         let counters = &s.backend.shared.counters;
-        let value: redis::Value = scripts::APPEND_SCRIPT
+        let mut invocation = scripts::APPEND_SCRIPT.prepare_invoke();
+        invocation
             .key(&s.keys.meta)
             .key(&s.keys.log)
             .key(&s.keys.lease)
             .key(&s.keys.ctl)
             .arg(&self.token)
-            .arg(id.to_string())
-            .arg(payload)
-            .arg(s.lease_ms())
+            .arg(first.to_string())
+            .arg(s.lease_ms());
+        for payload in batch {
+            invocation.arg(payload.as_ref());
+        }
+        let value: redis::Value = invocation
             .invoke_async(&mut s.backend.conn())
             .await
             .map_err(|e| Error::from_redis(&s.id, e))?;
         let (mut reply, status) = Reply::new(&s.id, value)?;
         match status.as_str() {
             "OK" | "DUP" => {
-                let got = reply.id("id")?;
+                let got = reply.id("first")?..=reply.id("last")?;
                 self.known_floor = reply.id("floor")?;
-                if got != id {
-                    return Err(codec::corrupt(&s.id, "append answered another id"));
+                if got != (first..=last) {
+                    return Err(codec::corrupt(&s.id, "append answered other ids"));
                 }
                 if status == "DUP" {
                     Counters::bump(&counters.duplicates_resolved);
                 } else {
-                    Counters::bump(&counters.appended);
+                    counters
+                        .appended
+                        // Relaxed: statistics only (see Counters::bump).
+                        .fetch_add(batch.len() as u64, std::sync::atomic::Ordering::Relaxed);
                 }
-                self.next_id = id + 1;
-                Ok(id)
+                self.next_id = last + 1;
+                Ok(got)
             }
             "FULL" => {
                 Counters::bump(&counters.refused_full);
@@ -341,10 +380,12 @@ impl RedisProducer {
                     .reason("closed")?
                     .unwrap_or_else(|| CloseReason::error("closed")),
             )),
-            "CONFLICT" => Err(Error::Conflict { id }),
+            "CONFLICT" => Err(Error::Conflict {
+                id: reply.id("id")?,
+            }),
             "SEQ" => Err(Error::OutOfSequence {
                 head: reply.id("head")?,
-                id,
+                id: first,
             }),
             "EXHAUSTED" => Err(Error::IdsExhausted),
             other => Err(s.common_status(other, &mut reply)),

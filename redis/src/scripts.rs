@@ -94,10 +94,11 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) return 
 return {'FENCED'}
 "#;
 
-/// KEYS: meta log lease ctl. ARGV: token id payload lease_ms.
-/// Appends `payload` as entry `id` if the caller holds the lease, `id` is the next id and the
-/// window has room. A retry of an append that already happened (id <= head) is recognised and
-/// answered `DUP` (or `CONFLICT` if the retained payload differs); it never writes twice.
+/// KEYS: meta log lease ctl. ARGV: token first_id lease_ms payload...
+/// Appends the payloads as entries `first_id ..` if the caller holds the lease, `first_id` is the
+/// next id and the window has room for all of them (a batch is all or nothing). A resend of a
+/// batch that was already written (first_id <= head) is recognised and answered `DUP` (or
+/// `CONFLICT` if a retained payload differs); it never writes twice.
 const APPEND: &str = r#"
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'NOSTREAM'} end
 local holder = redis.call('GET', KEYS[3])
@@ -107,25 +108,35 @@ local cap = num(m[1], 'cap')
 local head = num(m[2], 'head')
 local floor = num(m[3], 'floor')
 local ttl = num(m[5], 'ttl')
-local id = num(ARGV[2], 'id')
-if id <= head then
-  if id < floor then return {'DUP', dec(id), dec(floor)} end
-  local e = redis.call('XRANGE', KEYS[2], eid(id), eid(id))
-  if #e == 0 then corrupt('entry ' .. dec(id) .. ' is missing from the log') end
-  local f = e[1][2]
-  if f[1] ~= 'd' or f[2] ~= ARGV[3] then return {'CONFLICT', dec(id)} end
-  return {'DUP', dec(id), dec(floor)}
+local first = num(ARGV[2], 'id')
+local n = #ARGV - 3
+local last = first + n - 1
+if first <= head then
+  if last > head then return {'SEQ', dec(head)} end
+  local from = math.max(first, floor)
+  if from <= last then
+    local e = redis.call('XRANGE', KEYS[2], eid(from), eid(last))
+    if #e ~= last - from + 1 then corrupt('entries ' .. dec(from) .. '..' .. dec(last) .. ' are missing from the log') end
+    for i, entry in ipairs(e) do
+      local f = entry[2]
+      if f[1] ~= 'd' or f[2] ~= ARGV[3 + from - first + i] then return {'CONFLICT', dec(from + i - 1)} end
+    end
+  end
+  return {'DUP', dec(first), dec(last), dec(floor)}
 end
-if id ~= head + 1 then return {'SEQ', dec(head)} end
+if first ~= head + 1 then return {'SEQ', dec(head)} end
 if m[4] then return {'CLOSED', m[4]} end
-if head + 1 - floor >= cap then return {'FULL', dec(floor), dec(head), dec(cap)} end
-if id >= LIMIT then return {'EXHAUSTED', dec(head)} end
-local r = redis.pcall('XADD', KEYS[2], eid(id), 'd', ARGV[3])
-if type(r) == 'table' and r.err then corrupt('the log refused id ' .. dec(id) .. ': ' .. r.err) end
-redis.call('HSET', KEYS[1], 'head', dec(id))
-redis.call('PEXPIRE', KEYS[3], ARGV[4])
+if last - floor + 1 > cap then return {'FULL', dec(floor), dec(head), dec(cap)} end
+if last >= LIMIT then return {'EXHAUSTED', dec(head)} end
+local r = redis.pcall('XADD', KEYS[2], eid(first), 'd', ARGV[4])
+if type(r) == 'table' and r.err then corrupt('the log refused id ' .. dec(first) .. ': ' .. r.err) end
+for i = 1, n - 1 do
+  redis.call('XADD', KEYS[2], eid(first + i), 'd', ARGV[4 + i])
+end
+redis.call('HSET', KEYS[1], 'head', dec(last))
+redis.call('PEXPIRE', KEYS[3], ARGV[3])
 touch(ttl, KEYS[1], KEYS[2], KEYS[4])
-return {'OK', dec(id), dec(floor)}
+return {'OK', dec(first), dec(last), dec(floor)}
 "#;
 
 /// KEYS: meta log ctl. ARGV: through.

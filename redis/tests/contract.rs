@@ -429,3 +429,31 @@ async fn concurrent_producer_readers_and_releaser() {
     assert_eq!((state.floor, state.head), (N + 1, N));
     assert_eq!(backend.stats().appended, N);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_are_all_or_nothing() {
+    let server = RedisServer::start();
+    let backend = server.backend().await;
+    let stream = backend.create(&sid("batch"), 8).await.unwrap();
+    let mut p = stream.acquire_producer().await.unwrap();
+    let batch: Vec<Vec<u8>> = (1..=5).map(payload).collect();
+    assert_eq!(p.append_batch(&batch).await.unwrap(), 1..=5);
+    // 3 more fit, 4 do not: the whole batch is refused, no id consumed.
+    let four: Vec<Vec<u8>> = (6..=9).map(payload).collect();
+    match p.append_batch(&four).await {
+        Err(Error::Full {
+            floor: 1,
+            head: 5,
+            capacity: 8,
+        }) => {}
+        other => panic!("expected Full, got {other:?}"),
+    }
+    assert_eq!(stream.state().await.unwrap().head, 5);
+    assert_eq!(p.append_batch(&four[..3]).await.unwrap(), 6..=8);
+    assert!(matches!(
+        p.append_batch::<&[u8]>(&[]).await,
+        Err(Error::InvalidArgument(_))
+    ));
+    let mut r = stream.resume(Some(0)).await.unwrap();
+    assert_eq!(read_through(&mut r, 8).await, (1..=8).collect::<Vec<_>>());
+}

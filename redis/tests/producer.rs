@@ -229,6 +229,35 @@ async fn lost_replies_are_resent_without_duplicates_or_gaps() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_whose_reply_was_lost_is_resent_as_a_whole_once() {
+    let server = RedisServer::start();
+    let proxy = CutProxy::start(server.port).await;
+    let backend = replay_ring_redis::RedisBackend::connect(&proxy.url(), RedisConfig::default())
+        .await
+        .unwrap();
+    let stream = backend.create(&sid("batch-retry"), 64).await.unwrap();
+    let mut p = stream.acquire_producer().await.unwrap();
+    assert_eq!(p.append(b"e1").await.unwrap(), 1); // loads the script
+    proxy.set(Mode::LoseReply);
+    assert!(matches!(
+        p.append_batch(&[b"e2", b"e3", b"e4"]).await,
+        Err(Error::Unknown { id: 2, .. })
+    ));
+    proxy.set(Mode::Pass);
+    assert_eq!(
+        log(&server, &stream).len(),
+        4,
+        "the batch ran; only its reply was lost"
+    );
+    assert_eq!(resolve(&mut p).await.unwrap(), Some(4));
+    assert_eq!(p.append(b"e5").await.unwrap(), 5);
+    let expected: Vec<(u64, Vec<u8>)> =
+        (1..=5).map(|i| (i, format!("e{i}").into_bytes())).collect();
+    assert_eq!(log(&server, &stream), expected);
+    assert_eq!(backend.stats().duplicates_resolved, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resend_with_another_payload_is_a_conflict() {
     let server = RedisServer::start();
     let proxy = CutProxy::start(server.port).await;
