@@ -125,6 +125,11 @@ impl Error {
             return Error::Unavailable(err);
         }
         match err.code() {
+            // Redis is replaying its AOF after a restart, or a cluster/replica is failing over:
+            // the same request can succeed shortly.
+            Some("LOADING" | "MASTERDOWN" | "TRYAGAIN" | "CLUSTERDOWN" | "READONLY") => {
+                Error::Unavailable(err)
+            }
             Some("OOM") => Error::OutOfMemory(err.detail().unwrap_or("").to_owned()),
             Some("RRCORRUPT") => Error::Corrupt {
                 stream: *stream,

@@ -63,7 +63,7 @@ async fn acknowledged_appends_survive_kill_9_and_the_stream_continues() {
                     re.fetch_add(1, Ordering::Relaxed);
                     tokio::time::sleep(Duration::from_millis(20)).await; // retry back-off
                 }
-                Err(e) => panic!("reader: {e}"),
+                Err(e) => panic!("reader: {e:?}"),
             }
         }
     });
@@ -93,7 +93,7 @@ async fn acknowledged_appends_survive_kill_9_and_the_stream_continues() {
                     outage_errors.push(err.to_string());
                     tokio::time::sleep(Duration::from_millis(20)).await; // retry back-off
                 }
-                Err(other) => panic!("producer: unexpected {other}"),
+                Err(other) => panic!("producer: unexpected {other:?}"),
             }
         }
         p.close(CloseReason::Completed).await.unwrap();
