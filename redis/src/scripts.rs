@@ -18,7 +18,7 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-/// Helpers shared by every script, placed after the shebang line.
+/// Lua functions shared by every script, placed after the shebang line.
 const PRELUDE: &str = r#"
 local LIMIT = 9007199254740992
 local function corrupt(msg)
