@@ -122,8 +122,9 @@ pub struct Counters {
     pub events_enqueued: u64,
     /// Events that left the window through a release.
     pub events_released: u64,
-    /// Events dropped before they were released. 0 for a correct backend; exported so operators
-    /// can alert on it uniformly.
+    /// Events a backend found missing before they were released (a store trimmed outside the
+    /// contract, for example by an operator). Always 0 for the ring, which has no eviction path;
+    /// exported so operators can alert on it uniformly across backends.
     pub events_evicted_before_ack: u64,
     /// Resumes that replayed a suffix.
     pub resumes_ok: u64,
@@ -157,10 +158,11 @@ impl From<Metrics> for Counters {
         Counters {
             events_enqueued: m.events_enqueued,
             events_released: m.events_released,
-            events_evicted_before_ack: m.events_evicted_before_ack,
+            // The ring has no eviction path.
+            events_evicted_before_ack: 0,
             resumes_ok: m.resumes_ok,
             resumes_noop: m.resumes_noop,
-            resumes_below_floor: m.resumes_from_evicted_id,
+            resumes_below_floor: m.resumes_below_floor,
             resumes_ahead_of_head: m.resumes_ahead_of_head,
             producer_full: m.producer_full,
             producer_waits: m.producer_waits,
@@ -288,7 +290,7 @@ impl<F> fmt::Debug for AppendError<F> {
             AppendError::Closed(_) => f.write_str("Closed(..)"),
             AppendError::Unavailable { make, error } => f
                 .debug_struct("Unavailable")
-                .field("made", &make.is_none())
+                .field("closure_returned", &make.is_some())
                 .field("error", error)
                 .finish(),
         }
@@ -325,6 +327,14 @@ impl<F> From<PushError<F>> for AppendError<F> {
         match e {
             PushError::Full(f) => AppendError::Full(f),
             PushError::IdsExhausted(f) => AppendError::IdsExhausted(f),
+            // A refusal this version does not know: nothing was appended, the closure comes back.
+            other => {
+                let error = Unavailable::new(other.to_string());
+                AppendError::Unavailable {
+                    make: Some(other.into_inner()),
+                    error,
+                }
+            }
         }
     }
 }
@@ -340,8 +350,14 @@ impl<F> From<PushError<F>> for AppendError<F> {
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum OpenError {
-    /// Below the floor, ahead of the head, or no reader slot free: the core's typed refusal.
+    /// Below the floor or ahead of the head: the core's typed refusal (never its
+    /// `TooManyReaders`, which is [`OpenError::TooManyReaders`] here).
     Refused(ResumeError),
+    /// Every reader place is taken; retry later.
+    TooManyReaders {
+        /// The backend's [`max_readers`](Backend::max_readers).
+        limit: usize,
+    },
     /// The stream no longer exists in the backend.
     Gone,
     /// The backend could not be reached.
@@ -352,6 +368,9 @@ impl fmt::Display for OpenError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             OpenError::Refused(e) => write!(f, "{e}"),
+            OpenError::TooManyReaders { limit } => {
+                write!(f, "all {limit} reader places are in use; retry later")
+            }
             OpenError::Gone => f.write_str("stream not found"),
             OpenError::Unavailable(e) => write!(f, "{e}"),
         }
@@ -362,7 +381,10 @@ impl StdError for OpenError {}
 
 impl From<ResumeError> for OpenError {
     fn from(e: ResumeError) -> Self {
-        OpenError::Refused(e)
+        match e {
+            ResumeError::TooManyReaders(full) => OpenError::TooManyReaders { limit: full.limit },
+            other => OpenError::Refused(other),
+        }
     }
 }
 
@@ -410,6 +432,8 @@ impl From<RingReleaseError> for ReleaseError {
             RingReleaseError::AheadOfHead { requested, head } => {
                 ReleaseError::AheadOfHead { requested, head }
             }
+            // A refusal this version does not know: the floor did not move.
+            other => ReleaseError::Unavailable(Unavailable::new(other.to_string())),
         }
     }
 }
@@ -470,6 +494,8 @@ impl From<ReadError> for TailError {
         match e {
             ReadError::Gap { next, floor, head } => TailError::Gap { next, floor, head },
             ReadError::Closed(reason) => TailError::Closed(reason),
+            // A failure this version does not know: the position did not move.
+            other => TailError::Unavailable(Unavailable::new(other.to_string())),
         }
     }
 }
@@ -516,8 +542,8 @@ pub trait Backend: Clone + Send + Sync + 'static {
     /// `Some(x)` with `floor - 1 <= x < head` = yields exactly `x + 1 ..= head`, then live.
     ///
     /// # Errors
-    /// [`OpenError::Refused`] with `BelowFloor` (`x < floor - 1`), `AheadOfHead` (`x > head`) or
-    /// `TooManyReaders`; `Gone`; `Unavailable`.
+    /// [`OpenError::Refused`] with `BelowFloor` (`x < floor - 1`) or `AheadOfHead` (`x > head`),
+    /// checked before the reader limit; [`OpenError::TooManyReaders`]; `Gone`; `Unavailable`.
     ///
     /// # Cancel safety
     /// Cancel safe: a tail opened by a cancelled call is dropped, which frees its slot.

@@ -578,8 +578,9 @@ async fn assert_closed<T: Tail>(tail: &mut T, reason: &CloseReason) {
     }
 }
 
-/// Opening more than [`Backend::max_readers`] tails is refused with `TooManyReaders`, and closing a
-/// tail frees its place. Skipped for backends with more than 1,024 reader places.
+/// Opening more than [`Backend::max_readers`] tails is refused with `TooManyReaders` (while a cursor
+/// ahead of the head is still `AheadOfHead`), and closing a tail frees its place. Skipped for
+/// backends with more than 1,024 reader places.
 ///
 /// # Panics
 /// On a violation.
@@ -601,9 +602,19 @@ where
     for _ in 0..limit {
         tails.push(resume_ok(&backend, None).await);
     }
+    match within("resume", backend.resume(None)).await {
+        Err(OpenError::TooManyReaders { limit: reported }) => assert_eq!(reported, limit),
+        Err(e) => panic!("resume with every reader place taken: expected TooManyReaders, got {e}"),
+        Ok(_) => panic!("resume with every reader place taken was accepted"),
+    }
+    // The cursor is judged before the reader limit: a bad cursor is still its typed refusal.
+    let head = window(&backend).await.head;
     assert_eq!(
-        resume_refused(&backend, None).await,
-        ResumeError::TooManyReaders { limit }
+        resume_refused(&backend, Some(head + 1)).await,
+        ResumeError::AheadOfHead {
+            requested: head + 1,
+            head
+        }
     );
     tails.pop();
     resume_ok(&backend, None).await;

@@ -4,10 +4,12 @@
 
 use std::fmt;
 use std::future::Future;
+use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use replay_ring::{CloseReason, ReplayRing};
+use tokio::sync::Notify;
 
 use crate::backend::{AppendError, Backend, BackendProducer, ReleaseError, Unavailable};
 use crate::retention::{BackpressureClock, Retention, RetentionConfig};
@@ -34,11 +36,24 @@ pub trait RetentionPolicy<B: Backend>: Send + 'static {
 
     /// When [`release_due`](Self::release_due) may next release something, if ever.
     fn next_due(&self) -> Option<Instant>;
+
+    /// Completes when the policy's state changed in a way that may move [`next_due`](Self::next_due)
+    /// earlier (for example a connection reported a write). A waiting publisher then asks again
+    /// instead of sleeping until the time it computed before. The default never completes.
+    ///
+    /// # Cancel safety
+    /// Must be cancel safe: the publisher drops it whenever another wake-up wins.
+    fn changed(&self) -> impl Future<Output = ()> + Send {
+        std::future::pending()
+    }
 }
 
 /// A [`Retention`] shared between a stream's publisher and its connections (each connection
 /// registers, reports what it wrote, and acknowledges resumes through [`lock`](Self::lock)). Its
 /// connection table is sized by the backend's `max_readers`, so the two cannot disagree.
+///
+/// Every [`lock`](Self::lock) by a connection wakes a waiting [`Publisher`] when the guard drops, so
+/// a write reported while the publisher waits (a new checkpoint) moves its next wake-up at once.
 ///
 /// ```
 /// use replay_ring::ReplayRing;
@@ -53,7 +68,43 @@ pub trait RetentionPolicy<B: Backend>: Send + 'static {
 /// retention.lock().disconnect(a, std::time::Instant::now());
 /// ```
 #[derive(Debug, Clone)]
-pub struct SharedRetention(Arc<Mutex<Retention>>);
+pub struct SharedRetention(Arc<SharedInner>);
+
+#[derive(Debug)]
+struct SharedInner {
+    retention: Mutex<Retention>,
+    /// Signalled when a connection's guard drops; holds one permit, so a change made between the
+    /// publisher's last look and its wait is not lost.
+    changed: Notify,
+}
+
+/// A locked [`Retention`] (see [`SharedRetention::lock`]); dropping it tells a waiting publisher
+/// to look again.
+#[derive(Debug)]
+pub struct RetentionGuard<'a> {
+    guard: MutexGuard<'a, Retention>,
+    changed: &'a Notify,
+}
+
+impl Deref for RetentionGuard<'_> {
+    type Target = Retention;
+
+    fn deref(&self) -> &Retention {
+        &self.guard
+    }
+}
+
+impl DerefMut for RetentionGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Retention {
+        &mut self.guard
+    }
+}
+
+impl Drop for RetentionGuard<'_> {
+    fn drop(&mut self) {
+        self.changed.notify_one();
+    }
+}
 
 impl SharedRetention {
     /// A policy for `ring`, with one connection entry per reader slot.
@@ -64,17 +115,29 @@ impl SharedRetention {
     /// assert_eq!(r.lock().live_connections(), 0);
     /// ```
     pub fn for_ring<T>(config: RetentionConfig, ring: &ReplayRing<T>) -> Self {
-        SharedRetention(Arc::new(Mutex::new(Retention::new(
-            config,
-            ring.max_readers(),
-        ))))
+        SharedRetention(Arc::new(SharedInner {
+            retention: Mutex::new(Retention::new(config, ring.max_readers())),
+            changed: Notify::new(),
+        }))
     }
 
-    /// Locks the policy. Hold the guard only for the call (never across an `.await`). A panic
+    /// Locks the policy. Hold the guard only for the call (never across an `.await`); dropping it
+    /// wakes a waiting publisher to look at the policy again. A panic
     /// while it was held leaves the policy usable: its state is updated field by field, and a
     /// stale entry only delays a release, never advances one.
-    pub fn lock(&self) -> MutexGuard<'_, Retention> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    pub fn lock(&self) -> RetentionGuard<'_> {
+        RetentionGuard {
+            guard: self.lock_quietly(),
+            changed: &self.0.changed,
+        }
+    }
+
+    /// The publisher's own access: its changes need not wake itself.
+    fn lock_quietly(&self) -> MutexGuard<'_, Retention> {
+        self.0
+            .retention
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -84,12 +147,16 @@ impl<T: Clone + Send + Sync + 'static> RetentionPolicy<ReplayRing<T>> for Shared
         ring: &ReplayRing<T>,
         now: Instant,
     ) -> impl Future<Output = Result<bool, ReleaseError>> + Send {
-        let released = self.lock().release_expired(ring, now).is_some();
+        let released = self.lock_quietly().release_expired(ring, now).is_some();
         std::future::ready(Ok(released))
     }
 
     fn next_due(&self) -> Option<Instant> {
-        self.lock().next_expiry()
+        self.lock_quietly().next_expiry()
+    }
+
+    fn changed(&self) -> impl Future<Output = ()> + Send {
+        self.0.changed.notified()
     }
 }
 
@@ -137,6 +204,24 @@ impl fmt::Display for PublishError {
 
 impl std::error::Error for PublishError {}
 
+/// What a [`Publisher`] has done, for metrics.
+///
+/// ```
+/// let s = replay_ring_sse::PublisherStats::default();
+/// assert_eq!((s.published, s.backpressure_episodes, s.backpressure_timeouts), (0, 0, 0));
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PublisherStats {
+    /// Events appended.
+    pub published: u64,
+    /// Times the publisher found the window full and started waiting (one per episode, however
+    /// many wake-ups it took).
+    pub backpressure_episodes: u64,
+    /// Times the bound was reached and the stream closed with `BackpressureTimeout` (0 or 1).
+    pub backpressure_timeouts: u64,
+}
+
 /// A stream's producer together with its retention policy and backpressure bound.
 ///
 /// ```
@@ -158,6 +243,7 @@ pub struct Publisher<P: BackendProducer, R = SharedRetention> {
     retention: R,
     clock: BackpressureClock,
     close_reason: Option<CloseReason>,
+    stats: PublisherStats,
 }
 
 impl<P: BackendProducer, R: fmt::Debug> fmt::Debug for Publisher<P, R> {
@@ -205,7 +291,22 @@ where
             retention,
             clock: BackpressureClock::new(backpressure_timeout),
             close_reason: None,
+            stats: PublisherStats::default(),
         }
+    }
+
+    /// Counters of what this publisher did.
+    ///
+    /// ```
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+    /// let (producer, _ring) = replay_ring::ReplayRing::<u8>::new(4, 1).unwrap();
+    /// let mut publisher = replay_ring_sse::Publisher::new(producer, Default::default());
+    /// publisher.publish_with(|_| 7).await.unwrap();
+    /// assert_eq!(publisher.stats().published, 1);
+    /// # });
+    /// ```
+    pub fn stats(&self) -> PublisherStats {
+        self.stats
     }
 
     /// The stream's shared handle.
@@ -243,8 +344,8 @@ where
     /// let err = publisher.publish_with(|_| Bytes::from("b")).await.unwrap_err();
     /// assert!(matches!(err, PublishError::BackpressureTimeout { .. }));
     /// let mut reader = ring.resume(Some(0)).unwrap();
-    /// assert_eq!(reader.try_next().unwrap().unwrap().data, "a");
-    /// assert!(matches!(reader.try_next(), Err(ReadError::Closed(CloseReason::BackpressureTimeout { .. }))));
+    /// assert_eq!(reader.try_recv().unwrap().unwrap().data, "a");
+    /// assert!(matches!(reader.try_recv(), Err(ReadError::Closed(CloseReason::BackpressureTimeout { .. }))));
     /// # });
     /// ```
     ///
@@ -272,6 +373,7 @@ where
             match producer.try_append_with(make).await {
                 Ok(id) => {
                     self.clock.on_pushed();
+                    self.stats.published += 1;
                     return Ok(id);
                 }
                 Err(AppendError::Full(back)) => make = back,
@@ -306,9 +408,13 @@ where
                 // The policy only releases ids it saw written, which exist; nothing to undo.
                 Err(ReleaseError::AheadOfHead { .. }) => {}
             }
+            if self.clock.waiting_since().is_none() {
+                self.stats.backpressure_episodes += 1;
+            }
             let deadline = match self.clock.on_full(now.into_std()) {
                 Ok(deadline) => deadline,
                 Err(reason) => {
+                    self.stats.backpressure_timeouts += 1;
                     let waited = match reason {
                         CloseReason::BackpressureTimeout { waited } => waited,
                         _ => self.clock.waiting_since().map_or(Duration::ZERO, |since| {
@@ -331,6 +437,7 @@ where
             tokio::select! {
                 ready = producer.ready() => ready.map_err(PublishError::Unavailable)?,
                 () = tokio::time::sleep_until(wake.into()) => {}
+                () = self.retention.changed() => {}
             }
         }
     }

@@ -6,12 +6,9 @@
 
 use std::fmt;
 
-use replay_ring::{Reader, ReplayRing, ResumeError};
+use replay_ring::{classify_resume, Reader, ReplayRing, ResumeError, Resumption};
 
 use crate::event_id::{EventId, LastEventIdError, StreamIdentity};
-// Until the core's `replay_ring::{classify_resume, Resumption}` is merged, the same function lives
-// in `classify.rs`; swapping this import is the whole change.
-use crate::classify::{classify_resume, Resumption};
 
 /// A stream's identity and window at one instant: what a resume decision is made against.
 ///
@@ -197,7 +194,10 @@ impl From<ResumeError> for ResumeDecision {
             ResumeError::AheadOfHead { requested, head } => {
                 ResumeDecision::Mismatch { requested, head }
             }
-            ResumeError::TooManyReaders { limit } => ResumeDecision::Busy { limit },
+            ResumeError::TooManyReaders(full) => ResumeDecision::Busy { limit: full.limit },
+            // `ResumeError` is non-exhaustive: a refusal this version does not know is answered as
+            // "retry later" (the client keeps its Last-Event-ID), never with a stream.
+            _ => ResumeDecision::Busy { limit: 0 },
         }
     }
 }

@@ -120,9 +120,9 @@ async fn past_the_bound_the_stream_closes_with_backpressure_timeout() {
     assert_eq!(ring.head(), 1, "no id consumed by the refused publish");
 
     // Readers get everything retained, then the explicit reason.
-    assert_eq!(reader.try_next().unwrap().unwrap().data, payload(1));
+    assert_eq!(reader.try_recv().unwrap().unwrap().data, payload(1));
     let reason = CloseReason::BackpressureTimeout { waited };
-    assert_eq!(reader.try_next(), Err(ReadError::Closed(reason.clone())));
+    assert_eq!(reader.try_recv(), Err(ReadError::Closed(reason.clone())));
     match publisher.publish_with(payload).await {
         Err(PublishError::Closed(Some(r))) => assert_eq!(r, reason),
         other => panic!("publish after the close: {other:?}"),
@@ -153,6 +153,7 @@ async fn a_cancelled_publish_consumes_no_id_and_keeps_its_backpressure_episode()
     );
     assert_eq!(ring.head(), 1);
     assert!(!publisher.is_closed());
+    assert_eq!(publisher.stats().backpressure_episodes, 1);
 
     // Retrying continues the same episode: the bound is 3 s from the first refusal, not 3 more.
     let err = publisher.publish_with(payload).await.unwrap_err();
@@ -161,6 +162,15 @@ async fn a_cancelled_publish_consumes_no_id_and_keeps_its_backpressure_episode()
         "{err:?}"
     );
     assert_eq!(t0.elapsed(), Duration::from_secs(3));
+    let stats = publisher.stats();
+    assert_eq!(
+        (
+            stats.published,
+            stats.backpressure_episodes,
+            stats.backpressure_timeouts
+        ),
+        (1, 1, 1)
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -174,7 +184,7 @@ async fn after_a_cancelled_publish_the_next_one_gets_the_next_id() {
     ring.release_through(1).unwrap();
     assert_eq!(publisher.publish_with(payload).await.unwrap(), 2);
     let mut reader = ring.resume(Some(1)).unwrap();
-    assert_eq!(reader.try_next().unwrap().unwrap().data, payload(2));
+    assert_eq!(reader.try_recv().unwrap().unwrap().data, payload(2));
 }
 
 #[tokio::test]
@@ -200,4 +210,79 @@ async fn the_backpressure_bound_holds_in_real_time() {
         ring.close_reason(),
         Some(CloseReason::BackpressureTimeout { .. })
     ));
+}
+
+/// A policy of the application's own: release everything each time the window is full.
+#[derive(Debug, Default)]
+struct ReleaseAll {
+    calls: u64,
+}
+
+impl replay_ring_sse::RetentionPolicy<ReplayRing<Bytes>> for ReleaseAll {
+    async fn release_due(
+        &mut self,
+        ring: &ReplayRing<Bytes>,
+        _now: std::time::Instant,
+    ) -> Result<bool, replay_ring_sse::backend::ReleaseError> {
+        self.calls += 1;
+        let before = ring.floor();
+        Ok(ring.release_through(ring.head())? > before)
+    }
+
+    fn next_due(&self) -> Option<std::time::Instant> {
+        None
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn any_retention_policy_drives_the_loop() {
+    let (producer, ring) = ReplayRing::<Bytes>::new(2, 1).unwrap();
+    let mut publisher =
+        Publisher::with_policy(producer, ReleaseAll::default(), Duration::from_secs(1));
+    let t0 = Instant::now();
+    for expected in 1..=10 {
+        assert_eq!(publisher.publish_with(payload).await.unwrap(), expected);
+    }
+    assert_eq!(
+        t0.elapsed(),
+        Duration::ZERO,
+        "never waited: the policy made room"
+    );
+    // Full at 3, 5, 7, 9: the policy was asked each time and released both events.
+    assert_eq!(publisher.retention().calls, 4);
+    assert_eq!((ring.floor(), ring.head()), (9, 10));
+    assert_eq!(publisher.stats().backpressure_episodes, 0);
+}
+
+/// A write reported while the publisher already waits creates the checkpoint that will release
+/// room; the publisher must notice it then, not at the backpressure bound it computed before.
+#[tokio::test(start_paused = true)]
+async fn a_write_reported_while_waiting_moves_the_wake_up() {
+    let (producer, ring) = ReplayRing::<Bytes>::new(2, 2).unwrap();
+    let mut publisher = Publisher::new(producer, config(4, 10));
+    let retention = publisher.retention().clone();
+    let conn = retention.lock().connect(0).unwrap();
+    publisher.publish_with(payload).await.unwrap();
+    publisher.publish_with(payload).await.unwrap();
+    let t0 = Instant::now();
+    let task = tokio::spawn(async move {
+        let id = publisher.publish_with(payload).await;
+        (id, publisher)
+    });
+    until("the publisher is waiting", || {
+        ring.metrics().producer_waits == 1
+    })
+    .await;
+    // Nothing was written yet, so nothing can expire: the publisher's only deadline is the bound.
+    tokio::time::advance(Duration::from_secs(1)).await;
+    retention
+        .lock()
+        .on_written(&conn, 2, Instant::now().into_std());
+    let (id, _publisher) = task.await.unwrap();
+    assert_eq!(id.unwrap(), 3, "released when the written events expired");
+    assert_eq!(
+        t0.elapsed(),
+        Duration::from_secs(5),
+        "written at 1 s + a 4 s window"
+    );
 }

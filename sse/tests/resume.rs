@@ -572,3 +572,63 @@ proptest::proptest! {
         }
     }
 }
+
+#[test]
+fn every_refusal_body_is_one_json_object_naming_the_window() {
+    let state = StreamState {
+        identity: me(),
+        floor: 65,
+        head: 130,
+    };
+    let refusals = [
+        decide(Some(&state), Some(b"events.a.41")),
+        decide(Some(&state), Some(b"events.a.131")),
+        decide(Some(&state), Some(b"events.a.x")),
+        decide(Some(&state), Some(b"events.b.100")),
+        decide(Some(&state), Some(b"other.a.100")),
+        ResumeDecision::Busy { limit: 8 },
+    ];
+    for decision in refusals {
+        let body = HttpResponse::for_decision(&decision, Some(&state)).body;
+        let value: serde_json::Value = serde_json::from_slice(&body)
+            .unwrap_or_else(|e| panic!("{decision:?}: body is not JSON ({e})"));
+        let object = value.as_object().expect("a JSON object");
+        assert_eq!(object["error"], decision.code());
+        assert_eq!(object["message"], decision.to_string());
+        assert_eq!(object["stream"], "events");
+        assert_eq!(object["epoch"], "a");
+        if !matches!(decision, ResumeDecision::Busy { .. }) {
+            assert_eq!(object["head"], 130, "{decision:?}");
+        }
+    }
+    let lost = HttpResponse::for_decision(&ResumeDecision::SessionLost, None).body;
+    assert_eq!(
+        serde_json::from_slice::<serde_json::Value>(&lost).unwrap(),
+        serde_json::json!({"error": "session_lost", "message": "session not found; re-initialize"})
+    );
+}
+
+#[test]
+fn a_repeated_last_event_id_header_is_refused_with_400() {
+    use replay_ring_sse::{last_event_id, status_for};
+
+    let one: [&[u8]; 1] = [b"events.a.3"];
+    assert_eq!(last_event_id(one), Ok(Some(&b"events.a.3"[..])));
+    assert_eq!(last_event_id(Vec::<&[u8]>::new()), Ok(None));
+    for values in [
+        vec![&b"events.a.3"[..], &b"events.a.9"[..]],
+        vec![&b"events.a.3"[..], &b"events.a.3"[..]],
+        vec![&b""[..], &b"events.a.3"[..], &b"x"[..]],
+    ] {
+        let count = values.len();
+        let err = last_event_id(values).unwrap_err();
+        assert_eq!(err, LastEventIdError::Duplicate { count });
+        assert!(err.is_syntax());
+        let decision = ResumeDecision::InvalidCursor(err);
+        assert_eq!(status_for(&decision), 400);
+        let body = HttpResponse::for_decision(&decision, None).body;
+        let json: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(json["error"], "invalid_last_event_id");
+        assert_eq!(json["reason"], "duplicate");
+    }
+}
