@@ -170,8 +170,8 @@ impl RedisProducer {
     }
 
     /// Resends the append whose reply was lost, if any, and returns its id (the last id of a
-    /// batch; `None` if nothing was pending). The script recognises an event that did arrive and answers with its id instead of
-    /// writing it again.
+    /// batch; `None` if nothing was pending). The script recognises an event that did arrive and
+    /// answers with its id instead of writing it again.
     ///
     /// # Errors
     /// As [`append`](Self::append); on [`Error::Unavailable`] the event stays pending.

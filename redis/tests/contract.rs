@@ -457,3 +457,65 @@ async fn batches_are_all_or_nothing() {
     let mut r = stream.resume(Some(0)).await.unwrap();
     assert_eq!(read_through(&mut r, 8).await, (1..=8).collect::<Vec<_>>());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ids_are_exact_up_to_2_pow_53_minus_1_and_then_exhausted() {
+    let server = RedisServer::start();
+    let backend = server.backend().await;
+    let stream = backend.create(&sid("top"), 8).await.unwrap();
+    // Move the stream to just below the limit, as if 2^53 - 2 events had come and gone.
+    let below = replay_ring_redis::MAX_ID - 1;
+    let mut raw = server.raw();
+    let [meta, log, _, _] = stream.key_names();
+    let _: String = redis::cmd("XADD")
+        .arg(log)
+        .arg(format!("0-{below}"))
+        .arg("d")
+        .arg("x")
+        .query(&mut raw)
+        .unwrap();
+    let _: () = redis::cmd("XTRIM")
+        .arg(log)
+        .arg("MAXLEN")
+        .arg(0)
+        .query(&mut raw)
+        .unwrap();
+    let _: () = redis::cmd("HSET")
+        .arg(meta)
+        .arg("head")
+        .arg(below.to_string())
+        .arg("floor")
+        .arg((below + 1).to_string())
+        .query(&mut raw)
+        .unwrap();
+    let mut p = stream.acquire_producer().await.unwrap();
+    assert_eq!(p.append(b"last").await.unwrap(), replay_ring_redis::MAX_ID);
+    assert!(matches!(p.append(b"over").await, Err(Error::IdsExhausted)));
+    let mut r = stream.resume(Some(below)).await.unwrap();
+    assert_eq!(
+        r.next().await.unwrap(),
+        ReadItem::Events(vec![(
+            replay_ring_redis::MAX_ID,
+            Bytes::from_static(b"last")
+        )])
+    );
+    // A cursor past the limit is simply ahead of the head.
+    assert!(matches!(
+        stream.resume(Some(u64::MAX)).await,
+        Err(Error::AheadOfHead { .. })
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scripts_are_reloaded_after_the_script_cache_is_flushed() {
+    let server = RedisServer::start();
+    let stream = stream_with(&server, "noscript", 8, 2).await;
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query(&mut server.raw())
+        .unwrap();
+    let mut p = stream.acquire_producer().await.unwrap();
+    assert_eq!(p.append(&payload(3)).await.unwrap(), 3);
+    let mut r = stream.resume(Some(1)).await.unwrap();
+    assert_eq!(read_through(&mut r, 3).await, vec![2, 3]);
+}
