@@ -108,6 +108,8 @@ fn setup() -> Option<Setup> {
         let config = RedisConfig {
             read_batch: 1024,
             response_timeout: Duration::from_secs(60),
+            // The producers sit idle while the raw peers are measured.
+            lease: Duration::from_secs(3600),
             ..RedisConfig::default()
         };
         let backend = RedisBackend::connect(&server.url(), config).await.unwrap();
