@@ -237,8 +237,64 @@ fn log_entries(
     Ok(None)
 }
 
-/// The READ script: the resume/read decision and one page, atomically.
+/// One page after `after`: the READ script's decision (window, epoch, close reason) with a
+/// native `XRANGE` pipelined right behind it, in one round trip. Commands of another connection
+/// may run between the two, so the page is accepted only if it continues the cursor exactly
+/// (entries that exist were not released); otherwise the script runs again with the entries
+/// inside it, which classifies the case atomically (gap, or entries missing from the log).
 async fn read_page(stream: &RedisStream, after: u64) -> Result<Page, Error> {
+    let s = stream;
+    let after_arg = after.min(crate::MAX_ID + 1).to_string();
+    let count = s.backend.config().read_batch;
+    let mut pipe = redis::pipe();
+    pipe.cmd("EVALSHA")
+        .arg(scripts::READ_SCRIPT.get_hash())
+        .arg(3)
+        .arg(&s.keys.meta)
+        .arg(&s.keys.log)
+        .arg(&s.keys.ctl)
+        .arg(codec::encode_epoch(s.epoch))
+        .arg(&after_arg)
+        .arg(0)
+        .cmd("XRANGE")
+        .arg(&s.keys.log)
+        .arg(format!("(0-{after_arg}"))
+        .arg("+")
+        .arg("COUNT")
+        .arg(count);
+    let mut conn = s.backend.conn();
+    let reply: Result<(redis::Value, redis::Value), _> = pipe.query_async(&mut conn).await;
+    let (decision, range) = match reply {
+        Ok(r) => r,
+        Err(e)
+            if e.is_io_error()
+                || e.is_timeout()
+                || e.is_connection_dropped()
+                || e.is_connection_refusal() =>
+        {
+            return Err(Error::from_redis(&s.id, e));
+        }
+        // An error reply inside the pipeline (NOSCRIPT after a restart or failover, a corrupt
+        // field, a wrong key type): the single-command path reloads the script and reports the
+        // error with its own code.
+        Err(_) => return read_page_atomic(s, after).await,
+    };
+    let mut page = decide_page(s, after, decision)?;
+    if let redis::Value::Array(raw) = range {
+        page.entries = raw
+            .into_iter()
+            .map(|e| codec::entry(&s.id, e))
+            .collect::<Result<_, _>>()?;
+    }
+    if after < page.head && page.entries.first().map(|(id, _)| *id) != Some(after + 1) {
+        // Released or removed between the two commands (or never there): decide atomically.
+        return read_page_atomic(s, after).await;
+    }
+    Ok(page)
+}
+
+/// The READ script with the page inside it: decision and entries in one atomic step.
+async fn read_page_atomic(stream: &RedisStream, after: u64) -> Result<Page, Error> {
     let s = stream;
     let after_arg = after.min(crate::MAX_ID + 1).to_string();
     let value: redis::Value = scripts::READ_SCRIPT
@@ -251,6 +307,23 @@ async fn read_page(stream: &RedisStream, after: u64) -> Result<Page, Error> {
         .invoke_async(&mut s.backend.conn())
         .await
         .map_err(|e| Error::from_redis(&s.id, e))?;
+    let page = decide_page(s, after, value)?;
+    if after < page.head && page.entries.first().map(|(id, _)| *id) != Some(after + 1) {
+        return Err(codec::corrupt(
+            &s.id,
+            &format!(
+                "entry {} is missing from the log (retained {}..={})",
+                after + 1,
+                page.floor,
+                page.head
+            ),
+        ));
+    }
+    Ok(page)
+}
+
+/// Reads the READ script's reply: the decision, and the entries if the script read them.
+fn decide_page(s: &RedisStream, after: u64, value: redis::Value) -> Result<Page, Error> {
     let (mut reply, status) = Reply::new(&s.id, value)?;
     match status.as_str() {
         "OK" => {
@@ -259,15 +332,6 @@ async fn read_page(stream: &RedisStream, after: u64) -> Result<Page, Error> {
             let closed = reply.reason("closed")?;
             let ctl = reply.string("ctl")?;
             let entries = reply.entries("entries")?;
-            if after < head && entries.first().map(|(id, _)| *id) != Some(after + 1) {
-                return Err(codec::corrupt(
-                    &s.id,
-                    &format!(
-                        "entry {} is missing from the log (retained {floor}..={head})",
-                        after + 1
-                    ),
-                ));
-            }
             Ok(Page {
                 floor,
                 head,

@@ -177,7 +177,9 @@ return {'OK'}
 
 /// KEYS: meta log ctl. ARGV: epoch after count.
 /// The resume decision and the first page of the replay in one atomic step: `LOST` (other
-/// epoch), `AHEAD` (after > head), `GAP` (after < floor - 1), or `OK` with `XRANGE (after`.
+/// epoch), `AHEAD` (after > head), `GAP` (after < floor - 1), or `OK` with `XRANGE (after`
+/// (no entries when count is 0: the caller then reads them with a native `XRANGE` pipelined
+/// behind the script, which skips the Lua conversion of every entry).
 /// Also returns ctl's newest id, so a reader that then blocks cannot miss a later close.
 const READ: &str = r#"
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'NOSTREAM'} end
@@ -190,7 +192,7 @@ local closed = m[4] or ''
 if x > head then return {'AHEAD', dec(floor), dec(head), closed} end
 if x + 1 < floor then return {'GAP', dec(floor), dec(head), closed} end
 local entries = {}
-if x < head then
+if x < head and ARGV[3] ~= '0' then
   entries = redis.call('XRANGE', KEYS[2], '(' .. eid(x), '+', 'COUNT', ARGV[3])
 end
 local c = redis.call('XREVRANGE', KEYS[3], '+', '-', 'COUNT', 1)
