@@ -1,0 +1,301 @@
+//! The connection to Redis shared by every stream of a process: configuration, the multiplexed
+//! [`ConnectionManager`] for short commands, and counters.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
+use redis::AsyncConnectionConfig;
+use replay_ring_sse::{Epoch, StreamId};
+
+use crate::codec::{self, Keys, Reply};
+use crate::error::Error;
+use crate::scripts;
+use crate::stream::RedisStream;
+
+/// Settings of a [`RedisBackend`].
+///
+/// ```
+/// use std::time::Duration;
+/// let config = replay_ring_redis::RedisConfig {
+///     key_prefix: "myapp:sse".into(),
+///     stream_ttl: Duration::from_secs(3600),
+///     ..Default::default()
+/// };
+/// assert_eq!(config.lease, Duration::from_secs(10));
+/// ```
+#[derive(Debug, Clone)]
+pub struct RedisConfig {
+    /// Prefix of every key (`<prefix>:{<stream>}:meta|log|ctl|lease`). Must not contain `{` or `}`.
+    pub key_prefix: String,
+    /// An abandoned stream expires this long after its last append, release, renewal or close
+    /// (`PEXPIRE`, refreshed by each). Expiry is "stream lost": resumes are then refused with 404.
+    /// `Duration::ZERO` disables expiry.
+    pub stream_ttl: Duration,
+    /// How long a producer lease lasts without renewal. Appends renew it.
+    pub lease: Duration,
+    /// Most events one replay or tail read fetches (one `XRANGE … COUNT` page).
+    pub read_batch: usize,
+    /// How long one blocked `XREAD` waits before a reader re-checks the stream (expiry, deletion).
+    /// The reader's dedicated connection allows this plus `response_timeout`.
+    pub block: Duration,
+    /// Response timeout of the shared connection (every command except a blocked read).
+    pub response_timeout: Duration,
+    /// Connect timeout of every connection.
+    pub connect_timeout: Duration,
+}
+
+impl Default for RedisConfig {
+    fn default() -> Self {
+        RedisConfig {
+            key_prefix: "replay-ring".to_owned(),
+            stream_ttl: Duration::from_secs(24 * 3600),
+            lease: Duration::from_secs(10),
+            read_batch: 512,
+            block: Duration::from_secs(5),
+            response_timeout: Duration::from_secs(2),
+            connect_timeout: Duration::from_secs(2),
+        }
+    }
+}
+
+/// Counters of one backend (all streams), as a snapshot: see [`RedisBackend::stats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RedisStats {
+    /// Appends that wrote an event.
+    pub appended: u64,
+    /// Resends that found their event already written (an earlier reply was lost).
+    pub duplicates_resolved: u64,
+    /// Appends refused because the window was full.
+    pub refused_full: u64,
+    /// Appends or closes refused because the producer no longer held the lease.
+    pub refused_fenced: u64,
+    /// Appends whose reply was lost (outcome unknown until resent).
+    pub unknown_outcomes: u64,
+    /// Release calls that moved the floor.
+    pub releases: u64,
+    /// Resumes answered with a replay (cursor below the head).
+    pub resumes: u64,
+    /// Resumes at the head (nothing to replay) or new subscriptions.
+    pub resumes_noop: u64,
+    /// Resumes refused below the floor.
+    pub resumes_below_floor: u64,
+    /// Resumes refused ahead of the head.
+    pub resumes_ahead_of_head: u64,
+    /// Resumes refused for any other reason (stream lost, corrupt, Redis unavailable).
+    pub resumes_refused: u64,
+    /// Pages of events read by readers (replay and tail).
+    pub pages_read: u64,
+    /// Times a reader blocked in `XREAD` waiting for events.
+    pub blocked_reads: u64,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub appended: AtomicU64,
+    pub duplicates_resolved: AtomicU64,
+    pub refused_full: AtomicU64,
+    pub refused_fenced: AtomicU64,
+    pub unknown_outcomes: AtomicU64,
+    pub releases: AtomicU64,
+    pub resumes: AtomicU64,
+    pub resumes_noop: AtomicU64,
+    pub resumes_below_floor: AtomicU64,
+    pub resumes_ahead_of_head: AtomicU64,
+    pub resumes_refused: AtomicU64,
+    pub pages_read: AtomicU64,
+    pub blocked_reads: AtomicU64,
+}
+
+impl Counters {
+    pub(crate) fn bump(counter: &AtomicU64) {
+        // Relaxed: statistics only, no other memory is published through them.
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+pub(crate) struct Shared {
+    pub client: redis::Client,
+    pub conn: ConnectionManager,
+    pub config: RedisConfig,
+    pub counters: Counters,
+}
+
+/// A process's handle on Redis: creates and opens streams. Cheap to clone.
+///
+/// One multiplexed connection ([`ConnectionManager`], reconnecting on failure) carries every short
+/// command; each reader that blocks waiting for events gets its own dedicated connection, because
+/// a blocked `XREAD` would hold up everything queued behind it on a shared one.
+#[derive(Clone)]
+pub struct RedisBackend {
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for RedisBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisBackend")
+            .field("config", &self.shared.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisBackend {
+    /// Connects to `url` (`redis://host:port/db`).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a bad URL or configuration, [`Error::Unavailable`] when
+    /// Redis cannot be reached.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: nothing is created on the server.
+    pub async fn connect(url: &str, config: RedisConfig) -> Result<RedisBackend, Error> {
+        if config.key_prefix.contains(['{', '}']) || config.key_prefix.is_empty() {
+            return Err(Error::InvalidArgument(
+                "key_prefix must be non-empty and contain no '{' or '}'",
+            ));
+        }
+        if config.read_batch == 0 || config.lease.is_zero() || config.block.is_zero() {
+            return Err(Error::InvalidArgument(
+                "read_batch, lease and block must be non-zero",
+            ));
+        }
+        let client = redis::Client::open(url)
+            .map_err(|_| Error::InvalidArgument("not a valid redis URL"))?;
+        let manager_config = ConnectionManagerConfig::new()
+            .set_response_timeout(Some(config.response_timeout))
+            .set_connection_timeout(Some(config.connect_timeout))
+            .set_number_of_retries(2)
+            .set_max_delay(Duration::from_millis(500));
+        let conn = client
+            .get_connection_manager_with_config(manager_config)
+            .await
+            .map_err(Error::Unavailable)?;
+        Ok(RedisBackend {
+            shared: Arc::new(Shared {
+                client,
+                conn,
+                config,
+                counters: Counters::default(),
+            }),
+        })
+    }
+
+    /// The configuration.
+    ///
+    /// ```no_run
+    /// # async fn f(b: replay_ring_redis::RedisBackend) {
+    /// assert!(!b.config().key_prefix.is_empty());
+    /// # }
+    /// ```
+    pub fn config(&self) -> &RedisConfig {
+        &self.shared.config
+    }
+
+    /// A snapshot of the counters.
+    ///
+    /// ```no_run
+    /// # async fn f(b: replay_ring_redis::RedisBackend) {
+    /// let s = b.stats();
+    /// assert!(s.appended >= s.duplicates_resolved.min(s.appended));
+    /// # }
+    /// ```
+    pub fn stats(&self) -> RedisStats {
+        let c = &self.shared.counters;
+        // Relaxed: independent statistics (see Counters::bump).
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        RedisStats {
+            appended: get(&c.appended),
+            duplicates_resolved: get(&c.duplicates_resolved),
+            refused_full: get(&c.refused_full),
+            refused_fenced: get(&c.refused_fenced),
+            unknown_outcomes: get(&c.unknown_outcomes),
+            releases: get(&c.releases),
+            resumes: get(&c.resumes),
+            resumes_noop: get(&c.resumes_noop),
+            resumes_below_floor: get(&c.resumes_below_floor),
+            resumes_ahead_of_head: get(&c.resumes_ahead_of_head),
+            resumes_refused: get(&c.resumes_refused),
+            pages_read: get(&c.pages_read),
+            blocked_reads: get(&c.blocked_reads),
+        }
+    }
+
+    /// Creates stream `id` with a window of `capacity` events and a fresh epoch, or opens it if it
+    /// already exists (then its stored epoch and capacity win). Replicas can all call this at
+    /// start-up: they converge on one incarnation.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a capacity of 0 or ≥ 2^53; [`Error::Corrupt`] if the keys
+    /// hold foreign data; [`Error::Unavailable`], [`Error::OutOfMemory`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the creation is one atomic script; if cancelled, the stream either exists or
+    /// not, and calling again converges.
+    pub async fn create(&self, id: &StreamId, capacity: u64) -> Result<RedisStream, Error> {
+        if capacity == 0 || capacity > crate::MAX_ID {
+            return Err(Error::InvalidArgument("capacity must be in 1..2^53"));
+        }
+        let keys = Keys::new(&self.shared.config.key_prefix, id);
+        let epoch = Epoch::generate();
+        let ttl = self.shared.config.stream_ttl.as_millis().to_string();
+        let value: redis::Value = scripts::CREATE_SCRIPT
+            .key(&keys.meta)
+            .key(&keys.log)
+            .key(&keys.ctl)
+            .key(&keys.lease)
+            .arg(codec::encode_epoch(epoch))
+            .arg(capacity.to_string())
+            .arg(ttl)
+            .invoke_async(&mut self.conn())
+            .await
+            .map_err(|e| Error::from_redis(id, e))?;
+        let (mut reply, _status) = Reply::new(id, value)?;
+        let epoch = reply.string("epoch")?;
+        let epoch = codec::decode_epoch(&epoch)
+            .ok_or_else(|| codec::corrupt(id, "meta field epoch is not a hex epoch"))?;
+        let capacity = reply.id("cap")?;
+        if capacity == 0 {
+            return Err(codec::corrupt(id, "meta field cap is 0"));
+        }
+        Ok(RedisStream::new(self.clone(), *id, keys, epoch, capacity))
+    }
+
+    /// Opens existing stream `id` (whatever its epoch).
+    ///
+    /// # Errors
+    /// [`Error::NotFound`] if it does not exist (never created, deleted, expired);
+    /// [`Error::Corrupt`], [`Error::Unavailable`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: read only.
+    pub async fn open(&self, id: &StreamId) -> Result<RedisStream, Error> {
+        let keys = Keys::new(&self.shared.config.key_prefix, id);
+        let state = crate::stream::read_state(self, id, &keys).await?;
+        Ok(RedisStream::new(
+            self.clone(),
+            *id,
+            keys,
+            state.identity.epoch,
+            state.capacity,
+        ))
+    }
+
+    /// A clone of the shared, reconnecting connection.
+    pub(crate) fn conn(&self) -> ConnectionManager {
+        self.shared.conn.clone()
+    }
+
+    /// A new dedicated connection for blocking reads: its response timeout covers the block time.
+    pub(crate) async fn dedicated(&self) -> Result<MultiplexedConnection, redis::RedisError> {
+        let c = &self.shared.config;
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(c.connect_timeout))
+            .set_response_timeout(Some(c.block + c.response_timeout));
+        self.shared
+            .client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+    }
+}

@@ -1,0 +1,222 @@
+//! The SSE layer's backend contract ([`replay_ring_sse::backend`]) on Redis: [`RedisStream`] is
+//! the [`Backend`], [`RedisProducer`] the [`BackendProducer`], [`RedisReader`] the [`Tail`]. Code
+//! written against the traits (the SSE endpoint, the `Publisher`) runs on Redis unchanged.
+
+use bytes::Bytes;
+use replay_ring::{CloseReason, ResumeError};
+use replay_ring_sse::backend::{
+    AppendError, Backend, BackendProducer, Counters, OpenError, ReleaseError, Tail, TailError,
+    Unavailable, Window,
+};
+
+use crate::error::Error;
+use crate::producer::RedisProducer;
+use crate::reader::{ReadItem, RedisReader};
+use crate::stream::RedisStream;
+
+fn unavailable(what: &str, e: Error) -> Unavailable {
+    Unavailable::with_source(what.to_owned(), e)
+}
+
+impl Backend for RedisStream {
+    type Payload = Bytes;
+    type Producer = RedisProducer;
+    type Tail = RedisReader;
+
+    fn capacity(&self) -> usize {
+        usize::try_from(self.capacity).unwrap_or(usize::MAX)
+    }
+
+    /// Redis keeps no per-stream reader table: each blocked tail costs one Redis connection, and
+    /// the limit is the server's `maxclients`.
+    fn max_readers(&self) -> usize {
+        usize::MAX
+    }
+
+    async fn window(&self) -> Result<Window, Unavailable> {
+        let s = self.state().await.map_err(|e| unavailable("window", e))?;
+        Ok(Window {
+            floor: s.floor,
+            head: s.head,
+        })
+    }
+
+    async fn release_through(&self, id: u64) -> Result<u64, ReleaseError> {
+        match RedisStream::release_through(self, id).await {
+            Ok((floor, _head)) => Ok(floor),
+            Err(Error::AheadOfHead { requested, head }) => {
+                Err(ReleaseError::AheadOfHead { requested, head })
+            }
+            Err(e) if e.is_stream_lost() => Err(ReleaseError::Gone),
+            Err(e) => Err(ReleaseError::Unavailable(unavailable("release", e))),
+        }
+    }
+
+    async fn resume(&self, last_event_id: Option<u64>) -> Result<RedisReader, OpenError> {
+        match RedisStream::resume(self, last_event_id).await {
+            Ok(reader) => Ok(reader),
+            Err(Error::Gap {
+                requested,
+                floor,
+                head,
+            }) => Err(OpenError::Refused(ResumeError::BelowFloor {
+                requested,
+                floor,
+                head,
+            })),
+            Err(Error::AheadOfHead { requested, head }) => {
+                Err(OpenError::Refused(ResumeError::AheadOfHead {
+                    requested,
+                    head,
+                }))
+            }
+            Err(e) if e.is_stream_lost() => Err(OpenError::Gone),
+            Err(e) => Err(OpenError::Unavailable(unavailable("resume", e))),
+        }
+    }
+
+    async fn close_reason(&self) -> Result<Option<CloseReason>, Unavailable> {
+        Ok(self
+            .state()
+            .await
+            .map_err(|e| unavailable("close reason", e))?
+            .closed)
+    }
+
+    async fn counters(&self) -> Result<Counters, Unavailable> {
+        let s = self.state().await.map_err(|e| unavailable("counters", e))?;
+        let stats = self.backend.stats();
+        let mut c = Counters::default();
+        c.events_enqueued = s.head;
+        c.events_released = s.floor - 1;
+        c.resumes_ok = stats.resumes;
+        c.resumes_noop = stats.resumes_noop;
+        c.resumes_below_floor = stats.resumes_below_floor;
+        c.resumes_ahead_of_head = stats.resumes_ahead_of_head;
+        c.producer_full = stats.refused_full;
+        c.floor = s.floor;
+        c.head = s.head;
+        c.capacity = self.capacity();
+        Ok(c)
+    }
+}
+
+impl BackendProducer for RedisProducer {
+    type Backend = RedisStream;
+
+    fn backend(&self) -> RedisStream {
+        self.stream().clone()
+    }
+
+    /// Builds the payload only when the window has room: the producer knows a lower bound of the
+    /// floor from its last reply, and re-reads the window (one extra round trip) only when that
+    /// bound says full. A refusal the script makes *after* `make` ran (fenced, closed or deleted
+    /// meanwhile) cannot hand `make` back and is reported as `Unavailable { make: None }`: nothing
+    /// was stored, but the caller is told the conservative "unknown".
+    async fn try_append_with<F>(&mut self, make: F) -> Result<u64, AppendError<F>>
+    where
+        F: FnOnce(u64) -> Bytes + Send,
+    {
+        if let Err(e) = self.resolve_pending().await {
+            return Err(before_make(e, make));
+        }
+        let id = self.next_id();
+        if id > crate::MAX_ID {
+            return Err(AppendError::IdsExhausted(make));
+        }
+        let capacity = self.stream().window_capacity();
+        if id - self.known_floor >= capacity {
+            match self.stream().state().await {
+                Ok(state) => {
+                    self.known_floor = state.floor;
+                    if let Some(_reason) = state.closed {
+                        return Err(AppendError::Closed(make));
+                    }
+                    if id - state.floor >= capacity {
+                        return Err(AppendError::Full(make));
+                    }
+                }
+                Err(e) => return Err(before_make(e, make)),
+            }
+        }
+        let payload = make(id);
+        match self.append(&payload).await {
+            Ok(got) => Ok(got),
+            Err(e) => Err(AppendError::Unavailable {
+                make: None,
+                error: unavailable("append", e),
+            }),
+        }
+    }
+
+    async fn ready(&mut self) -> Result<(), Unavailable> {
+        let mark = self.ctl_mark().await.map_err(|e| unavailable("ready", e))?;
+        let state = self
+            .stream()
+            .state()
+            .await
+            .map_err(|e| unavailable("ready", e))?;
+        self.known_floor = state.floor;
+        if state.closed.is_some() || self.next_id() - state.floor < state.capacity {
+            return Ok(());
+        }
+        let wait = self.stream().backend.config().block;
+        self.wait_ctl(&mark, wait)
+            .await
+            .map_err(|e| unavailable("ready", e))
+    }
+
+    async fn close(self, reason: CloseReason) -> Result<(), Unavailable> {
+        match RedisProducer::close(self, reason).await {
+            Ok(()) | Err(Error::Closed(_)) => Ok(()),
+            Err(e) => Err(unavailable("close", e)),
+        }
+    }
+}
+
+/// Maps an error that happened before `make` was called.
+fn before_make<F>(e: Error, make: F) -> AppendError<F> {
+    match e {
+        Error::Full { .. } => AppendError::Full(make),
+        Error::IdsExhausted => AppendError::IdsExhausted(make),
+        Error::Closed(_) | Error::Fenced { .. } => AppendError::Closed(make),
+        e if e.is_stream_lost() => AppendError::Closed(make),
+        e => AppendError::Unavailable {
+            make: Some(make),
+            error: unavailable("append", e),
+        },
+    }
+}
+
+impl Tail for RedisReader {
+    type Payload = Bytes;
+
+    fn cursor(&self) -> u64 {
+        self.last_id() + 1
+    }
+
+    async fn next_batch(&mut self, out: &mut Vec<(u64, Bytes)>) -> Result<usize, TailError> {
+        match self.next().await {
+            Ok(ReadItem::Events(events)) => {
+                out.clear();
+                out.extend(events);
+                Ok(out.len())
+            }
+            Ok(ReadItem::Closed(reason)) => Err(TailError::Closed(reason)),
+            Err(Error::Gap {
+                requested,
+                floor,
+                head,
+            }) => Err(TailError::Gap {
+                next: requested + 1,
+                floor,
+                head,
+            }),
+            // A lost stream will never continue: end the tail explicitly, with the cause.
+            Err(e) if e.is_stream_lost() => Err(TailError::Closed(CloseReason::error(format!(
+                "stream lost: {e}"
+            )))),
+            Err(e) => Err(TailError::Unavailable(unavailable("read", e))),
+        }
+    }
+}

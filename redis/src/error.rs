@@ -1,0 +1,258 @@
+//! Typed errors of every backend operation.
+
+use std::fmt;
+
+use replay_ring::CloseReason;
+use replay_ring_sse::{Epoch, StreamId};
+
+/// Everything that can go wrong talking to the Redis backend.
+///
+/// Contract outcomes (a full window, a fenced producer, a resume below the floor…) have their own
+/// variants, distinct from infrastructure failures, so a caller never mistakes one for the other.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// Redis could not be reached, or the connection dropped or timed out before a reply. Retry
+    /// later. (For an append, see [`Error::Unknown`] instead: its outcome is not known.)
+    Unavailable(redis::RedisError),
+    /// An append was sent but its reply was lost (connection dropped or timed out): the event may
+    /// or may not be in the log. The producer keeps the payload and resends it, with the same id,
+    /// before its next append (or on [`resolve_pending`](crate::RedisProducer::resolve_pending));
+    /// the server recognises a repeat, so the retry neither duplicates nor skips. Do not append
+    /// the same payload again yourself: it is already queued.
+    Unknown {
+        /// The id the append would have (or has) received.
+        id: u64,
+        /// The transport error.
+        source: redis::RedisError,
+    },
+    /// Redis is over `maxmemory` and refused a write (`-OOM`). Nothing was written.
+    OutOfMemory(String),
+    /// The stream's keys hold something this crate did not write (wrong type, garbage field,
+    /// an entry missing from the log). The stream cannot be trusted; treat it as lost.
+    Corrupt {
+        /// The stream.
+        stream: StreamId,
+        /// What was found.
+        detail: String,
+    },
+    /// The stream does not exist: never created, deleted, or expired after being abandoned
+    /// ("stream lost").
+    NotFound {
+        /// The stream.
+        stream: StreamId,
+    },
+    /// The stream exists, but as another incarnation (another epoch) than the one this handle or
+    /// cursor refers to: it was deleted or expired and created again ("stream lost").
+    EpochChanged {
+        /// The stream.
+        stream: StreamId,
+        /// The epoch this handle refers to.
+        expected: Epoch,
+        /// The epoch Redis holds now (`None` if the stored value is unreadable).
+        current: Option<Epoch>,
+    },
+    /// The window is full (`capacity` events retained): nothing was appended and no id consumed.
+    Full {
+        /// Oldest retained id.
+        floor: u64,
+        /// Newest id.
+        head: u64,
+        /// The window's capacity.
+        capacity: u64,
+    },
+    /// This producer does not hold the lease (another producer took it, or it expired): nothing was
+    /// appended. Acquire the lease again to continue.
+    Fenced {
+        /// The fencing token of the current holder, if any.
+        holder: Option<u64>,
+    },
+    /// Lease acquisition refused: another producer holds it.
+    LeaseHeld {
+        /// The holder's fencing token.
+        holder: u64,
+        /// Milliseconds until the holder's lease expires unless renewed.
+        expires_in_ms: i64,
+    },
+    /// The stream was closed; nothing more can be appended.
+    Closed(CloseReason),
+    /// A resend of an append whose outcome was unknown found a *different* payload under that id:
+    /// the caller changed the event between the attempt and the retry.
+    Conflict {
+        /// The id in question.
+        id: u64,
+    },
+    /// The log's head is not where this producer expects it: another writer appended while this
+    /// producer held the lease (impossible unless the keys were modified outside this crate).
+    OutOfSequence {
+        /// The head in Redis.
+        head: u64,
+        /// The id this producer tried to write.
+        id: u64,
+    },
+    /// Ids would reach 2^53 (the limit of exact arithmetic in Redis's Lua).
+    IdsExhausted,
+    /// Resume below the retained window: `requested + 1 ..= floor - 1` were released.
+    Gap {
+        /// The cursor.
+        requested: u64,
+        /// Oldest retained id.
+        floor: u64,
+        /// Newest id.
+        head: u64,
+    },
+    /// Resume or release ahead of the newest id: the cursor is not from this stream.
+    AheadOfHead {
+        /// The cursor.
+        requested: u64,
+        /// Newest id.
+        head: u64,
+    },
+    /// Invalid configuration or argument (message says which).
+    InvalidArgument(&'static str),
+    /// Any other error reply from Redis.
+    Server(redis::RedisError),
+}
+
+impl Error {
+    /// Classifies a redis-rs error for `stream`.
+    pub(crate) fn from_redis(stream: &StreamId, err: redis::RedisError) -> Error {
+        if err.is_io_error()
+            || err.is_timeout()
+            || err.is_connection_dropped()
+            || err.is_connection_refusal()
+        {
+            return Error::Unavailable(err);
+        }
+        match err.code() {
+            // Redis is replaying its AOF after a restart, or a cluster/replica is failing over:
+            // the same request can succeed shortly.
+            Some("LOADING" | "MASTERDOWN" | "TRYAGAIN" | "CLUSTERDOWN" | "READONLY") => {
+                Error::Unavailable(err)
+            }
+            Some("OOM") => Error::OutOfMemory(err.detail().unwrap_or("").to_owned()),
+            Some("RRCORRUPT") => Error::Corrupt {
+                stream: *stream,
+                detail: err.detail().unwrap_or("").to_owned(),
+            },
+            Some("WRONGTYPE") => Error::Corrupt {
+                stream: *stream,
+                detail: format!("a key holds the wrong type: {}", err.detail().unwrap_or("")),
+            },
+            // An `ERR` raised inside one of the scripts (e.g. HINCRBY on a garbage field) means the
+            // data, not the request, is broken: the arguments are all produced by this crate.
+            Some("ERR") if err.detail().is_some_and(|d| d.contains("script:")) => Error::Corrupt {
+                stream: *stream,
+                detail: err.detail().unwrap_or("").to_owned(),
+            },
+            _ => Error::Server(err),
+        }
+    }
+
+    /// Whether retrying the same call later may succeed (Redis down, out of memory, window full).
+    ///
+    /// [`Error::Unknown`] is *not* transient in this sense: the producer already keeps that event
+    /// and resends it itself; calling `append` again with the same payload would add it twice.
+    ///
+    /// ```
+    /// let e = replay_ring_redis::Error::Full { floor: 1, head: 8, capacity: 8 };
+    /// assert!(e.is_transient());
+    /// assert!(!replay_ring_redis::Error::IdsExhausted.is_transient());
+    /// ```
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            Error::Unavailable(_) | Error::OutOfMemory(_) | Error::Full { .. }
+        )
+    }
+
+    /// Whether the stream is gone for good ("stream lost"): not found, another epoch, or corrupt.
+    ///
+    /// ```
+    /// use replay_ring_sse::StreamId;
+    /// let e = replay_ring_redis::Error::NotFound { stream: StreamId::new("s").unwrap() };
+    /// assert!(e.is_stream_lost());
+    /// ```
+    pub fn is_stream_lost(&self) -> bool {
+        matches!(
+            self,
+            Error::NotFound { .. } | Error::EpochChanged { .. } | Error::Corrupt { .. }
+        )
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Unavailable(e) => write!(f, "redis unavailable: {e}"),
+            Error::Unknown { id, source } => write!(
+                f,
+                "append of id {id} has an unknown outcome ({source}); it is resent before the next append"
+            ),
+            Error::OutOfMemory(d) => write!(f, "redis is out of memory, nothing written: {d}"),
+            Error::Corrupt { stream, detail } => {
+                write!(f, "stream {} has data this crate did not write: {detail}", stream.as_str())
+            }
+            Error::NotFound { stream } => write!(
+                f,
+                "stream {} not found (never created, deleted or expired): stream lost",
+                stream.as_str()
+            ),
+            Error::EpochChanged { stream, expected, current } => match current {
+                Some(c) => write!(
+                    f,
+                    "stream {} is now epoch {c}, not {expected}: stream lost",
+                    stream.as_str()
+                ),
+                None => write!(
+                    f,
+                    "stream {} no longer has epoch {expected}: stream lost",
+                    stream.as_str()
+                ),
+            },
+            Error::Full { floor, head, capacity } => write!(
+                f,
+                "window full: {capacity} events retained ({floor}..={head}); nothing appended"
+            ),
+            Error::Fenced { holder: Some(h) } => {
+                write!(f, "producer fenced: the lease is held by token {h}; nothing appended")
+            }
+            Error::Fenced { holder: None } => {
+                write!(f, "producer fenced: the lease expired; nothing appended")
+            }
+            Error::LeaseHeld { holder, expires_in_ms } => write!(
+                f,
+                "producer lease held by token {holder} (expires in {expires_in_ms} ms unless renewed)"
+            ),
+            Error::Closed(reason) => write!(f, "stream closed: {reason}"),
+            Error::Conflict { id } => {
+                write!(f, "id {id} already holds a different payload than the one resent")
+            }
+            Error::OutOfSequence { head, id } => {
+                write!(f, "append of id {id} out of sequence: the log's head is {head}")
+            }
+            Error::IdsExhausted => write!(f, "ids exhausted (2^53)"),
+            Error::Gap { requested, floor, head } => write!(
+                f,
+                "cannot resume after id {requested}: events {}..={} were released (retained {floor}..={head})",
+                requested + 1,
+                floor - 1
+            ),
+            Error::AheadOfHead { requested, head } => write!(
+                f,
+                "id {requested} is ahead of the stream's newest id {head} (state mismatch)"
+            ),
+            Error::InvalidArgument(m) => write!(f, "invalid argument: {m}"),
+            Error::Server(e) => write!(f, "redis error: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Unavailable(e) | Error::Server(e) | Error::Unknown { source: e, .. } => Some(e),
+            _ => None,
+        }
+    }
+}

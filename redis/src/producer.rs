@@ -1,0 +1,439 @@
+//! The single producer of a stream, fenced by a lease.
+//!
+//! Fencing protocol: the lease key holds the fencing token of the current producer and expires
+//! unless renewed. Tokens come from a counter in the stream's meta key, so each acquisition gets a
+//! larger one. The append script compares the caller's token with the lease key *in the same
+//! atomic step* as the write, so a producer that lost its lease (paused past expiry, partitioned,
+//! restarted, or replaced) is refused (`Fenced`) instead of interleaving its ids with the new
+//! holder's. Appends carry the id they expect (the producer's own sequence); a resend of an append
+//! whose reply was lost is recognised by that id, so retries are idempotent.
+
+use std::ops::RangeInclusive;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use redis::streams::{StreamReadOptions, StreamReadReply};
+use redis::AsyncCommands;
+use replay_ring::CloseReason;
+
+use crate::backend::Counters;
+use crate::codec::{self, Reply};
+use crate::error::Error;
+use crate::scripts;
+use crate::stream::RedisStream;
+
+/// The lease-holding producer of one stream. Not `Clone`: one producer per lease.
+#[derive(Debug)]
+pub struct RedisProducer {
+    stream: RedisStream,
+    token: String,
+    /// The id the next append writes (head + 1 as far as this producer knows).
+    next_id: u64,
+    /// An append (or batch) whose reply was lost: resent (same ids, same payloads) before
+    /// anything else.
+    pending: Option<Arc<[Bytes]>>,
+    /// The floor as of the last reply: `next_id - known_floor < capacity` means room for sure
+    /// (only releases move the floor, and only up), so the trait's `try_append_with` can refuse a
+    /// full window before building the payload without an extra round trip per append.
+    pub(crate) known_floor: u64,
+    /// Dedicated connection for blocking waits on ctl (created on first wait).
+    pub(crate) wait_conn: Option<redis::aio::MultiplexedConnection>,
+}
+
+impl RedisProducer {
+    pub(crate) fn new(stream: RedisStream, token: String, head: u64) -> Self {
+        RedisProducer {
+            stream,
+            token,
+            next_id: head + 1,
+            pending: None,
+            known_floor: 1,
+            wait_conn: None,
+        }
+    }
+
+    /// The stream this producer writes.
+    ///
+    /// ```no_run
+    /// # fn f(p: replay_ring_redis::RedisProducer) {
+    /// println!("{}", p.stream().identity().stream.as_str());
+    /// # }
+    /// ```
+    pub fn stream(&self) -> &RedisStream {
+        &self.stream
+    }
+
+    /// This producer's fencing token (larger than every earlier producer's).
+    ///
+    /// ```no_run
+    /// # fn f(p: replay_ring_redis::RedisProducer) {
+    /// assert!(p.fencing_token() > 0);
+    /// # }
+    /// ```
+    pub fn fencing_token(&self) -> u64 {
+        self.token.parse().unwrap_or(0)
+    }
+
+    /// The id the next append will receive.
+    ///
+    /// ```no_run
+    /// # fn f(p: replay_ring_redis::RedisProducer) {
+    /// assert!(p.next_id() >= 1);
+    /// # }
+    /// ```
+    pub fn next_id(&self) -> u64 {
+        self.next_id
+    }
+
+    /// Whether an append with an unknown outcome is waiting to be resent.
+    ///
+    /// ```no_run
+    /// # fn f(p: replay_ring_redis::RedisProducer) {
+    /// if p.has_pending() { /* the next append resends it first */ }
+    /// # }
+    /// ```
+    pub fn has_pending(&self) -> bool {
+        self.pending.is_some()
+    }
+
+    /// Appends `payload` and returns its id: the window check, the lease check and the write are
+    /// one atomic script. A refused append consumes no id. If an earlier append's reply was lost
+    /// ([`Error::Unknown`]), that event is resent first (idempotently), then this one is appended.
+    ///
+    /// # Errors
+    /// [`Error::Full`] (nothing appended; wait for a release, see [`append_wait`](Self::append_wait)),
+    /// [`Error::Fenced`], [`Error::Closed`], [`Error::Unknown`] (reply lost: resent on the next
+    /// call), [`Error::Conflict`], [`Error::OutOfSequence`], [`Error::IdsExhausted`],
+    /// [`Error::NotFound`] / [`Error::EpochChanged`] (stream lost), [`Error::Corrupt`],
+    /// [`Error::OutOfMemory`], [`Error::Unavailable`]. If resending a pending event fails, that
+    /// error is returned and `payload` was not appended.
+    ///
+    /// # Cancel safety
+    /// Cancel safe in the same sense as a lost reply: a cancelled call may or may not have
+    /// appended `payload`; the producer keeps it as pending ([`has_pending`](Self::has_pending))
+    /// and resends it, idempotently, before the next append.
+    pub async fn append(&mut self, payload: &[u8]) -> Result<u64, Error> {
+        let batch: Arc<[Bytes]> = Arc::new([Bytes::copy_from_slice(payload)]);
+        self.append_owned(batch).await.map(|ids| *ids.end())
+    }
+
+    /// Appends several events in one atomic script (one round trip): all of them get consecutive
+    /// ids, or none does. Returns the ids. The same rules as [`append`](Self::append) apply to the
+    /// batch as a whole: a refusal consumes no id, a lost reply keeps the whole batch pending.
+    ///
+    /// # Errors
+    /// As [`append`](Self::append); [`Error::Full`] if the window lacks room for the whole batch;
+    /// [`Error::InvalidArgument`] for an empty batch.
+    ///
+    /// # Cancel safety
+    /// As [`append`](Self::append).
+    pub async fn append_batch<P: AsRef<[u8]>>(
+        &mut self,
+        payloads: &[P],
+    ) -> Result<RangeInclusive<u64>, Error> {
+        if payloads.is_empty() {
+            return Err(Error::InvalidArgument("an empty batch"));
+        }
+        let batch: Arc<[Bytes]> = payloads
+            .iter()
+            .map(|p| Bytes::copy_from_slice(p.as_ref()))
+            .collect();
+        self.append_owned(batch).await
+    }
+
+    async fn append_owned(&mut self, batch: Arc<[Bytes]>) -> Result<RangeInclusive<u64>, Error> {
+        self.resolve_pending().await?;
+        // Pending from before the request until its outcome is known, so a cancelled call leaves
+        // it to be resent exactly like a lost reply.
+        self.pending = Some(batch.clone());
+        match self.send(self.next_id, &batch).await {
+            Ok(ids) => {
+                self.pending = None;
+                Ok(ids)
+            }
+            Err(Error::Unavailable(source)) => {
+                // The request may have reached Redis: keep the payloads, resend them before the
+                // next append. The ids stay reserved for them.
+                Counters::bump(&self.stream.backend.shared.counters.unknown_outcomes);
+                Err(Error::Unknown {
+                    id: self.next_id,
+                    source,
+                })
+            }
+            Err(e) => {
+                // A definite refusal: nothing was written.
+                self.pending = None;
+                Err(e)
+            }
+        }
+    }
+
+    /// Resends the append whose reply was lost, if any, and returns its id (the last id of a
+    /// batch; `None` if nothing was pending). The script recognises an event that did arrive and
+    /// answers with its id instead of writing it again.
+    ///
+    /// # Errors
+    /// As [`append`](Self::append); on [`Error::Unavailable`] the event stays pending.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the event stays pending until a resend is answered.
+    pub async fn resolve_pending(&mut self) -> Result<Option<u64>, Error> {
+        let Some(batch) = self.pending.clone() else {
+            return Ok(None);
+        };
+        match self.send(self.next_id, &batch).await {
+            Ok(ids) => {
+                self.pending = None;
+                Ok(Some(*ids.end()))
+            }
+            Err(Error::Unavailable(source)) => Err(Error::Unknown {
+                id: self.next_id,
+                source,
+            }),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Like [`append`](Self::append), but when the window is full waits (up to `timeout`) for a
+    /// release to make room, woken by the release itself (no polling).
+    ///
+    /// # Errors
+    /// As [`append`](Self::append); [`Error::Full`] once `timeout` has passed without room.
+    ///
+    /// # Cancel safety
+    /// As [`append`](Self::append): a cancelled call leaves the payload pending at worst.
+    pub async fn append_wait(&mut self, payload: &[u8], timeout: Duration) -> Result<u64, Error> {
+        let deadline = Instant::now() + timeout;
+        let mut mark: Option<String> = None;
+        loop {
+            match self.append(payload).await {
+                Err(Error::Full {
+                    floor,
+                    head,
+                    capacity,
+                }) => {
+                    let now = Instant::now();
+                    if now >= deadline {
+                        return Err(Error::Full {
+                            floor,
+                            head,
+                            capacity,
+                        });
+                    }
+                    match &mark {
+                        // First refusal: note ctl's newest id, then try once more, so a release
+                        // landing between that try and the blocking read still wakes us.
+                        None => mark = Some(self.ctl_mark().await?),
+                        Some(m) => {
+                            let wait = (deadline - now).min(self.stream.backend.config().block);
+                            self.wait_ctl(m, wait).await?;
+                            mark = None;
+                        }
+                    }
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Extends the lease (and the stream's expiry). Call it at least every `lease / 3` while idle;
+    /// appends renew the lease themselves.
+    ///
+    /// # Errors
+    /// [`Error::Fenced`] if the lease was lost; [`Error::NotFound`], [`Error::Corrupt`],
+    /// [`Error::Unavailable`], [`Error::OutOfMemory`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: idempotent.
+    pub async fn renew(&self) -> Result<(), Error> {
+        let s = &self.stream;
+        let value: redis::Value = scripts::RENEW_SCRIPT
+            .key(&s.keys.lease)
+            .key(&s.keys.meta)
+            .key(&s.keys.log)
+            .key(&s.keys.ctl)
+            .arg(&self.token)
+            .arg(s.lease_ms())
+            .invoke_async(&mut s.backend.conn())
+            .await
+            .map_err(|e| Error::from_redis(&s.id, e))?;
+        let (mut reply, status) = Reply::new(&s.id, value)?;
+        match status.as_str() {
+            "OK" => Ok(()),
+            "FENCED" => Err(self.fenced(&mut reply)),
+            other => Err(s.common_status(other, &mut reply)),
+        }
+    }
+
+    /// Closes the stream with `reason`: readers get every event, then the reason. Gives up the
+    /// lease. Closing twice keeps the first reason.
+    ///
+    /// # Errors
+    /// [`Error::Closed`] (already closed, with the stored reason), [`Error::Fenced`], and the
+    /// backend errors of [`append`](Self::append). An event still pending is resent first.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: one atomic script; the producer is consumed either way, and a lease left
+    /// behind expires.
+    pub async fn close(mut self, reason: CloseReason) -> Result<(), Error> {
+        self.resolve_pending().await?;
+        let s = &self.stream;
+        let value: redis::Value = scripts::CLOSE_SCRIPT
+            .key(&s.keys.meta)
+            .key(&s.keys.lease)
+            .key(&s.keys.ctl)
+            .key(&s.keys.log)
+            .arg(&self.token)
+            .arg(codec::encode_reason(&reason))
+            .invoke_async(&mut s.backend.conn())
+            .await
+            .map_err(|e| Error::from_redis(&s.id, e))?;
+        let (mut reply, status) = Reply::new(&s.id, value)?;
+        match status.as_str() {
+            "OK" => Ok(()),
+            "FENCED" => Err(self.fenced(&mut reply)),
+            "CLOSED" => Err(Error::Closed(
+                reply
+                    .reason("closed")?
+                    .unwrap_or_else(|| CloseReason::error("closed")),
+            )),
+            other => Err(s.common_status(other, &mut reply)),
+        }
+    }
+
+    /// Gives the lease up without closing the stream (e.g. a graceful hand-over to another
+    /// replica). Does nothing if the lease is no longer ours.
+    ///
+    /// # Errors
+    /// [`Error::Unavailable`]; the lease then expires by itself.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the lease expires by itself.
+    pub async fn release_lease(self) -> Result<(), Error> {
+        let s = &self.stream;
+        let _: redis::Value = scripts::UNLEASE_SCRIPT
+            .key(&s.keys.lease)
+            .arg(&self.token)
+            .invoke_async(&mut s.backend.conn())
+            .await
+            .map_err(|e| Error::from_redis(&s.id, e))?;
+        Ok(())
+    }
+
+    /// One append attempt of `batch` as ids `first ..`.
+    async fn send(&mut self, first: u64, batch: &[Bytes]) -> Result<RangeInclusive<u64>, Error> {
+        let last = first + batch.len() as u64 - 1;
+        if last > crate::MAX_ID {
+            return Err(Error::IdsExhausted);
+        }
+        let s = &self.stream;
+        let counters = &s.backend.shared.counters;
+        let mut invocation = scripts::APPEND_SCRIPT.prepare_invoke();
+        invocation
+            .key(&s.keys.meta)
+            .key(&s.keys.log)
+            .key(&s.keys.lease)
+            .key(&s.keys.ctl)
+            .arg(&self.token)
+            .arg(first.to_string())
+            .arg(s.lease_ms());
+        for payload in batch {
+            invocation.arg(payload.as_ref());
+        }
+        let value: redis::Value = invocation
+            .invoke_async(&mut s.backend.conn())
+            .await
+            .map_err(|e| Error::from_redis(&s.id, e))?;
+        let (mut reply, status) = Reply::new(&s.id, value)?;
+        match status.as_str() {
+            "OK" | "DUP" => {
+                let got = reply.id("first")?..=reply.id("last")?;
+                self.known_floor = reply.id("floor")?;
+                if got != (first..=last) {
+                    return Err(codec::corrupt(&s.id, "append answered other ids"));
+                }
+                if status == "DUP" {
+                    Counters::bump(&counters.duplicates_resolved);
+                } else {
+                    counters
+                        .appended
+                        // Relaxed: statistics only (see Counters::bump).
+                        .fetch_add(batch.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                }
+                self.next_id = last + 1;
+                Ok(got)
+            }
+            "FULL" => {
+                Counters::bump(&counters.refused_full);
+                let floor = reply.id("floor")?;
+                self.known_floor = floor;
+                Err(Error::Full {
+                    floor,
+                    head: reply.id("head")?,
+                    capacity: reply.id("capacity")?,
+                })
+            }
+            "FENCED" => Err(self.fenced(&mut reply)),
+            "CLOSED" => Err(Error::Closed(
+                reply
+                    .reason("closed")?
+                    .unwrap_or_else(|| CloseReason::error("closed")),
+            )),
+            "CONFLICT" => Err(Error::Conflict {
+                id: reply.id("id")?,
+            }),
+            "SEQ" => Err(Error::OutOfSequence {
+                head: reply.id("head")?,
+                id: first,
+            }),
+            "EXHAUSTED" => Err(Error::IdsExhausted),
+            other => Err(s.common_status(other, &mut reply)),
+        }
+    }
+
+    fn fenced(&self, reply: &mut Reply<'_>) -> Error {
+        Counters::bump(&self.stream.backend.shared.counters.refused_fenced);
+        let holder = reply.string("holder").ok().and_then(|h| h.parse().ok());
+        Error::Fenced { holder }
+    }
+
+    /// ctl's newest entry id ("0-0" if none).
+    pub(crate) async fn ctl_mark(&self) -> Result<String, Error> {
+        let s = &self.stream;
+        let reply: redis::streams::StreamRangeReply = s
+            .backend
+            .conn()
+            .xrevrange_count(&s.keys.ctl, "+", "-", 1)
+            .await
+            .map_err(|e| Error::from_redis(&s.id, e))?;
+        Ok(reply
+            .ids
+            .first()
+            .map(|e| e.id.clone())
+            .unwrap_or_else(|| "0-0".to_owned()))
+    }
+
+    /// Blocks on ctl (dedicated connection) until an entry newer than `mark` or `wait` passes.
+    pub(crate) async fn wait_ctl(&mut self, mark: &str, wait: Duration) -> Result<(), Error> {
+        let s = &self.stream;
+        let conn = &mut self.wait_conn;
+        if conn.is_none() {
+            *conn = Some(
+                s.backend
+                    .dedicated()
+                    .await
+                    .map_err(|e| Error::from_redis(&s.id, e))?,
+            );
+        }
+        let c = conn.as_mut().expect("set above");
+        let opts = StreamReadOptions::default().block(wait.as_millis().max(1) as usize);
+        let r: Result<Option<StreamReadReply>, _> =
+            c.xread_options(&[&s.keys.ctl], &[mark], &opts).await;
+        if let Err(e) = r {
+            *conn = None;
+            return Err(Error::from_redis(&s.id, e));
+        }
+        Ok(())
+    }
+}

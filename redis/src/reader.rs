@@ -1,0 +1,362 @@
+//! A reader of one stream: the replay after its cursor, then the live tail, then the close reason.
+
+use bytes::Bytes;
+use redis::aio::MultiplexedConnection;
+use redis::streams::StreamReadOptions;
+use redis::AsyncCommands;
+use replay_ring::CloseReason;
+
+use crate::backend::Counters;
+use crate::codec::{self, Reply};
+use crate::error::Error;
+use crate::scripts;
+use crate::stream::RedisStream;
+
+/// What [`RedisReader::next`] yields.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReadItem {
+    /// The next events, in id order, gap-free from the reader's cursor + 1.
+    Events(Vec<(u64, Bytes)>),
+    /// Every event was delivered and the producer closed the stream with this reason. Further
+    /// calls return it again.
+    Closed(CloseReason),
+}
+
+/// Reads one stream from a cursor on: every id exactly once, in order, or a typed error. Each
+/// reader that has to wait for new events blocks in `XREAD` on its own connection (created on
+/// first use), so it never holds up the shared connection.
+#[derive(Debug)]
+pub struct RedisReader {
+    stream: RedisStream,
+    /// Last id delivered (or the resume cursor).
+    cursor: u64,
+    /// The first page, read atomically with the resume decision.
+    first: Option<Vec<(u64, Bytes)>>,
+    /// ctl's newest id when the state was last read: a later close or release wakes the XREAD.
+    ctl_mark: String,
+    closed: Option<CloseReason>,
+    head: u64,
+    floor: u64,
+    blocking: Option<MultiplexedConnection>,
+}
+
+/// Result of one READ script run.
+struct Page {
+    floor: u64,
+    head: u64,
+    closed: Option<CloseReason>,
+    ctl: String,
+    entries: Vec<(u64, Bytes)>,
+}
+
+impl RedisReader {
+    /// Decides the resume and reads the first page in one script.
+    pub(crate) async fn start(stream: RedisStream, after: u64) -> Result<RedisReader, Error> {
+        let page = read_page(&stream, after).await?;
+        Ok(RedisReader {
+            cursor: after,
+            first: Some(page.entries),
+            ctl_mark: page.ctl,
+            closed: page.closed,
+            head: page.head,
+            floor: page.floor,
+            stream,
+            blocking: None,
+        })
+    }
+
+    /// The last id delivered (the resume cursor before the first delivery): what the client's
+    /// `Last-Event-ID` names.
+    ///
+    /// ```no_run
+    /// # fn f(r: replay_ring_redis::RedisReader) {
+    /// let last_event_id_seq = r.last_id();
+    /// # }
+    /// ```
+    pub fn last_id(&self) -> u64 {
+        self.cursor
+    }
+
+    /// Floor and head as of the reader's last read of the stream's state (at resume time, this is
+    /// the window the decision was made against).
+    ///
+    /// ```no_run
+    /// # fn f(r: replay_ring_redis::RedisReader) {
+    /// let (floor, head) = r.window();
+    /// assert!(floor <= head + 1);
+    /// # }
+    /// ```
+    pub fn window(&self) -> (u64, u64) {
+        (self.floor, self.head)
+    }
+
+    /// Waits for and returns the next events (or the close reason once everything was delivered).
+    /// Never skips: if the next id was released meanwhile, returns [`Error::Gap`].
+    ///
+    /// # Errors
+    /// [`Error::Gap`], [`Error::NotFound`] / [`Error::EpochChanged`] (stream lost: deleted,
+    /// expired, recreated), [`Error::Corrupt`], [`Error::Unavailable`] (the cursor is kept; call
+    /// again to continue).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the cursor only moves when events are returned, so a cancelled call loses
+    /// nothing; the next call continues from the same cursor.
+    pub async fn next(&mut self) -> Result<ReadItem, Error> {
+        if let Some(first) = self.first.take() {
+            if !first.is_empty() {
+                return self.deliver(first);
+            }
+        }
+        loop {
+            let page = read_page(&self.stream, self.cursor).await?;
+            self.ctl_mark = page.ctl;
+            self.head = page.head;
+            self.floor = page.floor;
+            self.closed = page.closed;
+            if !page.entries.is_empty() {
+                return self.deliver(page.entries);
+            }
+            if let Some(reason) = &self.closed {
+                return Ok(ReadItem::Closed(reason.clone()));
+            }
+            // Caught up: block until the log grows past the cursor or ctl signals close/release.
+            if let Some(events) = self.block().await? {
+                return self.deliver(events);
+            }
+        }
+    }
+
+    /// Checks that `events` continue the cursor exactly, then advances it.
+    fn deliver(&mut self, events: Vec<(u64, Bytes)>) -> Result<ReadItem, Error> {
+        let mut expect = self.cursor + 1;
+        for (id, _) in &events {
+            if *id != expect {
+                return Err(codec::corrupt(
+                    &self.stream.id,
+                    &format!(
+                        "the log jumps from {} to {id}: an entry was removed outside this crate",
+                        expect - 1
+                    ),
+                ));
+            }
+            expect += 1;
+        }
+        self.cursor = expect - 1;
+        Counters::bump(&self.stream.backend.shared.counters.pages_read);
+        Ok(ReadItem::Events(events))
+    }
+
+    /// One blocking `XREAD` on log and ctl. Returns log entries if they continue the cursor
+    /// (they exist in the log, so they were not released), else `None` to re-read the state.
+    async fn block(&mut self) -> Result<Option<Vec<(u64, Bytes)>>, Error> {
+        let s = &self.stream;
+        let config = s.backend.config();
+        if self.blocking.is_none() {
+            self.blocking = Some(
+                s.backend
+                    .dedicated()
+                    .await
+                    .map_err(|e| Error::from_redis(&s.id, e))?,
+            );
+        }
+        let conn = self.blocking.as_mut().expect("set above");
+        Counters::bump(&s.backend.shared.counters.blocked_reads);
+        let opts = StreamReadOptions::default()
+            .block(config.block.as_millis().max(1) as usize)
+            .count(config.read_batch);
+        let cursor_id = format!("0-{}", self.cursor);
+        let reply: Result<redis::Value, _> = conn
+            .xread_options(
+                &[&s.keys.log, &s.keys.ctl],
+                &[cursor_id.as_str(), self.ctl_mark.as_str()],
+                &opts,
+            )
+            .await;
+        let reply = match reply {
+            Ok(v) => v,
+            Err(e) => {
+                self.blocking = None;
+                return Err(Error::from_redis(&s.id, e));
+            }
+        };
+        Ok(log_entries(s, reply, &s.keys.log)?
+            .filter(|e| e.first().map(|(id, _)| *id) == Some(self.cursor + 1)))
+    }
+}
+
+/// Picks the log's entries out of an XREAD reply (`None` if the log had none).
+fn log_entries(
+    stream: &RedisStream,
+    reply: redis::Value,
+    log_key: &str,
+) -> Result<Option<Vec<(u64, Bytes)>>, Error> {
+    let streams: Vec<redis::Value> = match reply {
+        redis::Value::Nil => return Ok(None),
+        redis::Value::Array(items) => items,
+        redis::Value::Map(pairs) => pairs
+            .into_iter()
+            .map(|(k, v)| redis::Value::Array(vec![k, v]))
+            .collect(),
+        _ => {
+            return Err(codec::corrupt(
+                &stream.id,
+                "XREAD reply has an unexpected shape",
+            ))
+        }
+    };
+    for s in streams {
+        let redis::Value::Array(mut kv) = s else {
+            return Err(codec::corrupt(
+                &stream.id,
+                "XREAD reply has an unexpected shape",
+            ));
+        };
+        if kv.len() != 2 {
+            return Err(codec::corrupt(
+                &stream.id,
+                "XREAD reply has an unexpected shape",
+            ));
+        }
+        let entries = kv.pop().expect("len checked");
+        let key = kv.pop().expect("len checked");
+        if !matches!(&key, redis::Value::BulkString(k) if k == log_key.as_bytes()) {
+            continue;
+        }
+        let redis::Value::Array(entries) = entries else {
+            return Err(codec::corrupt(
+                &stream.id,
+                "XREAD reply has an unexpected shape",
+            ));
+        };
+        let parsed = entries
+            .into_iter()
+            .map(|e| codec::entry(&stream.id, e))
+            .collect::<Result<Vec<_>, _>>()?;
+        return Ok(Some(parsed));
+    }
+    Ok(None)
+}
+
+/// One page after `after`: the READ script's decision (window, epoch, close reason) with a
+/// native `XRANGE` pipelined right behind it, in one round trip. Commands of another connection
+/// may run between the two, so the page is accepted only if it continues the cursor exactly
+/// (entries that exist were not released); otherwise the script runs again with the entries
+/// inside it, which classifies the case atomically (gap, or entries missing from the log).
+async fn read_page(stream: &RedisStream, after: u64) -> Result<Page, Error> {
+    let s = stream;
+    let after_arg = after.min(crate::MAX_ID + 1).to_string();
+    let count = s.backend.config().read_batch;
+    let mut pipe = redis::pipe();
+    pipe.cmd("EVALSHA")
+        .arg(scripts::READ_SCRIPT.get_hash())
+        .arg(3)
+        .arg(&s.keys.meta)
+        .arg(&s.keys.log)
+        .arg(&s.keys.ctl)
+        .arg(codec::encode_epoch(s.epoch))
+        .arg(&after_arg)
+        .arg(0)
+        .cmd("XRANGE")
+        .arg(&s.keys.log)
+        .arg(format!("(0-{after_arg}"))
+        .arg("+")
+        .arg("COUNT")
+        .arg(count);
+    let mut conn = s.backend.conn();
+    let reply: Result<(redis::Value, redis::Value), _> = pipe.query_async(&mut conn).await;
+    let (decision, range) = match reply {
+        Ok(r) => r,
+        Err(e)
+            if e.is_io_error()
+                || e.is_timeout()
+                || e.is_connection_dropped()
+                || e.is_connection_refusal() =>
+        {
+            return Err(Error::from_redis(&s.id, e));
+        }
+        // An error reply inside the pipeline (NOSCRIPT after a restart or failover, a corrupt
+        // field, a wrong key type): the single-command path reloads the script and reports the
+        // error with its own code.
+        Err(_) => return read_page_atomic(s, after).await,
+    };
+    let mut page = decide_page(s, after, decision)?;
+    if let redis::Value::Array(raw) = range {
+        page.entries = raw
+            .into_iter()
+            .map(|e| codec::entry(&s.id, e))
+            .collect::<Result<_, _>>()?;
+    }
+    if after < page.head && page.entries.first().map(|(id, _)| *id) != Some(after + 1) {
+        // Released or removed between the two commands (or never there): decide atomically.
+        return read_page_atomic(s, after).await;
+    }
+    Ok(page)
+}
+
+/// The READ script with the page inside it: decision and entries in one atomic step.
+async fn read_page_atomic(stream: &RedisStream, after: u64) -> Result<Page, Error> {
+    let s = stream;
+    let after_arg = after.min(crate::MAX_ID + 1).to_string();
+    let value: redis::Value = scripts::READ_SCRIPT
+        .key(&s.keys.meta)
+        .key(&s.keys.log)
+        .key(&s.keys.ctl)
+        .arg(codec::encode_epoch(s.epoch))
+        .arg(after_arg)
+        .arg(s.backend.config().read_batch)
+        .invoke_async(&mut s.backend.conn())
+        .await
+        .map_err(|e| Error::from_redis(&s.id, e))?;
+    let page = decide_page(s, after, value)?;
+    if after < page.head && page.entries.first().map(|(id, _)| *id) != Some(after + 1) {
+        return Err(codec::corrupt(
+            &s.id,
+            &format!(
+                "entry {} is missing from the log (retained {}..={})",
+                after + 1,
+                page.floor,
+                page.head
+            ),
+        ));
+    }
+    Ok(page)
+}
+
+/// Reads the READ script's reply: the decision, and the entries if the script read them.
+fn decide_page(s: &RedisStream, after: u64, value: redis::Value) -> Result<Page, Error> {
+    let (mut reply, status) = Reply::new(&s.id, value)?;
+    match status.as_str() {
+        "OK" => {
+            let floor = reply.id("floor")?;
+            let head = reply.id("head")?;
+            let closed = reply.reason("closed")?;
+            let ctl = reply.string("ctl")?;
+            let entries = reply.entries("entries")?;
+            Ok(Page {
+                floor,
+                head,
+                closed,
+                ctl,
+                entries,
+            })
+        }
+        "AHEAD" => {
+            let _floor = reply.id("floor")?;
+            let head = reply.id("head")?;
+            Err(Error::AheadOfHead {
+                requested: after,
+                head,
+            })
+        }
+        "GAP" => {
+            let floor = reply.id("floor")?;
+            let head = reply.id("head")?;
+            Err(Error::Gap {
+                requested: after,
+                floor,
+                head,
+            })
+        }
+        other => Err(s.common_status(other, &mut reply)),
+    }
+}

@@ -1,0 +1,226 @@
+//! The server-side half of the backend: one Lua script per state transition.
+//!
+//! Each script runs atomically (Redis blocks every other command while it runs) and touches only
+//! keys of one stream, which share a `{hash tag}` and therefore one Cluster slot. Expected outcomes
+//! (window full, fenced, gap…) are returned as a status array `{'STATUS', …}` rather than as
+//! errors, so the client can tell them from real failures. Numbers cross the boundary as decimal
+//! strings: Lua 5.1 numbers are doubles, exact only below 2^53, so every id is kept below 2^53
+//! ([`MAX_ID`](crate::MAX_ID)) and formatted with `%d`, never `tostring` (which switches to
+//! exponent notation).
+//!
+//! Write scripts start with the `#!lua` shebang: Redis then refuses the whole script up front when
+//! it is over `maxmemory` (`-OOM`), instead of failing half-way after a first write. Read scripts
+//! carry `flags=no-writes`, so they keep working while Redis is out of memory; release and close
+//! carry `flags=allow-oom`, because releasing is how memory is freed and closing is how a stream
+//! ends explicitly when appends can no longer succeed.
+
+use std::sync::LazyLock;
+
+use redis::Script;
+
+/// Lua functions shared by every script, placed after the shebang line.
+const PRELUDE: &str = r#"
+local LIMIT = 9007199254740992
+local function corrupt(msg)
+  error({err = 'RRCORRUPT ' .. msg})
+end
+local function num(v, name)
+  if type(v) ~= 'string' or #v == 0 or #v > 16 or not string.find(v, '^%d+$') then
+    corrupt('field ' .. name .. ' is not a decimal number')
+  end
+  local n = tonumber(v)
+  if n > LIMIT then corrupt('field ' .. name .. ' is out of range') end
+  return n
+end
+local function dec(n) return string.format('%d', n) end
+local function eid(n) return string.format('0-%d', n) end
+local function touch(ttl, ...)
+  for _, k in ipairs({...}) do
+    if ttl > 0 then redis.call('PEXPIRE', k, ttl) else redis.call('PERSIST', k) end
+  end
+end
+"#;
+
+/// KEYS: meta log ctl lease. ARGV: epoch capacity ttl_ms.
+/// Creates a new incarnation unless the meta key exists (then reports the existing epoch).
+const CREATE: &str = r#"
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  local m = redis.call('HMGET', KEYS[1], 'epoch', 'cap')
+  return {'EXISTS', m[1] or '', m[2] or ''}
+end
+redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])
+redis.call('HSET', KEYS[1], 'epoch', ARGV[1], 'cap', ARGV[2], 'head', '0', 'floor', '1',
+  'fence', '0', 'ttl', ARGV[3])
+touch(num(ARGV[3], 'ttl'), KEYS[1])
+return {'CREATED', ARGV[1], ARGV[2]}
+"#;
+
+/// KEYS: meta. Read-only snapshot of the meta hash.
+const STATE: &str = r#"
+if redis.call('EXISTS', KEYS[1]) == 0 then return {'NOSTREAM'} end
+local m = redis.call('HMGET', KEYS[1], 'epoch', 'cap', 'head', 'floor', 'closed', 'fence', 'ttl')
+return {'OK', m[1] or '', m[2] or '', m[3] or '', m[4] or '', m[5] or '', m[6] or '', m[7] or ''}
+"#;
+
+/// KEYS: meta lease. ARGV: epoch lease_ms.
+/// Takes the producer lease if nobody holds it: a fresh fencing token from the meta counter.
+const ACQUIRE: &str = r#"
+if redis.call('EXISTS', KEYS[1]) == 0 then return {'NOSTREAM'} end
+local m = redis.call('HMGET', KEYS[1], 'epoch', 'head', 'closed', 'fence')
+if m[1] ~= ARGV[1] then return {'LOST', m[1] or ''} end
+local head = num(m[2], 'head')
+num(m[4], 'fence')
+local holder = redis.call('GET', KEYS[2])
+if holder then return {'HELD', holder, dec(redis.call('PTTL', KEYS[2]))} end
+local token = redis.call('HINCRBY', KEYS[1], 'fence', 1)
+redis.call('SET', KEYS[2], dec(token), 'PX', ARGV[2])
+return {'OK', dec(token), dec(head), m[3] or ''}
+"#;
+
+/// KEYS: lease meta log ctl. ARGV: token lease_ms.
+/// Extends the lease (and the stream's expiry) if the caller still holds it.
+const RENEW: &str = r#"
+if redis.call('EXISTS', KEYS[2]) == 0 then return {'NOSTREAM'} end
+local holder = redis.call('GET', KEYS[1])
+if holder ~= ARGV[1] then return {'FENCED', holder or ''} end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+touch(num(redis.call('HGET', KEYS[2], 'ttl'), 'ttl'), KEYS[2], KEYS[3], KEYS[4])
+return {'OK'}
+"#;
+
+/// KEYS: lease. ARGV: token. Gives the lease up if the caller holds it.
+const UNLEASE: &str = r#"
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) return {'OK'} end
+return {'FENCED'}
+"#;
+
+/// KEYS: meta log lease ctl. ARGV: token first_id lease_ms payload...
+/// Appends the payloads as entries `first_id ..` if the caller holds the lease, `first_id` is the
+/// next id and the window has room for all of them (a batch is all or nothing). A resend of a
+/// batch that was already written (first_id <= head) is recognised and answered `DUP` (or
+/// `CONFLICT` if a retained payload differs); it never writes twice.
+const APPEND: &str = r#"
+if redis.call('EXISTS', KEYS[1]) == 0 then return {'NOSTREAM'} end
+local holder = redis.call('GET', KEYS[3])
+if holder ~= ARGV[1] then return {'FENCED', holder or ''} end
+local m = redis.call('HMGET', KEYS[1], 'cap', 'head', 'floor', 'closed', 'ttl')
+local cap = num(m[1], 'cap')
+local head = num(m[2], 'head')
+local floor = num(m[3], 'floor')
+local ttl = num(m[5], 'ttl')
+local first = num(ARGV[2], 'id')
+local n = #ARGV - 3
+local last = first + n - 1
+if first <= head then
+  if last > head then return {'SEQ', dec(head)} end
+  local from = math.max(first, floor)
+  if from <= last then
+    local e = redis.call('XRANGE', KEYS[2], eid(from), eid(last))
+    if #e ~= last - from + 1 then corrupt('entries ' .. dec(from) .. '..' .. dec(last) .. ' are missing from the log') end
+    for i, entry in ipairs(e) do
+      local f = entry[2]
+      if f[1] ~= 'd' or f[2] ~= ARGV[3 + from - first + i] then return {'CONFLICT', dec(from + i - 1)} end
+    end
+  end
+  return {'DUP', dec(first), dec(last), dec(floor)}
+end
+if first ~= head + 1 then return {'SEQ', dec(head)} end
+if m[4] then return {'CLOSED', m[4]} end
+if last - floor + 1 > cap then return {'FULL', dec(floor), dec(head), dec(cap)} end
+if last >= LIMIT then return {'EXHAUSTED', dec(head)} end
+local r = redis.pcall('XADD', KEYS[2], eid(first), 'd', ARGV[4])
+if type(r) == 'table' and r.err then corrupt('the log refused id ' .. dec(first) .. ': ' .. r.err) end
+for i = 1, n - 1 do
+  redis.call('XADD', KEYS[2], eid(first + i), 'd', ARGV[4 + i])
+end
+redis.call('HSET', KEYS[1], 'head', dec(last))
+redis.call('PEXPIRE', KEYS[3], ARGV[3])
+touch(ttl, KEYS[1], KEYS[2], KEYS[4])
+return {'OK', dec(first), dec(last), dec(floor)}
+"#;
+
+/// KEYS: meta log ctl. ARGV: through.
+/// Releases every id <= through: `XTRIM MINID`, floor in the meta hash, wake-up on ctl.
+const RELEASE: &str = r#"
+if redis.call('EXISTS', KEYS[1]) == 0 then return {'NOSTREAM'} end
+local m = redis.call('HMGET', KEYS[1], 'head', 'floor', 'ttl')
+local head = num(m[1], 'head')
+local floor = num(m[2], 'floor')
+local ttl = num(m[3], 'ttl')
+local x = num(ARGV[1], 'through')
+if x > head then return {'AHEAD', dec(floor), dec(head)} end
+if x + 1 > floor then
+  redis.call('XTRIM', KEYS[2], 'MINID', eid(x + 1))
+  redis.call('HSET', KEYS[1], 'floor', dec(x + 1))
+  floor = x + 1
+  redis.call('XADD', KEYS[3], 'MAXLEN', '16', '*', 'r', dec(x))
+end
+touch(ttl, KEYS[1], KEYS[2], KEYS[3])
+return {'OK', dec(floor), dec(head)}
+"#;
+
+/// KEYS: meta lease ctl log. ARGV: token reason.
+/// Stores the close reason (once) and wakes every blocked reader through ctl.
+const CLOSE: &str = r#"
+if redis.call('EXISTS', KEYS[1]) == 0 then return {'NOSTREAM'} end
+local holder = redis.call('GET', KEYS[2])
+if holder ~= ARGV[1] then return {'FENCED', holder or ''} end
+local m = redis.call('HMGET', KEYS[1], 'closed', 'ttl')
+if m[1] then return {'CLOSED', m[1]} end
+local ttl = num(m[2], 'ttl')
+redis.call('HSET', KEYS[1], 'closed', ARGV[2])
+redis.call('XADD', KEYS[3], 'MAXLEN', '16', '*', 'c', '1')
+redis.call('DEL', KEYS[2])
+touch(ttl, KEYS[1], KEYS[3], KEYS[4])
+return {'OK'}
+"#;
+
+/// KEYS: meta log ctl. ARGV: epoch after count.
+/// The resume decision and the first page of the replay in one atomic step: `LOST` (other
+/// epoch), `AHEAD` (after > head), `GAP` (after < floor - 1), or `OK` with `XRANGE (after`
+/// (no entries when count is 0: the caller then reads them with a native `XRANGE` pipelined
+/// behind the script, which skips the Lua conversion of every entry).
+/// Also returns ctl's newest id, so a reader that then blocks cannot miss a later close.
+const READ: &str = r#"
+if redis.call('EXISTS', KEYS[1]) == 0 then return {'NOSTREAM'} end
+local m = redis.call('HMGET', KEYS[1], 'epoch', 'head', 'floor', 'closed')
+if m[1] ~= ARGV[1] then return {'LOST', m[1] or ''} end
+local head = num(m[2], 'head')
+local floor = num(m[3], 'floor')
+local x = num(ARGV[2], 'after')
+local closed = m[4] or ''
+if x > head then return {'AHEAD', dec(floor), dec(head), closed} end
+if x + 1 < floor then return {'GAP', dec(floor), dec(head), closed} end
+local entries = {}
+if x < head and ARGV[3] ~= '0' then
+  entries = redis.call('XRANGE', KEYS[2], '(' .. eid(x), '+', 'COUNT', ARGV[3])
+end
+local c = redis.call('XREVRANGE', KEYS[3], '+', '-', 'COUNT', 1)
+local ctl = '0-0'
+if #c > 0 then ctl = c[1][1] end
+return {'OK', dec(floor), dec(head), closed, ctl, entries}
+"#;
+
+fn write_script(body: &str) -> Script {
+    Script::new(&format!("#!lua\n{PRELUDE}{body}"))
+}
+
+/// A write script that may run over `maxmemory`: it frees memory (release) or ends the stream
+/// explicitly (close), which must stay possible when appends are refused with `-OOM`.
+fn freeing_script(body: &str) -> Script {
+    Script::new(&format!("#!lua flags=allow-oom\n{PRELUDE}{body}"))
+}
+
+fn read_script(body: &str) -> Script {
+    Script::new(&format!("#!lua flags=no-writes\n{PRELUDE}{body}"))
+}
+
+pub(crate) static CREATE_SCRIPT: LazyLock<Script> = LazyLock::new(|| write_script(CREATE));
+pub(crate) static STATE_SCRIPT: LazyLock<Script> = LazyLock::new(|| read_script(STATE));
+pub(crate) static ACQUIRE_SCRIPT: LazyLock<Script> = LazyLock::new(|| write_script(ACQUIRE));
+pub(crate) static RENEW_SCRIPT: LazyLock<Script> = LazyLock::new(|| write_script(RENEW));
+pub(crate) static UNLEASE_SCRIPT: LazyLock<Script> = LazyLock::new(|| write_script(UNLEASE));
+pub(crate) static APPEND_SCRIPT: LazyLock<Script> = LazyLock::new(|| write_script(APPEND));
+pub(crate) static RELEASE_SCRIPT: LazyLock<Script> = LazyLock::new(|| freeing_script(RELEASE));
+pub(crate) static CLOSE_SCRIPT: LazyLock<Script> = LazyLock::new(|| freeing_script(CLOSE));
+pub(crate) static READ_SCRIPT: LazyLock<Script> = LazyLock::new(|| read_script(READ));

@@ -1,0 +1,339 @@
+//! One stream in Redis: its identity, window, resume and release. Any replica may hold a
+//! [`RedisStream`] for the same stream; only the lease holder ([`RedisProducer`]) appends.
+
+use std::time::Duration;
+
+use replay_ring::CloseReason;
+use replay_ring_sse::{Epoch, StreamId, StreamIdentity, StreamState};
+
+use crate::backend::{Counters, RedisBackend};
+use crate::codec::{self, Keys, Reply};
+use crate::error::Error;
+use crate::producer::RedisProducer;
+use crate::reader::RedisReader;
+use crate::scripts;
+
+/// A stream's state in Redis at one instant (one atomic read).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RedisStreamState {
+    /// Name and epoch (the incarnation).
+    pub identity: StreamIdentity,
+    /// Window capacity (most retained events).
+    pub capacity: u64,
+    /// Oldest retained id (`head + 1` when nothing is retained).
+    pub floor: u64,
+    /// Newest id (0 before the first event).
+    pub head: u64,
+    /// The close reason, once the producer closed the stream.
+    pub closed: Option<CloseReason>,
+    /// The most recent fencing token handed out (0 if no producer ever held the lease).
+    pub fence: u64,
+}
+
+impl RedisStreamState {
+    /// The identity and window as the SSE layer's [`StreamState`], for
+    /// [`decide`](replay_ring_sse::decide) and [`HttpResponse`](replay_ring_sse::HttpResponse).
+    ///
+    /// ```no_run
+    /// # async fn f(s: replay_ring_redis::RedisStream) -> Result<(), replay_ring_redis::Error> {
+    /// let state = s.state().await?.as_sse();
+    /// assert!(state.floor <= state.head + 1);
+    /// # Ok(()) }
+    /// ```
+    pub fn as_sse(&self) -> StreamState {
+        StreamState {
+            identity: self.identity,
+            floor: self.floor,
+            head: self.head,
+        }
+    }
+}
+
+/// A handle on one stream (one incarnation: name + epoch). Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct RedisStream {
+    pub(crate) backend: RedisBackend,
+    pub(crate) id: StreamId,
+    pub(crate) keys: Keys,
+    pub(crate) epoch: Epoch,
+    pub(crate) capacity: u64,
+}
+
+impl RedisStream {
+    pub(crate) fn new(
+        backend: RedisBackend,
+        id: StreamId,
+        keys: Keys,
+        epoch: Epoch,
+        capacity: u64,
+    ) -> Self {
+        RedisStream {
+            backend,
+            id,
+            keys,
+            epoch,
+            capacity,
+        }
+    }
+
+    /// The window capacity (most unreleased events), as stored with the stream.
+    ///
+    /// ```no_run
+    /// # fn f(s: replay_ring_redis::RedisStream) {
+    /// assert!(s.window_capacity() >= 1);
+    /// # }
+    /// ```
+    pub fn window_capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    /// The stream's name and the epoch this handle refers to.
+    ///
+    /// ```no_run
+    /// # async fn f(s: replay_ring_redis::RedisStream) {
+    /// let me = s.identity();
+    /// println!("{}.{}", me.stream.as_str(), me.epoch);
+    /// # }
+    /// ```
+    pub fn identity(&self) -> StreamIdentity {
+        StreamIdentity::new(self.id, self.epoch)
+    }
+
+    /// Reads capacity, floor, head, close reason and fence in one atomic step.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`] (deleted or expired), [`Error::EpochChanged`] (recreated since this
+    /// handle was made), [`Error::Corrupt`], [`Error::Unavailable`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: read only.
+    pub async fn state(&self) -> Result<RedisStreamState, Error> {
+        let state = read_state(&self.backend, &self.id, &self.keys).await?;
+        if state.identity.epoch != self.epoch {
+            return Err(Error::EpochChanged {
+                stream: self.id,
+                expected: self.epoch,
+                current: Some(state.identity.epoch),
+            });
+        }
+        Ok(state)
+    }
+
+    /// Takes the producer lease: only one producer per stream at a time. The lease lasts
+    /// [`RedisConfig::lease`](crate::RedisConfig::lease), is extended by every append and by
+    /// [`RedisProducer::renew`], and is given up by [`RedisProducer::close`] or
+    /// [`RedisProducer::release_lease`].
+    ///
+    /// # Errors
+    /// [`Error::LeaseHeld`] while another producer holds it; [`Error::NotFound`],
+    /// [`Error::EpochChanged`], [`Error::Corrupt`], [`Error::Unavailable`],
+    /// [`Error::OutOfMemory`].
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: if cancelled after Redis granted the lease, the lease stays taken (by a
+    /// token nobody holds) until it expires.
+    pub async fn acquire_producer(&self) -> Result<RedisProducer, Error> {
+        let lease_ms = self.backend.config().lease.as_millis().max(1).to_string();
+        let value: redis::Value = scripts::ACQUIRE_SCRIPT
+            .key(&self.keys.meta)
+            .key(&self.keys.lease)
+            .arg(codec::encode_epoch(self.epoch))
+            .arg(lease_ms)
+            .invoke_async(&mut self.backend.conn())
+            .await
+            .map_err(|e| Error::from_redis(&self.id, e))?;
+        let (mut reply, status) = Reply::new(&self.id, value)?;
+        match status.as_str() {
+            "OK" => {
+                let token = reply.string("token")?;
+                let head = reply.id("head")?;
+                if let Some(reason) = reply.reason("closed")? {
+                    return Err(Error::Closed(reason));
+                }
+                Ok(RedisProducer::new(self.clone(), token, head))
+            }
+            "HELD" => {
+                let holder = reply.string("holder")?;
+                let ttl = reply.string("ttl")?;
+                Err(Error::LeaseHeld {
+                    holder: holder.parse().unwrap_or(0),
+                    expires_in_ms: ttl.parse().unwrap_or(-1),
+                })
+            }
+            other => Err(self.common_status(other, &mut reply)),
+        }
+    }
+
+    /// Resumes after `after` (the client's `Last-Event-ID` seq), or from the head if `None` (a new
+    /// subscription). The window check and the first page of the replay are one atomic script, so
+    /// no release can slip in between. The reader yields exactly `after+1 ..= head`, then live
+    /// events, then the close reason.
+    ///
+    /// # Errors
+    /// [`Error::Gap`] (`after < floor - 1`), [`Error::AheadOfHead`] (`after > head`),
+    /// [`Error::NotFound`] / [`Error::EpochChanged`] (stream lost), [`Error::Corrupt`],
+    /// [`Error::Unavailable`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: read only.
+    pub async fn resume(&self, after: Option<u64>) -> Result<RedisReader, Error> {
+        let counters = &self.backend.shared.counters;
+        let result = match after {
+            Some(x) => RedisReader::start(self.clone(), x).await,
+            None => {
+                let head = self.state().await?.head;
+                RedisReader::start(self.clone(), head).await
+            }
+        };
+        match &result {
+            Ok(r) if r.window().1 == r.last_id() => Counters::bump(&counters.resumes_noop),
+            Ok(_) => Counters::bump(&counters.resumes),
+            Err(Error::Gap { .. }) => Counters::bump(&counters.resumes_below_floor),
+            Err(Error::AheadOfHead { .. }) => Counters::bump(&counters.resumes_ahead_of_head),
+            Err(_) => Counters::bump(&counters.resumes_refused),
+        }
+        result
+    }
+
+    /// Releases every event with id `<= through` (`XTRIM MINID`; the floor is kept in the meta
+    /// key). Idempotent and monotonic: releasing below the floor does nothing. Returns the floor
+    /// and head afterwards. A producer waiting for space is woken.
+    ///
+    /// # Errors
+    /// [`Error::AheadOfHead`] if `through > head`; [`Error::NotFound`], [`Error::Corrupt`],
+    /// [`Error::Unavailable`], [`Error::OutOfMemory`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: one atomic, idempotent script; call again after a cancel.
+    pub async fn release_through(&self, through: u64) -> Result<(u64, u64), Error> {
+        let through_arg = through.min(crate::MAX_ID + 1).to_string();
+        let value: redis::Value = scripts::RELEASE_SCRIPT
+            .key(&self.keys.meta)
+            .key(&self.keys.log)
+            .key(&self.keys.ctl)
+            .arg(through_arg)
+            .invoke_async(&mut self.backend.conn())
+            .await
+            .map_err(|e| Error::from_redis(&self.id, e))?;
+        let (mut reply, status) = Reply::new(&self.id, value)?;
+        match status.as_str() {
+            "OK" => {
+                let floor = reply.id("floor")?;
+                let head = reply.id("head")?;
+                Counters::bump(&self.backend.shared.counters.releases);
+                Ok((floor, head))
+            }
+            "AHEAD" => {
+                let _floor = reply.id("floor")?;
+                let head = reply.id("head")?;
+                Err(Error::AheadOfHead {
+                    requested: through,
+                    head,
+                })
+            }
+            other => Err(self.common_status(other, &mut reply)),
+        }
+    }
+
+    /// Deletes every key of the stream. Readers and resumes then get "stream lost".
+    ///
+    /// # Errors
+    /// [`Error::Unavailable`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: one `DEL` command.
+    pub async fn delete(&self) -> Result<(), Error> {
+        let k = &self.keys;
+        redis::cmd("DEL")
+            .arg(&k.meta)
+            .arg(&k.log)
+            .arg(&k.ctl)
+            .arg(&k.lease)
+            .exec_async(&mut self.backend.conn())
+            .await
+            .map_err(|e| Error::from_redis(&self.id, e))
+    }
+
+    /// The Redis key names (meta, log, ctl, lease), for operators.
+    ///
+    /// ```no_run
+    /// # fn f(s: replay_ring_redis::RedisStream) {
+    /// let [meta, log, _ctl, _lease] = s.key_names();
+    /// assert!(meta.ends_with(":meta") && log.ends_with(":log"));
+    /// # }
+    /// ```
+    pub fn key_names(&self) -> [&str; 4] {
+        let k = &self.keys;
+        [&k.meta, &k.log, &k.ctl, &k.lease]
+    }
+
+    /// Maps the statuses every script may answer.
+    pub(crate) fn common_status(&self, status: &str, reply: &mut Reply<'_>) -> Error {
+        match status {
+            "NOSTREAM" => Error::NotFound { stream: self.id },
+            "LOST" => Error::EpochChanged {
+                stream: self.id,
+                expected: self.epoch,
+                current: reply
+                    .string("epoch")
+                    .ok()
+                    .and_then(|e| codec::decode_epoch(&e)),
+            },
+            other => codec::corrupt(&self.id, &format!("unexpected script status {other:?}")),
+        }
+    }
+
+    /// The lease duration in milliseconds, as a script argument.
+    pub(crate) fn lease_ms(&self) -> String {
+        self.backend
+            .config()
+            .lease
+            .max(Duration::from_millis(1))
+            .as_millis()
+            .to_string()
+    }
+}
+
+/// One atomic read of the meta hash.
+pub(crate) async fn read_state(
+    backend: &RedisBackend,
+    id: &StreamId,
+    keys: &Keys,
+) -> Result<RedisStreamState, Error> {
+    let value: redis::Value = scripts::STATE_SCRIPT
+        .key(&keys.meta)
+        .invoke_async(&mut backend.conn())
+        .await
+        .map_err(|e| Error::from_redis(id, e))?;
+    let (mut reply, status) = Reply::new(id, value)?;
+    if status == "NOSTREAM" {
+        return Err(Error::NotFound { stream: *id });
+    }
+    if status != "OK" {
+        return Err(codec::corrupt(id, "unexpected script status"));
+    }
+    let epoch = reply.string("epoch")?;
+    let epoch = codec::decode_epoch(&epoch)
+        .ok_or_else(|| codec::corrupt(id, "meta field epoch is not a hex epoch"))?;
+    let capacity = reply.id("cap")?;
+    let head = reply.id("head")?;
+    let floor = reply.id("floor")?;
+    let closed = reply.reason("closed")?;
+    let fence = reply.id("fence")?;
+    let _ttl = reply.id("ttl")?;
+    if floor > head + 1 || floor == 0 || capacity == 0 {
+        return Err(codec::corrupt(
+            id,
+            &format!("inconsistent window: floor {floor}, head {head}, capacity {capacity}"),
+        ));
+    }
+    Ok(RedisStreamState {
+        identity: StreamIdentity::new(*id, epoch),
+        capacity,
+        floor,
+        head,
+        closed,
+        fence,
+    })
+}

@@ -1,0 +1,232 @@
+//! Data this crate did not write, a stream deleted behind its back, and Redis out of memory: each
+//! gives a typed error, never a panic.
+
+mod common;
+
+use std::time::Duration;
+
+use common::RedisServer;
+use replay_ring::CloseReason;
+use replay_ring_redis::{Error, ReadItem, RedisBackend, RedisConfig, RedisStream};
+use replay_ring_sse::StreamId;
+
+fn sid(name: &str) -> StreamId {
+    StreamId::new(name).unwrap()
+}
+
+async fn with_events(backend: &RedisBackend, name: &str, n: u64) -> RedisStream {
+    let stream = backend.create(&sid(name), 64).await.unwrap();
+    let mut p = stream.acquire_producer().await.unwrap();
+    for i in 1..=n {
+        p.append(format!("e{i}").as_bytes()).await.unwrap();
+    }
+    p.release_lease().await.unwrap();
+    stream
+}
+
+fn hset(server: &RedisServer, key: &str, field: &str, value: &str) {
+    let _: () = redis::cmd("HSET")
+        .arg(key)
+        .arg(field)
+        .arg(value)
+        .query(&mut server.raw())
+        .unwrap();
+}
+
+fn assert_corrupt<T: std::fmt::Debug>(what: &str, r: Result<T, Error>) {
+    match r {
+        Err(Error::Corrupt { detail, .. }) => assert!(!detail.is_empty(), "{what}"),
+        other => panic!("{what}: expected Corrupt, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_meta_fields_are_corrupt() {
+    let server = RedisServer::start();
+    let backend = server.backend().await;
+    for (field, value) in [
+        ("head", "abc"),
+        ("head", "-1"),
+        ("head", "99999999999999999999"),
+        ("floor", ""),
+        ("cap", "1e5"),
+        ("ttl", "x"),
+    ] {
+        let name = format!("meta-{field}-{}", value.len());
+        let stream = with_events(&backend, &name, 3).await;
+        let meta = stream.key_names()[0].to_owned();
+        hset(&server, &meta, field, value);
+        let what = format!("{field}={value:?}");
+        assert_corrupt(&format!("state {what}"), stream.state().await);
+        assert_corrupt(
+            &format!("open {what}"),
+            backend.open(&sid(&name)).await.map(|_| ()),
+        );
+        if field != "ttl" && field != "cap" {
+            assert_corrupt(
+                &format!("resume {what}"),
+                stream.resume(Some(1)).await.map(|_| ()),
+            );
+        }
+        let producer = stream.acquire_producer().await;
+        if field == "head" {
+            assert_corrupt(&format!("acquire {what}"), producer.map(|_| ()));
+        } else {
+            let mut p = producer.unwrap();
+            assert_corrupt(&format!("append {what}"), p.append(b"x").await);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_epoch_reason_and_key_types_are_corrupt() {
+    let server = RedisServer::start();
+    let backend = server.backend().await;
+    let stream = with_events(&backend, "epoch", 1).await;
+    hset(&server, stream.key_names()[0], "epoch", "not-hex");
+    assert_corrupt("open", backend.open(&sid("epoch")).await.map(|_| ()));
+
+    let stream = with_events(&backend, "reason", 2).await;
+    hset(&server, stream.key_names()[0], "closed", "exploded");
+    let mut r = stream.resume(Some(0)).await;
+    if let Ok(reader) = &mut r {
+        // The reason is read with the first page: a reader must never report a garbage reason.
+        assert_corrupt("next", reader.next().await);
+    } else {
+        assert_corrupt("resume", r.map(|_| ()));
+    }
+
+    let stream = with_events(&backend, "wrongtype", 2).await;
+    let _: () = redis::cmd("DEL")
+        .arg(stream.key_names()[0])
+        .query(&mut server.raw())
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg(stream.key_names()[0])
+        .arg("x")
+        .query(&mut server.raw())
+        .unwrap();
+    assert_corrupt("state on a string", stream.state().await);
+    assert_corrupt(
+        "resume on a string",
+        stream.resume(Some(0)).await.map(|_| ()),
+    );
+
+    let stream = with_events(&backend, "logtype", 0).await;
+    let _: () = redis::cmd("SET")
+        .arg(stream.key_names()[1])
+        .arg("x")
+        .query(&mut server.raw())
+        .unwrap();
+    let mut p = stream.acquire_producer().await.unwrap();
+    assert_corrupt("append onto a string log", p.append(b"x").await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn foreign_log_entries_are_corrupt() {
+    let server = RedisServer::start();
+    let backend = server.backend().await;
+    // An entry with other fields, appended behind our back with the head moved to match.
+    let stream = with_events(&backend, "fields", 2).await;
+    let _: String = redis::cmd("XADD")
+        .arg(stream.key_names()[1])
+        .arg("0-3")
+        .arg("x")
+        .arg("y")
+        .query(&mut server.raw())
+        .unwrap();
+    hset(&server, stream.key_names()[0], "head", "3");
+    let mut reader = stream.resume(Some(2)).await;
+    match &mut reader {
+        Ok(r) => assert_corrupt("next", r.next().await),
+        Err(_) => assert_corrupt("resume", reader.map(|_| ())),
+    }
+    // An entry id not of our form.
+    let stream = with_events(&backend, "ids", 1).await;
+    let _: String = redis::cmd("XADD")
+        .arg(stream.key_names()[1])
+        .arg("7-1")
+        .arg("d")
+        .arg("y")
+        .query(&mut server.raw())
+        .unwrap();
+    hset(&server, stream.key_names()[0], "head", "2");
+    let r = stream.resume(Some(1)).await;
+    assert_corrupt("foreign id", r.map(|_| ()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_deleted_externally_is_lost_for_everyone() {
+    let server = RedisServer::start();
+    let backend = server.backend().await;
+    let stream = with_events(&backend, "gone", 3).await;
+    let mut p = stream.acquire_producer().await.unwrap();
+    let mut reader = stream.resume(Some(3)).await.unwrap();
+    let waiting = tokio::spawn(async move { reader.next().await });
+
+    // Only the log disappears: entries the window promises are missing.
+    let _: () = redis::cmd("DEL")
+        .arg(stream.key_names()[1])
+        .query(&mut server.raw())
+        .unwrap();
+    assert_corrupt(
+        "resume after log deleted",
+        stream.resume(Some(1)).await.map(|_| ()),
+    );
+
+    // Everything disappears (FLUSHDB, a careless DEL): not found, for every operation.
+    let _: () = redis::cmd("FLUSHDB").query(&mut server.raw()).unwrap();
+    assert!(matches!(
+        stream.resume(Some(1)).await,
+        Err(Error::NotFound { .. })
+    ));
+    assert!(matches!(stream.state().await, Err(Error::NotFound { .. })));
+    assert!(matches!(
+        stream.release_through(1).await,
+        Err(Error::NotFound { .. })
+    ));
+    assert!(matches!(p.append(b"x").await, Err(Error::NotFound { .. })));
+    // The blocked reader notices on its next wake-up (block timeout at most).
+    let got = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(matches!(got, Err(Error::NotFound { .. })), "{got:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn out_of_memory_is_a_typed_error_and_release_still_works() {
+    let server =
+        RedisServer::start_with(&["--maxmemory", "4mb", "--maxmemory-policy", "noeviction"]);
+    let config = RedisConfig {
+        block: Duration::from_millis(200),
+        ..RedisConfig::default()
+    };
+    let backend = server.backend_with(config).await;
+    let stream = backend.create(&sid("oom"), 1_000).await.unwrap();
+    let mut p = stream.acquire_producer().await.unwrap();
+    let big = vec![b'x'; 256 * 1024];
+    let mut appended = 0;
+    let err = loop {
+        match p.append(&big).await {
+            Ok(id) => appended = id,
+            Err(e) => break e,
+        }
+        assert!(appended < 100, "maxmemory never reached");
+    };
+    assert!(matches!(err, Error::OutOfMemory(_)), "{err:?}");
+    assert!(
+        !p.has_pending(),
+        "a refused append is not an unknown outcome"
+    );
+    assert!(appended > 0);
+    // Reads still work (read-only scripts), and nothing was half-written.
+    let state = stream.state().await.unwrap();
+    assert_eq!(state.head, appended);
+    let mut r = stream.resume(Some(appended - 1)).await.unwrap();
+    assert!(matches!(r.next().await.unwrap(), ReadItem::Events(e) if e.len() == 1));
+    // Releasing frees memory, then appends succeed again with the next id.
+    stream.release_through(appended).await.unwrap();
+    assert_eq!(p.append(b"small").await.unwrap(), appended + 1);
+    p.close(CloseReason::Completed).await.unwrap();
+}

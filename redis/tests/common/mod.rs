@@ -1,0 +1,164 @@
+//! A private `redis-server` per test: free loopback port, its own temp dir, AOF with
+//! `appendfsync always`, no RDB snapshots. Stopped (SIGKILL) when dropped.
+
+#![allow(dead_code)]
+
+pub mod cut_proxy;
+pub mod sse_client;
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use replay_ring_redis::{RedisBackend, RedisConfig};
+
+pub struct RedisServer {
+    pub port: u16,
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+    extra: Vec<String>,
+}
+
+/// A free loopback port (bound then released; the server binds it right after).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .expect("bind an ephemeral loopback port")
+        .local_addr()
+        .expect("local addr")
+        .port()
+}
+
+fn binary() -> PathBuf {
+    let found = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|p| p.join("redis-server"))
+            .find(|p| p.is_file())
+    });
+    found.expect("redis-server not found on PATH: run scripts/redis-setup")
+}
+
+impl RedisServer {
+    pub fn start() -> RedisServer {
+        RedisServer::start_with(&[])
+    }
+
+    /// Starts with extra `--option value` arguments (e.g. `["--maxmemory", "1mb"]`).
+    pub fn start_with(extra: &[&str]) -> RedisServer {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut s = RedisServer {
+            port: free_port(),
+            dir,
+            child: None,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        };
+        s.spawn();
+        s
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn spawn(&mut self) {
+        let child = Command::new(binary())
+            .arg("--port")
+            .arg(self.port.to_string())
+            .args(["--bind", "127.0.0.1", "--protected-mode", "no"])
+            .args([
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+                "--save",
+                "",
+            ])
+            .arg("--dir")
+            .arg(self.dir.path())
+            .args(["--daemonize", "no", "--loglevel", "warning"])
+            .args(&self.extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn redis-server");
+        self.child = Some(child);
+        self.wait_ready();
+    }
+
+    /// Polls PING until the server answers (deadline 10 s).
+    fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let client = redis::Client::open(self.url()).expect("url");
+        loop {
+            if let Ok(mut c) = client.get_connection_with_timeout(Duration::from_millis(200)) {
+                if redis::cmd("PING").query::<String>(&mut c).is_ok() {
+                    return;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "redis-server on port {} did not start",
+                self.port
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// SIGKILL, like a crash: no shutdown, no final fsync.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts again on the same port and data dir (replays the AOF).
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    /// A plain synchronous connection for poking at keys behind the backend's back.
+    pub fn raw(&self) -> redis::Connection {
+        redis::Client::open(self.url())
+            .expect("url")
+            .get_connection_with_timeout(Duration::from_secs(2))
+            .expect("connect")
+    }
+
+    pub async fn backend(&self) -> RedisBackend {
+        self.backend_with(RedisConfig::default()).await
+    }
+
+    pub async fn backend_with(&self, config: RedisConfig) -> RedisBackend {
+        RedisBackend::connect(&self.url(), config)
+            .await
+            .expect("connect backend")
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Polls `cond` until it holds or `timeout` passes.
+pub async fn eventually<F, Fut>(timeout: Duration, what: &str, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if cond().await {
+            return;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}

@@ -1,0 +1,208 @@
+//! A minimal SSE client over raw HTTP/1.1 (loopback), for driving replicas through the chaos
+//! proxy: one GET per attempt, frames handed to a callback as they arrive.
+
+#![allow(dead_code)]
+
+use std::io;
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use replay_ring_e2e::http::{Buffered, ChunkedDecoder};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+
+/// One event-stream frame (comments dropped).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SseFrame {
+    pub id: Option<String>,
+    pub event: Option<String>,
+    pub data: String,
+    pub retry: Option<u64>,
+}
+
+/// How one GET went.
+#[derive(Debug)]
+pub struct Attempt {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    /// The body ended with the terminating chunk (false: the connection was cut).
+    pub complete: bool,
+}
+
+/// GETs `/events` from `addr` with an optional `Last-Event-ID`, calling `on_frame` for every
+/// frame until the body ends or the connection drops (overall limit `limit`).
+pub async fn get_events(
+    addr: SocketAddr,
+    last_event_id: Option<&str>,
+    limit: Duration,
+    mut on_frame: impl FnMut(&SseFrame),
+) -> io::Result<Attempt> {
+    tokio::time::timeout(limit, async move {
+        let mut conn = TcpStream::connect(addr).await?;
+        let mut req =
+            format!("GET /events HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\n");
+        if let Some(id) = last_event_id {
+            req.push_str(&format!("Last-Event-ID: {id}\r\n"));
+        }
+        req.push_str("\r\n");
+        conn.write_all(req.as_bytes()).await?;
+        let mut reader = Buffered::new(conn);
+        let head = reader
+            .read_head()
+            .await?
+            .ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, "no response"))?;
+        let status: u16 = head
+            .first_line
+            .split(' ')
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| io::Error::other("bad status line"))?;
+        let chunked = head.is_chunked();
+        let mut decoder = ChunkedDecoder::new();
+        let mut text = Vec::new();
+        let mut complete = false;
+        loop {
+            let bytes = match reader.read_some(16 * 1024).await {
+                Ok(b) => b,
+                Err(_) => break, // reset: a cut
+            };
+            if bytes.is_empty() {
+                complete = !chunked;
+                break;
+            }
+            if chunked {
+                decoder.feed(&bytes, &mut text)?;
+            } else {
+                text.extend_from_slice(&bytes);
+            }
+            while let Some(end) = find_frame_end(&text) {
+                let raw: Vec<u8> = text.drain(..end + 2).collect();
+                if let Some(frame) = parse_frame(&raw[..end]) {
+                    on_frame(&frame);
+                }
+            }
+            if chunked && decoder.is_done() {
+                complete = true;
+                break;
+            }
+        }
+        Ok(Attempt {
+            status,
+            headers: head.headers.clone(),
+            complete,
+        })
+    })
+    .await
+    .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "attempt took too long"))?
+}
+
+fn find_frame_end(text: &[u8]) -> Option<usize> {
+    text.windows(2).position(|w| w == b"\n\n")
+}
+
+fn parse_frame(raw: &[u8]) -> Option<SseFrame> {
+    let text = String::from_utf8_lossy(raw);
+    let mut frame = SseFrame::default();
+    let mut data = Vec::new();
+    let mut any = false;
+    for line in text.split('\n') {
+        if line.starts_with(':') {
+            continue;
+        }
+        let (name, value) = match line.split_once(':') {
+            Some((n, v)) => (n, v.strip_prefix(' ').unwrap_or(v)),
+            None => (line, ""),
+        };
+        any = true;
+        match name {
+            "id" => frame.id = Some(value.to_owned()),
+            "event" => frame.event = Some(value.to_owned()),
+            "data" => data.push(value.to_owned()),
+            "retry" => frame.retry = value.parse().ok(),
+            _ => {}
+        }
+    }
+    frame.data = data.join("\n");
+    any.then_some(frame)
+}
+
+/// A replica process of the example server.
+pub struct Replica {
+    pub addr: SocketAddr,
+    child: Child,
+}
+
+impl Replica {
+    /// Builds (once) and starts `redis_sse_server` with `args`; waits for its `listening on` line.
+    pub async fn start(args: &[&str]) -> Replica {
+        let exe = example_binary();
+        let mut child = Command::new(exe)
+            .args(args)
+            .args(["--port", "0"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn redis_sse_server");
+        let stdout = child.stdout.take().unwrap();
+        let stdout = tokio::process::ChildStdout::from_std(stdout).unwrap();
+        let mut lines = BufReader::new(stdout).lines();
+        let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+            .await
+            .expect("replica start-up")
+            .unwrap()
+            .expect("replica printed nothing");
+        let addr = line
+            .strip_prefix("listening on ")
+            .expect("listening line")
+            .parse()
+            .unwrap();
+        // Keep draining stdout so the child never blocks on a full pipe.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        Replica { addr, child }
+    }
+
+    /// SIGKILL: a crash.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn example_binary() -> std::path::PathBuf {
+    static BUILT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+            let out = Command::new(cargo)
+                .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+                .args([
+                    "build",
+                    "-p",
+                    "replay-ring-redis",
+                    "--example",
+                    "redis_sse_server",
+                    "--message-format=json-render-diagnostics",
+                ])
+                .stderr(Stdio::inherit())
+                .output()
+                .expect("cargo build --example redis_sse_server");
+            assert!(out.status.success(), "building the example failed");
+            // The compiler-artifact message names the executable, wherever the target dir is.
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+                .filter(|v| {
+                    v["reason"] == "compiler-artifact" && v["target"]["name"] == "redis_sse_server"
+                })
+                .find_map(|v| v["executable"].as_str().map(std::path::PathBuf::from))
+                .expect("no redis_sse_server executable in cargo output")
+        })
+        .clone()
+}

@@ -1,0 +1,304 @@
+//! The single producer: fencing by lease, and idempotent resends of appends whose outcome is
+//! unknown because the connection dropped.
+
+mod common;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::cut_proxy::{CutProxy, Mode};
+use common::RedisServer;
+use replay_ring::CloseReason;
+use replay_ring_redis::{Error, ReadItem, RedisConfig, RedisStream};
+use replay_ring_sse::StreamId;
+
+fn sid(name: &str) -> StreamId {
+    StreamId::new(name).unwrap()
+}
+
+/// Every entry in the log as (id, payload), straight from Redis.
+fn log(server: &RedisServer, stream: &RedisStream) -> Vec<(u64, Vec<u8>)> {
+    let mut raw = server.raw();
+    let reply: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
+        .arg(stream.key_names()[1])
+        .arg("-")
+        .arg("+")
+        .query(&mut raw)
+        .unwrap();
+    reply
+        .ids
+        .into_iter()
+        .map(|e| {
+            let id = e.id.strip_prefix("0-").unwrap().parse().unwrap();
+            let data: Vec<u8> = e.get("d").unwrap();
+            (id, data)
+        })
+        .collect()
+}
+
+/// Resends the pending append until the connection is back (the manager reconnects after a drop).
+async fn resolve(p: &mut replay_ring_redis::RedisProducer) -> Result<Option<u64>, Error> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match p.resolve_pending().await {
+            Err(Error::Unknown { .. }) if std::time::Instant::now() < deadline => {
+                tokio::task::yield_now().await
+            }
+            other => return other,
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_producer_is_refused_and_a_stale_one_is_fenced() {
+    let server = RedisServer::start();
+    let config = RedisConfig {
+        lease: Duration::from_millis(300),
+        ..RedisConfig::default()
+    };
+    let backend = server.backend_with(config).await;
+    let stream = backend.create(&sid("fence"), 64).await.unwrap();
+    let mut first = stream.acquire_producer().await.unwrap();
+    assert_eq!(first.append(b"a1").await.unwrap(), 1);
+
+    // While the first holds the lease, a second (another replica) is refused.
+    let other_replica = server.backend().await.open(&sid("fence")).await.unwrap();
+    match other_replica.acquire_producer().await {
+        Err(Error::LeaseHeld {
+            holder,
+            expires_in_ms,
+        }) => {
+            assert_eq!(holder, first.fencing_token());
+            assert!(expires_in_ms > 0 && expires_in_ms <= 300, "{expires_in_ms}");
+        }
+        other => panic!("expected LeaseHeld, got {other:?}"),
+    }
+
+    // The first stalls (a GC pause, a partition) past its lease; the second takes over.
+    let mut raw = server.raw();
+    common::eventually(Duration::from_secs(10), "the lease to expire", || {
+        let exists: bool = redis::cmd("EXISTS")
+            .arg(stream.key_names()[3])
+            .query(&mut raw)
+            .unwrap();
+        std::future::ready(!exists)
+    })
+    .await;
+    let mut second = other_replica.acquire_producer().await.unwrap();
+    assert!(
+        second.fencing_token() > first.fencing_token(),
+        "tokens only grow"
+    );
+    assert_eq!(
+        second.next_id(),
+        2,
+        "the new producer continues at the head"
+    );
+    assert_eq!(second.append(b"b2").await.unwrap(), 2);
+
+    // The stale producer wakes up: every write is refused, nothing interleaves.
+    match first.append(b"a2").await {
+        Err(Error::Fenced { holder: Some(h) }) => assert_eq!(h, second.fencing_token()),
+        other => panic!("expected Fenced, got {other:?}"),
+    }
+    assert!(matches!(first.renew().await, Err(Error::Fenced { .. })));
+    assert!(matches!(
+        first.close(CloseReason::Completed).await,
+        Err(Error::Fenced { .. })
+    ));
+    assert_eq!(second.append(b"b3").await.unwrap(), 3);
+    assert_eq!(
+        log(&server, &stream),
+        vec![
+            (1, b"a1".to_vec()),
+            (2, b"b2".to_vec()),
+            (3, b"b3".to_vec())
+        ]
+    );
+    assert!(backend.stats().refused_fenced >= 3);
+
+    // A graceful hand-over: release the lease, the next producer gets it at once.
+    second.renew().await.unwrap();
+    second.release_lease().await.unwrap();
+    let mut third = stream.acquire_producer().await.unwrap();
+    assert_eq!(third.append(b"c4").await.unwrap(), 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_lease_with_no_successor_is_still_fenced() {
+    let server = RedisServer::start();
+    let config = RedisConfig {
+        lease: Duration::from_millis(100),
+        ..RedisConfig::default()
+    };
+    let backend = server.backend_with(config).await;
+    let stream = backend.create(&sid("expired"), 8).await.unwrap();
+    let mut p = stream.acquire_producer().await.unwrap();
+    p.append(b"1").await.unwrap();
+    let mut raw = server.raw();
+    common::eventually(Duration::from_secs(10), "the lease to expire", || {
+        let exists: bool = redis::cmd("EXISTS")
+            .arg(stream.key_names()[3])
+            .query(&mut raw)
+            .unwrap();
+        std::future::ready(!exists)
+    })
+    .await;
+    assert!(matches!(
+        p.append(b"2").await,
+        Err(Error::Fenced { holder: None })
+    ));
+    assert_eq!(stream.state().await.unwrap().head, 1, "nothing appended");
+}
+
+/// Appends 1..=30 through a proxy that loses a request or a reply every few appends; each lost one
+/// is an `Unknown` outcome, resolved by the next append. The log ends up with 1..=30 exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_replies_are_resent_without_duplicates_or_gaps() {
+    let server = RedisServer::start();
+    let proxy = CutProxy::start(server.port).await;
+    let config = RedisConfig {
+        response_timeout: Duration::from_millis(500),
+        ..RedisConfig::default()
+    };
+    let backend = replay_ring_redis::RedisBackend::connect(&proxy.url(), config)
+        .await
+        .unwrap();
+    let stream = backend.create(&sid("retry"), 64).await.unwrap();
+    let mut p = stream.acquire_producer().await.unwrap();
+
+    let mut unknown = 0;
+    let mut ran_count = 0;
+    let mut next = 1u64;
+    while next <= 30 {
+        let data = format!("e{next}");
+        let mode = match next % 5 {
+            1 => Mode::LoseReply,
+            3 => Mode::LoseRequest,
+            _ => Mode::Pass,
+        };
+        proxy.set(mode);
+        let r = p.append(data.as_bytes()).await;
+        proxy.set(Mode::Pass);
+        match (mode, r) {
+            (Mode::Pass, Ok(id)) => {
+                assert_eq!(id, next);
+                next += 1;
+            }
+            (_, Err(Error::Unknown { id, .. })) => {
+                assert_eq!(id, next);
+                assert!(p.has_pending());
+                unknown += 1;
+                // Did the command run before the connection dropped? Ask Redis directly.
+                // (A lost request never runs; a lost reply usually did, unless what was lost was
+                // the NOSCRIPT answer to the first EVALSHA.)
+                let ran = log(&server, &stream).iter().any(|(i, _)| *i == next);
+                assert!(!ran || mode == Mode::LoseReply, "{mode:?} of {next} ran");
+                ran_count += u64::from(ran);
+                let dups = backend.stats().duplicates_resolved;
+                assert_eq!(
+                    resolve(&mut p).await.unwrap(),
+                    Some(next),
+                    "resent with the same id"
+                );
+                assert_eq!(
+                    backend.stats().duplicates_resolved - dups,
+                    u64::from(ran),
+                    "recognised iff it ran"
+                );
+                next += 1;
+            }
+            (mode, other) => panic!("{mode:?}: unexpected {other:?}"),
+        }
+    }
+    assert_eq!(unknown, 12, "6 lost replies + 6 lost requests");
+    let expected: Vec<(u64, Vec<u8>)> = (1..=30)
+        .map(|i| (i, format!("e{i}").into_bytes()))
+        .collect();
+    assert_eq!(log(&server, &stream), expected);
+    let stats = backend.stats();
+    assert!(
+        ran_count >= 5,
+        "lost replies of commands that ran: {ran_count}"
+    );
+    assert_eq!(
+        stats.duplicates_resolved, ran_count,
+        "each one recognised, not rewritten"
+    );
+    assert_eq!(stats.unknown_outcomes, 12);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_whose_reply_was_lost_is_resent_as_a_whole_once() {
+    let server = RedisServer::start();
+    let proxy = CutProxy::start(server.port).await;
+    let backend = replay_ring_redis::RedisBackend::connect(&proxy.url(), RedisConfig::default())
+        .await
+        .unwrap();
+    let stream = backend.create(&sid("batch-retry"), 64).await.unwrap();
+    let mut p = stream.acquire_producer().await.unwrap();
+    assert_eq!(p.append(b"e1").await.unwrap(), 1); // loads the script
+    proxy.set(Mode::LoseReply);
+    assert!(matches!(
+        p.append_batch(&[b"e2", b"e3", b"e4"]).await,
+        Err(Error::Unknown { id: 2, .. })
+    ));
+    proxy.set(Mode::Pass);
+    assert_eq!(
+        log(&server, &stream).len(),
+        4,
+        "the batch ran; only its reply was lost"
+    );
+    assert_eq!(resolve(&mut p).await.unwrap(), Some(4));
+    assert_eq!(p.append(b"e5").await.unwrap(), 5);
+    let expected: Vec<(u64, Vec<u8>)> =
+        (1..=5).map(|i| (i, format!("e{i}").into_bytes())).collect();
+    assert_eq!(log(&server, &stream), expected);
+    assert_eq!(backend.stats().duplicates_resolved, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resend_with_another_payload_is_a_conflict() {
+    let server = RedisServer::start();
+    let proxy = CutProxy::start(server.port).await;
+    let backend = replay_ring_redis::RedisBackend::connect(&proxy.url(), RedisConfig::default())
+        .await
+        .unwrap();
+    let stream = backend.create(&sid("conflict"), 8).await.unwrap();
+    let mut p = stream.acquire_producer().await.unwrap();
+    assert_eq!(p.append(b"first").await.unwrap(), 1);
+    proxy.set(Mode::LoseReply);
+    assert!(matches!(
+        p.append(b"original").await,
+        Err(Error::Unknown { id: 2, .. })
+    ));
+    proxy.set(Mode::Pass);
+    assert_eq!(
+        log(&server, &stream).len(),
+        2,
+        "the append ran; only its reply was lost"
+    );
+    // Someone rewrites entry 2 behind our back: the resend must not pass it off as its own.
+    let mut raw = server.raw();
+    let log_key = stream.key_names()[1];
+    let _: () = redis::cmd("DEL").arg(log_key).query(&mut raw).unwrap();
+    for (id, data) in [("0-1", "first"), ("0-2", "other")] {
+        let _: String = redis::cmd("XADD")
+            .arg(log_key)
+            .arg(id)
+            .arg("d")
+            .arg(data)
+            .query(&mut raw)
+            .unwrap();
+    }
+    assert!(matches!(
+        resolve(&mut p).await,
+        Err(Error::Conflict { id: 2 })
+    ));
+    assert!(p.has_pending(), "still unresolved");
+    let mut reader = stream.resume(Some(1)).await.unwrap();
+    assert_eq!(
+        reader.next().await.unwrap(),
+        ReadItem::Events(vec![(2, Bytes::from_static(b"other"))])
+    );
+}

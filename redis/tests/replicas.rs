@@ -1,0 +1,213 @@
+//! Several SSE server processes (the `redis_sse_server` example) on one Redis: a client whose
+//! reconnects land on another replica, or whose replica crashes, still gets every id exactly once.
+
+mod common;
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use common::sse_client::{get_events, Replica, SseFrame};
+use common::RedisServer;
+use replay_ring_e2e::{ChaosProxy, ProxyConfig};
+use replay_ring_sse::client::ContinuityVerifier;
+use replay_ring_sse::EventId;
+
+/// What a client has seen across reconnects.
+struct Client {
+    verifier: ContinuityVerifier,
+    last_event_id: Option<String>,
+    ids: Vec<u64>,
+    /// The cursor of the very first priming event: a new subscription starts live at the head.
+    start: Option<u64>,
+    ended: bool,
+    stream_errors: Vec<String>,
+}
+
+impl Client {
+    fn new() -> Client {
+        Client {
+            verifier: ContinuityVerifier::new(),
+            last_event_id: None,
+            ids: Vec::new(),
+            start: None,
+            ended: false,
+            stream_errors: Vec::new(),
+        }
+    }
+
+    /// Checks one frame: priming carries the cursor, events continue it with the right payload.
+    /// The ids a client that subscribed at `start` must have seen by the end.
+    fn expected(&self, n: u64) -> Vec<u64> {
+        let start = self.start.expect("a priming event");
+        assert!(
+            start < n / 2,
+            "subscribed too late to test much: head was {start}"
+        );
+        (start + 1..=n).collect()
+    }
+
+    fn on_frame(&mut self, frame: &SseFrame) {
+        match (&frame.event, &frame.id) {
+            (Some(e), _) if e == "end" => self.ended = true,
+            (Some(e), _) if e == "stream-error" => self.stream_errors.push(frame.data.clone()),
+            (None, Some(id)) => {
+                let parsed = EventId::parse(id).expect("server sent a valid id");
+                if frame.data.is_empty() {
+                    self.verifier
+                        .on_priming_id(&parsed)
+                        .expect("priming id is the cursor");
+                    self.start.get_or_insert(parsed.seq);
+                } else {
+                    self.verifier
+                        .on_event_id(&parsed)
+                        .expect("gap-free, in order, same epoch");
+                    assert_eq!(
+                        frame.data,
+                        format!("{{\"n\":{}}}", parsed.seq),
+                        "payload of {id}"
+                    );
+                    self.ids.push(parsed.seq);
+                    self.last_event_id = Some(id.clone());
+                }
+            }
+            other => panic!("unexpected frame {other:?}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconnects_alternate_between_two_replicas_through_the_chaos_proxy() {
+    const N: u64 = 300;
+    let server = RedisServer::start();
+    let url = server.url();
+    let a = Replica::start(&[
+        "--redis",
+        &url,
+        "--produce",
+        &N.to_string(),
+        "--interval-ms",
+        "5",
+    ])
+    .await;
+    let b = Replica::start(&["--redis", &url]).await;
+    let mut config_a = ProxyConfig::new(a.addr);
+    config_a.cut_after_frames = Some(9);
+    let mut config_b = ProxyConfig::new(b.addr);
+    config_b.cut_after_frames = Some(13);
+    let proxies = [
+        ChaosProxy::start(config_a).await.unwrap(),
+        ChaosProxy::start(config_b).await.unwrap(),
+    ];
+
+    let mut client = Client::new();
+    let mut attempts = 0;
+    while !client.ended {
+        attempts += 1;
+        assert!(
+            attempts < 500,
+            "no end after {attempts} attempts ({} ids)",
+            client.ids.len()
+        );
+        // Every reconnect goes to the other replica.
+        let proxy = &proxies[attempts % 2];
+        if attempts > 1 {
+            client.verifier.on_reconnect();
+        }
+        let last = client.last_event_id.clone();
+        let attempt = get_events(
+            proxy.addr(),
+            last.as_deref(),
+            Duration::from_secs(60),
+            |f| client.on_frame(f),
+        )
+        .await
+        .expect("attempt");
+        assert_eq!(attempt.status, 200, "attempt {attempts} after {last:?}");
+    }
+    assert_eq!(
+        client.ids,
+        client.expected(N),
+        "every id exactly once, in order"
+    );
+    assert!(
+        client.stream_errors.is_empty(),
+        "{:?}",
+        client.stream_errors
+    );
+    // Both replicas served resumes (a Last-Event-ID minted by the other one).
+    for (i, proxy) in proxies.iter().enumerate() {
+        let resumes = proxy
+            .requests()
+            .iter()
+            .filter(|r| r.last_event_id.is_some() && r.status == Some(200))
+            .count();
+        assert!(resumes >= 5, "replica {i} served {resumes} resumes");
+    }
+    assert!(
+        proxies
+            .iter()
+            .map(|p| p.counters().cuts_after_frames)
+            .sum::<usize>()
+            >= 10
+    );
+    drop((a, b));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_survives_the_crash_of_its_replica() {
+    const N: u64 = 400;
+    let server = RedisServer::start();
+    let url = server.url();
+    let a = Replica::start(&[
+        "--redis",
+        &url,
+        "--produce",
+        &N.to_string(),
+        "--interval-ms",
+        "5",
+    ])
+    .await;
+    let b = Mutex::new(Some(Replica::start(&["--redis", &url]).await));
+    let b_addr = b.lock().unwrap().as_ref().unwrap().addr;
+
+    let mut client = Client::new();
+    // Connected to B; after 50 events B is killed (SIGKILL) mid-stream.
+    let first = get_events(b_addr, None, Duration::from_secs(60), |f| {
+        client.on_frame(f);
+        if client.ids.len() == 50 && client.last_event_id.is_some() {
+            if let Some(mut replica) = b.lock().unwrap().take() {
+                replica.kill();
+            }
+        }
+    })
+    .await
+    .expect("attempt on B");
+    assert_eq!(first.status, 200);
+    assert!(!first.complete, "B's response was cut by the crash");
+    assert!(!client.ended);
+    assert!(client.ids.len() >= 50);
+    // The same client resumes on A with its last id.
+    client.verifier.on_reconnect();
+    let mut attempts = 0;
+    while !client.ended {
+        attempts += 1;
+        assert!(attempts < 10, "no end after {attempts} attempts on A");
+        let last = client.last_event_id.clone();
+        let attempt = get_events(a.addr, last.as_deref(), Duration::from_secs(60), |f| {
+            client.on_frame(f)
+        })
+        .await
+        .expect("attempt on A");
+        assert_eq!(attempt.status, 200);
+    }
+    assert_eq!(
+        client.ids,
+        client.expected(N),
+        "nothing lost, nothing twice"
+    );
+    assert!(
+        client.stream_errors.is_empty(),
+        "{:?}",
+        client.stream_errors
+    );
+}
