@@ -54,19 +54,22 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 #![warn(rust_2018_idioms, unreachable_pub)]
 
+mod builder;
 mod error;
 mod metrics;
 mod producer;
 mod reader;
 mod ring;
+mod shared;
 mod sync;
 mod wait;
 
+pub use builder::{Builder, WakeupFences, MAX_CAPACITY, MAX_READERS};
 pub use error::{BuildError, CloseReason, PushError, ReadError, ReleaseError, ResumeError};
 pub use metrics::Metrics;
 pub use producer::Producer;
 pub use reader::{Batch, Event, Reader};
-pub use ring::{Builder, ReplayRing, WakeupFences, MAX_CAPACITY, MAX_READERS};
+pub use ring::ReplayRing;
 
 /// The README's example is compiled and run as a doctest.
 #[doc = include_str!("../README.md")]

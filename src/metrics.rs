@@ -2,26 +2,8 @@
 //! counts are derived from `head` and `floor`, producer counters are written only by the producer,
 //! and resume counters live in each reader's own table entry.
 
-use crate::ring::Shared;
-use crate::sync::{AtomicU64, Ordering::Acquire, Ordering::Relaxed};
-
-/// Resume outcomes of one reader-table entry, written only by its current owner.
-#[derive(Debug, Default)]
-pub(crate) struct ReaderCounters {
-    pub(crate) resumes_ok: AtomicU64,
-    pub(crate) resumes_noop: AtomicU64,
-    pub(crate) resumes_from_evicted_id: AtomicU64,
-    pub(crate) resumes_ahead_of_head: AtomicU64,
-}
-
-impl ReaderCounters {
-    /// Single-writer increment: a load and a store, no RMW.
-    pub(crate) fn count(&self, counter: &AtomicU64) {
-        // Relaxed: statistics only; the entry's owner is the only writer, and snapshots tolerate a
-        // value that is one behind.
-        counter.store(counter.load(Relaxed) + 1, Relaxed);
-    }
-}
+use crate::shared::Shared;
+use crate::sync::{Ordering::Acquire, Ordering::Relaxed};
 
 /// A point-in-time snapshot of a stream's counters, from [`ReplayRing::metrics`](crate::ReplayRing::metrics).
 ///

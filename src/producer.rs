@@ -8,7 +8,8 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use crate::error::{CloseReason, PushError};
-use crate::ring::{ReplayRing, Shared, LAST_ID, UNPINNED};
+use crate::ring::ReplayRing;
+use crate::shared::{Shared, LAST_ID, UNPINNED};
 use crate::sync::{
     heavy_fence, lock, ord, seq_cst_fence, Arc,
     Ordering::{Acquire, Relaxed, Release},

@@ -9,7 +9,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use crate::error::ReadError;
-use crate::ring::{free_reader_slot, ReaderSlot, Shared, UNPINNED};
+use crate::shared::{ReaderSlot, Shared, UNPINNED};
 use crate::sync::{
     heavy_fence, lock, ord, seq_cst_fence, Arc,
     Ordering::{Acquire, Relaxed, Release},
@@ -381,7 +381,7 @@ impl<T> Drop for Reader<T> {
         if self.pinned {
             unpin(&self.shared, self.slot());
         }
-        free_reader_slot(&self.shared, self.index);
+        self.shared.free_reader_slot(self.index);
     }
 }
 
