@@ -2,7 +2,7 @@
 //! trivial inner service, with arbitrary methods, `Last-Event-ID` and `Mcp-Session-Id` headers,
 //! against two stores with known contents:
 //!
-//! - stream `s0`: three events, bound to no session; stream `s1`: two events on the live
+//! - one stream with three events, bound to no session, and one with two events on the live
 //!   session's common stream. One store keeps everything (floor 1), the other has a zero
 //!   resumption window, so every event has expired by the time a cursor is checked.
 //!
@@ -43,8 +43,10 @@ struct Store {
     manager: Arc<ReplayRingSessionManager>,
     /// Zero resumption window: every event has expired.
     expired: bool,
-    /// The live session that owns `s1`.
+    /// The live session that owns the second stream.
     session: SessionId,
+    /// The names of the two streams (from the ids the store handed out).
+    names: [String; 2],
 }
 
 struct Fixture {
@@ -83,17 +85,21 @@ fn fixture() -> &'static Fixture {
                 let local = LocalSessionManager::default();
                 let manager = Arc::new(ReplayRingSessionManager::new(store.clone(), local));
                 let (id, _transport) = manager.create_session().await.expect("session");
-                for n in 1..=HEADS[0] {
-                    store.store_event("req-1", &message(n)).await.expect("s0");
-                }
-                for n in 1..=HEADS[1] {
-                    let common = format!("{id}:common");
-                    store.store_event(&common, &message(n)).await.expect("s1");
+                let mut names = [String::new(), String::new()];
+                let rmcp_ids = ["req-1".to_string(), format!("{id}:common")];
+                for (stream, rmcp_id) in rmcp_ids.iter().enumerate() {
+                    for n in 1..=HEADS[stream] {
+                        let wire = store.store_event(rmcp_id, &message(n)).await.expect("stored");
+                        let parsed = EventId::parse(&wire).expect("a wire id");
+                        assert_eq!((parsed.seq, parsed.epoch), (n, Epoch::new(EPOCH)));
+                        names[stream] = parsed.stream.as_str().to_string();
+                    }
                 }
                 Store {
                     manager,
                     expired: window.is_zero(),
                     session: id,
+                    names,
                 }
             })
         };
@@ -109,7 +115,7 @@ fn fixture() -> &'static Fixture {
 #[derive(Debug, Arbitrary)]
 enum Cursor {
     Raw(Vec<u8>),
-    /// `s<stream>.<epoch>.<seq>`, with the right epoch or a neighbour.
+    /// One of the two streams or an unknown one, the right epoch or a neighbour, a small seq.
     Known { stream: u8, right_epoch: bool, seq: u8 },
 }
 
@@ -140,6 +146,7 @@ fn expected(
     cursor: Option<&[u8]>,
     session: Option<&str>,
     live: &str,
+    names: &[String; 2],
     expired: bool,
 ) -> Expected {
     let Some(cursor) = cursor.filter(|_| method == Method::GET) else {
@@ -151,15 +158,13 @@ fn expected(
     let Ok(id) = EventId::parse_bytes(cursor) else {
         return Expected::Refused(400, "invalid_last_event_id");
     };
-    let stream = match id.stream.as_str() {
-        "s0" => 0,
-        "s1" => 1,
-        _ => return Expected::Refused(400, "stream_lost"),
+    let Some(stream) = names.iter().position(|n| n == id.stream.as_str()) else {
+        return Expected::Refused(400, "stream_lost");
     };
     if id.epoch != Epoch::new(EPOCH) {
         return Expected::Refused(400, "stream_lost");
     }
-    // s0 belongs to no session, s1 to the live one.
+    // The first stream belongs to no session, the second to the live one.
     if session.is_some() && stream == 0 {
         return Expected::Refused(400, "foreign_session");
     }
@@ -180,6 +185,7 @@ fuzz_target!(|input: Input| {
         manager,
         expired,
         session: live,
+        names,
     } = &fx.stores[usize::from(input.expired_store)];
     let method = match input.method % 4 {
         0 | 1 => Method::GET,
@@ -190,7 +196,8 @@ fuzz_target!(|input: Input| {
         Cursor::Raw(b) => b,
         Cursor::Known { stream, right_epoch, seq } => {
             let epoch = if right_epoch { EPOCH } else { EPOCH + 1 };
-            format!("s{}.{epoch:x}.{}", stream % 3, seq % 8).into_bytes()
+            let name = names.get(usize::from(stream % 3)).map_or("zz", String::as_str);
+            format!("{name}.{epoch:x}.{}", seq % 8).into_bytes()
         }
     });
     let session: Option<Vec<u8>> = match input.session {
@@ -224,6 +231,7 @@ fuzz_target!(|input: Input| {
         cursor_value.as_ref().map(HeaderValue::as_bytes),
         session_text,
         live,
+        names,
         *expired,
     );
 
@@ -266,7 +274,7 @@ fuzz_target!(|input: Input| {
     };
     if let (Some(floor), Some(head)) = (header("replay-floor"), header("replay-head")) {
         let id = EventId::parse_bytes(cursor.as_deref().unwrap()).expect("a parsed cursor");
-        let stream = if id.stream.as_str() == "s0" { 0 } else { 1 };
+        let stream = names.iter().position(|n| n == id.stream.as_str()).expect("a known stream");
         assert_eq!(head, HEADS[stream]);
         assert_eq!(floor, if *expired { head + 1 } else { 1 });
     } else {
