@@ -51,6 +51,7 @@ pub enum WakeupFences {
 /// assert_eq!(ring.max_readers(), 4);
 /// assert_eq!(producer.next_id(), 1);
 /// ```
+#[must_use = "a Builder does nothing until `build()` is called"]
 pub struct Builder<T> {
     capacity: usize,
     max_readers: usize,
@@ -94,15 +95,15 @@ impl<T: Send> Builder<T> {
         self
     }
 
-    /// How many [`Reader`]s may exist at once (default 16). The reader table, including its wakers,
+    /// How many [`Reader`](crate::Reader)s may exist at once (default 16). The reader table, including its wakers,
     /// is allocated once, here.
     ///
     /// ```
-    /// use replay_ring::{ReplayRing, ResumeError};
+    /// use replay_ring::ReplayRing;
     ///
     /// let (_p, ring) = ReplayRing::<u8>::builder().max_readers(1).build().unwrap();
     /// let _only = ring.reader().unwrap();
-    /// assert_eq!(ring.reader().unwrap_err(), ResumeError::TooManyReaders { limit: 1 });
+    /// assert_eq!(ring.reader().unwrap_err().limit, 1);
     /// ```
     pub fn max_readers(mut self, max_readers: usize) -> Self {
         self.max_readers = max_readers;
@@ -138,15 +139,30 @@ impl<T: Send> Builder<T> {
     ///     .unwrap();
     /// let mut reader = ring.reader().unwrap();
     /// producer.try_push(1).unwrap();
-    /// assert_eq!(reader.try_next().unwrap().unwrap().data, 1);
+    /// assert_eq!(reader.try_recv().unwrap().unwrap().data, 1);
     /// ```
     pub fn wakeup_fences(mut self, fences: WakeupFences) -> Self {
         self.wakeup_fences = fences;
         self
     }
 
-    /// Allocates the ring. Fails with a [`BuildError`] on a zero or absurd capacity, zero or too many
-    /// readers, or a first id outside `1..u64::MAX`.
+    /// Allocates the ring: the slots, the reader table and its wakers. Nothing is allocated after
+    /// this.
+    ///
+    /// # Errors
+    ///
+    /// A [`BuildError`] on a zero or absurd capacity, zero or too many readers, a first id outside
+    /// `1..u64::MAX`, or when the allocator refuses the slot array.
+    ///
+    /// ```
+    /// use replay_ring::{BuildError, ReplayRing};
+    ///
+    /// assert!(ReplayRing::<u8>::builder().capacity(3).build().is_ok());
+    /// assert_eq!(
+    ///     ReplayRing::<u8>::builder().first_id(0).build().unwrap_err(),
+    ///     BuildError::InvalidFirstId(0)
+    /// );
+    /// ```
     pub fn build(self) -> Result<(Producer<T>, ReplayRing<T>), BuildError> {
         if self.capacity == 0 {
             return Err(BuildError::ZeroCapacity);
@@ -210,6 +226,8 @@ impl<T: Send> Builder<T> {
             close_reason: Mutex::new(None),
             producer_full: AtomicU64::new(0),
             producer_waits: AtomicU64::new(0),
+            resumes_below_floor: AtomicU64::new(0),
+            resumes_ahead_of_head: AtomicU64::new(0),
         });
         let ring = ReplayRing {
             shared: shared.clone(),
@@ -231,6 +249,11 @@ impl<T: Send> ReplayRing<T> {
 
     /// A ring retaining up to `capacity` events (rounded up to a power of two) with room for
     /// `max_readers` concurrent readers.
+    ///
+    /// # Errors
+    ///
+    /// As [`Builder::build`]: a [`BuildError`] on a zero or absurd capacity, or zero or too many
+    /// readers.
     ///
     /// ```
     /// let (_producer, ring) = replay_ring::ReplayRing::<u64>::new(100, 3).unwrap();

@@ -6,7 +6,7 @@ use std::future::poll_fn;
 use std::slice;
 use std::task::{Context, Poll};
 #[cfg(not(replay_ring_loom))]
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::error::ReadError;
 use crate::shared::{ReaderSlot, Shared, UNPINNED};
@@ -48,12 +48,12 @@ fn unpin<T>(shared: &Shared<T>, slot: &ReaderSlot) {
     shared.wake_producer();
 }
 
-/// One event, cloned out of the ring (see [`Reader::try_next`]).
+/// One event, cloned out of the ring (see [`Reader::try_recv`]).
 ///
 /// ```
 /// let (mut producer, ring) = replay_ring::ReplayRing::<u8>::new(4, 1).unwrap();
 /// producer.try_push(5).unwrap();
-/// let event = ring.resume(Some(0)).unwrap().try_next().unwrap().unwrap();
+/// let event = ring.resume(Some(0)).unwrap().try_recv().unwrap().unwrap();
 /// assert_eq!((event.id, event.data), (1, 5));
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,6 +73,14 @@ pub struct Event<T> {
 /// A reader never skips: if its next event was released before it read it, every read returns
 /// [`ReadError::Gap`]. After the producer closes the stream and the reader has read everything
 /// retained, reads return [`ReadError::Closed`].
+///
+/// Reads come in two shapes, each in the `crossbeam-channel` family of `try_*` (never waits), an
+/// `async fn` (waits for a wake-up) and `*_timeout` (blocks the thread up to a deadline):
+///
+/// - zero-copy batches: [`try_read`](Self::try_read), [`read`](Self::read),
+///   [`read_timeout`](Self::read_timeout) lend every available event as a [`Batch`];
+/// - one event at a time, cloned out: [`try_recv`](Self::try_recv), [`recv`](Self::recv),
+///   [`recv_timeout`](Self::recv_timeout), and the `futures_core::Stream` impl (feature `stream`).
 ///
 /// ```
 /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
@@ -216,7 +224,13 @@ impl<T> Reader<T> {
     }
 
     /// Lends every event available now, from the cursor to the head, without copying; `Ok(None)` when
-    /// the reader has caught up. Dropping the batch marks its events read.
+    /// the reader has caught up. Dropping the batch marks its events read (see [`Batch`]).
+    ///
+    /// # Errors
+    ///
+    /// [`ReadError::Gap`] when the reader's next event was released before it was read (the
+    /// reader never skips it); [`ReadError::Closed`] once the stream has ended and everything
+    /// retained was read. Both end the reader: every later read reports them again.
     ///
     /// ```
     /// let (mut producer, ring) = replay_ring::ReplayRing::<u8>::new(4, 1).unwrap();
@@ -292,6 +306,17 @@ impl<T> Reader<T> {
 
     /// Waits until at least one event is available and lends all available ones.
     ///
+    /// # Errors
+    ///
+    /// [`ReadError::Gap`] when the reader's next event was released before it was read (the
+    /// reader never skips it); [`ReadError::Closed`] once the stream has ended and everything
+    /// retained was read. Both end the reader: every later read reports them again.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: nothing is consumed until the batch is returned, so dropping the future loses
+    /// no event; the next read starts at the same cursor.
+    ///
     /// ```
     /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
     /// let (mut producer, ring) = replay_ring::ReplayRing::<u8>::new(4, 1).unwrap();
@@ -309,16 +334,22 @@ impl<T> Reader<T> {
     /// Clones the next event out, if any. One pin per event: for throughput prefer
     /// [`try_read`](Self::try_read), which lends a whole batch.
     ///
+    /// # Errors
+    ///
+    /// [`ReadError::Gap`] when the reader's next event was released before it was read (the
+    /// reader never skips it); [`ReadError::Closed`] once the stream has ended and everything
+    /// retained was read. Both end the reader: every later read reports them again.
+    ///
     /// ```
     /// use replay_ring::Event;
     ///
     /// let (mut producer, ring) = replay_ring::ReplayRing::<&str>::new(4, 1).unwrap();
     /// let mut reader = ring.reader().unwrap();
-    /// assert_eq!(reader.try_next(), Ok(None));
+    /// assert_eq!(reader.try_recv(), Ok(None));
     /// producer.try_push("a").unwrap();
-    /// assert_eq!(reader.try_next(), Ok(Some(Event { id: 1, data: "a" })));
+    /// assert_eq!(reader.try_recv(), Ok(Some(Event { id: 1, data: "a" })));
     /// ```
-    pub fn try_next(&mut self) -> Result<Option<Event<T>>, ReadError>
+    pub fn try_recv(&mut self) -> Result<Option<Event<T>>, ReadError>
     where
         T: Clone,
     {
@@ -327,17 +358,28 @@ impl<T> Reader<T> {
 
     /// Waits for the next event and clones it out.
     ///
+    /// # Errors
+    ///
+    /// [`ReadError::Gap`] when the reader's next event was released before it was read (the
+    /// reader never skips it); [`ReadError::Closed`] once the stream has ended and everything
+    /// retained was read. Both end the reader: every later read reports them again.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: the event is cloned and the cursor advanced only when the future completes, so
+    /// dropping it loses no event.
+    ///
     /// ```
     /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
     /// let (mut producer, ring) = replay_ring::ReplayRing::<u32>::new(4, 1).unwrap();
     /// let mut reader = ring.reader().unwrap();
     /// producer.try_push(7).unwrap();
     /// producer.try_push(8).unwrap();
-    /// assert_eq!(reader.next().await.unwrap().data, 7);
-    /// assert_eq!(reader.next().await.unwrap().data, 8); // one event at a time
+    /// assert_eq!(reader.recv().await.unwrap().data, 7);
+    /// assert_eq!(reader.recv().await.unwrap().data, 8); // one event at a time
     /// # });
     /// ```
-    pub async fn next(&mut self) -> Result<Event<T>, ReadError>
+    pub async fn recv(&mut self) -> Result<Event<T>, ReadError>
     where
         T: Clone,
     {
@@ -347,20 +389,29 @@ impl<T> Reader<T> {
 
 #[cfg(not(replay_ring_loom))]
 impl<T> Reader<T> {
-    /// Blocks the thread up to `timeout` for at least one event; `Ok(None)` on timeout.
+    /// Blocks the thread up to `timeout` for at least one event and lends all available ones;
+    /// `Ok(None)` on timeout.
+    /// A `timeout` too large to add to the current time (such as `Duration::MAX`) waits without a
+    /// deadline.
+    ///
+    /// # Errors
+    ///
+    /// [`ReadError::Gap`] when the reader's next event was released before it was read (the
+    /// reader never skips it); [`ReadError::Closed`] once the stream has ended and everything
+    /// retained was read. Both end the reader: every later read reports them again.
     ///
     /// ```
     /// use std::time::Duration;
     ///
     /// let (mut producer, ring) = replay_ring::ReplayRing::<u8>::new(4, 1).unwrap();
     /// let mut reader = ring.reader().unwrap();
-    /// assert!(reader.read_blocking(Duration::from_millis(1)).unwrap().is_none());
+    /// assert!(reader.read_timeout(Duration::from_millis(1)).unwrap().is_none());
     /// std::thread::spawn(move || producer.try_push(5).unwrap());
-    /// let batch = reader.read_blocking(Duration::from_secs(10)).unwrap().unwrap();
+    /// let batch = reader.read_timeout(Duration::from_secs(10)).unwrap().unwrap();
     /// assert_eq!(batch.as_slices().0, &[5]);
     /// ```
-    pub fn read_blocking(&mut self, timeout: Duration) -> Result<Option<Batch<'_, T>>, ReadError> {
-        let deadline = Instant::now() + timeout;
+    pub fn read_timeout(&mut self, timeout: Duration) -> Result<Option<Batch<'_, T>>, ReadError> {
+        let deadline = crate::wait::deadline_after(timeout);
         let mut waker = std::mem::take(&mut self.thread_waker);
         let ready = crate::wait::block_on_deadline(&mut waker, deadline, |cx| self.poll_ready(cx));
         self.thread_waker = waker;
@@ -373,12 +424,46 @@ impl<T> Reader<T> {
             Some(Ok(())) => self.borrow_available().map(Some),
         }
     }
+
+    /// Blocks the thread up to `timeout` for the next event and clones it out; `Ok(None)` on
+    /// timeout. One pin per event: for throughput prefer [`read_timeout`](Self::read_timeout).
+    /// A `timeout` too large to add to the current time (such as `Duration::MAX`) waits without a
+    /// deadline.
+    ///
+    /// # Errors
+    ///
+    /// [`ReadError::Gap`] when the reader's next event was released before it was read (the
+    /// reader never skips it); [`ReadError::Closed`] once the stream has ended and everything
+    /// retained was read. Both end the reader: every later read reports them again.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let (mut producer, ring) = replay_ring::ReplayRing::<u8>::new(4, 1).unwrap();
+    /// let mut reader = ring.reader().unwrap();
+    /// assert_eq!(reader.recv_timeout(Duration::from_millis(1)), Ok(None));
+    /// std::thread::spawn(move || {
+    ///     producer.try_push(5).unwrap();
+    ///     producer.try_push(6).unwrap();
+    /// });
+    /// assert_eq!(reader.recv_timeout(Duration::from_secs(10)).unwrap().unwrap().data, 5);
+    /// assert_eq!(reader.recv_timeout(Duration::from_secs(10)).unwrap().unwrap().data, 6);
+    /// ```
+    pub fn recv_timeout(&mut self, timeout: Duration) -> Result<Option<Event<T>>, ReadError>
+    where
+        T: Clone,
+    {
+        Ok(self.read_timeout(timeout)?.map(Batch::take_first))
+    }
 }
 
 impl<T> Drop for Reader<T> {
     fn drop(&mut self) {
         self.stop_waiting();
-        if self.pinned {
+        // Not only `self.pinned`: a `Batch` leaked with `mem::forget` never ran its unpin, and a
+        // pin left in a freed entry would hold the producer back forever.
+        // Relaxed: this reader is the only writer of its pin, so the load sees its own last store.
+        if self.slot().pin.load(Relaxed) != UNPINNED {
             unpin(&self.shared, self.slot());
         }
         self.shared.free_reader_slot(self.index);
@@ -409,15 +494,44 @@ impl<T: Clone> futures_core::Stream for Reader<T> {
 /// Events lent by a [`Reader`]: ids `first_id()..=last_id()`, in order, as at most two slices.
 ///
 /// While a batch lives, the producer cannot overwrite its events (a full window backpressures it
-/// instead), so hold it only as long as it takes to copy or write the events out. Dropping it marks
-/// the events read; [`mark_read`](Self::mark_read) keeps a tail for the next read (for example after a
-/// short socket write).
+/// instead), so hold it only as long as it takes to copy or write the events out.
+///
+/// # Dropping a batch consumes it
+///
+/// Dropping the batch marks its events read: the reader's next read starts at `last_id() + 1`.
+/// [`mark_read(n)`](Self::mark_read) consumes only the first `n` and keeps the tail for the next
+/// read (for example after a short socket write).
+///
+/// A panic in the code handling the batch consumes only what that code declared done: if the batch
+/// is dropped by a panic that started while it was lent, only the first `n` events of the last
+/// `mark_read(n)` count as read (none, without a `mark_read`), so a reader that survives the panic
+/// (`catch_unwind`) gets the unfinished events again instead of skipping them. The same holds for
+/// [`Reader::try_recv`] and [`Reader::recv`]: an event whose `Clone` panics stays unread.
+///
+/// Leaking a batch (`mem::forget`) leaves its events pinned until the reader reads again or is
+/// dropped; it never leaves a pin behind once the reader is gone.
+///
+/// There is no separate commit step because reading is not acknowledging. The cursor a batch
+/// advances belongs to this reader alone, and events leave the window only through
+/// [`ReplayRing::release_through`](crate::ReplayRing::release_through), which a server calls from its
+/// retention policy (on the client's acknowledgement or after a resumption window), never because a
+/// reader read something. So a server that reads a batch and then fails to write it to the socket
+/// loses nothing for the client: the connection is gone, its reader is dropped with it, and the
+/// client reconnects with the `Last-Event-ID` of the last event it did receive; those events are
+/// still retained, and the resume replays them. An explicit commit would only add a way to forget
+/// it, and re-delivering the same events on every read of a live connection would be the wrong
+/// default.
+#[must_use = "dropping a Batch marks its events read"]
 pub struct Batch<'a, T> {
     reader: &'a mut Reader<T>,
     first: u64,
     last: u64,
-    /// How many events, from the front, count as read when the batch is dropped.
-    read: u64,
+    /// How many events, from the front, [`mark_read`](Self::mark_read) declared read; `None` until
+    /// it is called, which means all of them on a normal drop.
+    marked: Option<u64>,
+    /// Whether the thread was already unwinding when the batch was lent, so that `Drop` can tell a
+    /// panic that interrupted the handling of this batch from one that was already under way.
+    lent_while_panicking: bool,
     #[allow(dead_code)] // Held only so loom tracks the reads; empty outside loom builds.
     tracks: Vec<ReadTrack>,
 }
@@ -445,7 +559,8 @@ impl<'a, T> Batch<'a, T> {
         Batch {
             first,
             last,
-            read: last - first + 1,
+            marked: None,
+            lent_while_panicking: std::thread::panicking(),
             tracks,
             reader,
         }
@@ -529,11 +644,15 @@ impl<'a, T> Batch<'a, T> {
     /// ```
     pub fn iter(&self) -> impl Iterator<Item = (u64, &T)> + '_ {
         let (a, b) = self.as_slices();
-        (self.first..).zip(a.iter().chain(b))
+        // Bounded, not `first..`: an open range would overflow past `u64::MAX` when asked for the
+        // item after the last event of a batch that ends at `u64::MAX - 1`.
+        (self.first..=self.last).zip(a.iter().chain(b))
     }
 
     /// Marks only the first `n` events as read (clamped to the batch length): the next read starts
-    /// at `first_id() + n`. The rest stay retained (unless released) and pinned no longer.
+    /// at `first_id() + n`. The rest stay retained (unless released) and pinned no longer. The last
+    /// call wins, and it holds even if the batch is dropped by a panic, so a handler can call it as
+    /// it makes progress.
     ///
     /// ```
     /// let (mut producer, ring) = replay_ring::ReplayRing::<u8>::new(4, 1).unwrap();
@@ -547,15 +666,26 @@ impl<'a, T> Batch<'a, T> {
     /// assert_eq!(reader.try_read().unwrap().unwrap().first_id(), 2);
     /// ```
     pub fn mark_read(&mut self, n: usize) {
-        self.read = (n as u64).min(self.last - self.first + 1);
+        self.marked = Some((n as u64).min(self.last - self.first + 1));
+    }
+
+    /// How many events the drop consumes: what `mark_read` declared; otherwise all of them, unless a
+    /// panic started while the batch was lent (then none: the handler did not finish them).
+    fn consumed(&self) -> u64 {
+        match self.marked {
+            Some(n) => n,
+            None if std::thread::panicking() && !self.lent_while_panicking => 0,
+            None => self.last - self.first + 1,
+        }
     }
 
     fn take_first(mut self) -> Event<T>
     where
         T: Clone,
     {
-        self.mark_read(1);
+        // Clone before marking: if `clone` panics, the event stays unread.
         let data = self.as_slices().0[0].clone();
+        self.mark_read(1);
         Event {
             id: self.first,
             data,
@@ -567,7 +697,8 @@ impl<T> Drop for Batch<'_, T> {
     fn drop(&mut self) {
         // End loom's read tracking before the unpin makes the slots writable again.
         self.tracks.clear();
-        self.reader.cursor = self.first + self.read;
+        // `first + consumed <= last + 1 <= LAST_ID + 1`: no overflow.
+        self.reader.cursor = self.first + self.consumed();
         unpin(&self.reader.shared, self.reader.slot());
     }
 }

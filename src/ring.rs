@@ -4,9 +4,10 @@
 
 use std::fmt;
 
-use crate::error::{CloseReason, ReleaseError, ResumeError};
+use crate::error::{CloseReason, ReleaseError, ResumeError, TooManyReaders};
 use crate::metrics::Metrics;
 use crate::reader::Reader;
+use crate::resume::{classify_resume, Resumption};
 use crate::shared::Shared;
 use crate::sync::{
     ord, Arc,
@@ -17,7 +18,7 @@ use crate::sync::{
 /// acknowledged events, and resume readers.
 ///
 /// Create one with [`ReplayRing::new`] or [`ReplayRing::builder`]; both also return the stream's
-/// single [`Producer`].
+/// single [`Producer`](crate::Producer).
 ///
 /// ```
 /// use replay_ring::ReplayRing;
@@ -126,6 +127,10 @@ impl<T> ReplayRing<T> {
     ///
     /// This is the only way events leave the window: a full window backpressures the producer.
     ///
+    /// # Errors
+    ///
+    /// [`ReleaseError::AheadOfHead`] when `id` is newer than the head; nothing is released then.
+    ///
     /// ```
     /// use replay_ring::ReplayRing;
     ///
@@ -163,7 +168,7 @@ impl<T> ReplayRing<T> {
 
     /// Registers a reader positioned after `last_event_id` (an SSE `Last-Event-ID`):
     ///
-    /// - `None`: live from the head, nothing replayed;
+    /// - `None`: live from the head, nothing replayed (as [`reader`](Self::reader));
     /// - `Some(head)`: a no-op resume, nothing replayed;
     /// - `Some(x)` with `floor - 1 <= x < head`: the reader yields exactly `x + 1 ..= head`, then
     ///   follows live events;
@@ -171,9 +176,20 @@ impl<T> ReplayRing<T> {
     ///   are gone;
     /// - `Some(x)` with `x > head`: [`ResumeError::AheadOfHead`], a state mismatch.
     ///
+    /// The decision is [`classify_resume`](crate::classify_resume) on a snapshot of the cursors.
+    /// The cursor is checked before a reader-table entry is claimed, so a wrong cursor gets its own
+    /// error even when the table is full.
+    ///
     /// A successful replay is pinned before this returns: the producer cannot overwrite the events
     /// the reader is about to read (it sees backpressure instead) until the reader has read them.
     /// Takes a bounded number of steps whatever the window size or the producer does.
+    ///
+    /// # Errors
+    ///
+    /// [`ResumeError::AheadOfHead`] and [`ResumeError::BelowFloor`] for a cursor the window cannot
+    /// honour (never answer those with a stream that starts elsewhere);
+    /// [`ResumeError::TooManyReaders`] when the cursor is fine but every reader-table entry is
+    /// taken.
     ///
     /// ```
     /// use replay_ring::{ReplayRing, ResumeError};
@@ -189,71 +205,95 @@ impl<T> ReplayRing<T> {
     ///
     /// let mut caught_up = ring.resume(Some(5)).unwrap();
     /// assert!(caught_up.try_read().unwrap().is_none()); // no-op: nothing to replay
+    /// assert!(matches!(ring.resume(Some(6)), Err(ResumeError::AheadOfHead { head: 5, .. })));
     /// ```
     pub fn resume(&self, last_event_id: Option<u64>) -> Result<Reader<T>, ResumeError>
     where
         T: Sync,
     {
-        let index = self.shared.claim_reader_slot()?;
-        let shared = &self.shared;
-        let slot = &shared.readers[index];
         let Some(last) = last_event_id else {
-            // Acquire: pairs with the producer's Release publish.
-            let head = shared.head.load(Acquire);
-            return Ok(Reader::new(shared.clone(), index, head + 1, false));
+            return Ok(self.reader()?);
         };
+        let shared = &*self.shared;
+        // Floor first, then head: the floor was released against a head no newer than the one we
+        // load next, so the snapshot keeps `floor <= head + 1`.
+        // Acquire: pairs with the Release half of `release_through`'s `fetch_max`.
+        let floor = shared.floor.load(Acquire);
         // Acquire: pairs with the producer's Release publish.
         let head = shared.head.load(Acquire);
-        if last > head {
-            slot.counters.count(&slot.counters.resumes_ahead_of_head);
-            shared.free_reader_slot(index);
-            return Err(ResumeError::AheadOfHead {
-                requested: last,
-                head,
-            });
-        }
-        if last == head {
+        let first = match classify_resume(floor, head, last) {
+            Ok(Resumption::AtHead) => None,
+            Ok(Resumption::Replay { first, .. }) => Some(first),
+            Err(error) => {
+                self.count_refusal(&error);
+                return Err(error);
+            }
+        };
+        let index = shared.claim_reader_slot()?;
+        let slot = &shared.readers[index];
+        let Some(first) = first else {
             slot.counters.count(&slot.counters.resumes_noop);
-            return Ok(Reader::new(shared.clone(), index, head + 1, false));
-        }
-        // `last < head <= LAST_ID`: no overflow.
-        let next = last + 1;
-        match crate::reader::pin_and_check(shared, slot, next) {
+            // `last == head <= LAST_ID`: no overflow.
+            return Ok(Reader::new(self.shared.clone(), index, last + 1, false));
+        };
+        // The snapshot said `first` is retained; the pin makes it stay so, or finds that a release
+        // overtook us.
+        match crate::reader::pin_and_check(shared, slot, first) {
             Ok(()) => {
                 slot.counters.count(&slot.counters.resumes_ok);
-                Ok(Reader::new(shared.clone(), index, next, true))
+                Ok(Reader::new(self.shared.clone(), index, first, true))
             }
             Err(floor) => {
-                slot.counters.count(&slot.counters.resumes_from_evicted_id);
                 shared.free_reader_slot(index);
                 // Re-read the head: the floor came from a release of an id <= the head at that time,
                 // so this snapshot keeps `floor <= head + 1` (the head read above may predate it).
                 // Acquire: pairs with the producer's Release publish.
                 let head = shared.head.load(Acquire);
-                Err(ResumeError::BelowFloor {
+                let error = ResumeError::BelowFloor {
                     requested: last,
                     floor,
                     head,
-                })
+                };
+                self.count_refusal(&error);
+                Err(error)
             }
         }
     }
 
-    /// A reader that follows live events from the current head (`resume(None)`).
+    fn count_refusal(&self, error: &ResumeError) {
+        let counter = match error {
+            ResumeError::BelowFloor { .. } => &self.shared.resumes_below_floor,
+            ResumeError::AheadOfHead { .. } => &self.shared.resumes_ahead_of_head,
+            _ => return,
+        };
+        // Relaxed: a statistic; refusals are a cold path, so a shared RMW is acceptable here.
+        counter.fetch_add(1, Relaxed);
+    }
+
+    /// A reader that follows live events from the current head: it yields only events pushed after
+    /// it was registered.
+    ///
+    /// # Errors
+    ///
+    /// [`TooManyReaders`] when every reader-table entry is taken (`max_readers`).
     ///
     /// ```
     /// let (mut producer, ring) = replay_ring::ReplayRing::<u8>::new(4, 1).unwrap();
     /// producer.try_push(1).unwrap();
     /// let mut reader = ring.reader().unwrap();
-    /// assert_eq!(reader.try_next(), Ok(None)); // id 1 predates it
+    /// assert_eq!(reader.try_recv(), Ok(None)); // id 1 predates it
     /// producer.try_push(2).unwrap();
-    /// assert_eq!(reader.try_next().unwrap().unwrap().id, 2);
+    /// assert_eq!(reader.try_recv().unwrap().unwrap().id, 2);
     /// ```
-    pub fn reader(&self) -> Result<Reader<T>, ResumeError>
+    pub fn reader(&self) -> Result<Reader<T>, TooManyReaders>
     where
         T: Sync,
     {
-        self.resume(None)
+        let index = self.shared.claim_reader_slot()?;
+        // Acquire: pairs with the producer's Release publish.
+        let head = self.shared.head.load(Acquire);
+        // `head <= LAST_ID`: no overflow.
+        Ok(Reader::new(self.shared.clone(), index, head + 1, false))
     }
 
     /// A snapshot of the stream's counters.
@@ -268,8 +308,7 @@ impl<T> ReplayRing<T> {
     /// let _ = ring.resume(Some(0)); // below the floor
     /// let m = ring.metrics();
     /// assert_eq!((m.events_enqueued, m.events_released), (2, 1));
-    /// assert_eq!(m.resumes_from_evicted_id, 1);
-    /// assert_eq!(m.events_evicted_before_ack, 0);
+    /// assert_eq!(m.resumes_below_floor, 1);
     /// ```
     pub fn metrics(&self) -> Metrics {
         Metrics::collect(&self.shared)

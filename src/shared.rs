@@ -6,10 +6,11 @@
 
 use std::cell::UnsafeCell;
 use std::mem::MaybeUninit;
+use std::ptr;
 
 use crossbeam_utils::CachePadded;
 
-use crate::error::{CloseReason, ResumeError};
+use crate::error::{CloseReason, TooManyReaders};
 use crate::sync::{
     light_fence, lock, AtomicBool, AtomicU64, AtomicUsize, AtomicWaker, Mutex,
     Ordering::{Acquire, Relaxed, Release},
@@ -27,8 +28,6 @@ pub(crate) const UNPINNED: u64 = 0;
 pub(crate) struct ReaderCounters {
     pub(crate) resumes_ok: AtomicU64,
     pub(crate) resumes_noop: AtomicU64,
-    pub(crate) resumes_from_evicted_id: AtomicU64,
-    pub(crate) resumes_ahead_of_head: AtomicU64,
 }
 
 impl ReaderCounters {
@@ -88,6 +87,10 @@ pub(crate) struct Shared<T> {
     /// Producer-owned counters: only the producer writes them, so no contended RMW on push.
     pub(crate) producer_full: AtomicU64,
     pub(crate) producer_waits: AtomicU64,
+    /// Refused resumes. Shared, contended counters: a refusal may have no reader-table entry to
+    /// count in (the cursor is checked before one is claimed), and refusals are a cold path.
+    pub(crate) resumes_below_floor: AtomicU64,
+    pub(crate) resumes_ahead_of_head: AtomicU64,
 }
 
 // SAFETY: the slots are written only by the unique `Producer` (needs `T: Send` to move values in and
@@ -138,7 +141,7 @@ impl<T> Shared<T> {
     }
 
     /// Claims a free reader-table entry for a new [`Reader`](crate::Reader).
-    pub(crate) fn claim_reader_slot(&self) -> Result<usize, ResumeError> {
+    pub(crate) fn claim_reader_slot(&self) -> Result<usize, TooManyReaders> {
         for (index, slot) in self.readers.iter().enumerate() {
             // Acquire: pairs with the Release in `free_reader_slot`, so the previous owner's use of
             // the entry happens-before ours.
@@ -150,9 +153,7 @@ impl<T> Shared<T> {
                 return Ok(index);
             }
         }
-        Err(ResumeError::TooManyReaders {
-            limit: self.readers.len(),
-        })
+        Err(TooManyReaders::new(self.readers.len()))
     }
 
     /// Returns a reader-table entry to the pool. The entry must be unpinned.
@@ -184,12 +185,34 @@ impl<T> Drop for Shared<T> {
         }
         // Every id that still owns its slot: the newest `capacity` ids, but none before `first_id`.
         let oldest = head.saturating_sub(self.capacity() - 1).max(self.first_id);
-        for id in oldest..=head {
-            let index = self.index(id);
-            // SAFETY: `&mut self` means no reader or producer exists; the slot of `id` was written
-            // by the push of `id` and not overwritten since (the next writer would be id + capacity
-            // > head), so it is initialised and dropped exactly once, here.
-            unsafe { self.slots[index].get_mut().assume_init_drop() };
+        // `head - oldest < capacity`, which fits a `usize` (the slot array exists).
+        let len = (head - oldest + 1) as usize;
+        let start = self.index(oldest);
+        let first_len = len.min(self.slots.len() - start);
+        // `UnsafeCell<MaybeUninit<T>>` has the layout of `T`.
+        let base = self.slots.as_mut_ptr().cast::<T>();
+        // Dropped as two slices, like `Vec` and `VecDeque` do: if one value's `Drop` panics, the
+        // slice drop glue still drops the rest of its slice, and the guard drops the other slice
+        // while unwinding. Nothing is leaked (a second panic during unwinding aborts, as in `Vec`).
+        // SAFETY: `start + first_len <= capacity` and `len - first_len <= start`, so both ranges are
+        // in bounds and disjoint. `&mut self` means no reader or producer exists; each slot in them
+        // holds the value of the id pushed into it last (`oldest..=head`, not overwritten since: the
+        // next writer would be `id + capacity > head`), so it is initialised, and it is dropped
+        // exactly once, here.
+        unsafe {
+            let wrapped = DropSlice(ptr::slice_from_raw_parts_mut(base, len - first_len));
+            ptr::drop_in_place(ptr::slice_from_raw_parts_mut(base.add(start), first_len));
+            drop(wrapped);
         }
+    }
+}
+
+/// Drops the values of a slice when it goes out of scope, including while unwinding.
+struct DropSlice<T>(*mut [T]);
+
+impl<T> Drop for DropSlice<T> {
+    fn drop(&mut self) {
+        // SAFETY: only built in `Shared::drop`, over initialised values nobody else drops.
+        unsafe { ptr::drop_in_place(self.0) };
     }
 }
