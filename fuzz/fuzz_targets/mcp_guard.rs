@@ -4,11 +4,12 @@
 //!
 //! - one stream with three events, bound to no session, and one with two events on the live
 //!   session's common stream. One store keeps everything (floor 1), the other has a zero
-//!   resumption window, so every event has expired by the time a cursor is checked.
+//!   resumption window, so whatever retention lets go has expired by the time a cursor is
+//!   checked (the range is read from the store with a cursor at the head).
 //!
 //! Checked for every request: nothing panics; a request without a cursor, or not a `GET`, reaches
 //! the inner service untouched; a cursor reaches it exactly when it names a retained position of
-//! a stream the request may read (computed here from the fixture, not from the store); every
+//! a stream the request may read (decided here from the fixture and the retained range); every
 //! refusal has the status of the module's table, a JSON-RPC error body whose `error.data.error`
 //! names the refusal, and `Replay-Floor` / `Replay-Head` headers that agree with the fixture.
 #![no_main]
@@ -147,7 +148,7 @@ fn expected(
     session: Option<&str>,
     live: &str,
     names: &[String; 2],
-    expired: bool,
+    ranges: &[(u64, u64); 2],
 ) -> Expected {
     let Some(cursor) = cursor.filter(|_| method == Method::GET) else {
         return Expected::Inner;
@@ -168,8 +169,7 @@ fn expected(
     if session.is_some() && stream == 0 {
         return Expected::Refused(400, "foreign_session");
     }
-    let head = HEADS[stream];
-    let floor = if expired { head + 1 } else { 1 };
+    let (floor, head) = ranges[stream];
     if id.seq > head {
         Expected::Refused(409, "cursor_ahead_of_head")
     } else if id.seq + 1 < floor {
@@ -187,6 +187,22 @@ fuzz_target!(|input: Input| {
         session: live,
         names,
     } = &fx.stores[usize::from(input.expired_store)];
+    // Each stream's retained range as the store reports it for a cursor at its head (always
+    // accepted). Which events have expired is the retention policy's business; the guard's is
+    // to map a cursor against the range correctly.
+    let ranges = [0, 1].map(|stream| {
+        let at_head = format!("{}.{EPOCH:x}.{}", names[stream], HEADS[stream]);
+        let state = manager
+            .store()
+            .check_resume(None, at_head.as_bytes())
+            .expect("a cursor at the head is accepted");
+        assert_eq!(state.head, HEADS[stream]);
+        assert!(state.floor >= 1 && state.floor <= state.head + 1);
+        if !*expired {
+            assert_eq!(state.floor, 1, "nothing expires within the hour");
+        }
+        (state.floor, state.head)
+    });
     let method = match input.method % 4 {
         0 | 1 => Method::GET,
         2 => Method::POST,
@@ -232,7 +248,7 @@ fuzz_target!(|input: Input| {
         session_text,
         live,
         names,
-        *expired,
+        &ranges,
     );
 
     let inner = tower::service_fn(|_req: Request<()>| async {
@@ -275,8 +291,7 @@ fuzz_target!(|input: Input| {
     if let (Some(floor), Some(head)) = (header("replay-floor"), header("replay-head")) {
         let id = EventId::parse_bytes(cursor.as_deref().unwrap()).expect("a parsed cursor");
         let stream = names.iter().position(|n| n == id.stream.as_str()).expect("a known stream");
-        assert_eq!(head, HEADS[stream]);
-        assert_eq!(floor, if *expired { head + 1 } else { 1 });
+        assert_eq!((floor, head), ranges[stream]);
     } else {
         assert!(
             !matches!(code, "replay_gap" | "cursor_ahead_of_head"),
