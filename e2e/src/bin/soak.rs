@@ -75,6 +75,8 @@ struct Totals {
     duplicated: AtomicU64,
     priming_mismatches: AtomicU64,
     refused: AtomicU64,
+    /// Events skipped by accepting explicit gaps (416 → resume from the floor).
+    refused_events: AtomicU64,
     io_errors: AtomicU64,
     idle_stalls: AtomicU64,
     terminal_events: AtomicU64,
@@ -250,6 +252,19 @@ async fn connection(
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or(0);
+    if status == 416 {
+        // An explicit gap: the events after the cursor are gone. Count them as refused (never
+        // as silently lost) and accept the loss the way a client should: resume from the floor.
+        let floor: Option<u64> = head.header("replay-floor").and_then(|f| f.parse().ok());
+        totals.refused.fetch_add(1, Relaxed);
+        if let (Some(floor), Some(c)) = (floor, *cursor) {
+            totals
+                .refused_events
+                .fetch_add(floor.saturating_sub(c + 1), Relaxed);
+            *cursor = Some(floor - 1);
+            return Ok(End::ServerClosed);
+        }
+    }
     if status != 200 {
         totals.refused.fetch_add(1, Relaxed);
         return Err(io::Error::other(format!("status {status} for {last:?}")));
@@ -433,12 +448,13 @@ async fn main() -> std::process::ExitCode {
         t.terminal_events.load(Relaxed),
     );
     println!(
-        "soak: lost {}, duplicated {}, priming mismatches {}, refused resumes {}, io errors {} \
-         (idle stalls {})",
+        "soak: lost {}, duplicated {}, priming mismatches {}, refused resumes {} ({} events \
+         explicitly gone), io errors {} (idle stalls {})",
         t.lost.load(Relaxed),
         t.duplicated.load(Relaxed),
         t.priming_mismatches.load(Relaxed),
         t.refused.load(Relaxed),
+        t.refused_events.load(Relaxed),
         t.io_errors.load(Relaxed),
         t.idle_stalls.load(Relaxed),
     );
