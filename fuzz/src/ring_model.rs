@@ -5,6 +5,28 @@
 
 use replay_ring::{CloseReason, PushError, ReadError, ReleaseError, ResumeError};
 
+/// A refused resume, comparable with the ring's `ResumeError` (whose `TooManyReaders` payload
+/// only the ring can build).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// Every reader slot is taken.
+    TableFull {
+        /// The configured limit.
+        limit: usize,
+    },
+    /// Any other refusal, as the ring reports it.
+    Cursor(ResumeError),
+}
+
+impl From<ResumeError> for Refused {
+    fn from(e: ResumeError) -> Self {
+        match e {
+            ResumeError::TooManyReaders(full) => Refused::TableFull { limit: full.limit },
+            other => Refused::Cursor(other),
+        }
+    }
+}
+
 /// One reader of the model.
 #[derive(Debug)]
 pub struct ModelReader {
@@ -95,37 +117,38 @@ impl Model {
         Ok(self.floor)
     }
 
-    /// `resume(last)`: opens a model reader, or the typed refusal.
-    pub fn resume(&mut self, last: Option<u64>) -> Result<(), ResumeError> {
-        if self.readers.len() == self.max_readers {
-            return Err(ResumeError::TooManyReaders {
-                limit: self.max_readers,
-            });
-        }
+    /// `resume(last)`: opens a model reader, or the typed refusal. The cursor is judged first;
+    /// only a valid cursor can then find the reader table full.
+    pub fn resume(&mut self, last: Option<u64>) -> Result<(), Refused> {
         let head = self.head();
-        let (cursor, pinned) = match last {
-            None => (head + 1, false),
+        let (cursor, pinned, counter) = match last {
+            None => (head + 1, false, None),
             Some(x) if x > head => {
                 self.resumes[3] += 1;
-                return Err(ResumeError::AheadOfHead { requested: x, head });
+                return Err(Refused::Cursor(ResumeError::AheadOfHead {
+                    requested: x,
+                    head,
+                }));
             }
-            Some(x) if x == head => {
-                self.resumes[1] += 1;
-                (head + 1, false)
-            }
+            Some(x) if x == head => (head + 1, false, Some(1)),
             Some(x) if x + 1 < self.floor => {
                 self.resumes[2] += 1;
-                return Err(ResumeError::BelowFloor {
+                return Err(Refused::Cursor(ResumeError::BelowFloor {
                     requested: x,
                     floor: self.floor,
                     head,
-                });
+                }));
             }
-            Some(x) => {
-                self.resumes[0] += 1;
-                (x + 1, true)
-            }
+            Some(x) => (x + 1, true, Some(0)),
         };
+        if self.readers.len() == self.max_readers {
+            return Err(Refused::TableFull {
+                limit: self.max_readers,
+            });
+        }
+        if let Some(counter) = counter {
+            self.resumes[counter] += 1;
+        }
         self.readers.push(ModelReader {
             cursor,
             pinned,
