@@ -102,13 +102,21 @@ fuzz_target!(|input: Input| {
     let mut buf = BytesMut::from(&input.prefix[..]);
     let result = frame.encode_into(&mut buf);
     assert_eq!(result.err(), expected_error);
-    assert_eq!(&buf[..input.prefix.len()], &input.prefix[..], "prefix changed");
+    assert_eq!(
+        &buf[..input.prefix.len()],
+        &input.prefix[..],
+        "prefix changed"
+    );
     if expected_error.is_some() {
         assert_eq!(buf.len(), input.prefix.len(), "a refused frame wrote bytes");
         return;
     }
     let bytes = &buf[input.prefix.len()..];
-    assert_eq!(frame.encode().unwrap(), bytes, "encode and encode_into differ");
+    assert_eq!(
+        frame.encode().unwrap(),
+        bytes,
+        "encode and encode_into differ"
+    );
 
     let parsed = parse(bytes);
     assert!(parsed.trailing.is_empty(), "unterminated line in {bytes:?}");
@@ -153,6 +161,9 @@ fuzz_target!(|input: Input| {
                 last_event_id: id_string.clone(),
             }]
         );
-        assert_eq!(p.retry_ms, retry.map(|r| r.as_millis().min(u128::from(u64::MAX))));
+        assert_eq!(
+            p.retry_ms,
+            retry.map(|r| r.as_millis().min(u128::from(u64::MAX)))
+        );
     }
 });

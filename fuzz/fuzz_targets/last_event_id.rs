@@ -21,7 +21,11 @@ enum Input {
     /// Raw header bytes.
     Raw(Vec<u8>),
     /// An id assembled from parts; the stream name is folded into the valid alphabet.
-    Parts { stream: Vec<u8>, epoch: u64, seq: u64 },
+    Parts {
+        stream: Vec<u8>,
+        epoch: u64,
+        seq: u64,
+    },
 }
 
 const STREAM_ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
@@ -31,7 +35,11 @@ fn check_raw(bytes: &[u8]) {
     match EventId::parse_bytes(bytes) {
         Ok(id) => {
             let encoded = id.encode();
-            assert_eq!(encoded.as_bytes(), bytes, "accepted a non-canonical spelling");
+            assert_eq!(
+                encoded.as_bytes(),
+                bytes,
+                "accepted a non-canonical spelling"
+            );
             assert!(bytes.len() <= MAX_EVENT_ID_LEN);
             assert_eq!(EventId::parse(encoded.as_str()), Ok(id));
             assert_eq!(id.to_string(), encoded.as_str());
@@ -46,7 +54,10 @@ fn check_raw(bytes: &[u8]) {
         }
         Err(e) => {
             check_message(&e);
-            assert!(e.is_syntax(), "a syntax refusal not marked as syntax: {e:?}");
+            assert!(
+                e.is_syntax(),
+                "a syntax refusal not marked as syntax: {e:?}"
+            );
             assert_eq!(identity.parse_last_event_id(bytes), Err(e));
             if let LastEventIdError::TooLong { len, max } = e {
                 assert_eq!((len, max), (bytes.len(), MAX_EVENT_ID_LEN));

@@ -90,7 +90,10 @@ fn fixture() -> &'static Fixture {
                 let rmcp_ids = ["req-1".to_string(), format!("{id}:common")];
                 for (stream, rmcp_id) in rmcp_ids.iter().enumerate() {
                     for n in 1..=HEADS[stream] {
-                        let wire = store.store_event(rmcp_id, &message(n)).await.expect("stored");
+                        let wire = store
+                            .store_event(rmcp_id, &message(n))
+                            .await
+                            .expect("stored");
                         let parsed = EventId::parse(&wire).expect("a wire id");
                         assert_eq!((parsed.seq, parsed.epoch), (n, Epoch::new(EPOCH)));
                         names[stream] = parsed.stream.as_str().to_string();
@@ -117,7 +120,11 @@ fn fixture() -> &'static Fixture {
 enum Cursor {
     Raw(Vec<u8>),
     /// One of the two streams or an unknown one, the right epoch or a neighbour, a small seq.
-    Known { stream: u8, right_epoch: bool, seq: u8 },
+    Known {
+        stream: u8,
+        right_epoch: bool,
+        seq: u8,
+    },
 }
 
 #[derive(Debug, Arbitrary)]
@@ -210,9 +217,15 @@ fuzz_target!(|input: Input| {
     };
     let cursor: Option<Vec<u8>> = input.cursor.map(|c| match c {
         Cursor::Raw(b) => b,
-        Cursor::Known { stream, right_epoch, seq } => {
+        Cursor::Known {
+            stream,
+            right_epoch,
+            seq,
+        } => {
             let epoch = if right_epoch { EPOCH } else { EPOCH + 1 };
-            let name = names.get(usize::from(stream % 3)).map_or("zz", String::as_str);
+            let name = names
+                .get(usize::from(stream % 3))
+                .map_or("zz", String::as_str);
             format!("{name}.{epoch:x}.{}", seq % 8).into_bytes()
         }
     });
@@ -253,7 +266,8 @@ fuzz_target!(|input: Input| {
 
     let inner = tower::service_fn(|_req: Request<()>| async {
         let mut resp: Response<Body> = Response::new(Full::new(Bytes::new()).boxed());
-        resp.headers_mut().insert(INNER, HeaderValue::from_static("1"));
+        resp.headers_mut()
+            .insert(INNER, HeaderValue::from_static("1"));
         Ok::<_, Infallible>(resp)
     });
     let mut guard = ResumeGuardLayer::new(manager.clone()).layer(inner);
@@ -267,12 +281,20 @@ fuzz_target!(|input: Input| {
     let (parts, body) = resp;
 
     if parts.headers.contains_key(INNER) {
-        assert_eq!(want, Expected::Inner, "passed through: {cursor:?} {session:?}");
+        assert_eq!(
+            want,
+            Expected::Inner,
+            "passed through: {cursor:?} {session:?}"
+        );
         return;
     }
     let code = match &want {
         Expected::Refused(status, code) => {
-            assert_eq!(parts.status, StatusCode::from_u16(*status).unwrap(), "{code}");
+            assert_eq!(
+                parts.status,
+                StatusCode::from_u16(*status).unwrap(),
+                "{code}"
+            );
             *code
         }
         Expected::Inner => panic!("refused {cursor:?} {session:?}: {} {body:?}", parts.status),
@@ -284,13 +306,17 @@ fuzz_target!(|input: Input| {
     assert_eq!(json["error"]["code"], STREAM_BROKEN_CODE);
     assert_eq!(json["error"]["data"]["error"], code, "{json}");
     let header = |name: &str| {
-        parts.headers.get(name).map(|v| {
-            v.to_str().expect("ascii").parse::<u64>().expect("a number")
-        })
+        parts
+            .headers
+            .get(name)
+            .map(|v| v.to_str().expect("ascii").parse::<u64>().expect("a number"))
     };
     if let (Some(floor), Some(head)) = (header("replay-floor"), header("replay-head")) {
         let id = EventId::parse_bytes(cursor.as_deref().unwrap()).expect("a parsed cursor");
-        let stream = names.iter().position(|n| n == id.stream.as_str()).expect("a known stream");
+        let stream = names
+            .iter()
+            .position(|n| n == id.stream.as_str())
+            .expect("a known stream");
         assert_eq!((floor, head), ranges[stream]);
     } else {
         assert!(

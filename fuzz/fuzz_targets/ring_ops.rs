@@ -116,7 +116,12 @@ fuzz_target!(|input: Input| {
     assert_eq!(m.events_released, model.floor - first_id);
     assert_eq!(m.producer_full, model.full);
     assert_eq!(
-        [m.resumes_ok, m.resumes_noop, m.resumes_below_floor, m.resumes_ahead_of_head],
+        [
+            m.resumes_ok,
+            m.resumes_noop,
+            m.resumes_below_floor,
+            m.resumes_ahead_of_head
+        ],
         model.resumes
     );
     assert_eq!(m.readers_active, readers.len());

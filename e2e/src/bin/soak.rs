@@ -458,9 +458,7 @@ async fn main() -> std::process::ExitCode {
         t.io_errors.load(Relaxed),
         t.idle_stalls.load(Relaxed),
     );
-    println!(
-        "soak: final cursors {oldest}..={newest}, clients without events {idle_clients}"
-    );
+    println!("soak: final cursors {oldest}..={newest}, clients without events {idle_clients}");
     let mut ok = t.lost.load(Relaxed) == 0
         && t.duplicated.load(Relaxed) == 0
         && t.priming_mismatches.load(Relaxed) == 0
