@@ -44,6 +44,8 @@
 //! 2026-07-28; see `docs/mcp.md`.
 #![deny(missing_docs)]
 
+#[cfg(feature = "metrics")]
+mod facade;
 mod layer;
 mod manager;
 mod metrics;

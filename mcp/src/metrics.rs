@@ -1,6 +1,5 @@
-//! Counters of a [`RingEventStore`](crate::RingEventStore), and their Prometheus text form.
+//! Counters of a [`RingEventStore`](crate::RingEventStore).
 
-use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A monotonic counter.
@@ -175,14 +174,5 @@ impl StoreMetrics {
             + self.resumes_foreign_session
             + self.resumes_busy
             + self.resumes_stream_ended
-    }
-
-    /// Prometheus text exposition, every name prefixed `replay_ring_mcp_`.
-    pub fn to_prometheus(&self) -> String {
-        let mut out = String::new();
-        for (name, value) in self.fields() {
-            let _ = writeln!(out, "replay_ring_mcp_{name} {value}");
-        }
-        out
     }
 }

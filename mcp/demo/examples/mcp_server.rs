@@ -9,7 +9,8 @@
 //! Served with `replay_ring_sse::axum::serve`: header-read, write and idle timeouts on every
 //! connection and a connection cap answered with 503.
 //!
-//! Endpoints: `POST/GET/DELETE /mcp` (MCP), `GET /metrics` (Prometheus text). Tools:
+//! Endpoints: `POST/GET/DELETE /mcp` (MCP), `GET /metrics` (Prometheus text from
+//! `metrics-exporter-prometheus`). Tools:
 //! `long_task(n, delay_ms)` sends `notifications/progress` 1..n with the request's progress token
 //! and returns `{"n": n}`; `test_reconnection` closes its own connection after the priming event
 //! (SEP-1699) and returns its result on the resumed stream; plus everything the MCP conformance
@@ -20,7 +21,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use replay_ring_mcp::StoreConfig;
-use replay_ring_mcp_demo::{app, Storage};
+use replay_ring_mcp_demo::{app, MetricsEndpoint, Storage};
 use replay_ring_sse::axum::{serve, ServeConfig};
 use replay_ring_sse::{RetentionConfig, SlowConsumerPolicy};
 
@@ -147,7 +148,7 @@ async fn main() -> std::io::Result<()> {
         () = shutdown_signal() => {}
     }
     if let Some(store) = store {
-        eprintln!("final counters:\n{}", store.metrics().to_prometheus());
+        eprintln!("final counters:\n{}", MetricsEndpoint::new(store).render());
     }
     Ok(())
 }

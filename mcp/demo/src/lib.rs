@@ -15,8 +15,10 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::http::header;
 use axum::routing::get;
 use axum::Router;
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusRecorder};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult,
     ContentBlock, ErrorData, GetPromptRequestParams, GetPromptResponse, ListPromptsResult,
@@ -499,15 +501,38 @@ pub fn app(storage: Storage) -> (Router, Option<RingEventStore>) {
             let service =
                 StreamableHttpService::new(move || Ok(tools.clone()), manager.clone(), http_config);
             let guarded = tower_layer::Layer::layer(&ResumeGuardLayer::new(manager), service);
-            let metrics = store.clone();
+            let metrics = MetricsEndpoint::new(store.clone());
             let router = Router::new().nest_service("/mcp", guarded).route(
                 "/metrics",
                 get(move || {
-                    let text = metrics.metrics().to_prometheus();
-                    async move { text }
+                    let text = metrics.render();
+                    async move { ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text) }
                 }),
             );
             (router, Some(store))
         }
+    }
+}
+
+/// `/metrics` of one store: its counters published through the `metrics` facade
+/// ([`RingEventStore::record_metrics`]) and rendered by `metrics-exporter-prometheus`.
+#[derive(Clone)]
+pub struct MetricsEndpoint {
+    store: RingEventStore,
+    // One recorder per app (not the process-wide one), so apps in one process do not mix.
+    recorder: Arc<PrometheusRecorder>,
+}
+
+impl MetricsEndpoint {
+    /// An endpoint with its own Prometheus recorder.
+    pub fn new(store: RingEventStore) -> Self {
+        let recorder = Arc::new(PrometheusBuilder::new().build_recorder());
+        Self { store, recorder }
+    }
+
+    /// Records the store's counters now and returns the Prometheus text exposition.
+    pub fn render(&self) -> String {
+        metrics::with_local_recorder(&*self.recorder, || self.store.record_metrics());
+        self.recorder.handle().render()
     }
 }
