@@ -17,7 +17,7 @@ use tokio::time::{sleep, Instant};
 
 use super::frames::{encode_cut, encode_terminal};
 use super::producer::SseProducer;
-use crate::backend::{Backend, OpenError, Tail, TailError, Window};
+use crate::backend::{Backend, BackendProducer, OpenError, Tail, TailError, Window};
 use crate::{
     encode_event, encode_keep_alive, encode_priming, last_event_id, ConnectionId, EventId,
     HttpResponse, Refused, ResumeDecision, Retention, RetentionConfig, SlowConsumerPolicy,
@@ -338,12 +338,15 @@ impl<B: Backend<Payload = Bytes>> SseStream<B> {
     /// assert_eq!(Backend::capacity(stream.backend()), 256);
     /// # drop(ring);
     /// ```
-    pub fn with_backend(
-        producer: B::Producer,
+    pub fn with_backend<P>(
+        producer: P,
         identity: StreamIdentity,
         config: SseConfig,
-    ) -> (SseStream<B>, SseProducer<B>) {
-        use crate::backend::BackendProducer;
+    ) -> (SseStream<B>, SseProducer<B>)
+    where
+        P: BackendProducer<Backend = B>,
+        B: Backend<Producer = P>,
+    {
         let backend = producer.backend();
         let retention = Retention::new(config.retention, backend.max_readers())
             .with_slow_consumer_policy(config.slow_consumer);
