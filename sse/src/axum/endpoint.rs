@@ -473,12 +473,20 @@ impl<B: Backend<Payload = Bytes>> SseStream<B> {
             Ok(None) => None,
             Ok(Some(value)) => match EventId::parse_bytes(value)
                 .map_err(ResumeDecision::InvalidCursor)
-                .and_then(|id| shared.identity.check(&id).map_err(ResumeDecision::StreamLost))
-            {
+                .and_then(|id| {
+                    shared
+                        .identity
+                        .check(&id)
+                        .map_err(ResumeDecision::StreamLost)
+                }) {
                 Ok(x) => Some(x),
                 Err(decision) => return self.refuse_with_state(decision).await,
             },
-            Err(err) => return self.refuse_with_state(ResumeDecision::InvalidCursor(err)).await,
+            Err(err) => {
+                return self
+                    .refuse_with_state(ResumeDecision::InvalidCursor(err))
+                    .await
+            }
         };
         let tail = match shared.backend.resume(cursor).await {
             Ok(tail) => tail,
@@ -488,10 +496,12 @@ impl<B: Backend<Payload = Bytes>> SseStream<B> {
             Err(OpenError::TooManyReaders { limit }) => {
                 return self.refuse_with_state(ResumeDecision::Busy { limit }).await
             }
-            Err(OpenError::Gone) => return self.refuse(&Refused {
-                decision: ResumeDecision::SessionLost,
-                state: None,
-            }),
+            Err(OpenError::Gone) => {
+                return self.refuse(&Refused {
+                    decision: ResumeDecision::SessionLost,
+                    state: None,
+                })
+            }
             // `Unavailable`, and whatever later versions add: retry later, never a stream.
             Err(_) => return self.refuse(&unavailable(None)),
         };
@@ -511,8 +521,7 @@ impl<B: Backend<Payload = Bytes>> SseStream<B> {
             // connection). A failed release is retried by later releases, which reach as far.
             let through = shared.retention().ack_target(acked);
             let before = shared.backend.window().await.map(|w| w.floor);
-            if let (Ok(before), Ok(floor)) =
-                (before, shared.backend.release_through(through).await)
+            if let (Ok(before), Ok(floor)) = (before, shared.backend.release_through(through).await)
             {
                 if floor > before {
                     shared.retention().note_ack_release();
