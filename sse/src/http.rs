@@ -10,6 +10,7 @@
 //! | `StreamLost` | 404 | `{"error":"stream_lost","reason":...}` |
 //! | `SessionLost` | 404 | `{"error":"session_lost"}` |
 //! | `Busy` | 503 + `Retry-After` | `{"error":"too_many_readers","limit":N}` |
+//! | `Unavailable` | 503 + `Retry-After` | `{"error":"backend_unavailable",...}` |
 //!
 //! Every response for an existing stream carries `Replay-Floor` and `Replay-Head`.
 
@@ -134,7 +135,7 @@ impl HttpResponse {
                 format!("{}.{}", s.identity.stream, s.identity.epoch),
             ));
         }
-        if let ResumeDecision::Busy { .. } = decision {
+        if let ResumeDecision::Busy { .. } | ResumeDecision::Unavailable = decision {
             headers.push(("retry-after", "1".to_owned()));
         }
         let body = if decision.is_accepted() {
@@ -226,7 +227,7 @@ pub fn status_for(decision: &ResumeDecision) -> u16 {
         ResumeDecision::Mismatch { .. } => 409,
         ResumeDecision::InvalidCursor(_) => 400,
         ResumeDecision::StreamLost(_) | ResumeDecision::SessionLost => 404,
-        ResumeDecision::Busy { .. } => 503,
+        ResumeDecision::Busy { .. } | ResumeDecision::Unavailable => 503,
     }
 }
 

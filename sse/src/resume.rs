@@ -118,6 +118,9 @@ pub enum ResumeDecision {
         /// The ring's `max_readers`.
         limit: usize,
     },
+    /// The store holding the stream's window could not be reached (a network backend's
+    /// [`Unavailable`](crate::backend::Unavailable)); retry later. Never answered with a stream.
+    Unavailable,
 }
 
 impl ResumeDecision {
@@ -166,6 +169,7 @@ impl ResumeDecision {
             ResumeDecision::StreamLost(_) => "stream_lost",
             ResumeDecision::SessionLost => "session_lost",
             ResumeDecision::Busy { .. } => "too_many_readers",
+            ResumeDecision::Unavailable => "backend_unavailable",
         }
     }
 }
@@ -221,6 +225,7 @@ impl fmt::Display for ResumeDecision {
             ResumeDecision::InvalidCursor(err) | ResumeDecision::StreamLost(err) => write!(f, "{err}"),
             ResumeDecision::SessionLost => f.write_str("session not found; re-initialize"),
             ResumeDecision::Busy { limit } => write!(f, "all {limit} reader slots are in use; retry later"),
+            ResumeDecision::Unavailable => f.write_str("the stream's store could not be reached; retry later"),
         }
     }
 }

@@ -369,6 +369,11 @@ impl Retention {
             head: ring.head(),
             capacity: ring.capacity(),
         };
+        self.cut_slow_consumers_in(window, now)
+    }
+
+    /// [`cut_slow_consumers`](Self::cut_slow_consumers) against a window snapshot of any backend.
+    pub(crate) fn cut_slow_consumers_in(&mut self, window: Window, now: Instant) -> usize {
         // The two smallest lags, so each connection's "smallest lag among the others" is O(1).
         let mut best: Option<(usize, u64)> = None;
         let mut second: Option<u64> = None;
@@ -484,7 +489,29 @@ impl Retention {
     /// assert_eq!(r.release_expired(&ring, t0 + Duration::from_secs(30)), Some(2));
     /// ```
     pub fn release_expired<T>(&mut self, ring: &ReplayRing<T>, now: Instant) -> Option<u64> {
-        self.cut_slow_consumers(ring, now);
+        let window = Window {
+            floor: ring.floor(),
+            head: ring.head(),
+            capacity: ring.capacity(),
+        };
+        let target = self.release_target(window, now)?;
+        let before = ring.floor();
+        match ring.release_through(target) {
+            Ok(floor) if floor > before => {
+                self.stats.window_releases += 1;
+                Some(floor)
+            }
+            _ => None,
+        }
+    }
+
+    /// The planning half of [`release_expired`](Self::release_expired) for a backend that releases
+    /// asynchronously: cuts slow consumers against `window`, then returns the id to release
+    /// through, if any (the caller releases it and reports a moved floor with
+    /// [`note_window_release`](Self::note_window_release)). Expired checkpoints are consumed, as
+    /// if released: a failed release is retried by the next one, which reaches at least as far.
+    pub(crate) fn release_target(&mut self, window: Window, now: Instant) -> Option<u64> {
+        self.cut_slow_consumers_in(window, now);
         self.flush_pending(now);
         let window = self.config.resumption_window;
         let cap = self.live_min();
@@ -506,15 +533,23 @@ impl Retention {
                 }
             }
         }
-        let target = target?;
-        let before = ring.floor();
-        match ring.release_through(target) {
-            Ok(floor) if floor > before => {
-                self.stats.window_releases += 1;
-                Some(floor)
-            }
-            _ => None,
-        }
+        target
+    }
+
+    /// Counts a release planned by [`release_target`](Self::release_target) that moved the floor.
+    pub(crate) fn note_window_release(&mut self) {
+        self.stats.window_releases += 1;
+    }
+
+    /// How far a resume acknowledging `acked` may release: `acked`, capped at the slowest live
+    /// connection (the planning half of [`acknowledge`](Self::acknowledge)).
+    pub(crate) fn ack_target(&self, acked: u64) -> u64 {
+        self.live_min().map_or(acked, |min| min.min(acked))
+    }
+
+    /// Counts an acknowledgement release that moved the floor.
+    pub(crate) fn note_ack_release(&mut self) {
+        self.stats.ack_releases += 1;
     }
 
     /// When the oldest checkpoint expires or a pending write reaches a slow-consumer deadline
@@ -569,11 +604,11 @@ impl Retention {
                 head: ring.head(),
             });
         }
-        let through = self.live_min().map_or(acked, |min| min.min(acked));
+        let through = self.ack_target(acked);
         let before = ring.floor();
         let floor = ring.release_through(through)?;
         if floor > before {
-            self.stats.ack_releases += 1;
+            self.note_ack_release();
         }
         Ok(floor)
     }

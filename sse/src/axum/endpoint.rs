@@ -10,14 +10,16 @@ use ::axum::extract::State;
 use ::axum::http::{HeaderMap, HeaderValue, StatusCode};
 use ::axum::response::Response;
 use bytes::{Bytes, BytesMut};
-use replay_ring::{BuildError, Producer, Reader, ReplayRing};
+use futures_util::FutureExt;
+use replay_ring::{BuildError, Producer, ReplayRing};
 use tokio::sync::Notify;
 use tokio::time::{sleep, Instant};
 
 use super::frames::{encode_cut, encode_terminal};
 use super::producer::SseProducer;
+use crate::backend::{Backend, BackendProducer, OpenError, Tail, TailError, Window};
 use crate::{
-    encode_event, encode_keep_alive, encode_priming, last_event_id, resume, ConnectionId,
+    encode_event, encode_keep_alive, encode_priming, last_event_id, ConnectionId, EventId,
     HttpResponse, Refused, ResumeDecision, Retention, RetentionConfig, SlowConsumerPolicy,
     StreamIdentity, StreamState, LAST_EVENT_ID_HEADER,
 };
@@ -48,9 +50,12 @@ pub const DEFAULT_RETRY: Duration = Duration::from_secs(1);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SseConfig {
     /// Events the window holds (rounded up to a power of two). Size it for
-    /// `event rate × resumption window`, or the producer waits for events to age out.
+    /// `event rate × resumption window`, or the producer waits for events to age out. Used by
+    /// [`SseStream::new`]; a backend passed to [`SseStream::with_backend`] has its own capacity.
     pub capacity: usize,
-    /// Simultaneous event-stream responses (ring readers); one more is refused with 503.
+    /// Simultaneous event-stream responses (ring readers); one more is refused with 503. Used by
+    /// [`SseStream::new`]; with [`SseStream::with_backend`] the backend's
+    /// [`max_readers`](Backend::max_readers) is the limit.
     pub max_connections: usize,
     /// When events leave the window, and how long the producer may wait for space.
     pub retention: RetentionConfig,
@@ -93,7 +98,7 @@ pub struct EndpointStats {
     pub refused_409: u64,
     /// Requests refused with 416 (cursor below the floor).
     pub refused_416: u64,
-    /// Requests refused with 503 (no reader slot).
+    /// Requests refused with 503 (no reader slot, or the backend could not be reached).
     pub refused_503: u64,
     /// Event frames written.
     pub frames_written: u64,
@@ -101,6 +106,8 @@ pub struct EndpointStats {
     pub keep_alives: u64,
     /// Responses ended with a `slow_consumer` error frame.
     pub slow_consumer_frames: u64,
+    /// Responses ended with a `backend_unavailable` error frame (the backend failed mid-stream).
+    pub backend_unavailable_frames: u64,
     /// Streams closed by the producer's backpressure bound.
     pub backpressure_timeouts: u64,
 }
@@ -116,6 +123,7 @@ pub(crate) struct Counters {
     frames_written: AtomicU64,
     keep_alives: AtomicU64,
     slow_consumer_frames: AtomicU64,
+    backend_unavailable_frames: AtomicU64,
     pub(crate) backpressure_timeouts: AtomicU64,
 }
 
@@ -138,6 +146,7 @@ impl Counters {
             frames_written: load(&self.frames_written),
             keep_alives: load(&self.keep_alives),
             slow_consumer_frames: load(&self.slow_consumer_frames),
+            backend_unavailable_frames: load(&self.backend_unavailable_frames),
             backpressure_timeouts: load(&self.backpressure_timeouts),
         }
     }
@@ -157,8 +166,8 @@ impl Counters {
 }
 
 #[derive(Debug)]
-pub(crate) struct Shared {
-    pub(crate) ring: ReplayRing<Bytes>,
+pub(crate) struct Shared<B> {
+    pub(crate) backend: B,
     pub(crate) identity: StreamIdentity,
     pub(crate) retention: Mutex<Retention>,
     pub(crate) config: SseConfig,
@@ -169,10 +178,41 @@ pub(crate) struct Shared {
     pub(crate) progress: Notify,
 }
 
-impl Shared {
+impl<B: Backend> Shared<B> {
     pub(crate) fn retention(&self) -> MutexGuard<'_, Retention> {
         // A panic while holding the lock leaves plain data behind; keep serving.
         self.retention.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The slow-consumer window (floor, head, capacity) for the retention state.
+    async fn policy_window(&self) -> Option<crate::slow_consumer::Window> {
+        let Window { floor, head } = self.backend.window().await.ok()?;
+        Some(crate::slow_consumer::Window {
+            floor,
+            head,
+            capacity: self.backend.capacity(),
+        })
+    }
+
+    /// Releases what the resumption window allows at `now` (after cutting slow consumers).
+    /// Returns whether the floor moved. The retention lock is not held across the backend call;
+    /// for the ring every await here is ready at once.
+    pub(crate) async fn release_due(&self, now: std::time::Instant) -> bool {
+        let Some(window) = self.policy_window().await else {
+            // The backend cannot answer now; the checkpoints stay and the next call retries.
+            return false;
+        };
+        let target = self.retention().release_target(window, now);
+        let Some(target) = target else {
+            return false;
+        };
+        match self.backend.release_through(target).await {
+            Ok(floor) if floor > window.floor => {
+                self.retention().note_window_release();
+                true
+            }
+            _ => false,
+        }
     }
 }
 
@@ -181,6 +221,18 @@ impl Shared {
 ///
 /// [`respond`](Self::respond) turns a GET's headers into the response; the [`SseProducer`] from
 /// [`new`](Self::new) publishes into it. See the [module docs](super) for a complete app.
+///
+/// # Backends
+///
+/// `B` is any [`Backend`] whose payload is [`Bytes`]: the in-process [`ReplayRing`] (the default,
+/// built by [`new`](Self::new)), or a network store such as the Redis Streams backend of
+/// `replay-ring-redis` (built by [`with_backend`](Self::with_backend) from its producer). The
+/// endpoint uses only the backend traits: resume through [`Backend::resume`], events through
+/// [`Tail::next_batch`], releases through [`Backend::release_through`]. A backend that cannot be
+/// reached is answered with 503 `backend_unavailable` before a stream starts, and ends a started
+/// stream with an explicit `stream-error` frame (`backend_unavailable`), never with a silent gap.
+/// For any backend other than the ring, answer with [`respond_async`](Self::respond_async) or the
+/// [`backend_events`] handler.
 ///
 /// ```
 /// use replay_ring_sse::axum::{SseConfig, SseStream};
@@ -191,9 +243,17 @@ impl Shared {
 /// assert_eq!(stream.identity(), me);
 /// assert_eq!(stream.ring().capacity(), 1024);
 /// ```
-#[derive(Debug, Clone)]
-pub struct SseStream {
-    pub(crate) shared: Arc<Shared>,
+#[derive(Debug)]
+pub struct SseStream<B = ReplayRing<Bytes>> {
+    pub(crate) shared: Arc<Shared<B>>,
+}
+
+impl<B> Clone for SseStream<B> {
+    fn clone(&self) -> Self {
+        SseStream {
+            shared: self.shared.clone(),
+        }
+    }
 }
 
 impl SseStream {
@@ -213,25 +273,11 @@ impl SseStream {
         identity: StreamIdentity,
         config: SseConfig,
     ) -> Result<(SseStream, SseProducer), BuildError> {
-        let (producer, ring): (Producer<Bytes>, _) = ReplayRing::builder()
+        let (producer, _ring): (Producer<Bytes>, _) = ReplayRing::builder()
             .capacity(config.capacity)
             .max_readers(config.max_connections)
             .build()?;
-        let retention = Retention::new(config.retention, config.max_connections)
-            .with_slow_consumer_policy(config.slow_consumer);
-        let stream = SseStream {
-            shared: Arc::new(Shared {
-                ring,
-                identity,
-                retention: Mutex::new(retention),
-                config,
-                counters: Counters::default(),
-                subscribed: Notify::new(),
-                progress: Notify::new(),
-            }),
-        };
-        let producer = SseProducer::new(producer, stream.clone());
-        Ok((stream, producer))
+        Ok(SseStream::with_backend(producer, identity, config))
     }
 
     /// The stream's window (floor, head, metrics).
@@ -244,7 +290,92 @@ impl SseStream {
     /// assert_eq!(stream.ring().head(), 0);
     /// ```
     pub fn ring(&self) -> &ReplayRing<Bytes> {
-        &self.shared.ring
+        &self.shared.backend
+    }
+
+    /// Answers one GET for the stream from its request headers; see
+    /// [`respond_async`](SseStream::respond_async) for the responses. The ring answers every
+    /// backend call at once, so this does not wait.
+    ///
+    /// ```
+    /// use axum::http::{HeaderMap, StatusCode};
+    /// use replay_ring_sse::axum::{SseConfig, SseStream};
+    /// use replay_ring_sse::{Epoch, StreamId, StreamIdentity};
+    ///
+    /// let me = StreamIdentity::new(StreamId::new("events").unwrap(), Epoch::new(0xa));
+    /// let (stream, _producer) = SseStream::new(me, SseConfig::default()).unwrap();
+    /// let mut headers = HeaderMap::new();
+    /// headers.insert("last-event-id", "events.a.5".parse().unwrap());
+    /// let response = stream.respond(&headers);
+    /// assert_eq!(response.status(), StatusCode::CONFLICT); // the stream has no event 5 yet
+    /// assert_eq!(response.headers()["replay-head"], "0");
+    /// ```
+    pub fn respond(&self, headers: &HeaderMap) -> Response {
+        // Every backend future of the ring is ready on its first poll, so this completes in one.
+        // Should that ever change, the client gets an explicit 503 and retries.
+        self.respond_async(headers)
+            .now_or_never()
+            .unwrap_or_else(|| self.refuse(&unavailable(None)))
+    }
+}
+
+impl<B: Backend<Payload = Bytes>> SseStream<B> {
+    /// A stream over `producer`'s backend (any [`Backend`] with [`Bytes`] payloads) and the
+    /// producer that publishes into it. The retention table is sized by the backend's
+    /// [`max_readers`](Backend::max_readers); [`SseConfig::capacity`] and
+    /// [`SseConfig::max_connections`] are the backend's business.
+    ///
+    /// ```
+    /// use bytes::Bytes;
+    /// use replay_ring::ReplayRing;
+    /// use replay_ring_sse::axum::{SseConfig, SseStream};
+    /// use replay_ring_sse::backend::Backend;
+    /// use replay_ring_sse::{Epoch, StreamId, StreamIdentity};
+    ///
+    /// let (producer, ring) = ReplayRing::<Bytes>::new(256, 8).unwrap();
+    /// let me = StreamIdentity::new(StreamId::new("events").unwrap(), Epoch::new(1));
+    /// let (stream, _producer) = SseStream::with_backend(producer, me, SseConfig::default());
+    /// assert_eq!(Backend::capacity(stream.backend()), 256);
+    /// # drop(ring);
+    /// ```
+    pub fn with_backend<P>(
+        producer: P,
+        identity: StreamIdentity,
+        config: SseConfig,
+    ) -> (SseStream<B>, SseProducer<B>)
+    where
+        P: BackendProducer<Backend = B>,
+        B: Backend<Producer = P>,
+    {
+        let backend = producer.backend();
+        let retention = Retention::new(config.retention, backend.max_readers())
+            .with_slow_consumer_policy(config.slow_consumer);
+        let stream = SseStream {
+            shared: Arc::new(Shared {
+                backend,
+                identity,
+                retention: Mutex::new(retention),
+                config,
+                counters: Counters::default(),
+                subscribed: Notify::new(),
+                progress: Notify::new(),
+            }),
+        };
+        let producer = SseProducer::new(producer, stream.clone());
+        (stream, producer)
+    }
+
+    /// The backend holding the stream's window.
+    ///
+    /// ```
+    /// # use replay_ring_sse::axum::{SseConfig, SseStream};
+    /// # use replay_ring_sse::{Epoch, StreamId, StreamIdentity};
+    /// # let me = StreamIdentity::new(StreamId::new("s").unwrap(), Epoch::new(1));
+    /// let (stream, _producer) = SseStream::new(me, SseConfig::default()).unwrap();
+    /// assert_eq!(stream.backend().head(), 0);
+    /// ```
+    pub fn backend(&self) -> &B {
+        &self.shared.backend
     }
 
     /// The stream's name and epoch.
@@ -305,68 +436,117 @@ impl SseStream {
     /// - `Last-Event-ID` absent: 200, live from the head; present and replayable: 200 with exactly
     ///   the events after it, then live (and everything up to it is acknowledged);
     /// - otherwise an explicit refusal with a JSON body: 400 (invalid, or the header repeated),
-    ///   404 (another stream or epoch), 409 (ahead of the head), 416 (released), 503 (no slot);
-    /// - every response carries `Replay-Floor`, `Replay-Head` and `Replay-Stream`.
+    ///   404 (another stream or epoch), 409 (ahead of the head), 416 (released), 503 (no slot, or
+    ///   the backend could not be reached);
+    /// - every response carries `Replay-Floor`, `Replay-Head` and `Replay-Stream` when the backend
+    ///   answered.
     ///
     /// A 200 starts with the priming event (`id:` = the client's cursor, `retry:`), writes whole
     /// batches as fast as the socket takes them, a keep-alive comment after
     /// [`SseConfig::keep_alive`] of silence, and ends with an explicit terminal frame (or a
-    /// `slow_consumer` error frame when the connection is cut).
+    /// `slow_consumer` or `backend_unavailable` error frame when the connection is cut).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a tail opened by a cancelled call is dropped, which frees its slot; an
+    /// acknowledgement release may or may not have happened (a resume acknowledges those ids
+    /// either way).
     ///
     /// ```
     /// use axum::http::{HeaderMap, StatusCode};
     /// use replay_ring_sse::axum::{SseConfig, SseStream};
     /// use replay_ring_sse::{Epoch, StreamId, StreamIdentity};
     ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
     /// let me = StreamIdentity::new(StreamId::new("events").unwrap(), Epoch::new(0xa));
     /// let (stream, _producer) = SseStream::new(me, SseConfig::default()).unwrap();
     /// let mut headers = HeaderMap::new();
     /// headers.insert("last-event-id", "events.a.5".parse().unwrap());
-    /// let response = stream.respond(&headers);
+    /// let response = stream.respond_async(&headers).await;
     /// assert_eq!(response.status(), StatusCode::CONFLICT); // the stream has no event 5 yet
-    /// assert_eq!(response.headers()["replay-head"], "0");
+    /// # });
     /// ```
-    pub fn respond(&self, headers: &HeaderMap) -> Response {
+    pub async fn respond_async(&self, headers: &HeaderMap) -> Response {
         let shared = &self.shared;
         let values = headers.get_all(LAST_EVENT_ID_HEADER).iter();
-        let last_event_id = match last_event_id(values.map(HeaderValue::as_bytes)) {
-            Ok(value) => value,
+        let cursor = match last_event_id(values.map(HeaderValue::as_bytes)) {
+            Ok(None) => None,
+            Ok(Some(value)) => match EventId::parse_bytes(value)
+                .map_err(ResumeDecision::InvalidCursor)
+                .and_then(|id| {
+                    shared
+                        .identity
+                        .check(&id)
+                        .map_err(ResumeDecision::StreamLost)
+                }) {
+                Ok(x) => Some(x),
+                Err(decision) => return self.refuse_with_state(decision).await,
+            },
             Err(err) => {
+                return self
+                    .refuse_with_state(ResumeDecision::InvalidCursor(err))
+                    .await
+            }
+        };
+        let tail = match shared.backend.resume(cursor).await {
+            Ok(tail) => tail,
+            Err(OpenError::Refused(err)) => {
+                return self.refuse_with_state(ResumeDecision::from(err)).await
+            }
+            Err(OpenError::TooManyReaders { limit }) => {
+                return self.refuse_with_state(ResumeDecision::Busy { limit }).await
+            }
+            Err(OpenError::Gone) => {
                 return self.refuse(&Refused {
-                    decision: ResumeDecision::InvalidCursor(err),
-                    state: Some(StreamState::of(shared.identity, &shared.ring)),
+                    decision: ResumeDecision::SessionLost,
+                    state: None,
                 })
             }
+            // `Unavailable`, and whatever later versions add: retry later, never a stream.
+            Err(_) => return self.refuse(&unavailable(None)),
         };
-        let resumed = match resume(&shared.ring, &shared.identity, last_event_id) {
-            Ok(resumed) => resumed,
-            Err(refused) => return self.refuse(&refused),
-        };
-        let start = resumed.reader.cursor() - 1;
-        let conn = {
-            let mut retention = shared.retention();
-            let conn = retention.connect(start);
-            if let (Some(_), Some(acked)) = (&conn, resumed.acknowledged) {
-                // A resume acknowledges everything up to its cursor.
-                let _ = retention.acknowledge(&shared.ring, acked);
-            }
-            conn
-        };
+        let start = tail.cursor() - 1;
+        let conn = shared.retention().connect(start);
         let Some(conn) = conn else {
-            // The table has max_connections entries, like the ring's reader table, so this only
+            // The table has max_readers entries, like the backend's reader table, so this only
             // happens while a cut connection still holds its entry: refuse explicitly.
-            return self.refuse(&Refused {
-                decision: ResumeDecision::Busy {
-                    limit: shared.config.max_connections,
-                },
-                state: Some(resumed.state),
-            });
+            return self
+                .refuse_with_state(ResumeDecision::Busy {
+                    limit: shared.backend.max_readers(),
+                })
+                .await;
+        };
+        if let Some(acked) = cursor {
+            // A resume acknowledges everything up to its cursor (capped at the slowest other live
+            // connection). A failed release is retried by later releases, which reach as far.
+            let through = shared.retention().ack_target(acked);
+            let before = shared.backend.window().await.map(|w| w.floor);
+            if let (Ok(before), Ok(floor)) = (before, shared.backend.release_through(through).await)
+            {
+                if floor > before {
+                    shared.retention().note_ack_release();
+                }
+            }
+        }
+        // Snapshot after the acknowledgement, so the advertised floor is the one now in force.
+        let state = match shared.backend.window().await {
+            Ok(w) => StreamState {
+                identity: shared.identity,
+                floor: w.floor,
+                head: w.head,
+            },
+            Err(_) => {
+                // Drop the connection entry before answering: this response holds nothing.
+                shared
+                    .retention()
+                    .disconnect(conn, Instant::now().into_std());
+                return self.refuse(&unavailable(None));
+            }
         };
         add(&shared.counters.streams_opened, 1);
         // Stores a permit if the producer is not waiting yet: first_subscriber() then returns at once.
         shared.subscribed.notify_one();
-        // Snapshot after the acknowledgement, so the advertised floor is the one now in force.
-        let plan = HttpResponse::stream(&StreamState::of(shared.identity, &shared.ring));
+        let plan = HttpResponse::stream(&state);
         let mut first = BytesMut::with_capacity(128);
         encode_priming(
             &mut first,
@@ -375,7 +555,8 @@ impl SseStream {
         );
         let writer = Writer {
             shared: shared.clone(),
-            reader: resumed.reader,
+            tail,
+            batch: Vec::new(),
             conn: Some(conn),
             buf: BytesMut::with_capacity(16 * 1024),
             handed: None,
@@ -387,6 +568,21 @@ impl SseStream {
             Some((Ok::<Bytes, Infallible>(chunk), w))
         });
         to_axum(&plan, Body::from_stream(body))
+    }
+
+    /// A refusal carrying the stream's window, or 503 when the backend cannot say what it is.
+    async fn refuse_with_state(&self, decision: ResumeDecision) -> Response {
+        match self.shared.backend.window().await {
+            Ok(w) => self.refuse(&Refused {
+                decision,
+                state: Some(StreamState {
+                    identity: self.shared.identity,
+                    floor: w.floor,
+                    head: w.head,
+                }),
+            }),
+            Err(_) => self.refuse(&unavailable(None)),
+        }
     }
 
     fn refuse(&self, refused: &Refused) -> Response {
@@ -416,6 +612,43 @@ pub async fn events(State(stream): State<SseStream>, headers: HeaderMap) -> Resp
     stream.respond(&headers)
 }
 
+/// The 503 for a backend that could not be reached.
+fn unavailable(state: Option<StreamState>) -> Refused {
+    Refused {
+        decision: ResumeDecision::Unavailable,
+        state,
+    }
+}
+
+/// The same handler as [`events`] for a stream over any backend: name the backend type,
+/// `.route("/events", get(backend_events::<MyBackend>))`. Same as
+/// [`SseStream::respond_async`].
+///
+/// # Cancel safety
+///
+/// As [`SseStream::respond_async`].
+///
+/// ```
+/// use axum::{routing::get, Router};
+/// use bytes::Bytes;
+/// use replay_ring::ReplayRing;
+/// use replay_ring_sse::axum::{backend_events, SseConfig, SseStream};
+/// use replay_ring_sse::{Epoch, StreamId, StreamIdentity};
+///
+/// let (producer, _ring) = ReplayRing::<Bytes>::new(64, 4).unwrap();
+/// let me = StreamIdentity::new(StreamId::new("events").unwrap(), Epoch::generate());
+/// let (stream, _producer) = SseStream::with_backend(producer, me, SseConfig::default());
+/// let app: Router = Router::new()
+///     .route("/events", get(backend_events::<ReplayRing<Bytes>>))
+///     .with_state(stream);
+/// ```
+pub async fn backend_events<B: Backend<Payload = Bytes>>(
+    State(stream): State<SseStream<B>>,
+    headers: HeaderMap,
+) -> Response {
+    stream.respond_async(&headers).await
+}
+
 fn to_axum(plan: &HttpResponse, body: Body) -> Response {
     let mut response = Response::new(body);
     *response.status_mut() =
@@ -429,11 +662,13 @@ fn to_axum(plan: &HttpResponse, body: Body) -> Response {
     response
 }
 
-/// One event-stream response body: reads whole batches from the ring as the HTTP stack asks for
-/// chunks, so it drains at socket speed and holds no pin while the socket is slow.
-struct Writer {
-    shared: Arc<Shared>,
-    reader: Reader<Bytes>,
+/// One event-stream response body: reads whole batches from the backend as the HTTP stack asks
+/// for chunks, so it drains at socket speed and holds no pin while the socket is slow.
+struct Writer<B: Backend> {
+    shared: Arc<Shared<B>>,
+    tail: B::Tail,
+    /// Reused batch: once it has grown to the largest batch, reading does not allocate.
+    batch: Vec<(u64, Bytes)>,
     conn: Option<ConnectionId>,
     /// Reused encode buffer: each chunk is split off it, so steady state does not allocate.
     buf: BytesMut,
@@ -444,23 +679,22 @@ struct Writer {
     finished: bool,
 }
 
-impl Writer {
+impl<B: Backend<Payload = Bytes>> Writer<B> {
     async fn next_chunk(&mut self) -> Option<Bytes> {
         if self.finished {
             return None;
         }
         let shared = self.shared.clone();
-        let cut = {
-            let conn = self.conn.as_ref()?;
-            let now = Instant::now().into_std();
-            let mut retention = shared.retention();
-            if let Some(through) = self.handed.take() {
-                retention.on_written(conn, through, now);
-            }
-            // Under the same lock: a release wakes a producer waiting for room at once.
-            retention.release_expired(&shared.ring, now);
-            retention.cut_verdict(conn)
-        };
+        let conn = self.conn.as_ref()?;
+        if let Some(through) = self.handed.take() {
+            shared
+                .retention()
+                .on_written(conn, through, Instant::now().into_std());
+        }
+        // Releases what expired and applies the slow-consumer policy; a release wakes a producer
+        // waiting for room.
+        shared.release_due(Instant::now().into_std()).await;
+        let cut = shared.retention().cut_verdict(conn);
         // A permit is stored if the publisher is not waiting yet, so the wake-up is never lost
         // (at worst it costs one extra look at the retention state).
         shared.progress.notify_one();
@@ -492,21 +726,25 @@ impl Writer {
         let identity = self.shared.identity;
         let keep_alive = self.shared.config.keep_alive;
         tokio::select! {
-            read = self.reader.read() => match read {
-                Ok(batch) => {
+            // Cancel safe (the `Tail` contract): losing to the keep-alive timer takes no event.
+            read = self.tail.next_batch(&mut self.batch) => match read {
+                Ok(_) => {
                     let mut last = 0;
-                    for (id, payload) in batch.iter() {
+                    let n = self.batch.len() as u64;
+                    // `drain` keeps the batch's capacity for the next read.
+                    for (id, payload) in self.batch.drain(..) {
                         // Cannot fail: no event name is given and the id is a validated EventId.
-                        let _ = encode_event(&mut self.buf, identity.event_id(id), None, payload);
+                        let _ = encode_event(&mut self.buf, identity.event_id(id), None, &payload);
                         last = id;
                     }
-                    let n = batch.len() as u64;
-                    drop(batch);
                     add(&self.shared.counters.frames_written, n);
                     self.handed = Some(last);
                 }
                 Err(err) => {
                     self.finished = true;
+                    if matches!(err, TailError::Unavailable(_)) {
+                        add(&self.shared.counters.backend_unavailable_frames, 1);
+                    }
                     encode_terminal(&mut self.buf, &err);
                 }
             },
@@ -520,7 +758,7 @@ impl Writer {
     }
 }
 
-impl Drop for Writer {
+impl<B: Backend> Drop for Writer<B> {
     fn drop(&mut self) {
         if let Some(conn) = self.conn.take() {
             self.shared

@@ -2,18 +2,19 @@
 //! stays on the last real event and its reconnect resumes from there.
 
 use bytes::BytesMut;
-use replay_ring::{CloseReason, ReadError};
+use replay_ring::CloseReason;
 use serde_json::json;
 
+use crate::backend::TailError;
 use crate::{Frame, Verdict};
 
-/// The stream's last frame after the ring ended it: `event: end` after `Completed`,
+/// The stream's last frame after the backend ended it: `event: end` after `Completed`,
 /// `event: stream-error` otherwise (`stream-error`, not `error`: a browser would deliver an `error`
 /// event to the same listener as connection failures).
-pub(crate) fn encode_terminal(buf: &mut BytesMut, err: &ReadError) {
+pub(crate) fn encode_terminal(buf: &mut BytesMut, err: &TailError) {
     let (name, data) = match err {
-        ReadError::Closed(CloseReason::Completed) => ("end", json!({ "reason": "completed" })),
-        ReadError::Closed(CloseReason::BackpressureTimeout { waited }) => (
+        TailError::Closed(CloseReason::Completed) => ("end", json!({ "reason": "completed" })),
+        TailError::Closed(CloseReason::BackpressureTimeout { waited }) => (
             "stream-error",
             json!({
                 "error": "backpressure_timeout",
@@ -21,14 +22,14 @@ pub(crate) fn encode_terminal(buf: &mut BytesMut, err: &ReadError) {
                 "message": "producer backpressured past the bound; stream closed, nothing dropped",
             }),
         ),
-        ReadError::Closed(CloseReason::ProducerDropped) => (
+        TailError::Closed(CloseReason::ProducerDropped) => (
             "stream-error",
             json!({
                 "error": "producer_dropped",
                 "message": "stream ended without completing",
             }),
         ),
-        ReadError::Gap { next, floor, head } => (
+        TailError::Gap { next, floor, head } => (
             "stream-error",
             json!({
                 "error": "replay_gap",
@@ -38,7 +39,14 @@ pub(crate) fn encode_terminal(buf: &mut BytesMut, err: &ReadError) {
                 "message": "events were released before this connection wrote them",
             }),
         ),
-        // Application errors, and whatever later core versions add.
+        TailError::Unavailable(error) => (
+            "stream-error",
+            json!({
+                "error": "backend_unavailable",
+                "message": error.to_string(),
+            }),
+        ),
+        // Application errors, and whatever later versions add.
         _ => (
             "stream-error",
             json!({

@@ -16,6 +16,35 @@
 //! - With feature `metrics`, [`SseStream::record_metrics`] publishes the counters through the
 //!   `metrics` facade, for any exporter.
 //!
+//! # Backends
+//!
+//! The endpoint works on any [`Backend`](crate::backend::Backend) whose payload is
+//! [`Bytes`](bytes::Bytes), through the backend traits only: the in-process
+//! [`ReplayRing`](replay_ring::ReplayRing) is the default (`SseStream` is
+//! `SseStream<ReplayRing<Bytes>>`, built by [`SseStream::new`]); a network store such as the Redis
+//! Streams backend of `replay-ring-redis` plugs in through [`SseStream::with_backend`] and the
+//! [`backend_events`] handler. A backend that cannot be reached is answered with 503
+//! `backend_unavailable` before a stream starts and ends a started stream with an explicit
+//! `stream-error` frame (`backend_unavailable`); the client resumes with its `Last-Event-ID`.
+//!
+//! ```
+//! use axum::{routing::get, Router};
+//! use bytes::Bytes;
+//! use replay_ring_sse::axum::{backend_events, SseConfig, SseStream};
+//! use replay_ring_sse::backend::{Backend, BackendProducer};
+//! use replay_ring_sse::{Epoch, StreamId, StreamIdentity};
+//!
+//! /// The same app over any backend, given its producer.
+//! fn app<B: Backend<Payload = Bytes>>(producer: B::Producer) -> Router {
+//!     let me = StreamIdentity::new(StreamId::new("events").unwrap(), Epoch::generate());
+//!     let (stream, _publisher) = SseStream::with_backend(producer, me, SseConfig::default());
+//!     Router::new().route("/events", get(backend_events::<B>)).with_state(stream)
+//! }
+//!
+//! let (producer, _ring) = replay_ring::ReplayRing::<Bytes>::new(1024, 64).unwrap();
+//! let _app = app::<replay_ring::ReplayRing<Bytes>>(producer);
+//! ```
+//!
 //! A resumable endpoint in an existing axum app (`run` serves it on a bound listener; the same
 //! code is driven over real HTTP by the crate's tests):
 #![doc = concat!("```\n", include_str!("snippet.rs"), "```")]
@@ -28,7 +57,7 @@ mod producer;
 mod serve;
 
 pub use endpoint::{
-    events, EndpointStats, SseConfig, SseStream, DEFAULT_KEEP_ALIVE, DEFAULT_RETRY,
+    backend_events, events, EndpointStats, SseConfig, SseStream, DEFAULT_KEEP_ALIVE, DEFAULT_RETRY,
 };
 pub use producer::SseProducer;
 pub use serve::{serve, ServeConfig};

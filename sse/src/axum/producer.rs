@@ -2,31 +2,36 @@
 //! stream's ring, with the stream's retention state (and so its slow-consumer policy) as the
 //! policy it consults while the window is full.
 
+use std::fmt;
 use std::future::Future;
 use std::time::Instant;
 
 use bytes::Bytes;
-use replay_ring::{CloseReason, Producer, ReplayRing};
+use replay_ring::{CloseReason, ReplayRing};
 
 use super::endpoint::{add, SseStream};
-use crate::backend::ReleaseError;
+use crate::backend::{Backend, ReleaseError};
 use crate::{PublishError, Publisher, RetentionPolicy};
 
 /// The stream's retention state as the [`Publisher`]'s policy.
-#[derive(Debug)]
-pub(crate) struct StreamRetention(SseStream);
+pub(crate) struct StreamRetention<B>(SseStream<B>);
 
-impl RetentionPolicy<ReplayRing<Bytes>> for StreamRetention {
+impl<B: fmt::Debug> fmt::Debug for StreamRetention<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("StreamRetention").field(&self.0).finish()
+    }
+}
+
+impl<B: Backend<Payload = Bytes>> RetentionPolicy<B> for StreamRetention<B> {
     fn release_due(
         &mut self,
-        ring: &ReplayRing<Bytes>,
+        _backend: &B,
         now: Instant,
     ) -> impl Future<Output = Result<bool, ReleaseError>> + Send {
-        // Also cuts slow consumers whose deadline passed (`Retention::release_expired`).
-        let released = self
-            .0
-            .with_retention(|r| r.release_expired(ring, now).is_some());
-        std::future::ready(Ok(released))
+        // Also cuts slow consumers whose deadline passed (`Retention::release_target`). The
+        // stream's backend is the publisher's.
+        let shared = self.0.shared.clone();
+        async move { Ok(shared.release_due(now).await) }
     }
 
     fn next_due(&self) -> Option<Instant> {
@@ -58,14 +63,21 @@ impl RetentionPolicy<ReplayRing<Bytes>> for StreamRetention {
 /// assert_eq!(stream.ring().head(), 2);
 /// # });
 /// ```
-#[derive(Debug)]
-pub struct SseProducer {
-    publisher: Publisher<Producer<Bytes>, StreamRetention>,
-    stream: SseStream,
+pub struct SseProducer<B: Backend = ReplayRing<Bytes>> {
+    publisher: Publisher<B::Producer, StreamRetention<B>>,
+    stream: SseStream<B>,
 }
 
-impl SseProducer {
-    pub(crate) fn new(producer: Producer<Bytes>, stream: SseStream) -> Self {
+impl<B: Backend + fmt::Debug> fmt::Debug for SseProducer<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SseProducer")
+            .field("stream", &self.stream)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<B: Backend<Payload = Bytes>> SseProducer<B> {
+    pub(crate) fn new(producer: B::Producer, stream: SseStream<B>) -> Self {
         let bound = stream.config().retention.backpressure_timeout;
         let publisher = Publisher::with_policy(producer, StreamRetention(stream.clone()), bound);
         SseProducer { publisher, stream }
@@ -80,7 +92,7 @@ impl SseProducer {
     /// let (stream, producer) = SseStream::new(me, SseConfig::default()).unwrap();
     /// assert_eq!(producer.stream().identity(), stream.identity());
     /// ```
-    pub fn stream(&self) -> &SseStream {
+    pub fn stream(&self) -> &SseStream<B> {
         &self.stream
     }
 

@@ -1,0 +1,286 @@
+//! The axum endpoint over a second backend, over real HTTP: a backend type defined here that
+//! reaches its window only through the backend traits (it wraps a ring and calls nothing but
+//! `Backend`, `BackendProducer` and `Tail` methods on it), so the endpoint provably depends on
+//! the contract and not on the ring. The backend can be switched "down" to answer every call with
+//! `Unavailable`, as a network store does when it cannot be reached.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::routing::get;
+use axum::Router;
+use bytes::Bytes;
+use common::{get as http_get, Stream};
+use replay_ring::{CloseReason, Producer, Reader, ReplayRing};
+use replay_ring_sse::axum::{
+    backend_events, serve, ServeConfig, SseConfig, SseProducer, SseStream,
+};
+use replay_ring_sse::backend::{
+    AppendError, Backend, BackendProducer, Counters, OpenError, ReleaseError, Tail, TailError,
+    Unavailable, Window,
+};
+use replay_ring_sse::{Epoch, StreamId, StreamIdentity};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+/// A backend that is not the ring as far as the endpoint can tell.
+#[derive(Clone, Debug)]
+struct ViaTraits {
+    ring: ReplayRing<Bytes>,
+    down: Arc<watch::Sender<bool>>,
+}
+
+struct ViaProducer {
+    inner: Producer<Bytes>,
+    down: Arc<watch::Sender<bool>>,
+}
+
+struct ViaTail {
+    inner: Reader<Bytes>,
+    down: Arc<watch::Sender<bool>>,
+}
+
+fn unreachable_store() -> Unavailable {
+    Unavailable::new("store unreachable (test switch)")
+}
+
+impl ViaTraits {
+    fn is_down(&self) -> bool {
+        *self.down.borrow()
+    }
+}
+
+impl Backend for ViaTraits {
+    type Payload = Bytes;
+    type Producer = ViaProducer;
+    type Tail = ViaTail;
+
+    fn capacity(&self) -> usize {
+        Backend::capacity(&self.ring)
+    }
+
+    fn max_readers(&self) -> usize {
+        Backend::max_readers(&self.ring)
+    }
+
+    async fn window(&self) -> Result<Window, Unavailable> {
+        if self.is_down() {
+            return Err(unreachable_store());
+        }
+        Backend::window(&self.ring).await
+    }
+
+    async fn release_through(&self, id: u64) -> Result<u64, ReleaseError> {
+        if self.is_down() {
+            return Err(ReleaseError::Unavailable(unreachable_store()));
+        }
+        Backend::release_through(&self.ring, id).await
+    }
+
+    async fn resume(&self, last_event_id: Option<u64>) -> Result<ViaTail, OpenError> {
+        if self.is_down() {
+            return Err(OpenError::Unavailable(unreachable_store()));
+        }
+        let inner = Backend::resume(&self.ring, last_event_id).await?;
+        Ok(ViaTail {
+            inner,
+            down: self.down.clone(),
+        })
+    }
+
+    async fn close_reason(&self) -> Result<Option<CloseReason>, Unavailable> {
+        Backend::close_reason(&self.ring).await
+    }
+
+    async fn counters(&self) -> Result<Counters, Unavailable> {
+        Backend::counters(&self.ring).await
+    }
+}
+
+impl BackendProducer for ViaProducer {
+    type Backend = ViaTraits;
+
+    fn backend(&self) -> ViaTraits {
+        ViaTraits {
+            ring: BackendProducer::backend(&self.inner),
+            down: self.down.clone(),
+        }
+    }
+
+    async fn try_append_with<F>(&mut self, make: F) -> Result<u64, AppendError<F>>
+    where
+        F: FnOnce(u64) -> Bytes + Send,
+    {
+        BackendProducer::try_append_with(&mut self.inner, make).await
+    }
+
+    async fn ready(&mut self) -> Result<(), Unavailable> {
+        BackendProducer::ready(&mut self.inner).await
+    }
+
+    async fn close(self, reason: CloseReason) -> Result<(), Unavailable> {
+        BackendProducer::close(self.inner, reason).await
+    }
+}
+
+impl Tail for ViaTail {
+    type Payload = Bytes;
+
+    fn cursor(&self) -> u64 {
+        Tail::cursor(&self.inner)
+    }
+
+    async fn next_batch(&mut self, out: &mut Vec<(u64, Bytes)>) -> Result<usize, TailError> {
+        let mut down = self.down.subscribe();
+        tokio::select! {
+            // Checked first: once the switch is down, no read reaches the store.
+            biased;
+            _ = down.wait_for(|down| *down) => Err(TailError::Unavailable(unreachable_store())),
+            read = Tail::next_batch(&mut self.inner, out) => read,
+        }
+    }
+}
+
+async fn start() -> (
+    SocketAddr,
+    SseStream<ViaTraits>,
+    SseProducer<ViaTraits>,
+    Arc<watch::Sender<bool>>,
+) {
+    let (inner, _ring) = ReplayRing::<Bytes>::new(8, 4).unwrap();
+    let down = Arc::new(watch::Sender::new(false));
+    let producer = ViaProducer {
+        inner,
+        down: down.clone(),
+    };
+    let me = StreamIdentity::new(StreamId::new("events").unwrap(), Epoch::new(0xabc));
+    let (stream, producer) = SseStream::with_backend(producer, me, SseConfig::default());
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = Router::new().route(
+        "/events",
+        get(backend_events::<ViaTraits>).with_state(stream.clone()),
+    );
+    tokio::spawn(serve(listener, app, ServeConfig::default()));
+    (addr, stream, producer, down)
+}
+
+/// The event frames' sequence numbers (a terminal frame is read with `read_until`: the HTTP/1.1
+/// connection stays open after the response ends).
+fn event_seqs(reply: &common::Reply) -> Vec<u64> {
+    reply
+        .frames()
+        .iter()
+        .filter_map(|f| f.event_seq())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resume_on_a_second_backend_is_exact_and_refusals_are_typed() {
+    let (addr, stream, mut producer, _down) = start().await;
+    for n in 1..=5 {
+        assert_eq!(producer.send(format!("{{\"n\":{n}}}")).await.unwrap(), n);
+    }
+
+    // Resume after 3: exactly 4 and 5, and ids <= 3 are acknowledged (released).
+    let mut resumed =
+        Stream::open(addr, "/events", &[("Last-Event-ID", "events.abc.3")], None).await;
+    let reply = resumed.read_until(|r| event_seqs(r).len() >= 2).await;
+    assert_eq!(reply.status, 200);
+    assert_eq!(
+        reply.header("replay-floor"),
+        Some("4"),
+        "the resume acknowledged 1..=3"
+    );
+    assert_eq!(reply.header("replay-head"), Some("5"));
+    let frames = reply.frames();
+    assert_eq!(frames[0].seq(), Some(3), "priming repeats the cursor");
+    assert_eq!(event_seqs(&reply), [4, 5]);
+    assert_eq!(frames[1].data.as_deref(), Some(r#"{"n":4}"#));
+    drop(resumed);
+
+    // Below the floor: 416 with the lost range; ahead of the head: 409.
+    let gap = http_get(addr, "/events", &[("Last-Event-ID", "events.abc.1")]).await;
+    assert_eq!(gap.status, 416);
+    assert!(
+        gap.text().starts_with(r#"{"error":"replay_gap""#),
+        "{}",
+        gap.text()
+    );
+    assert!(gap.text().contains(r#""floor":4"#), "{}", gap.text());
+    let ahead = http_get(addr, "/events", &[("Last-Event-ID", "events.abc.9")]).await;
+    assert_eq!(ahead.status, 409);
+    assert!(ahead.text().contains(r#""error":"cursor_ahead_of_head""#));
+
+    // At the head: a no-op that continues live, then the explicit end.
+    let mut live = Stream::open(addr, "/events", &[("Last-Event-ID", "events.abc.5")], None).await;
+    let reply = live.read_until(|r| !r.frames().is_empty()).await;
+    assert_eq!(reply.status, 200);
+    producer.send("six").await.unwrap();
+    producer.close(CloseReason::Completed).await.unwrap();
+    let reply = live
+        .read_until(|r| r.frames().iter().any(|f| f.event.is_some()))
+        .await;
+    assert_eq!(event_seqs(&reply), [6]);
+    assert_eq!(reply.frames().last().unwrap().event.as_deref(), Some("end"));
+
+    let stats = stream.stats();
+    assert_eq!(
+        (stats.streams_opened, stats.refused_416, stats.refused_409),
+        (2, 1, 1)
+    );
+    assert_eq!(stats.frames_written, 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_backend_is_a_503_before_the_stream_and_an_explicit_frame_after() {
+    let (addr, stream, mut producer, down) = start().await;
+    let mut open = Stream::open(addr, "/events", &[], None).await;
+    // The priming event first: the live stream then starts before event 1.
+    open.read_until(|r| !r.frames().is_empty()).await;
+    producer.send("one").await.unwrap();
+    let reply = open.read_until(|r| event_seqs(r) == [1]).await;
+    assert_eq!(reply.status, 200);
+
+    // The store goes away mid-stream: the response ends with an explicit error frame (no id, so
+    // the client's cursor stays on 1), never silently.
+    down.send_replace(true);
+    let reply = open
+        .read_until(|r| r.frames().iter().any(|f| f.event.is_some()))
+        .await;
+    assert_eq!(event_seqs(&reply), [1]);
+    let last = reply.frames().last().unwrap().clone();
+    assert_eq!(last.event.as_deref(), Some("stream-error"));
+    assert!(last.id.is_none());
+    assert!(
+        last.data
+            .as_deref()
+            .unwrap()
+            .contains(r#""error":"backend_unavailable""#),
+        "{last:?}"
+    );
+    assert_eq!(stream.stats().backend_unavailable_frames, 1);
+
+    // A new request while it is away: 503 with a JSON reason and Retry-After, no stream.
+    let refused = http_get(addr, "/events", &[("Last-Event-ID", "events.abc.1")]).await;
+    assert_eq!(refused.status, 503);
+    assert_eq!(refused.header("retry-after"), Some("1"));
+    assert!(
+        refused
+            .text()
+            .starts_with(r#"{"error":"backend_unavailable""#),
+        "{}",
+        refused.text()
+    );
+
+    // Back: the client resumes from its cursor and gets exactly what followed.
+    down.send_replace(false);
+    producer.send("two").await.unwrap();
+    let mut again = Stream::open(addr, "/events", &[("Last-Event-ID", "events.abc.1")], None).await;
+    let reply = again.read_until(|r| !event_seqs(r).is_empty()).await;
+    assert_eq!(reply.status, 200);
+    assert_eq!(event_seqs(&reply), [2]);
+    assert_eq!(stream.stats().refused_503, 1);
+}
