@@ -211,3 +211,50 @@ fn reset_on_close(socket: &tokio::net::TcpStream) {
     #[allow(deprecated)]
     socket.set_linger(Some(Duration::ZERO)).unwrap();
 }
+
+/// Several clients follow one stream. One resumes with a recent cursor; another, disconnected, still
+/// holds an older one. By default the first resume releases nothing, so the second client resumes
+/// with exactly the events it missed. With `acknowledge_on_resume` (one client per stream), the same
+/// sequence releases the older events and the second client gets an explicit 416, never a skip.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_clients_resume_does_not_release_what_another_client_may_resume_from() {
+    for acknowledge_on_resume in [false, true] {
+        let (addr, stream, mut producer) = start(SseConfig {
+            acknowledge_on_resume,
+            ..SseConfig::default()
+        })
+        .await;
+        for n in 1..=10u64 {
+            assert_eq!(producer.send(format!("{{\"n\":{n}}}")).await.unwrap(), n);
+        }
+        // Client B resumes from 8 (it had 1..=8) and hangs up.
+        let mut b = Stream::open(addr, "/events", &[("Last-Event-ID", "events.abc.8")], None).await;
+        let reply = b
+            .read_until(|r| r.frames().iter().filter_map(|f| f.event_seq()).count() >= 2)
+            .await;
+        assert_eq!(reply.status, 200);
+        drop(b);
+        // Client A, disconnected after id 2, comes back.
+        let mut a = Stream::open(addr, "/events", &[("Last-Event-ID", "events.abc.2")], None).await;
+        if acknowledge_on_resume {
+            let reply = a.read_until(|_| true).await;
+            assert_eq!(
+                reply.status, 416,
+                "released by B's acknowledgement: explicit gap"
+            );
+            assert_eq!(stream.ring().floor(), 9);
+        } else {
+            let reply = a
+                .read_until(|r| r.frames().iter().filter_map(|f| f.event_seq()).count() >= 8)
+                .await;
+            assert_eq!(reply.status, 200);
+            let seqs: Vec<u64> = reply
+                .frames()
+                .iter()
+                .filter_map(|f| f.event_seq())
+                .collect();
+            assert_eq!(seqs, (3..=10).collect::<Vec<_>>());
+            assert_eq!(stream.ring().floor(), 1, "nothing released by a resume");
+        }
+    }
+}

@@ -156,7 +156,11 @@ async fn start() -> (
         down: down.clone(),
     };
     let me = StreamIdentity::new(StreamId::new("events").unwrap(), Epoch::new(0xabc));
-    let (stream, producer) = SseStream::with_backend(producer, me, SseConfig::default());
+    let config = SseConfig {
+        acknowledge_on_resume: true,
+        ..SseConfig::default()
+    };
+    let (stream, producer) = SseStream::with_backend(producer, me, config);
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let app = Router::new().route(

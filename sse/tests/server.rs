@@ -49,6 +49,7 @@ fn config() -> app::Args {
         eager: true,
         resumption_window_ms: 60_000,
         backpressure_timeout_ms: 60_000,
+        acknowledge_on_resume: true,
         ..app::Args::parse_from(["sse_server"])
     }
 }

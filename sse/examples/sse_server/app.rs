@@ -66,6 +66,10 @@ pub struct Args {
     /// Start producing at startup, not at the first /events request
     #[arg(long)]
     pub eager: bool,
+    /// Treat a resume as its client's acknowledgement and release up to its cursor at once (only
+    /// right when every stream has a single client)
+    #[arg(long)]
+    pub acknowledge_on_resume: bool,
 }
 
 impl Args {
@@ -86,6 +90,7 @@ impl Args {
             },
             keep_alive: ms(self.keep_alive_ms),
             retry: Some(ms(self.retry_ms)),
+            acknowledge_on_resume: self.acknowledge_on_resume,
         }
     }
 }

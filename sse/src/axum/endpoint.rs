@@ -65,6 +65,13 @@ pub struct SseConfig {
     pub keep_alive: Duration,
     /// Reconnection delay announced in the priming event (`None`: leave the client's default).
     pub retry: Option<Duration>,
+    /// Whether a resume with `Last-Event-ID = x` releases `..= x` at once (capped at the slowest
+    /// live connection). Off by default: on a stream that several clients follow, one client's
+    /// cursor says nothing about another, disconnected client that may still resume from an older
+    /// id within the resumption window, so only the window (and the slowest live connection)
+    /// releases. Turn it on only when each stream has exactly one client (one stream per request
+    /// or per user), where a resume really is that client's acknowledgement.
+    pub acknowledge_on_resume: bool,
 }
 
 impl Default for SseConfig {
@@ -76,6 +83,7 @@ impl Default for SseConfig {
             slow_consumer: SlowConsumerPolicy::default(),
             keep_alive: DEFAULT_KEEP_ALIVE,
             retry: Some(DEFAULT_RETRY),
+            acknowledge_on_resume: false,
         }
     }
 }
@@ -434,7 +442,8 @@ impl<B: Backend<Payload = Bytes>> SseStream<B> {
     /// Answers one GET for the stream from its request headers:
     ///
     /// - `Last-Event-ID` absent: 200, live from the head; present and replayable: 200 with exactly
-    ///   the events after it, then live (and everything up to it is acknowledged);
+    ///   the events after it, then live (with [`SseConfig::acknowledge_on_resume`], everything up
+    ///   to it is acknowledged);
     /// - otherwise an explicit refusal with a JSON body: 400 (invalid, or the header repeated),
     ///   404 (another stream or epoch), 409 (ahead of the head), 416 (released), 503 (no slot, or
     ///   the backend could not be reached);
@@ -516,7 +525,7 @@ impl<B: Backend<Payload = Bytes>> SseStream<B> {
                 })
                 .await;
         };
-        if let Some(acked) = cursor {
+        if let Some(acked) = cursor.filter(|_| shared.config.acknowledge_on_resume) {
             // A resume acknowledges everything up to its cursor (capped at the slowest other live
             // connection). A failed release is retried by later releases, which reach as far.
             let through = shared.retention().ack_target(acked);
