@@ -3,9 +3,7 @@
 //! push burns no id). Every result and error must match.
 
 use proptest::prelude::*;
-use replay_ring::{
-    BuildError, CloseReason, Producer, PushError, ReadError, ReleaseError, ReplayRing, ResumeError,
-};
+use replay_ring::{BuildError, CloseReason, Producer, ReadError, ReplayRing};
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -31,165 +29,10 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-/// One reader of the model.
-/// A refused resume, comparable between the model and the ring.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Refused {
-    Cursor(ResumeError),
-    TableFull { limit: usize },
-}
-
-impl From<ResumeError> for Refused {
-    fn from(error: ResumeError) -> Self {
-        match error {
-            ResumeError::TooManyReaders(full) => Refused::TableFull { limit: full.limit },
-            other => Refused::Cursor(other),
-        }
-    }
-}
-
-#[derive(Debug)]
-struct ModelReader {
-    cursor: u64,
-    /// A replaying resume pins its first id until the first read.
-    pinned: bool,
-    done: bool,
-}
-
-/// The event log as specified, sequential and obviously correct.
-#[derive(Debug)]
-struct Model {
-    capacity: u64,
-    max_readers: usize,
-    first_id: u64,
-    values: Vec<u32>,
-    floor: u64,
-    closed: bool,
-    readers: Vec<ModelReader>,
-    full: u64,
-    resumes: [u64; 4],
-}
-
-impl Model {
-    fn head(&self) -> u64 {
-        self.first_id - 1 + self.values.len() as u64
-    }
-
-    fn value(&self, id: u64) -> u32 {
-        self.values[(id - self.first_id) as usize]
-    }
-
-    fn push(&mut self, value: u32) -> Result<u64, PushError<u32>> {
-        let id = self.head() + 1;
-        if id == u64::MAX {
-            return Err(PushError::IdsExhausted(value));
-        }
-        // The slot of `id` held `id - capacity`: reusable once released and not pinned.
-        let pins = self.readers.iter().filter(|r| r.pinned).map(|r| r.cursor);
-        let limit = pins.fold(self.floor, u64::min);
-        if id >= limit.saturating_add(self.capacity) {
-            self.full += 1;
-            return Err(PushError::Full(value));
-        }
-        self.values.push(value);
-        Ok(id)
-    }
-
-    fn release(&mut self, id: u64) -> Result<u64, ReleaseError> {
-        let head = self.head();
-        if id > head {
-            return Err(ReleaseError::AheadOfHead {
-                requested: id,
-                head,
-            });
-        }
-        self.floor = self.floor.max(id + 1);
-        Ok(self.floor)
-    }
-
-    /// The cursor is judged first; only a valid cursor can then find the reader table full.
-    fn resume(&mut self, last: Option<u64>) -> Result<(), Refused> {
-        let head = self.head();
-        let (cursor, pinned, counter) = match last {
-            None => (head + 1, false, None),
-            Some(x) if x > head => {
-                self.resumes[3] += 1;
-                return Err(Refused::Cursor(ResumeError::AheadOfHead {
-                    requested: x,
-                    head,
-                }));
-            }
-            Some(x) if x == head => (head + 1, false, Some(1)),
-            Some(x) if x + 1 < self.floor => {
-                self.resumes[2] += 1;
-                return Err(Refused::Cursor(ResumeError::BelowFloor {
-                    requested: x,
-                    floor: self.floor,
-                    head,
-                }));
-            }
-            Some(x) => (x + 1, true, Some(0)),
-        };
-        if self.readers.len() == self.max_readers {
-            return Err(Refused::TableFull {
-                limit: self.max_readers,
-            });
-        }
-        if let Some(counter) = counter {
-            self.resumes[counter] += 1;
-        }
-        self.readers.push(ModelReader {
-            cursor,
-            pinned,
-            done: false,
-        });
-        Ok(())
-    }
-
-    /// `Ok(None)`: nothing available; `Ok(Some(events))`: what the read yields.
-    #[allow(clippy::type_complexity)]
-    fn read(
-        &mut self,
-        r: usize,
-        mark: Option<usize>,
-    ) -> Result<Option<Vec<(u64, u32)>>, ReadError> {
-        let head = self.head();
-        let (floor, closed) = (self.floor, self.closed);
-        let reader = &mut self.readers[r];
-        let terminal = |cursor: u64| {
-            if closed && cursor > head {
-                ReadError::Closed(CloseReason::Completed)
-            } else {
-                ReadError::Gap {
-                    next: cursor,
-                    floor,
-                    head,
-                }
-            }
-        };
-        if reader.done {
-            return Err(terminal(reader.cursor));
-        }
-        if reader.cursor > head {
-            if closed {
-                reader.done = true;
-                return Err(terminal(reader.cursor));
-            }
-            return Ok(None);
-        }
-        if !reader.pinned && reader.cursor < floor {
-            reader.done = true;
-            return Err(terminal(reader.cursor));
-        }
-        reader.pinned = false;
-        let first = reader.cursor;
-        let read = mark.map_or(head - first + 1, |n| (n as u64).min(head - first + 1));
-        reader.cursor = first + read;
-        Ok(Some(
-            (first..=head).map(|id| (id, self.value(id))).collect(),
-        ))
-    }
-}
+// The sequential reference model, shared with the fuzz target `fuzz_targets/ring_ops.rs`.
+#[path = "support/ring_model.rs"]
+mod ring_model;
+use ring_model::{Model, Refused};
 
 fn ring_read(
     reader: &mut replay_ring::Reader<u32>,
@@ -217,17 +60,7 @@ fn run(
         .build();
     let (producer, ring) = built.expect("valid configuration");
     let mut producer = Some(producer);
-    let mut model = Model {
-        capacity: ring.capacity() as u64,
-        max_readers,
-        first_id,
-        values: Vec::new(),
-        floor: first_id,
-        closed: false,
-        readers: Vec::new(),
-        full: 0,
-        resumes: [0; 4],
-    };
+    let mut model = Model::new(ring.capacity() as u64, max_readers, first_id);
     let mut readers = Vec::new();
 
     for op in ops {

@@ -2,4 +2,6 @@
 //! sequential reference model of the ring ([`ring_model`]).
 
 pub mod event_stream;
+// The model also drives the property test `tests/model.rs`; one file serves both.
+#[path = "../../tests/support/ring_model.rs"]
 pub mod ring_model;

@@ -1,5 +1,5 @@
-//! The sequential reference model of the ring, the same model as the property test in
-//! `tests/model.rs` (keep the two in step): a plain event log with a floor, reader cursors and
+//! The sequential reference model of the ring, shared by the property test `tests/model.rs` and
+//! the fuzz target `fuzz/fuzz_targets/ring_ops.rs`: a plain event log with a floor, reader cursors and
 //! the pin a replaying resume holds until its first read. Every ring operation has a model twin
 //! that returns the result the ring must return.
 
