@@ -80,6 +80,7 @@ impl fmt::Display for CloseReason {
 /// assert_eq!(producer.next_id(), 2); // the refusal burned no id
 /// ```
 #[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum PushError<T> {
     /// Every slot holds an unreleased event or one a reader is borrowing. Release, read, or wait.
     Full(T),
@@ -145,6 +146,7 @@ impl<T> std::error::Error for PushError<T> {}
 /// );
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ResumeError {
     /// Events `requested + 1 ..= floor - 1` were released: replaying would skip them.
     BelowFloor {
@@ -162,11 +164,15 @@ pub enum ResumeError {
         /// The newest id.
         head: u64,
     },
-    /// Every reader slot is taken (`max_readers` at construction).
-    TooManyReaders {
-        /// The configured limit.
-        limit: usize,
-    },
+    /// Every reader-table entry is taken: the cursor was valid, but there is no room for another
+    /// reader right now (see [`TooManyReaders`]).
+    TooManyReaders(TooManyReaders),
+}
+
+impl From<TooManyReaders> for ResumeError {
+    fn from(error: TooManyReaders) -> Self {
+        ResumeError::TooManyReaders(error)
+    }
 }
 
 impl fmt::Display for ResumeError {
@@ -180,8 +186,8 @@ impl fmt::Display for ResumeError {
                 write!(
                     f,
                     "cannot resume after id {requested}: events {}..={} were released",
-                    requested + 1,
-                    floor - 1
+                    requested.saturating_add(1),
+                    floor.saturating_sub(1)
                 )?;
                 if floor > head {
                     write!(f, " (nothing retained; newest id {head})")
@@ -193,14 +199,60 @@ impl fmt::Display for ResumeError {
                 f,
                 "cannot resume after id {requested}: the stream's newest id is {head} (state mismatch)"
             ),
-            ResumeError::TooManyReaders { limit } => {
-                write!(f, "cannot register a reader: all {limit} reader slots are in use")
-            }
+            ResumeError::TooManyReaders(error) => error.fmt(f),
         }
     }
 }
 
-impl std::error::Error for ResumeError {}
+impl std::error::Error for ResumeError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ResumeError::TooManyReaders(error) => Some(error),
+            _ => None,
+        }
+    }
+}
+
+/// Every entry of the ring's reader table is in use (`max_readers` at construction), so no further
+/// [`Reader`](crate::Reader) can be registered until one is dropped.
+///
+/// Returned by [`ReplayRing::reader`](crate::ReplayRing::reader), and wrapped in
+/// [`ResumeError::TooManyReaders`] by [`ReplayRing::resume`](crate::ReplayRing::resume) once the
+/// cursor itself has been found valid.
+///
+/// ```
+/// use replay_ring::{ReplayRing, ResumeError};
+///
+/// let (_producer, ring) = ReplayRing::<u8>::new(4, 1).unwrap();
+/// let _only = ring.reader().unwrap();
+/// let full = ring.reader().unwrap_err();
+/// assert_eq!(full.limit, 1);
+/// assert_eq!(ring.resume(Some(0)).unwrap_err(), ResumeError::TooManyReaders(full));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TooManyReaders {
+    /// The configured limit (`max_readers`).
+    pub limit: usize,
+}
+
+impl TooManyReaders {
+    pub(crate) fn new(limit: usize) -> Self {
+        TooManyReaders { limit }
+    }
+}
+
+impl fmt::Display for TooManyReaders {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "cannot register a reader: all {} reader slots are in use",
+            self.limit
+        )
+    }
+}
+
+impl std::error::Error for TooManyReaders {}
 
 /// A live read that cannot continue.
 ///
@@ -211,9 +263,10 @@ impl std::error::Error for ResumeError {}
 /// let mut reader = ring.reader().unwrap();
 /// producer.try_push(1).unwrap();
 /// ring.release_through(1).unwrap(); // released before this reader read it
-/// assert_eq!(reader.try_next(), Err(ReadError::Gap { next: 1, floor: 2, head: 1 }));
+/// assert_eq!(reader.try_recv(), Err(ReadError::Gap { next: 1, floor: 2, head: 1 }));
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ReadError {
     /// The reader's next event was released before it was read. The reader never skips: resume
     /// again (the client gets an explicit gap) or re-initialise.
@@ -255,6 +308,7 @@ impl std::error::Error for ReadError {}
 /// );
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ReleaseError {
     /// `requested` is newer than the newest id.
     AheadOfHead {

@@ -13,13 +13,27 @@
 //!   [`ReplayRing::release_through`]. When the window is full the producer is backpressured
 //!   ([`PushError::Full`], or [`Producer::push`] waits) — nothing a resume may ask for is dropped.
 //! - **Typed resume.** [`ReplayRing::resume`] with `Last-Event-ID = x` yields exactly
-//!   `x + 1 ..= head`, or [`ResumeError::BelowFloor`] / [`ResumeError::AheadOfHead`].
+//!   `x + 1 ..= head`, or [`ResumeError::BelowFloor`] / [`ResumeError::AheadOfHead`]. The decision
+//!   itself is the pure function [`classify_resume`], for layers that answer a `Last-Event-ID`
+//!   before (or without) touching a ring.
 //! - **Wait-free, zero-copy replay.** A resume and each read take a bounded number of steps (no lock,
 //!   no CAS loop) and lend the events as at most two slices ([`Batch::as_slices`]); the producer
 //!   cannot overwrite them while they are lent.
 //! - **Bounded waiting.** Waiting producers and readers park in a waker table allocated at
 //!   construction; push and read allocate nothing.
 //! - **Checked.** The protocol is model-checked with loom (`loom-tests/`, `docs/verification.md`).
+//!
+//! # Reading and waiting
+//!
+//! Every waiting operation comes as `try_*` (never waits), an `async fn` (waits for a wake-up) and
+//! `*_timeout` (blocks the thread up to a deadline), as in `crossbeam-channel`:
+//!
+//! | | never waits | async | blocking |
+//! |---|---|---|---|
+//! | push | [`Producer::try_push`] | [`Producer::push`] | [`Producer::push_timeout`] |
+//! | wait for space | — | [`Producer::ready`] | [`Producer::ready_timeout`] |
+//! | lend every available event (zero-copy) | [`Reader::try_read`] | [`Reader::read`] | [`Reader::read_timeout`] |
+//! | clone one event out | [`Reader::try_recv`] | [`Reader::recv`] | [`Reader::recv_timeout`] |
 //!
 //! # Example
 //!
@@ -30,7 +44,7 @@
 //! for n in 1..=4 {
 //!     producer.try_push_with(|id| format!("progress {n} (id {id})")).unwrap();
 //! }
-//! // Full: the producer is told, nothing is evicted.
+//! // Full: the producer is told, and every retained event stays.
 //! assert!(producer.try_push("five".into()).unwrap_err().is_full());
 //!
 //! // A client that saw id 2 reconnects and gets exactly 3 and 4.
@@ -54,19 +68,26 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 #![warn(rust_2018_idioms, unreachable_pub)]
 
+mod builder;
 mod error;
 mod metrics;
 mod producer;
 mod reader;
+mod resume;
 mod ring;
+mod shared;
 mod sync;
 mod wait;
 
-pub use error::{BuildError, CloseReason, PushError, ReadError, ReleaseError, ResumeError};
+pub use builder::{Builder, WakeupFences, MAX_CAPACITY, MAX_READERS};
+pub use error::{
+    BuildError, CloseReason, PushError, ReadError, ReleaseError, ResumeError, TooManyReaders,
+};
 pub use metrics::Metrics;
 pub use producer::Producer;
 pub use reader::{Batch, Event, Reader};
-pub use ring::{Builder, ReplayRing, WakeupFences, MAX_CAPACITY, MAX_READERS};
+pub use resume::{classify_resume, Resumption};
+pub use ring::ReplayRing;
 
 /// The README's example is compiled and run as a doctest.
 #[doc = include_str!("../README.md")]

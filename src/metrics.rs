@@ -1,27 +1,10 @@
 //! Counter snapshot. Nothing here adds a contended atomic to push or read: enqueued and released
 //! counts are derived from `head` and `floor`, producer counters are written only by the producer,
-//! and resume counters live in each reader's own table entry.
+//! successful resumes are counted in each reader's own table entry, and only refused resumes (a cold
+//! path) share a counter.
 
-use crate::ring::Shared;
-use crate::sync::{AtomicU64, Ordering::Acquire, Ordering::Relaxed};
-
-/// Resume outcomes of one reader-table entry, written only by its current owner.
-#[derive(Debug, Default)]
-pub(crate) struct ReaderCounters {
-    pub(crate) resumes_ok: AtomicU64,
-    pub(crate) resumes_noop: AtomicU64,
-    pub(crate) resumes_from_evicted_id: AtomicU64,
-    pub(crate) resumes_ahead_of_head: AtomicU64,
-}
-
-impl ReaderCounters {
-    /// Single-writer increment: a load and a store, no RMW.
-    pub(crate) fn count(&self, counter: &AtomicU64) {
-        // Relaxed: statistics only; the entry's owner is the only writer, and snapshots tolerate a
-        // value that is one behind.
-        counter.store(counter.load(Relaxed) + 1, Relaxed);
-    }
-}
+use crate::shared::Shared;
+use crate::sync::{Ordering::Acquire, Ordering::Relaxed};
 
 /// A point-in-time snapshot of a stream's counters, from [`ReplayRing::metrics`](crate::ReplayRing::metrics).
 ///
@@ -42,15 +25,12 @@ pub struct Metrics {
     pub events_enqueued: u64,
     /// Events that left the window through `release_through`.
     pub events_released: u64,
-    /// Events dropped before they were acknowledged. Always 0: the ring has no such code path, and
-    /// exposing it lets operators alert on the seeds' alarm counter uniformly across backends.
-    pub events_evicted_before_ack: u64,
     /// Resumes that replayed a suffix.
     pub resumes_ok: u64,
     /// Resumes from exactly the head (nothing to replay).
     pub resumes_noop: u64,
     /// Resumes refused because the cursor was below the floor (`ResumeError::BelowFloor`).
-    pub resumes_from_evicted_id: u64,
+    pub resumes_below_floor: u64,
     /// Resumes refused because the cursor was ahead of the head (`ResumeError::AheadOfHead`).
     pub resumes_ahead_of_head: u64,
     /// Pushes refused with `PushError::Full`.
@@ -80,6 +60,9 @@ impl Metrics {
             // Relaxed: statistics written by the producer alone.
             producer_full: shared.producer_full.load(Relaxed),
             producer_waits: shared.producer_waits.load(Relaxed),
+            // Relaxed: statistics; see `ReplayRing::count_refusal`.
+            resumes_below_floor: shared.resumes_below_floor.load(Relaxed),
+            resumes_ahead_of_head: shared.resumes_ahead_of_head.load(Relaxed),
             ..Metrics::default()
         };
         let origin = shared.first_id - 1;
@@ -90,8 +73,6 @@ impl Metrics {
             let c = &slot.counters;
             m.resumes_ok += c.resumes_ok.load(Relaxed);
             m.resumes_noop += c.resumes_noop.load(Relaxed);
-            m.resumes_from_evicted_id += c.resumes_from_evicted_id.load(Relaxed);
-            m.resumes_ahead_of_head += c.resumes_ahead_of_head.load(Relaxed);
             m.readers_active += usize::from(slot.claimed.load(Relaxed));
         }
         m

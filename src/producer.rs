@@ -8,7 +8,8 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use crate::error::{CloseReason, PushError};
-use crate::ring::{ReplayRing, Shared, LAST_ID, UNPINNED};
+use crate::ring::ReplayRing;
+use crate::shared::{Shared, LAST_ID, UNPINNED};
 use crate::sync::{
     heavy_fence, lock, ord, seq_cst_fence, Arc,
     Ordering::{Acquire, Relaxed, Release},
@@ -18,7 +19,12 @@ use crate::sync::{
 ///
 /// Every accepted event gets the next id (1, 2, 3, …); a refused push consumes none. When the window
 /// is full the producer is told ([`try_push`](Self::try_push) → [`PushError::Full`]) or waits
-/// ([`push`](Self::push), [`push_blocking`](Self::push_blocking)); it never drops a retained event.
+/// ([`push`](Self::push), [`push_timeout`](Self::push_timeout)); it never drops a retained event.
+///
+/// The waiting operations come in one family, as in `crossbeam-channel`: `try_*` never waits, the
+/// `async fn` waits for a wake-up, and `*_timeout` blocks the thread up to a deadline
+/// ([`try_push`](Self::try_push) / [`push`](Self::push) / [`push_timeout`](Self::push_timeout), and
+/// [`ready`](Self::ready) / [`ready_timeout`](Self::ready_timeout)).
 ///
 /// Dropping the producer closes the stream with [`CloseReason::ProducerDropped`].
 ///
@@ -31,8 +37,8 @@ use crate::sync::{
 /// assert_eq!(id, 1);
 /// producer.close(CloseReason::Completed);
 ///
-/// assert_eq!(reader.try_next().unwrap().unwrap().data, "id: 1\ndata: hello\n\n");
-/// assert_eq!(reader.try_next(), Err(ReadError::Closed(CloseReason::Completed)));
+/// assert_eq!(reader.try_recv().unwrap().unwrap().data, "id: 1\ndata: hello\n\n");
+/// assert_eq!(reader.try_recv(), Err(ReadError::Closed(CloseReason::Completed)));
 /// ```
 pub struct Producer<T> {
     shared: Arc<Shared<T>>,
@@ -110,7 +116,13 @@ impl<T> Producer<T> {
         }
     }
 
-    /// Appends `value` if there is room, returning its id.
+    /// Appends `value` if there is room, returning its id. Never waits.
+    ///
+    /// # Errors
+    ///
+    /// [`PushError::Full`] when every slot holds an unreleased event or one a reader is borrowing;
+    /// [`PushError::IdsExhausted`] after id `u64::MAX - 1`. Either way `value` comes back and no id
+    /// is consumed.
     ///
     /// ```
     /// let (mut producer, _ring) = replay_ring::ReplayRing::<u8>::new(2, 1).unwrap();
@@ -130,11 +142,15 @@ impl<T> Producer<T> {
     /// before the event exists (eager assignment), so it can write `id:` into its own SSE frame. If the
     /// push is refused, `make` is handed back uncalled and no id is consumed.
     ///
+    /// # Errors
+    ///
+    /// As [`try_push`](Self::try_push), with `make` (uncalled) in place of the value.
+    ///
     /// ```
     /// let (mut producer, ring) = replay_ring::ReplayRing::<String>::new(4, 1).unwrap();
     /// let id = producer.try_push_with(|id| format!("event {id}")).unwrap();
     /// let mut reader = ring.resume(Some(0)).unwrap();
-    /// assert_eq!(reader.try_next().unwrap().unwrap().data, format!("event {id}"));
+    /// assert_eq!(reader.try_recv().unwrap().unwrap().data, format!("event {id}"));
     /// ```
     #[inline]
     pub fn try_push_with<F: FnOnce(u64) -> T>(&mut self, make: F) -> Result<u64, PushError<F>> {
@@ -252,7 +268,17 @@ impl<T> Producer<T> {
     }
 
     /// Waits until a push would be accepted: until enough events are released and no reader is
-    /// still borrowing the slot to reuse.
+    /// still borrowing the slot to reuse. Also returns once ids are exhausted (the next push then
+    /// reports [`PushError::IdsExhausted`]).
+    ///
+    /// Only this producer fills the window, so after `ready()` returns, the next
+    /// [`try_push`](Self::try_push) succeeds unless ids are exhausted.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future before it completes loses nothing, and a later call waits
+    /// afresh. This is the building block for a push that must survive cancellation (for example
+    /// inside `tokio::select!`): `producer.ready().await; producer.try_push(value)`.
     ///
     /// ```
     /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
@@ -268,7 +294,18 @@ impl<T> Producer<T> {
         self.stop_waiting();
     }
 
-    /// Appends `value`, waiting for space if the window is full. Only fails when ids are exhausted.
+    /// Appends `value`, waiting for space if the window is full.
+    ///
+    /// # Errors
+    ///
+    /// Only [`PushError::IdsExhausted`] (with `value`): a full window is waited out, never reported.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe for the value: `value` moves into the future, so dropping the future while
+    /// it waits for space drops `value` with it. No id is consumed in that case and the stream is
+    /// unaffected. To keep the value across cancellation, await [`ready`](Self::ready) (cancel
+    /// safe) and then call [`try_push`](Self::try_push).
     ///
     /// ```
     /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
@@ -286,12 +323,21 @@ impl<T> Producer<T> {
 
     /// Like [`push`](Self::push), with the id passed to `make` before the value is built.
     ///
+    /// # Errors
+    ///
+    /// Only [`PushError::IdsExhausted`], with `make` uncalled.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`push`](Self::push): dropping the future while it waits drops `make` uncalled and
+    /// consumes no id.
+    ///
     /// ```
     /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
     /// let (mut producer, ring) = replay_ring::ReplayRing::<String>::new(4, 1).unwrap();
     /// let id = producer.push_with(|id| format!("id: {id}")).await.unwrap();
     /// let mut reader = ring.resume(Some(0)).unwrap();
-    /// assert_eq!(reader.next().await.unwrap().data, format!("id: {id}"));
+    /// assert_eq!(reader.recv().await.unwrap().data, format!("id: {id}"));
     /// # });
     /// ```
     pub async fn push_with<F: FnOnce(u64) -> T>(&mut self, make: F) -> Result<u64, PushError<F>> {
@@ -309,8 +355,8 @@ impl<T> Producer<T> {
     /// let mut reader = ring.reader().unwrap();
     /// producer.try_push(1).unwrap();
     /// producer.close(CloseReason::error("tool failed"));
-    /// assert_eq!(reader.try_next().unwrap().unwrap().id, 1); // drained first
-    /// assert_eq!(reader.try_next(), Err(ReadError::Closed(CloseReason::error("tool failed"))));
+    /// assert_eq!(reader.try_recv().unwrap().unwrap().id, 1); // drained first
+    /// assert_eq!(reader.try_recv(), Err(ReadError::Closed(CloseReason::error("tool failed"))));
     /// ```
     pub fn close(mut self, reason: CloseReason) {
         self.close_inner(reason);
@@ -335,18 +381,23 @@ impl<T> Producer<T> {
     /// Appends `value`, blocking the thread up to `timeout` for space. On timeout the value comes
     /// back in [`PushError::Full`] and no id is consumed. For servers without an async runtime.
     ///
+    /// # Errors
+    ///
+    /// [`PushError::Full`] (with `value`) when no space appeared within `timeout`;
+    /// [`PushError::IdsExhausted`] after id `u64::MAX - 1`.
+    ///
     /// ```
     /// use std::time::Duration;
     ///
     /// let (mut producer, ring) = replay_ring::ReplayRing::<u8>::new(1, 1).unwrap();
     /// producer.try_push(1).unwrap();
-    /// let err = producer.push_blocking(2, Duration::from_millis(1)).unwrap_err();
+    /// let err = producer.push_timeout(2, Duration::from_millis(1)).unwrap_err();
     /// assert!(err.is_full());
     /// ring.release_through(1).unwrap();
-    /// assert_eq!(producer.push_blocking(2, Duration::from_secs(1)), Ok(2));
+    /// assert_eq!(producer.push_timeout(2, Duration::from_secs(1)), Ok(2));
     /// ```
-    pub fn push_blocking(&mut self, value: T, timeout: Duration) -> Result<u64, PushError<T>> {
-        if self.wait_ready_timeout(timeout) {
+    pub fn push_timeout(&mut self, value: T, timeout: Duration) -> Result<u64, PushError<T>> {
+        if self.ready_timeout(timeout) {
             self.try_push(value)
         } else {
             self.full += 1;
@@ -356,19 +407,21 @@ impl<T> Producer<T> {
         }
     }
 
-    /// Blocks up to `timeout` until a push would be accepted. Returns whether it would.
+    /// Blocks up to `timeout` until a push would be accepted. Returns whether it would (`true` also
+    /// once ids are exhausted, which the push then reports).
     ///
     /// ```
     /// use std::time::Duration;
     ///
     /// let (mut producer, ring) = replay_ring::ReplayRing::<u8>::new(1, 1).unwrap();
-    /// assert!(producer.wait_ready_timeout(Duration::ZERO));
+    /// assert!(producer.ready_timeout(Duration::ZERO));
     /// producer.try_push(1).unwrap();
-    /// assert!(!producer.wait_ready_timeout(Duration::from_millis(1)));
+    /// assert!(!producer.ready_timeout(Duration::from_millis(1)));
     /// ring.release_through(1).unwrap();
-    /// assert!(producer.wait_ready_timeout(Duration::ZERO));
+    /// assert!(producer.ready_timeout(Duration::ZERO));
     /// ```
-    pub fn wait_ready_timeout(&mut self, timeout: Duration) -> bool {
+    #[must_use = "the window may still be full when this returns false"]
+    pub fn ready_timeout(&mut self, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
         let mut waker = std::mem::take(&mut self.thread_waker);
         let ready = crate::wait::block_on_deadline(&mut waker, deadline, |cx| self.poll_ready(cx));

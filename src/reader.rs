@@ -9,7 +9,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use crate::error::ReadError;
-use crate::ring::{free_reader_slot, ReaderSlot, Shared, UNPINNED};
+use crate::shared::{ReaderSlot, Shared, UNPINNED};
 use crate::sync::{
     heavy_fence, lock, ord, seq_cst_fence, Arc,
     Ordering::{Acquire, Relaxed, Release},
@@ -48,12 +48,12 @@ fn unpin<T>(shared: &Shared<T>, slot: &ReaderSlot) {
     shared.wake_producer();
 }
 
-/// One event, cloned out of the ring (see [`Reader::try_next`]).
+/// One event, cloned out of the ring (see [`Reader::try_recv`]).
 ///
 /// ```
 /// let (mut producer, ring) = replay_ring::ReplayRing::<u8>::new(4, 1).unwrap();
 /// producer.try_push(5).unwrap();
-/// let event = ring.resume(Some(0)).unwrap().try_next().unwrap().unwrap();
+/// let event = ring.resume(Some(0)).unwrap().try_recv().unwrap().unwrap();
 /// assert_eq!((event.id, event.data), (1, 5));
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,6 +73,14 @@ pub struct Event<T> {
 /// A reader never skips: if its next event was released before it read it, every read returns
 /// [`ReadError::Gap`]. After the producer closes the stream and the reader has read everything
 /// retained, reads return [`ReadError::Closed`].
+///
+/// Reads come in two shapes, each in the `crossbeam-channel` family of `try_*` (never waits), an
+/// `async fn` (waits for a wake-up) and `*_timeout` (blocks the thread up to a deadline):
+///
+/// - zero-copy batches: [`try_read`](Self::try_read), [`read`](Self::read),
+///   [`read_timeout`](Self::read_timeout) lend every available event as a [`Batch`];
+/// - one event at a time, cloned out: [`try_recv`](Self::try_recv), [`recv`](Self::recv),
+///   [`recv_timeout`](Self::recv_timeout), and the `futures_core::Stream` impl (feature `stream`).
 ///
 /// ```
 /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
@@ -216,7 +224,13 @@ impl<T> Reader<T> {
     }
 
     /// Lends every event available now, from the cursor to the head, without copying; `Ok(None)` when
-    /// the reader has caught up. Dropping the batch marks its events read.
+    /// the reader has caught up. Dropping the batch marks its events read (see [`Batch`]).
+    ///
+    /// # Errors
+    ///
+    /// [`ReadError::Gap`] when the reader's next event was released before it was read (the
+    /// reader never skips it); [`ReadError::Closed`] once the stream has ended and everything
+    /// retained was read. Both end the reader: every later read reports them again.
     ///
     /// ```
     /// let (mut producer, ring) = replay_ring::ReplayRing::<u8>::new(4, 1).unwrap();
@@ -292,6 +306,17 @@ impl<T> Reader<T> {
 
     /// Waits until at least one event is available and lends all available ones.
     ///
+    /// # Errors
+    ///
+    /// [`ReadError::Gap`] when the reader's next event was released before it was read (the
+    /// reader never skips it); [`ReadError::Closed`] once the stream has ended and everything
+    /// retained was read. Both end the reader: every later read reports them again.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: nothing is consumed until the batch is returned, so dropping the future loses
+    /// no event; the next read starts at the same cursor.
+    ///
     /// ```
     /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
     /// let (mut producer, ring) = replay_ring::ReplayRing::<u8>::new(4, 1).unwrap();
@@ -309,16 +334,22 @@ impl<T> Reader<T> {
     /// Clones the next event out, if any. One pin per event: for throughput prefer
     /// [`try_read`](Self::try_read), which lends a whole batch.
     ///
+    /// # Errors
+    ///
+    /// [`ReadError::Gap`] when the reader's next event was released before it was read (the
+    /// reader never skips it); [`ReadError::Closed`] once the stream has ended and everything
+    /// retained was read. Both end the reader: every later read reports them again.
+    ///
     /// ```
     /// use replay_ring::Event;
     ///
     /// let (mut producer, ring) = replay_ring::ReplayRing::<&str>::new(4, 1).unwrap();
     /// let mut reader = ring.reader().unwrap();
-    /// assert_eq!(reader.try_next(), Ok(None));
+    /// assert_eq!(reader.try_recv(), Ok(None));
     /// producer.try_push("a").unwrap();
-    /// assert_eq!(reader.try_next(), Ok(Some(Event { id: 1, data: "a" })));
+    /// assert_eq!(reader.try_recv(), Ok(Some(Event { id: 1, data: "a" })));
     /// ```
-    pub fn try_next(&mut self) -> Result<Option<Event<T>>, ReadError>
+    pub fn try_recv(&mut self) -> Result<Option<Event<T>>, ReadError>
     where
         T: Clone,
     {
@@ -327,17 +358,28 @@ impl<T> Reader<T> {
 
     /// Waits for the next event and clones it out.
     ///
+    /// # Errors
+    ///
+    /// [`ReadError::Gap`] when the reader's next event was released before it was read (the
+    /// reader never skips it); [`ReadError::Closed`] once the stream has ended and everything
+    /// retained was read. Both end the reader: every later read reports them again.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: the event is cloned and the cursor advanced only when the future completes, so
+    /// dropping it loses no event.
+    ///
     /// ```
     /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
     /// let (mut producer, ring) = replay_ring::ReplayRing::<u32>::new(4, 1).unwrap();
     /// let mut reader = ring.reader().unwrap();
     /// producer.try_push(7).unwrap();
     /// producer.try_push(8).unwrap();
-    /// assert_eq!(reader.next().await.unwrap().data, 7);
-    /// assert_eq!(reader.next().await.unwrap().data, 8); // one event at a time
+    /// assert_eq!(reader.recv().await.unwrap().data, 7);
+    /// assert_eq!(reader.recv().await.unwrap().data, 8); // one event at a time
     /// # });
     /// ```
-    pub async fn next(&mut self) -> Result<Event<T>, ReadError>
+    pub async fn recv(&mut self) -> Result<Event<T>, ReadError>
     where
         T: Clone,
     {
@@ -347,19 +389,26 @@ impl<T> Reader<T> {
 
 #[cfg(not(replay_ring_loom))]
 impl<T> Reader<T> {
-    /// Blocks the thread up to `timeout` for at least one event; `Ok(None)` on timeout.
+    /// Blocks the thread up to `timeout` for at least one event and lends all available ones;
+    /// `Ok(None)` on timeout.
+    ///
+    /// # Errors
+    ///
+    /// [`ReadError::Gap`] when the reader's next event was released before it was read (the
+    /// reader never skips it); [`ReadError::Closed`] once the stream has ended and everything
+    /// retained was read. Both end the reader: every later read reports them again.
     ///
     /// ```
     /// use std::time::Duration;
     ///
     /// let (mut producer, ring) = replay_ring::ReplayRing::<u8>::new(4, 1).unwrap();
     /// let mut reader = ring.reader().unwrap();
-    /// assert!(reader.read_blocking(Duration::from_millis(1)).unwrap().is_none());
+    /// assert!(reader.read_timeout(Duration::from_millis(1)).unwrap().is_none());
     /// std::thread::spawn(move || producer.try_push(5).unwrap());
-    /// let batch = reader.read_blocking(Duration::from_secs(10)).unwrap().unwrap();
+    /// let batch = reader.read_timeout(Duration::from_secs(10)).unwrap().unwrap();
     /// assert_eq!(batch.as_slices().0, &[5]);
     /// ```
-    pub fn read_blocking(&mut self, timeout: Duration) -> Result<Option<Batch<'_, T>>, ReadError> {
+    pub fn read_timeout(&mut self, timeout: Duration) -> Result<Option<Batch<'_, T>>, ReadError> {
         let deadline = Instant::now() + timeout;
         let mut waker = std::mem::take(&mut self.thread_waker);
         let ready = crate::wait::block_on_deadline(&mut waker, deadline, |cx| self.poll_ready(cx));
@@ -373,6 +422,35 @@ impl<T> Reader<T> {
             Some(Ok(())) => self.borrow_available().map(Some),
         }
     }
+
+    /// Blocks the thread up to `timeout` for the next event and clones it out; `Ok(None)` on
+    /// timeout. One pin per event: for throughput prefer [`read_timeout`](Self::read_timeout).
+    ///
+    /// # Errors
+    ///
+    /// [`ReadError::Gap`] when the reader's next event was released before it was read (the
+    /// reader never skips it); [`ReadError::Closed`] once the stream has ended and everything
+    /// retained was read. Both end the reader: every later read reports them again.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let (mut producer, ring) = replay_ring::ReplayRing::<u8>::new(4, 1).unwrap();
+    /// let mut reader = ring.reader().unwrap();
+    /// assert_eq!(reader.recv_timeout(Duration::from_millis(1)), Ok(None));
+    /// std::thread::spawn(move || {
+    ///     producer.try_push(5).unwrap();
+    ///     producer.try_push(6).unwrap();
+    /// });
+    /// assert_eq!(reader.recv_timeout(Duration::from_secs(10)).unwrap().unwrap().data, 5);
+    /// assert_eq!(reader.recv_timeout(Duration::from_secs(10)).unwrap().unwrap().data, 6);
+    /// ```
+    pub fn recv_timeout(&mut self, timeout: Duration) -> Result<Option<Event<T>>, ReadError>
+    where
+        T: Clone,
+    {
+        Ok(self.read_timeout(timeout)?.map(Batch::take_first))
+    }
 }
 
 impl<T> Drop for Reader<T> {
@@ -381,7 +459,7 @@ impl<T> Drop for Reader<T> {
         if self.pinned {
             unpin(&self.shared, self.slot());
         }
-        free_reader_slot(&self.shared, self.index);
+        self.shared.free_reader_slot(self.index);
     }
 }
 
@@ -409,9 +487,25 @@ impl<T: Clone> futures_core::Stream for Reader<T> {
 /// Events lent by a [`Reader`]: ids `first_id()..=last_id()`, in order, as at most two slices.
 ///
 /// While a batch lives, the producer cannot overwrite its events (a full window backpressures it
-/// instead), so hold it only as long as it takes to copy or write the events out. Dropping it marks
-/// the events read; [`mark_read`](Self::mark_read) keeps a tail for the next read (for example after a
-/// short socket write).
+/// instead), so hold it only as long as it takes to copy or write the events out.
+///
+/// # Dropping a batch consumes it
+///
+/// Dropping the batch marks its events read: the reader's next read starts at `last_id() + 1`.
+/// [`mark_read(n)`](Self::mark_read) consumes only the first `n` and keeps the tail for the next
+/// read (for example after a short socket write).
+///
+/// There is no separate commit step because reading is not acknowledging. The cursor a batch
+/// advances belongs to this reader alone, and events leave the window only through
+/// [`ReplayRing::release_through`](crate::ReplayRing::release_through), which a server calls from its
+/// retention policy (on the client's acknowledgement or after a resumption window), never because a
+/// reader read something. So a server that reads a batch and then fails to write it to the socket
+/// loses nothing for the client: the connection is gone, its reader is dropped with it, and the
+/// client reconnects with the `Last-Event-ID` of the last event it did receive; those events are
+/// still retained, and the resume replays them. An explicit commit would only add a way to forget
+/// it, and re-delivering the same events on every read of a live connection would be the wrong
+/// default.
+#[must_use = "dropping a Batch marks its events read"]
 pub struct Batch<'a, T> {
     reader: &'a mut Reader<T>,
     first: u64,

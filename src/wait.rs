@@ -3,7 +3,7 @@
 //! same poll functions into a thread park with a deadline.
 //!
 //! The wake-up protocol itself (register, SeqCst fence, re-check; publish, SeqCst fence, wake) lives
-//! next to the state it guards, in `producer.rs`, `reader.rs` and `ring.rs`.
+//! next to the state it guards, in `producer.rs`, `reader.rs` and `shared.rs`.
 
 #[cfg(not(replay_ring_loom))]
 pub(crate) use blocking::{block_on_deadline, ThreadWaker};

@@ -61,7 +61,7 @@ fn push_read_release_resume_and_waits_allocate_nothing() {
     drop(payload.clone());
     let mut live = ring.reader().unwrap();
     // Warm up anything lazily initialised outside the ring (thread handles for blocking waits).
-    let _ = live.read_blocking(std::time::Duration::from_micros(1));
+    let _ = live.read_timeout(std::time::Duration::from_micros(1));
 
     COUNTING.with(|c| c.set(true));
     for round in 0..if cfg!(miri) { 5 } else { 1_000u64 } {

@@ -129,16 +129,51 @@ fn too_many_readers_is_an_error_and_slots_are_reused() {
     let (_p, ring) = ReplayRing::<u8>::new(4, 2).unwrap();
     let a = ring.reader().unwrap();
     let _b = ring.reader().unwrap();
-    assert_eq!(
-        ring.reader().unwrap_err(),
-        ResumeError::TooManyReaders { limit: 2 }
-    );
+    assert_eq!(ring.reader().unwrap_err().limit, 2);
     drop(a);
     assert!(ring.reader().is_ok());
     // A failed resume does not leak its slot either.
     assert!(ring.resume(Some(5)).is_err());
     assert!(ring.resume(Some(5)).is_err());
     assert_eq!(ring.metrics().readers_active, 1);
+}
+
+#[test]
+fn a_full_reader_table_still_judges_the_cursor_first() {
+    let (mut producer, ring) = ReplayRing::<u8>::new(4, 1).unwrap();
+    for n in 1..=3 {
+        producer.try_push(n).unwrap();
+    }
+    ring.release_through(1).unwrap();
+    let _only = ring.reader().unwrap();
+
+    // A cursor the stream never assigned is a state mismatch, whether or not there is room.
+    assert_eq!(
+        ring.resume(Some(9)).unwrap_err(),
+        ResumeError::AheadOfHead {
+            requested: 9,
+            head: 3
+        }
+    );
+    // So is a cursor below the floor.
+    assert_eq!(
+        ring.resume(Some(0)).unwrap_err(),
+        ResumeError::BelowFloor {
+            requested: 0,
+            floor: 2,
+            head: 3
+        }
+    );
+    // Only a valid cursor (a replay or a no-op) meets the full table.
+    for valid in [Some(1), Some(3), None] {
+        match ring.resume(valid) {
+            Err(ResumeError::TooManyReaders(full)) => assert_eq!(full.limit, 1),
+            other => panic!("resume({valid:?}) with a full table: {other:?}"),
+        }
+    }
+    let m = ring.metrics();
+    assert_eq!((m.resumes_ahead_of_head, m.resumes_below_floor), (1, 1));
+    assert_eq!((m.resumes_ok, m.resumes_noop, m.readers_active), (0, 0, 1));
 }
 
 #[test]
@@ -230,7 +265,7 @@ fn a_reader_that_falls_out_of_the_window_gets_a_gap_never_a_skip() {
 }
 
 #[test]
-fn resume_decisions_match_the_seeds() {
+fn resume_decisions_cover_every_case() {
     let (mut producer, ring) = ReplayRing::<u32>::new(8, 8).unwrap();
     // Empty stream: resuming at 0 is a no-op, anything else is ahead.
     assert!(ring.resume(Some(0)).is_ok());
@@ -275,7 +310,7 @@ fn resume_decisions_match_the_seeds() {
         (
             m.resumes_ok,
             m.resumes_noop,
-            m.resumes_from_evicted_id,
+            m.resumes_below_floor,
             m.resumes_ahead_of_head
         ),
         (1, 2, 2, 1)
@@ -289,10 +324,10 @@ fn close_lets_readers_drain_then_reports_the_reason() {
     producer.try_push(1).unwrap();
     producer.close(CloseReason::error("tool crashed"));
     assert!(ring.is_closed());
-    assert_eq!(reader.try_next().unwrap().unwrap().id, 1);
+    assert_eq!(reader.try_recv().unwrap().unwrap().id, 1);
     let closed = ReadError::Closed(CloseReason::error("tool crashed"));
-    assert_eq!(reader.try_next(), Err(closed.clone()));
-    assert_eq!(reader.try_next(), Err(closed));
+    assert_eq!(reader.try_recv(), Err(closed.clone()));
+    assert_eq!(reader.try_recv(), Err(closed));
 }
 
 #[test]
@@ -347,12 +382,12 @@ fn blocking_waits_time_out_and_wake() {
     let (mut producer, ring) = ReplayRing::<u64>::new(2, 2).unwrap();
     let mut reader = ring.reader().unwrap();
     assert!(reader
-        .read_blocking(Duration::from_millis(5))
+        .read_timeout(Duration::from_millis(5))
         .unwrap()
         .is_none());
     producer.try_push(1).unwrap();
     producer.try_push(2).unwrap();
-    assert!(!producer.wait_ready_timeout(Duration::from_millis(5)));
+    assert!(!producer.ready_timeout(Duration::from_millis(5)));
     let releaser = std::thread::spawn({
         let ring = ring.clone();
         move || {
@@ -363,11 +398,11 @@ fn blocking_waits_time_out_and_wake() {
             ring.release_through(2).unwrap();
         }
     });
-    assert_eq!(producer.push_blocking(3, Duration::from_secs(30)), Ok(3));
+    assert_eq!(producer.push_timeout(3, Duration::from_secs(30)), Ok(3));
     releaser.join().unwrap();
     // The first reader never read ids 1 and 2, which are now released: an explicit gap.
     assert!(matches!(
-        reader.read_blocking(Duration::from_secs(30)),
+        reader.read_timeout(Duration::from_secs(30)),
         Err(ReadError::Gap {
             next: 1,
             floor: 3,
@@ -377,13 +412,10 @@ fn blocking_waits_time_out_and_wake() {
     // A reader blocked on an empty window is woken by the next push.
     let mut live = ring.resume(Some(3)).unwrap();
     let pusher = std::thread::spawn(move || {
-        producer.push_blocking(4, Duration::from_secs(30)).unwrap();
+        producer.push_timeout(4, Duration::from_secs(30)).unwrap();
         producer
     });
-    let batch = live
-        .read_blocking(Duration::from_secs(30))
-        .unwrap()
-        .unwrap();
+    let batch = live.read_timeout(Duration::from_secs(30)).unwrap().unwrap();
     assert_eq!((batch.first_id(), batch.as_slices().0[0]), (4, 4));
     drop(batch);
     drop(pusher.join().unwrap());

@@ -57,7 +57,7 @@ fn read_all(
     loop {
         let mut expected = reader.cursor();
         // The batch borrows the reader: finish with it before acting on an error.
-        let outcome = match reader.read_blocking(LONG) {
+        let outcome = match reader.read_timeout(LONG) {
             Ok(Some(batch)) => {
                 assert_eq!(
                     batch.first_id(),
@@ -101,6 +101,7 @@ fn read_all(
                 drop(reader);
                 reader = resume_checked(&ring, floor - 1, &mut report);
             }
+            Err(other) => panic!("unexpected read error: {other}"),
         }
         // Now and then disconnect and resume from a random recent id (possibly already released).
         if rng.below(64) == 0 {
@@ -208,7 +209,7 @@ fn stress(fences: WakeupFences) {
 
     for n in 1..=EVENTS {
         let id = producer
-            .push_blocking(
+            .push_timeout(
                 Payload {
                     id: n,
                     drops: drops.clone(),
@@ -232,7 +233,6 @@ fn stress(fences: WakeupFences) {
         );
     }
     assert_eq!(metrics.events_enqueued, EVENTS);
-    assert_eq!(metrics.events_evicted_before_ack, 0);
     drop(ring);
     assert_eq!(
         drops.load(SeqCst),

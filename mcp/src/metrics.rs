@@ -113,8 +113,6 @@ pub struct StoreMetrics {
     pub retained: u64,
     /// Gauge: registered readers over all streams.
     pub readers_active: u64,
-    /// Sum over live rings: always 0 (replay-ring never evicts an unacknowledged event).
-    pub events_evicted_before_ack: u64,
     /// Sum over live rings: pushes that found the ring full.
     pub producer_full: u64,
     /// Sum over live rings: producer waits for space.
@@ -127,7 +125,7 @@ pub struct StoreMetrics {
 
 impl StoreMetrics {
     /// `(name, value)` for every field, in declaration order.
-    pub fn fields(&self) -> [(&'static str, u64); 27] {
+    pub fn fields(&self) -> [(&'static str, u64); 26] {
         [
             ("events_stored", self.events_stored),
             ("priming_stored", self.priming_stored),
@@ -150,7 +148,6 @@ impl StoreMetrics {
             ("streams_open", self.streams_open),
             ("retained", self.retained),
             ("readers_active", self.readers_active),
-            ("events_evicted_before_ack", self.events_evicted_before_ack),
             ("producer_full", self.producer_full),
             ("producer_waits", self.producer_waits),
             ("ack_releases", self.ack_releases),

@@ -223,7 +223,6 @@ impl RingEventStore {
         m.streams_open = streams.by_rmcp.len() as u64;
         for entry in streams.by_rmcp.values() {
             let r = entry.ring.metrics();
-            m.events_evicted_before_ack += r.events_evicted_before_ack;
             m.producer_waits += r.producer_waits;
             m.producer_full += r.producer_full;
             m.readers_active += r.readers_active as u64;
@@ -574,6 +573,15 @@ impl RingEventStore {
                         p.close(CloseReason::error("event ids exhausted"));
                     }
                     return Err("event ids exhausted".into());
+                }
+                // `PushError` is non-exhaustive: end the stream explicitly on a refusal this
+                // version does not know, as for exhausted ids.
+                Err(other) => {
+                    let message = other.to_string();
+                    if let Some(p) = guard.take() {
+                        p.close(CloseReason::error(message.as_str()));
+                    }
+                    return Err(message.into());
                 }
             }
         }

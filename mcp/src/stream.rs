@@ -144,6 +144,13 @@ impl RingStream {
                     data,
                 ))
             }
+            // `ReadError` is non-exhaustive: any other end is reported explicitly, never silently.
+            other => {
+                let data = serde_json::json!({
+                    "error": "stream_failed", "stream": stream, "reason": other.to_string(),
+                });
+                Some(self.broken(format!("event stream {stream} failed: {other}"), data))
+            }
         }
     }
 

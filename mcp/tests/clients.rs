@@ -6,9 +6,9 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use replay_ring_sse::RetentionConfig;
 use replay_ring_mcp::demo::Storage;
 use replay_ring_mcp::StoreConfig;
+use replay_ring_sse::RetentionConfig;
 
 const N: u64 = 200;
 const DELAY_MS: u64 = 5;
@@ -68,7 +68,6 @@ async fn python_long_task_survives_cuts_exactly_once() {
     assert!(gets >= 5, "expected at least 5 resumes, saw {gets}");
     assert!(assert_resumes_continuous(&log) >= 5);
     let m = server.store.as_ref().unwrap().metrics();
-    assert_eq!(m.events_evicted_before_ack, 0);
     assert_eq!(m.refused(), 0, "{m:?}");
 }
 

@@ -182,7 +182,10 @@ impl From<ResumeError> for ResumeDecision {
             ResumeError::AheadOfHead { requested, head } => {
                 ResumeDecision::Mismatch { requested, head }
             }
-            ResumeError::TooManyReaders { limit } => ResumeDecision::Busy { limit },
+            ResumeError::TooManyReaders(full) => ResumeDecision::Busy { limit: full.limit },
+            // `ResumeError` is non-exhaustive: a refusal this version does not know is answered as
+            // "retry later" (the client keeps its Last-Event-ID), never with a stream.
+            _ => ResumeDecision::Busy { limit: 0 },
         }
     }
 }

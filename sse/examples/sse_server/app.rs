@@ -15,12 +15,12 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use bytes::{Bytes, BytesMut};
+use replay_ring::{CloseReason, Producer, PushError, ReadError, ReplayRing};
 use replay_ring_sse::{
     encode_event, encode_keep_alive, encode_priming, resume, BackpressureClock, ConnectionId,
     Epoch, Frame, HttpResponse, Retention, RetentionConfig, StreamId, StreamIdentity, StreamState,
     LAST_EVENT_ID_HEADER,
 };
-use replay_ring::{CloseReason, Producer, PushError, ReadError, ReplayRing};
 use tokio::sync::Notify;
 use tokio::time::{sleep, sleep_until, Instant};
 
@@ -208,6 +208,11 @@ pub async fn run_producer(mut producer: Producer<Bytes>, state: Arc<AppState>) {
                 }
                 Err(PushError::IdsExhausted(_)) => {
                     producer.close(CloseReason::error("event ids exhausted"));
+                    return;
+                }
+                // `PushError` is non-exhaustive: end the stream explicitly on anything else.
+                Err(other) => {
+                    producer.close(CloseReason::error(other.to_string()));
                     return;
                 }
             }
@@ -415,6 +420,11 @@ fn encode_terminal(buf: &mut BytesMut, err: &ReadError) {
             );
             "stream-error"
         }
+        // `ReadError` is non-exhaustive: any other end is still an explicit error frame.
+        _ => {
+            data.push_str(r#"{"error":"stream_failed","message":"stream ended"}"#);
+            "stream-error"
+        }
     };
     // Cannot fail: static event names without CR/LF.
     let _ = Frame::new()
@@ -430,7 +440,7 @@ async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
     // Relaxed: statistics.
     let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
     let mut out = String::with_capacity(4096);
-    let rows: [(&str, &str, &str, u64); 25] = [
+    let rows: [(&str, &str, &str, u64); 24] = [
         (
             "events_enqueued_total",
             "counter",
@@ -442,12 +452,6 @@ async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
             "counter",
             "Events released from the window.",
             m.events_released,
-        ),
-        (
-            "events_evicted_before_ack_total",
-            "counter",
-            "Events dropped before acknowledgement (always 0).",
-            m.events_evicted_before_ack,
         ),
         (
             "resumes_ok_total",
@@ -462,10 +466,10 @@ async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
             m.resumes_noop,
         ),
         (
-            "resumes_from_evicted_id_total",
+            "resumes_below_floor_total",
             "counter",
             "Resumes refused below the floor (416).",
-            m.resumes_from_evicted_id,
+            m.resumes_below_floor,
         ),
         (
             "resumes_ahead_of_head_total",

@@ -1,0 +1,271 @@
+//! Configuring and building a ring: [`Builder`], its limits, and the [`WakeupFences`] choice.
+//! The top layer: it creates the shared state and hands out the first two handles.
+
+use std::cell::UnsafeCell;
+use std::fmt;
+use std::marker::PhantomData;
+use std::mem::MaybeUninit;
+
+use crossbeam_utils::CachePadded;
+
+use crate::error::BuildError;
+use crate::producer::Producer;
+use crate::ring::ReplayRing;
+use crate::shared::{ReaderCounters, ReaderSlot, Shared, LAST_ID, UNPINNED};
+use crate::sync::{
+    init_fences, Arc, AtomicBool, AtomicU64, AtomicUsize, AtomicWaker, Mutex, SlotTracker,
+};
+
+/// The largest capacity [`Builder::capacity`] accepts (after rounding up to a power of two).
+pub const MAX_CAPACITY: usize = 1 << 30;
+/// The largest reader table [`Builder::max_readers`] accepts.
+pub const MAX_READERS: usize = 4096;
+
+/// How the push-vs-parked-reader race is fenced (see `docs/design.md`, "Who pays for the wake-up
+/// fences"). Both are correct; they differ in who pays.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WakeupFences {
+    /// A `fence(SeqCst)` on both sides: every push pays one full fence (tens of nanoseconds), parking
+    /// is free. The default, and the right choice when readers park between events, as SSE and MCP
+    /// connection tasks do.
+    #[default]
+    Symmetric,
+    /// The push pays only a compiler fence; a reader that parks pays a
+    /// `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)` system call (about a microsecond). For
+    /// high-rate producers whose readers poll and rarely park. Falls back to `Symmetric` where the
+    /// system call is unavailable.
+    Asymmetric,
+}
+
+/// Configures and builds a ring. Start from [`ReplayRing::builder`].
+///
+/// ```
+/// use replay_ring::ReplayRing;
+///
+/// let (producer, ring) = ReplayRing::<String>::builder()
+///     .capacity(1000) // rounded up to 1024
+///     .max_readers(4)
+///     .build()
+///     .unwrap();
+/// assert_eq!(ring.capacity(), 1024);
+/// assert_eq!(ring.max_readers(), 4);
+/// assert_eq!(producer.next_id(), 1);
+/// ```
+#[must_use = "a Builder does nothing until `build()` is called"]
+pub struct Builder<T> {
+    capacity: usize,
+    max_readers: usize,
+    first_id: u64,
+    wakeup_fences: WakeupFences,
+    _marker: PhantomData<fn() -> T>,
+}
+
+impl<T> fmt::Debug for Builder<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Builder")
+            .field("capacity", &self.capacity)
+            .field("max_readers", &self.max_readers)
+            .field("first_id", &self.first_id)
+            .field("wakeup_fences", &self.wakeup_fences)
+            .finish()
+    }
+}
+
+impl<T> Default for Builder<T> {
+    fn default() -> Self {
+        Builder {
+            capacity: 1024,
+            max_readers: 16,
+            first_id: 1,
+            wakeup_fences: WakeupFences::Symmetric,
+            _marker: PhantomData,
+        }
+    }
+}
+
+impl<T: Send> Builder<T> {
+    /// How many events the window retains at most (default 1024). Rounded up to a power of two.
+    ///
+    /// ```
+    /// let (_p, ring) = replay_ring::ReplayRing::<u8>::builder().capacity(5).build().unwrap();
+    /// assert_eq!(ring.capacity(), 8);
+    /// ```
+    pub fn capacity(mut self, capacity: usize) -> Self {
+        self.capacity = capacity;
+        self
+    }
+
+    /// How many [`Reader`](crate::Reader)s may exist at once (default 16). The reader table, including its wakers,
+    /// is allocated once, here.
+    ///
+    /// ```
+    /// use replay_ring::ReplayRing;
+    ///
+    /// let (_p, ring) = ReplayRing::<u8>::builder().max_readers(1).build().unwrap();
+    /// let _only = ring.reader().unwrap();
+    /// assert_eq!(ring.reader().unwrap_err().limit, 1);
+    /// ```
+    pub fn max_readers(mut self, max_readers: usize) -> Self {
+        self.max_readers = max_readers;
+        self
+    }
+
+    /// The id of the first event (default 1). For streams that continue an existing sequence, and for
+    /// tests near `u64::MAX`.
+    ///
+    /// ```
+    /// let (mut producer, ring) = replay_ring::ReplayRing::<u8>::builder()
+    ///     .first_id(41)
+    ///     .build()
+    ///     .unwrap();
+    /// assert_eq!((ring.floor(), ring.head()), (41, 40));
+    /// assert_eq!(producer.try_push(0), Ok(41));
+    /// ```
+    pub fn first_id(mut self, first_id: u64) -> Self {
+        self.first_id = first_id;
+        self
+    }
+
+    /// Who pays for the fence that keeps a parked reader from missing a push (default
+    /// [`WakeupFences::Symmetric`]). See [`WakeupFences`].
+    ///
+    /// ```
+    /// use replay_ring::{ReplayRing, WakeupFences};
+    ///
+    /// // A market-data style producer with busy-polling readers: make the push as cheap as possible.
+    /// let (mut producer, ring) = ReplayRing::<u64>::builder()
+    ///     .wakeup_fences(WakeupFences::Asymmetric)
+    ///     .build()
+    ///     .unwrap();
+    /// let mut reader = ring.reader().unwrap();
+    /// producer.try_push(1).unwrap();
+    /// assert_eq!(reader.try_recv().unwrap().unwrap().data, 1);
+    /// ```
+    pub fn wakeup_fences(mut self, fences: WakeupFences) -> Self {
+        self.wakeup_fences = fences;
+        self
+    }
+
+    /// Allocates the ring: the slots, the reader table and its wakers. Nothing is allocated after
+    /// this.
+    ///
+    /// # Errors
+    ///
+    /// A [`BuildError`] on a zero or absurd capacity, zero or too many readers, a first id outside
+    /// `1..u64::MAX`, or when the allocator refuses the slot array.
+    ///
+    /// ```
+    /// use replay_ring::{BuildError, ReplayRing};
+    ///
+    /// assert!(ReplayRing::<u8>::builder().capacity(3).build().is_ok());
+    /// assert_eq!(
+    ///     ReplayRing::<u8>::builder().first_id(0).build().unwrap_err(),
+    ///     BuildError::InvalidFirstId(0)
+    /// );
+    /// ```
+    pub fn build(self) -> Result<(Producer<T>, ReplayRing<T>), BuildError> {
+        if self.capacity == 0 {
+            return Err(BuildError::ZeroCapacity);
+        }
+        let too_large = BuildError::CapacityTooLarge {
+            requested: self.capacity,
+            max: MAX_CAPACITY,
+        };
+        let capacity = self.capacity.checked_next_power_of_two().ok_or(too_large)?;
+        if capacity > MAX_CAPACITY
+            || capacity
+                .checked_mul(size_of::<T>().max(1))
+                .is_none_or(|b| b > isize::MAX as usize)
+        {
+            return Err(too_large);
+        }
+        if self.max_readers == 0 {
+            return Err(BuildError::ZeroReaders);
+        }
+        if self.max_readers > MAX_READERS {
+            return Err(BuildError::TooManyReaders {
+                requested: self.max_readers,
+                max: MAX_READERS,
+            });
+        }
+        if self.first_id == 0 || self.first_id > LAST_ID {
+            return Err(BuildError::InvalidFirstId(self.first_id));
+        }
+
+        let asymmetric = init_fences();
+        let mut slots = Vec::new();
+        slots
+            .try_reserve_exact(capacity)
+            .map_err(|_| BuildError::AllocationFailed)?;
+        slots.extend((0..capacity).map(|_| UnsafeCell::new(MaybeUninit::uninit())));
+        let shared = Arc::new(Shared {
+            head: CachePadded::new(AtomicU64::new(self.first_id - 1)),
+            floor: CachePadded::new(AtomicU64::new(self.first_id)),
+            slots: slots.into_boxed_slice(),
+            // A unit struct outside loom, a loom cell inside it.
+            #[allow(clippy::default_constructed_unit_structs)]
+            trackers: (0..capacity).map(|_| SlotTracker::default()).collect(),
+            mask: capacity as u64 - 1,
+            first_id: self.first_id,
+            readers: (0..self.max_readers)
+                .map(|_| {
+                    CachePadded::new(ReaderSlot {
+                        claimed: AtomicBool::new(false),
+                        pin: AtomicU64::new(UNPINNED),
+                        waker: AtomicWaker::new(),
+                        counters: ReaderCounters::default(),
+                    })
+                })
+                .collect(),
+            reader_waiters: CachePadded::new(AtomicUsize::new(0)),
+            producer_waiting: CachePadded::new(AtomicBool::new(false)),
+            producer_waker: AtomicWaker::new(),
+            asymmetric_reader_wakeup: asymmetric && self.wakeup_fences == WakeupFences::Asymmetric,
+            asymmetric_producer_wakeup: asymmetric,
+            closed: AtomicBool::new(false),
+            close_reason: Mutex::new(None),
+            producer_full: AtomicU64::new(0),
+            producer_waits: AtomicU64::new(0),
+            resumes_below_floor: AtomicU64::new(0),
+            resumes_ahead_of_head: AtomicU64::new(0),
+        });
+        let ring = ReplayRing {
+            shared: shared.clone(),
+        };
+        Ok((Producer::new(shared), ring))
+    }
+}
+
+impl<T: Send> ReplayRing<T> {
+    /// A builder with the defaults (capacity 1024, 16 readers, first id 1, symmetric fences).
+    ///
+    /// ```
+    /// let (_p, ring) = replay_ring::ReplayRing::<u8>::builder().build().unwrap();
+    /// assert_eq!((ring.capacity(), ring.max_readers()), (1024, 16));
+    /// ```
+    pub fn builder() -> Builder<T> {
+        Builder::default()
+    }
+
+    /// A ring retaining up to `capacity` events (rounded up to a power of two) with room for
+    /// `max_readers` concurrent readers.
+    ///
+    /// # Errors
+    ///
+    /// As [`Builder::build`]: a [`BuildError`] on a zero or absurd capacity, or zero or too many
+    /// readers.
+    ///
+    /// ```
+    /// let (_producer, ring) = replay_ring::ReplayRing::<u64>::new(100, 3).unwrap();
+    /// assert_eq!(ring.capacity(), 128);
+    /// ```
+    pub fn new(
+        capacity: usize,
+        max_readers: usize,
+    ) -> Result<(Producer<T>, ReplayRing<T>), BuildError> {
+        Self::builder()
+            .capacity(capacity)
+            .max_readers(max_readers)
+            .build()
+    }
+}

@@ -1,0 +1,195 @@
+//! The state every handle shares: the slots, the `floor` and `head` cursors, the reader table, the
+//! wakers and the close reason. This is the bottom layer: it imports no handle type.
+//!
+//! The protocol is explained once, with a diagram, in `docs/design.md`. The invariants are stated on
+//! the fields they constrain.
+
+use std::cell::UnsafeCell;
+use std::mem::MaybeUninit;
+
+use crossbeam_utils::CachePadded;
+
+use crate::error::{CloseReason, TooManyReaders};
+use crate::sync::{
+    light_fence, lock, AtomicBool, AtomicU64, AtomicUsize, AtomicWaker, Mutex,
+    Ordering::{Acquire, Relaxed, Release},
+    SlotTracker,
+};
+
+/// Ids stop one short of `u64::MAX` so that `head + 1` (the floor of an empty window) always fits.
+pub(crate) const LAST_ID: u64 = u64::MAX - 1;
+
+/// `pin` value of a reader that borrows nothing.
+pub(crate) const UNPINNED: u64 = 0;
+
+/// Resume outcomes of one reader-table entry, written only by its current owner.
+#[derive(Debug, Default)]
+pub(crate) struct ReaderCounters {
+    pub(crate) resumes_ok: AtomicU64,
+    pub(crate) resumes_noop: AtomicU64,
+}
+
+impl ReaderCounters {
+    /// Single-writer increment: a load and a store, no RMW.
+    pub(crate) fn count(&self, counter: &AtomicU64) {
+        // Relaxed: statistics only; the entry's owner is the only writer, and snapshots tolerate a
+        // value that is one behind.
+        counter.store(counter.load(Relaxed) + 1, Relaxed);
+    }
+}
+
+/// One entry of the fixed reader table, claimed by a [`Reader`](crate::Reader) for its lifetime.
+pub(crate) struct ReaderSlot {
+    /// Set while a `Reader` owns this entry.
+    pub(crate) claimed: AtomicBool,
+    /// `UNPINNED`, or the lowest id this reader may be borrowing. While `pin = p`, the producer does
+    /// not overwrite any id `>= p` (it scans pins before reusing a slot).
+    pub(crate) pin: AtomicU64,
+    /// Where a reader waiting for new events parks its waker (the bounded waker table: one entry per
+    /// reader, allocated at construction).
+    pub(crate) waker: AtomicWaker,
+    /// Resume outcomes, written only by the reader that owns the entry (uncontended).
+    pub(crate) counters: ReaderCounters,
+}
+
+/// Everything the producer, the readers and the handles share.
+pub(crate) struct Shared<T> {
+    /// Newest published id; `first_id - 1` before the first push. Written only by the producer, with
+    /// `Release` after the slot write; loaded with `Acquire` by readers before they touch a slot.
+    pub(crate) head: CachePadded<AtomicU64>,
+    /// Oldest retained id. Retained = `floor..=head`; invariant `floor <= head + 1`. Only grows,
+    /// through `release_through`. The producer reuses the slot of id `k` only once `k < floor`
+    /// *and* no reader pin is `<= k`.
+    pub(crate) floor: CachePadded<AtomicU64>,
+    /// Event storage. Id `k` lives at `k & mask`. A std `UnsafeCell` in every build so a run of slots
+    /// can be lent out as one `&[T]`; loom sees the accesses through `trackers`.
+    pub(crate) slots: Box<[UnsafeCell<MaybeUninit<T>>]>,
+    pub(crate) trackers: Box<[SlotTracker]>,
+    pub(crate) mask: u64,
+    /// The first id this ring ever assigns (normally 1).
+    pub(crate) first_id: u64,
+    pub(crate) readers: Box<[CachePadded<ReaderSlot>]>,
+    /// Number of readers registered for a wake-up; the producer skips the wake scan while it is 0.
+    pub(crate) reader_waiters: CachePadded<AtomicUsize>,
+    /// Set by a producer about to sleep for space; releasers and unpinning readers then wake it.
+    pub(crate) producer_waiting: CachePadded<AtomicBool>,
+    pub(crate) producer_waker: AtomicWaker,
+    /// [`WakeupFences::Asymmetric`] and membarrier available: publishing skips the full fence,
+    /// parking readers pay for it.
+    pub(crate) asymmetric_reader_wakeup: bool,
+    /// membarrier available: unpins and releases skip the full fence, a parking producer pays.
+    pub(crate) asymmetric_producer_wakeup: bool,
+    /// Set (after the last `head` publish) when the stream has ended.
+    pub(crate) closed: AtomicBool,
+    /// Written once, before `closed` is set. Cold path only.
+    pub(crate) close_reason: Mutex<Option<CloseReason>>,
+    /// Producer-owned counters: only the producer writes them, so no contended RMW on push.
+    pub(crate) producer_full: AtomicU64,
+    pub(crate) producer_waits: AtomicU64,
+    /// Refused resumes. Shared, contended counters: a refusal may have no reader-table entry to
+    /// count in (the cursor is checked before one is claimed), and refusals are a cold path.
+    pub(crate) resumes_below_floor: AtomicU64,
+    pub(crate) resumes_ahead_of_head: AtomicU64,
+}
+
+// SAFETY: the slots are written only by the unique `Producer` (needs `T: Send` to move values in and
+// to drop them on whichever thread drops the ring) and borrowed as `&T` only through a `Reader`,
+// which can only be created by `ReplayRing::resume`, whose `T: Sync` bound makes sharing sound.
+// Slot access is serialised by the pin/floor protocol described on `Shared::floor`.
+unsafe impl<T: Send> Send for Shared<T> {}
+// SAFETY: as for `Send`; every other field is an atomic or a lock.
+unsafe impl<T: Send> Sync for Shared<T> {}
+
+impl<T> Shared<T> {
+    pub(crate) fn capacity(&self) -> u64 {
+        self.mask + 1
+    }
+
+    /// Index of the slot holding id `id`.
+    #[inline]
+    pub(crate) fn index(&self, id: u64) -> usize {
+        (id & self.mask) as usize
+    }
+
+    /// Wakes every reader that registered for new events. Called after a publish.
+    #[inline]
+    pub(crate) fn wake_readers(&self) {
+        // Light half of an asymmetric SeqCst fence: pairs with the heavy half in
+        // `Reader::poll_ready` between its waiter registration and its `head` re-check, so either we
+        // see the registration or it sees our `head` (store-buffering: a fence on both sides; the
+        // sleeper pays for it, not the push).
+        light_fence("no_push_wake_fence", self.asymmetric_reader_wakeup);
+        // Relaxed: ordered by the fence above.
+        if self.reader_waiters.load(Relaxed) != 0 {
+            for slot in self.readers.iter() {
+                slot.waker.wake();
+            }
+        }
+    }
+
+    /// Wakes the producer if it sleeps waiting for space. Called after a release or an unpin.
+    #[inline]
+    pub(crate) fn wake_producer(&self) {
+        // Light half of an asymmetric SeqCst fence: pairs with the heavy half in
+        // `Producer::poll_ready` between setting `producer_waiting` and re-reading `floor` and pins.
+        light_fence("no_space_wake_fence", self.asymmetric_producer_wakeup);
+        // Relaxed: ordered by the fence above.
+        if self.producer_waiting.load(Relaxed) {
+            self.producer_waker.wake();
+        }
+    }
+
+    /// Claims a free reader-table entry for a new [`Reader`](crate::Reader).
+    pub(crate) fn claim_reader_slot(&self) -> Result<usize, TooManyReaders> {
+        for (index, slot) in self.readers.iter().enumerate() {
+            // Acquire: pairs with the Release in `free_reader_slot`, so the previous owner's use of
+            // the entry happens-before ours.
+            if slot
+                .claimed
+                .compare_exchange(false, true, Acquire, Relaxed)
+                .is_ok()
+            {
+                return Ok(index);
+            }
+        }
+        Err(TooManyReaders::new(self.readers.len()))
+    }
+
+    /// Returns a reader-table entry to the pool. The entry must be unpinned.
+    pub(crate) fn free_reader_slot(&self, index: usize) {
+        // Release: pairs with the Acquire CAS in `claim_reader_slot`.
+        self.readers[index].claimed.store(false, Release);
+    }
+
+    pub(crate) fn close_reason(&self) -> Option<CloseReason> {
+        // Acquire: pairs with the Release store of `closed` in `Producer::close_inner`, after which
+        // the reason is set.
+        if self.closed.load(Acquire) {
+            lock(&self.close_reason).clone()
+        } else {
+            None
+        }
+    }
+}
+
+impl<T> Drop for Shared<T> {
+    fn drop(&mut self) {
+        if !std::mem::needs_drop::<T>() {
+            return;
+        }
+        // Relaxed: `&mut self`, so no other thread can touch this atomic any more.
+        let head = self.head.load(Relaxed);
+        if head < self.first_id {
+            return;
+        }
+        // Every id that still owns its slot: the newest `capacity` ids, but none before `first_id`.
+        let oldest = head.saturating_sub(self.capacity() - 1).max(self.first_id);
+        for id in oldest..=head {
+            let index = self.index(id);
+            // SAFETY: `&mut self` means no reader or producer exists; the slot of `id` was written
+            // by the push of `id` and not overwritten since (the next writer would be id + capacity
+            // > head), so it is initialised and dropped exactly once, here.
+            unsafe { self.slots[index].get_mut().assume_init_drop() };
+        }
+    }
+}
