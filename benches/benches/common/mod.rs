@@ -321,6 +321,17 @@ impl<T: Clone> NaiveLog<T> {
         }
     }
 
+    /// An empty log that allocates only as events arrive (up to `capacity`).
+    pub fn lazy(capacity: usize) -> Self {
+        NaiveLog {
+            inner: Mutex::new(NaiveInner {
+                events: VecDeque::new(),
+                head: 0,
+            }),
+            capacity,
+        }
+    }
+
     /// Appends with the next id, or hands the value back when full.
     #[inline]
     pub fn push(&self, value: T) -> Result<u64, T> {
