@@ -5,7 +5,7 @@ use std::fmt;
 use std::future::poll_fn;
 use std::task::{Context, Poll};
 #[cfg(not(replay_ring_loom))]
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::error::{CloseReason, PushError};
 use crate::ring::ReplayRing;
@@ -380,6 +380,8 @@ impl<T> Producer<T> {
 impl<T> Producer<T> {
     /// Appends `value`, blocking the thread up to `timeout` for space. On timeout the value comes
     /// back in [`PushError::Full`] and no id is consumed. For servers without an async runtime.
+    /// A `timeout` too large to add to the current time (such as `Duration::MAX`) waits without a
+    /// deadline.
     ///
     /// # Errors
     ///
@@ -409,6 +411,8 @@ impl<T> Producer<T> {
 
     /// Blocks up to `timeout` until a push would be accepted. Returns whether it would (`true` also
     /// once ids are exhausted, which the push then reports).
+    /// A `timeout` too large to add to the current time (such as `Duration::MAX`) waits without a
+    /// deadline.
     ///
     /// ```
     /// use std::time::Duration;
@@ -422,7 +426,7 @@ impl<T> Producer<T> {
     /// ```
     #[must_use = "the window may still be full when this returns false"]
     pub fn ready_timeout(&mut self, timeout: Duration) -> bool {
-        let deadline = Instant::now() + timeout;
+        let deadline = crate::wait::deadline_after(timeout);
         let mut waker = std::mem::take(&mut self.thread_waker);
         let ready = crate::wait::block_on_deadline(&mut waker, deadline, |cx| self.poll_ready(cx));
         self.thread_waker = waker;

@@ -6,7 +6,7 @@ use std::future::poll_fn;
 use std::slice;
 use std::task::{Context, Poll};
 #[cfg(not(replay_ring_loom))]
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::error::ReadError;
 use crate::shared::{ReaderSlot, Shared, UNPINNED};
@@ -391,6 +391,8 @@ impl<T> Reader<T> {
 impl<T> Reader<T> {
     /// Blocks the thread up to `timeout` for at least one event and lends all available ones;
     /// `Ok(None)` on timeout.
+    /// A `timeout` too large to add to the current time (such as `Duration::MAX`) waits without a
+    /// deadline.
     ///
     /// # Errors
     ///
@@ -409,7 +411,7 @@ impl<T> Reader<T> {
     /// assert_eq!(batch.as_slices().0, &[5]);
     /// ```
     pub fn read_timeout(&mut self, timeout: Duration) -> Result<Option<Batch<'_, T>>, ReadError> {
-        let deadline = Instant::now() + timeout;
+        let deadline = crate::wait::deadline_after(timeout);
         let mut waker = std::mem::take(&mut self.thread_waker);
         let ready = crate::wait::block_on_deadline(&mut waker, deadline, |cx| self.poll_ready(cx));
         self.thread_waker = waker;
@@ -425,6 +427,8 @@ impl<T> Reader<T> {
 
     /// Blocks the thread up to `timeout` for the next event and clones it out; `Ok(None)` on
     /// timeout. One pin per event: for throughput prefer [`read_timeout`](Self::read_timeout).
+    /// A `timeout` too large to add to the current time (such as `Duration::MAX`) waits without a
+    /// deadline.
     ///
     /// # Errors
     ///
@@ -456,7 +460,10 @@ impl<T> Reader<T> {
 impl<T> Drop for Reader<T> {
     fn drop(&mut self) {
         self.stop_waiting();
-        if self.pinned {
+        // Not only `self.pinned`: a `Batch` leaked with `mem::forget` never ran its unpin, and a
+        // pin left in a freed entry would hold the producer back forever.
+        // Relaxed: this reader is the only writer of its pin, so the load sees its own last store.
+        if self.slot().pin.load(Relaxed) != UNPINNED {
             unpin(&self.shared, self.slot());
         }
         self.shared.free_reader_slot(self.index);
@@ -495,6 +502,15 @@ impl<T: Clone> futures_core::Stream for Reader<T> {
 /// [`mark_read(n)`](Self::mark_read) consumes only the first `n` and keeps the tail for the next
 /// read (for example after a short socket write).
 ///
+/// A panic in the code handling the batch consumes only what that code declared done: if the batch
+/// is dropped by a panic that started while it was lent, only the first `n` events of the last
+/// `mark_read(n)` count as read (none, without a `mark_read`), so a reader that survives the panic
+/// (`catch_unwind`) gets the unfinished events again instead of skipping them. The same holds for
+/// [`Reader::try_recv`] and [`Reader::recv`]: an event whose `Clone` panics stays unread.
+///
+/// Leaking a batch (`mem::forget`) leaves its events pinned until the reader reads again or is
+/// dropped; it never leaves a pin behind once the reader is gone.
+///
 /// There is no separate commit step because reading is not acknowledging. The cursor a batch
 /// advances belongs to this reader alone, and events leave the window only through
 /// [`ReplayRing::release_through`](crate::ReplayRing::release_through), which a server calls from its
@@ -510,8 +526,12 @@ pub struct Batch<'a, T> {
     reader: &'a mut Reader<T>,
     first: u64,
     last: u64,
-    /// How many events, from the front, count as read when the batch is dropped.
-    read: u64,
+    /// How many events, from the front, [`mark_read`](Self::mark_read) declared read; `None` until
+    /// it is called, which means all of them on a normal drop.
+    marked: Option<u64>,
+    /// Whether the thread was already unwinding when the batch was lent, so that `Drop` can tell a
+    /// panic that interrupted the handling of this batch from one that was already under way.
+    lent_while_panicking: bool,
     #[allow(dead_code)] // Held only so loom tracks the reads; empty outside loom builds.
     tracks: Vec<ReadTrack>,
 }
@@ -539,7 +559,8 @@ impl<'a, T> Batch<'a, T> {
         Batch {
             first,
             last,
-            read: last - first + 1,
+            marked: None,
+            lent_while_panicking: std::thread::panicking(),
             tracks,
             reader,
         }
@@ -623,11 +644,15 @@ impl<'a, T> Batch<'a, T> {
     /// ```
     pub fn iter(&self) -> impl Iterator<Item = (u64, &T)> + '_ {
         let (a, b) = self.as_slices();
-        (self.first..).zip(a.iter().chain(b))
+        // Bounded, not `first..`: an open range would overflow past `u64::MAX` when asked for the
+        // item after the last event of a batch that ends at `u64::MAX - 1`.
+        (self.first..=self.last).zip(a.iter().chain(b))
     }
 
     /// Marks only the first `n` events as read (clamped to the batch length): the next read starts
-    /// at `first_id() + n`. The rest stay retained (unless released) and pinned no longer.
+    /// at `first_id() + n`. The rest stay retained (unless released) and pinned no longer. The last
+    /// call wins, and it holds even if the batch is dropped by a panic, so a handler can call it as
+    /// it makes progress.
     ///
     /// ```
     /// let (mut producer, ring) = replay_ring::ReplayRing::<u8>::new(4, 1).unwrap();
@@ -641,15 +666,26 @@ impl<'a, T> Batch<'a, T> {
     /// assert_eq!(reader.try_read().unwrap().unwrap().first_id(), 2);
     /// ```
     pub fn mark_read(&mut self, n: usize) {
-        self.read = (n as u64).min(self.last - self.first + 1);
+        self.marked = Some((n as u64).min(self.last - self.first + 1));
+    }
+
+    /// How many events the drop consumes: what `mark_read` declared; otherwise all of them, unless a
+    /// panic started while the batch was lent (then none: the handler did not finish them).
+    fn consumed(&self) -> u64 {
+        match self.marked {
+            Some(n) => n,
+            None if std::thread::panicking() && !self.lent_while_panicking => 0,
+            None => self.last - self.first + 1,
+        }
     }
 
     fn take_first(mut self) -> Event<T>
     where
         T: Clone,
     {
-        self.mark_read(1);
+        // Clone before marking: if `clone` panics, the event stays unread.
         let data = self.as_slices().0[0].clone();
+        self.mark_read(1);
         Event {
             id: self.first,
             data,
@@ -661,7 +697,8 @@ impl<T> Drop for Batch<'_, T> {
     fn drop(&mut self) {
         // End loom's read tracking before the unpin makes the slots writable again.
         self.tracks.clear();
-        self.reader.cursor = self.first + self.read;
+        // `first + consumed <= last + 1 <= LAST_ID + 1`: no overflow.
+        self.reader.cursor = self.first + self.consumed();
         unpin(&self.reader.shared, self.reader.slot());
     }
 }

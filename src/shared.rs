@@ -6,6 +6,7 @@
 
 use std::cell::UnsafeCell;
 use std::mem::MaybeUninit;
+use std::ptr;
 
 use crossbeam_utils::CachePadded;
 
@@ -184,12 +185,34 @@ impl<T> Drop for Shared<T> {
         }
         // Every id that still owns its slot: the newest `capacity` ids, but none before `first_id`.
         let oldest = head.saturating_sub(self.capacity() - 1).max(self.first_id);
-        for id in oldest..=head {
-            let index = self.index(id);
-            // SAFETY: `&mut self` means no reader or producer exists; the slot of `id` was written
-            // by the push of `id` and not overwritten since (the next writer would be id + capacity
-            // > head), so it is initialised and dropped exactly once, here.
-            unsafe { self.slots[index].get_mut().assume_init_drop() };
+        // `head - oldest < capacity`, which fits a `usize` (the slot array exists).
+        let len = (head - oldest + 1) as usize;
+        let start = self.index(oldest);
+        let first_len = len.min(self.slots.len() - start);
+        // `UnsafeCell<MaybeUninit<T>>` has the layout of `T`.
+        let base = self.slots.as_mut_ptr().cast::<T>();
+        // Dropped as two slices, like `Vec` and `VecDeque` do: if one value's `Drop` panics, the
+        // slice drop glue still drops the rest of its slice, and the guard drops the other slice
+        // while unwinding. Nothing is leaked (a second panic during unwinding aborts, as in `Vec`).
+        // SAFETY: `start + first_len <= capacity` and `len - first_len <= start`, so both ranges are
+        // in bounds and disjoint. `&mut self` means no reader or producer exists; each slot in them
+        // holds the value of the id pushed into it last (`oldest..=head`, not overwritten since: the
+        // next writer would be `id + capacity > head`), so it is initialised, and it is dropped
+        // exactly once, here.
+        unsafe {
+            let wrapped = DropSlice(ptr::slice_from_raw_parts_mut(base, len - first_len));
+            ptr::drop_in_place(ptr::slice_from_raw_parts_mut(base.add(start), first_len));
+            drop(wrapped);
         }
+    }
+}
+
+/// Drops the values of a slice when it goes out of scope, including while unwinding.
+struct DropSlice<T>(*mut [T]);
+
+impl<T> Drop for DropSlice<T> {
+    fn drop(&mut self) {
+        // SAFETY: only built in `Shared::drop`, over initialised values nobody else drops.
+        unsafe { ptr::drop_in_place(self.0) };
     }
 }

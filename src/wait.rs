@@ -6,14 +6,14 @@
 //! next to the state it guards, in `producer.rs`, `reader.rs` and `shared.rs`.
 
 #[cfg(not(replay_ring_loom))]
-pub(crate) use blocking::{block_on_deadline, ThreadWaker};
+pub(crate) use blocking::{block_on_deadline, deadline_after, ThreadWaker};
 
 #[cfg(not(replay_ring_loom))]
 mod blocking {
     use std::sync::Arc;
     use std::task::{Context, Poll, Wake, Waker};
     use std::thread::{self, Thread, ThreadId};
-    use std::time::Instant;
+    use std::time::{Duration, Instant};
 
     struct Unparker(Thread);
 
@@ -49,11 +49,17 @@ mod blocking {
         }
     }
 
-    /// Polls `poll` until it is ready or `deadline` passes, parking the thread in between.
-    /// `None` means the deadline passed first.
+    /// The deadline `timeout` from now, or `None` (no deadline) when it is beyond what `Instant` can
+    /// represent: `Duration::MAX` is the usual way to say "wait as long as it takes".
+    pub(crate) fn deadline_after(timeout: Duration) -> Option<Instant> {
+        Instant::now().checked_add(timeout)
+    }
+
+    /// Polls `poll` until it is ready or `deadline` passes (never, for `None`), parking the thread
+    /// in between. `None` means the deadline passed first.
     pub(crate) fn block_on_deadline<R>(
         waker: &mut ThreadWaker,
-        deadline: Instant,
+        deadline: Option<Instant>,
         mut poll: impl FnMut(&mut Context<'_>) -> Poll<R>,
     ) -> Option<R> {
         let waker = waker.get().clone();
@@ -62,12 +68,17 @@ mod blocking {
             if let Poll::Ready(r) = poll(&mut cx) {
                 return Some(r);
             }
-            let now = Instant::now();
-            if now >= deadline {
-                return None;
-            }
             // A spurious or early unpark only costs another poll.
-            thread::park_timeout(deadline - now);
+            match deadline {
+                None => thread::park(),
+                Some(deadline) => {
+                    let now = Instant::now();
+                    if now >= deadline {
+                        return None;
+                    }
+                    thread::park_timeout(deadline - now);
+                }
+            }
         }
     }
 }
