@@ -23,11 +23,11 @@ fn all<T: Payload>() {
     let rt = runtime();
     for &readers in reader_counts() {
         let pace = pace_ns(readers);
-        // About half a second per run (a tenth in quick mode), at least 50 events.
+        // About a quarter of a second per run (a tenth in quick mode), at least 25 events.
         let events = if common::quick() {
             (100_000_000 / pace).clamp(20, 1_000)
         } else {
-            (500_000_000 / pace).clamp(50, 50_000)
+            (250_000_000 / pace).clamp(25, 25_000)
         };
         let cfg = FanoutCfg {
             events,

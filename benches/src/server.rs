@@ -67,6 +67,13 @@ impl ServerSpec {
                 "1000".into(),
                 "--backpressure-timeout-ms".into(),
                 "60000".into(),
+                // Lossless delivery to every connection is what is measured: the slow-consumer
+                // policy (cutting a connection that lags while others keep up) is off, and the
+                // write timeout is far above any stall the load client causes.
+                "--max-lag-percent".into(),
+                "0".into(),
+                "--write-timeout-ms".into(),
+                "30000".into(),
             ]);
         }
         args

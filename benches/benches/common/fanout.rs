@@ -69,13 +69,13 @@ pub fn reader_counts() -> &'static [usize] {
     }
 }
 
-/// Events per throughput run with `readers` readers: about 2,000,000 deliveries, at least 512 events
-/// (half a window) and at most 200,000.
+/// Events per throughput run with `readers` readers: about 1,000,000 deliveries, at least 256 events
+/// and at most 100,000.
 pub fn events_for(readers: usize) -> u64 {
     if super::quick() {
         return 200;
     }
-    (2_000_000 / readers as u64).clamp(512, 200_000)
+    (1_000_000 / readers as u64).clamp(256, 100_000)
 }
 
 /// Readers that record latency samples (spread evenly over the `R` readers).
