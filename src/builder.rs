@@ -11,15 +11,14 @@ use crossbeam_utils::CachePadded;
 use crate::error::BuildError;
 use crate::producer::Producer;
 use crate::ring::ReplayRing;
-use crate::shared::{ReaderCounters, ReaderSlot, Shared, LAST_ID, UNPINNED};
-use crate::sync::{
-    init_fences, Arc, AtomicBool, AtomicU64, AtomicUsize, AtomicWaker, Mutex, SlotTracker,
-};
+use crate::shared::{Shared, LAST_ID};
+use crate::sync::{init_fences, Arc, AtomicBool, AtomicU64, AtomicWaker, Mutex, SlotTracker};
+use crate::table::ReaderTable;
+pub use crate::table::MAX_READERS;
+use crate::wait::WaitList;
 
 /// The largest capacity [`Builder::capacity`] accepts (after rounding up to a power of two).
 pub const MAX_CAPACITY: usize = 1 << 30;
-/// The largest reader table [`Builder::max_readers`] accepts.
-pub const MAX_READERS: usize = 4096;
 
 /// How the push-vs-parked-reader race is fenced (see `docs/design.md`, "Who pays for the wake-up
 /// fences"). Both are correct; they differ in who pays.
@@ -95,8 +94,11 @@ impl<T: Send> Builder<T> {
         self
     }
 
-    /// How many [`Reader`](crate::Reader)s may exist at once (default 16). The reader table, including its wakers,
-    /// is allocated once, here.
+    /// How many [`Reader`](crate::Reader)s may exist at once (default 16, at most [`MAX_READERS`]). The reader
+    /// table grows on demand up to this limit: the first `min(max_readers, 64)` entries are
+    /// allocated here, later ones in segments that double in size, by the registration that first
+    /// needs them (128 bytes per entry on x86-64, kept until the ring is dropped). Pushes, reads and
+    /// waits never allocate, and a push costs the same however many readers are registered.
     ///
     /// ```
     /// use replay_ring::ReplayRing;
@@ -207,17 +209,8 @@ impl<T: Send> Builder<T> {
             trackers: (0..capacity).map(|_| SlotTracker::default()).collect(),
             mask: capacity as u64 - 1,
             first_id: self.first_id,
-            readers: (0..self.max_readers)
-                .map(|_| {
-                    CachePadded::new(ReaderSlot {
-                        claimed: AtomicBool::new(false),
-                        pin: AtomicU64::new(UNPINNED),
-                        waker: AtomicWaker::new(),
-                        counters: ReaderCounters::default(),
-                    })
-                })
-                .collect(),
-            reader_waiters: CachePadded::new(AtomicUsize::new(0)),
+            readers: ReaderTable::new(self.max_readers),
+            waiters: WaitList::new(),
             producer_waiting: CachePadded::new(AtomicBool::new(false)),
             producer_waker: AtomicWaker::new(),
             asymmetric_reader_wakeup: asymmetric && self.wakeup_fences == WakeupFences::Asymmetric,

@@ -19,8 +19,10 @@
 //! - **Wait-free, zero-copy replay.** A resume and each read take a bounded number of steps (no lock,
 //!   no CAS loop) and lend the events as at most two slices ([`Batch::as_slices`]); the producer
 //!   cannot overwrite them while they are lent.
-//! - **Bounded waiting.** Waiting producers and readers park in a waker table allocated at
-//!   construction; push and read allocate nothing.
+//! - **Bounded waiting.** Waiting producers and readers park wakers allocated with their handles;
+//!   push, read, resume and waits allocate nothing, and a push wakes only the readers that wait.
+//!   Readers register by the hundred thousand (the reader table grows on demand, up to
+//!   [`MAX_READERS`]) without slowing the producer down.
 //! - **Checked.** The protocol is model-checked with loom (`loom-tests/`, `docs/verification.md`).
 //!
 //! # Reading and waiting
@@ -77,6 +79,7 @@ mod resume;
 mod ring;
 mod shared;
 mod sync;
+mod table;
 mod wait;
 
 pub use builder::{Builder, WakeupFences, MAX_CAPACITY, MAX_READERS};

@@ -68,13 +68,13 @@ impl Metrics {
         let origin = shared.first_id - 1;
         m.events_enqueued = m.head - origin;
         m.events_released = m.floor.saturating_sub(1) - origin;
-        for slot in shared.readers.iter() {
+        shared.readers.for_each_entry(|slot| {
             // Relaxed (all below): statistics; see `ReaderCounters::count`.
             let c = &slot.counters;
             m.resumes_ok += c.resumes_ok.load(Relaxed);
             m.resumes_noop += c.resumes_noop.load(Relaxed);
             m.readers_active += usize::from(slot.claimed.load(Relaxed));
-        }
+        });
         m
     }
 }

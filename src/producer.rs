@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::error::{CloseReason, PushError};
 use crate::ring::ReplayRing;
-use crate::shared::{Shared, LAST_ID, UNPINNED};
+use crate::shared::{Shared, LAST_ID};
 use crate::sync::{
     heavy_fence, lock, ord, seq_cst_fence, Arc,
     Ordering::{Acquire, Relaxed, Release},
@@ -86,7 +86,7 @@ impl<T> Producer<T> {
             waiting: false,
             closed: false,
             #[cfg(not(replay_ring_loom))]
-            thread_waker: Default::default(),
+            thread_waker: crate::wait::ThreadWaker::new(),
         }
     }
 
@@ -165,24 +165,8 @@ impl<T> Producer<T> {
             return Err(PushError::Full(make));
         }
         let value = make(id);
+        let old = self.write_slot(id, value);
         let shared = &*self.shared;
-        let index = shared.index(id);
-        let replaced = id >= self.first_reuse;
-        let old = {
-            // SAFETY: `index` is masked by `capacity - 1` and `trackers` has `capacity` entries.
-            let _track = unsafe { shared.trackers.get_unchecked(index) }.write();
-            // SAFETY: as above, `slots` has `capacity` entries.
-            let cell = unsafe { shared.slots.get_unchecked(index) }.get();
-            // SAFETY: `id < write_limit`, so the slot's previous occupant `id - capacity` was released
-            // and no reader pin covers it (see `refresh_limit`); readers only touch ids `<= head`,
-            // and `id > head`. So nobody else accesses this slot now. It was initialised iff an
-            // earlier id mapped to it (`replaced`).
-            unsafe {
-                let old = replaced.then(|| (*cell).assume_init_read());
-                (*cell).write(value);
-                old
-            }
-        };
         // Release: pairs with the Acquire loads of `head` in readers, so the slot write above
         // happens-before any read of it.
         shared
@@ -193,6 +177,99 @@ impl<T> Producer<T> {
         // Dropped after the publish: a panicking `Drop` cannot leave the ring half-updated.
         drop(old);
         Ok(id)
+    }
+
+    /// Moves `value` into the slot of `id` (`next_id <= id < write_limit`, not yet published) and
+    /// returns the slot's previous occupant, if any.
+    #[inline]
+    fn write_slot(&mut self, id: u64, value: T) -> Option<T> {
+        let shared = &*self.shared;
+        let index = shared.index(id);
+        let replaced = id >= self.first_reuse;
+        // SAFETY: `index` is masked by `capacity - 1` and `trackers` has `capacity` entries.
+        let _track = unsafe { shared.trackers.get_unchecked(index) }.write();
+        // SAFETY: as above, `slots` has `capacity` entries.
+        let cell = unsafe { shared.slots.get_unchecked(index) }.get();
+        // SAFETY: `id < write_limit`, so the slot's previous occupant `id - capacity` was released
+        // and no reader pin covers it (see `refresh_limit`); readers only touch ids `<= head`, and
+        // `id > head`. So nobody else accesses this slot now. It was initialised iff an earlier id
+        // mapped to it (`replaced`).
+        unsafe {
+            let old = replaced.then(|| (*cell).assume_init_read());
+            (*cell).write(value);
+            old
+        }
+    }
+
+    /// Appends values taken from `values` while there is room, and publishes them all with one
+    /// `head` store and one wake-up fence: the per-event cost of [`try_push`](Self::try_push)
+    /// without its per-event fence. Returns how many were appended; they got the ids
+    /// `next_id() - n .. next_id()`, in order.
+    ///
+    /// A value is taken from the iterator only once it has a slot, so the values that did not fit
+    /// stay in `values` (stopping early means the window is full, or ids are exhausted:
+    /// [`try_push`](Self::try_push) of the next value says which). Readers see the whole run at
+    /// once. If the iterator or a replaced value's `Drop` panics, the events written so far are
+    /// published before the panic continues.
+    ///
+    /// ```
+    /// let (mut producer, ring) = replay_ring::ReplayRing::<u32>::new(4, 1).unwrap();
+    /// let mut reader = ring.reader().unwrap();
+    /// let mut values = [10, 20, 30, 40, 50, 60].into_iter();
+    /// assert_eq!(producer.try_push_many(&mut values), 4); // the window holds 4
+    /// assert_eq!(values.next(), Some(50)); // not taken
+    /// let batch = reader.try_read().unwrap().unwrap();
+    /// assert_eq!((batch.first_id(), batch.as_slices().0), (1, &[10, 20, 30, 40][..]));
+    /// ```
+    pub fn try_push_many<I: Iterator<Item = T>>(&mut self, values: &mut I) -> usize {
+        /// Publishes the ids written so far when dropped, including during a panic.
+        struct Publish<'a, T> {
+            producer: &'a mut Producer<T>,
+            next: u64,
+        }
+        impl<T> Drop for Publish<'_, T> {
+            fn drop(&mut self) {
+                let producer = &mut *self.producer;
+                if self.next == producer.next_id {
+                    return;
+                }
+                let shared = &*producer.shared;
+                // Release: pairs with the Acquire loads of `head` in readers, so every slot write
+                // of the run happens-before any read of it (as in `try_push_with`).
+                shared
+                    .head
+                    .store(self.next - 1, ord("publish_relaxed", Release, Relaxed));
+                producer.next_id = self.next;
+                shared.wake_readers();
+            }
+        }
+
+        let first = self.next_id;
+        let mut run = Publish {
+            next: first,
+            producer: self,
+        };
+        loop {
+            let id = run.next;
+            if id > LAST_ID {
+                break;
+            }
+            if id >= run.producer.write_limit {
+                // `refresh_limit` answers for `next_id`, which trails the run: compare `id` itself.
+                run.producer.refresh_limit();
+                if id >= run.producer.write_limit {
+                    break;
+                }
+            }
+            let Some(value) = values.next() else { break };
+            let old = run.producer.write_slot(id, value);
+            run.next = id + 1;
+            // A panicking `Drop` here unwinds through `run`, which publishes ids up to `id`.
+            drop(old);
+        }
+        let next = run.next;
+        drop(run);
+        (next - first) as usize
     }
 
     /// Recomputes `write_limit` from the floor and the reader pins. Returns whether the next id fits.
@@ -215,15 +292,10 @@ impl<T> Producer<T> {
             seq_cst_fence("no_pin_scan_fence");
             floor
         };
-        let mut limit = floor;
-        for slot in shared.readers.iter() {
-            // Acquire: pairs with the Release pin stores (and unpin stores) in `reader.rs`, so the
-            // reader's earlier reads of slots below this value happen-before we overwrite them.
-            let pin = slot.pin.load(Acquire);
-            if pin != UNPINNED && pin < limit {
-                limit = pin;
-            }
-        }
+        // Only entries that may be pinned: the active bitmap (`table.rs`) is read after the fence,
+        // and a reader sets its bit before its pin store, so it is visited whenever the hazard
+        // argument needs its pin.
+        let limit = shared.readers.min_pin(floor);
         self.write_limit = limit.saturating_add(shared.capacity());
         let room = self.next_id < self.write_limit;
         if room {
@@ -371,7 +443,9 @@ impl<T> Producer<T> {
         *lock(&shared.close_reason) = Some(reason);
         // Release: pairs with the Acquire loads of `closed` in readers; every `head` publish and the
         // reason happen-before a reader that sees the stream closed.
-        shared.closed.store(true, Release);
+        shared
+            .closed
+            .store(true, ord("closed_relaxed", Release, Relaxed));
         shared.wake_readers();
     }
 }
@@ -427,9 +501,8 @@ impl<T> Producer<T> {
     #[must_use = "the window may still be full when this returns false"]
     pub fn ready_timeout(&mut self, timeout: Duration) -> bool {
         let deadline = crate::wait::deadline_after(timeout);
-        let mut waker = std::mem::take(&mut self.thread_waker);
-        let ready = crate::wait::block_on_deadline(&mut waker, deadline, |cx| self.poll_ready(cx));
-        self.thread_waker = waker;
+        let waker = self.thread_waker.bind();
+        let ready = crate::wait::block_on_deadline(waker, deadline, |cx| self.poll_ready(cx));
         self.stop_waiting();
         ready.is_some()
     }

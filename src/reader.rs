@@ -2,27 +2,39 @@
 //! most two slices, and the live tail waits on the reader's own waker slot.
 
 use std::fmt;
-use std::future::poll_fn;
+use std::future::Future;
+use std::pin::Pin;
+use std::ptr::NonNull;
 use std::slice;
 use std::task::{Context, Poll};
 #[cfg(not(replay_ring_loom))]
 use std::time::Duration;
 
 use crate::error::ReadError;
-use crate::shared::{ReaderSlot, Shared, UNPINNED};
+use crate::shared::{Shared, UNPINNED};
 use crate::sync::{
     heavy_fence, lock, ord, seq_cst_fence, Arc,
     Ordering::{Acquire, Relaxed, Release},
     ReadTrack,
 };
+use crate::table::ReaderEntry;
 
-/// Pins `next` in `slot`, then checks it is still retained. On `Err(floor)` the slot is unpinned
-/// again. A fixed number of steps: one store, one fence, one load — no retry loop.
+/// Pins `next` in entry `index`, then checks it is still retained. On `Err(floor)` the entry is
+/// unpinned again. A fixed number of steps: (after a park) the two active-bit RMWs, one store, one
+/// fence, one load — no retry loop.
 pub(crate) fn pin_and_check<T>(
     shared: &Shared<T>,
-    slot: &ReaderSlot,
+    index: usize,
+    active: &mut bool,
     next: u64,
 ) -> Result<(), u64> {
+    if !*active && !crate::sync::mutant("skip_activate") {
+        // Before the pin store (and so before the fence below): the producer's pin scan, after its
+        // own fence, then visits this entry whenever it must see the pin (race 2).
+        shared.readers.activate(index);
+        *active = true;
+    }
+    let slot = shared.readers.entry(index);
     // Release: pairs with the producer's Acquire pin scan, so this reader's earlier reads of ids
     // below `next` happen-before the producer overwrites them.
     slot.pin.store(next, ord("pin_relaxed", Release, Relaxed));
@@ -41,7 +53,7 @@ pub(crate) fn pin_and_check<T>(
 }
 
 /// Ends a borrow and wakes the producer if it was waiting for this slot.
-fn unpin<T>(shared: &Shared<T>, slot: &ReaderSlot) {
+fn unpin<T>(shared: &Shared<T>, slot: &ReaderEntry) {
     // Release: pairs with the producer's Acquire pin scan; our slot reads happen-before its reuse.
     slot.pin
         .store(UNPINNED, ord("unpin_relaxed", Release, Relaxed));
@@ -67,8 +79,8 @@ pub struct Event<T> {
 /// A registered reader: replays from where it was resumed, then follows live events.
 ///
 /// Obtained from [`ReplayRing::resume`](crate::ReplayRing::resume) or
-/// [`ReplayRing::reader`](crate::ReplayRing::reader). Each reader owns one entry of the ring's fixed
-/// reader table until it is dropped.
+/// [`ReplayRing::reader`](crate::ReplayRing::reader). Each reader owns one entry of the ring's reader
+/// table until it is dropped; the entry (and its wakers) is then reused by a later registration.
 ///
 /// A reader never skips: if its next event was released before it read it, every read returns
 /// [`ReadError::Gap`]. After the producer closes the stream and the reader has read everything
@@ -111,16 +123,20 @@ pub struct Event<T> {
 pub struct Reader<T> {
     shared: Arc<Shared<T>>,
     index: usize,
+    /// `shared.readers.entry(index)`, cached: entries never move while the table lives.
+    entry: NonNull<ReaderEntry>,
     /// The next id this reader yields.
     cursor: u64,
     /// The pin at `cursor` is already set and validated (after a replaying resume).
     pinned: bool,
-    /// Registered in `reader_waiters`.
+    /// This entry's active bit is set (the producer's pin scan visits it). Cleared when it parks.
+    active: bool,
+    /// A waker is registered (and the entry is, or was, on the wait list) for a pending wait.
     waiting: bool,
+    /// A waker may be registered in the entry (from any earlier wait): released on drop.
+    registered: bool,
     /// A `Gap` or `Closed` already reported: the reader is finished.
     done: bool,
-    #[cfg(not(replay_ring_loom))]
-    thread_waker: crate::wait::ThreadWaker,
 }
 
 // SAFETY: a reader lends `&T` to whichever thread owns it while the producer moves `T`s in on
@@ -139,21 +155,31 @@ impl<T> fmt::Debug for Reader<T> {
 }
 
 impl<T> Reader<T> {
-    pub(crate) fn new(shared: Arc<Shared<T>>, index: usize, cursor: u64, pinned: bool) -> Self {
+    /// A reader on entry `index`; `active` says whether `pin_and_check` set its active bit.
+    pub(crate) fn new(
+        shared: Arc<Shared<T>>,
+        index: usize,
+        cursor: u64,
+        pinned: bool,
+        active: bool,
+    ) -> Self {
         Reader {
+            entry: shared.readers.entry_ptr(index),
             shared,
             index,
             cursor,
             pinned,
+            active,
             waiting: false,
+            registered: false,
             done: false,
-            #[cfg(not(replay_ring_loom))]
-            thread_waker: Default::default(),
         }
     }
 
-    fn slot(&self) -> &ReaderSlot {
-        &self.shared.readers[self.index]
+    fn slot(&self) -> &ReaderEntry {
+        // SAFETY: the entry lives in a table segment that is freed only when `Shared` drops, and
+        // `self.shared` keeps it alive; entries never move.
+        unsafe { self.entry.as_ref() }
     }
 
     /// The id this reader yields next. After a resume from `x`, it is `x + 1`.
@@ -196,16 +222,15 @@ impl<T> Reader<T> {
 
     fn finish(&mut self, error: ReadError) -> ReadError {
         self.done = true;
-        self.stop_waiting();
+        self.waiting = false;
         error
     }
 
     /// Pins and lends `cursor..=head`. Requires `available()` to have returned `Ok(true)`.
     fn borrow_available(&mut self) -> Result<Batch<'_, T>, ReadError> {
         let shared = &*self.shared;
-        let slot = &shared.readers[self.index];
         if !self.pinned {
-            if let Err(floor) = pin_and_check(shared, slot, self.cursor) {
+            if let Err(floor) = pin_and_check(shared, self.index, &mut self.active, self.cursor) {
                 // Acquire: pairs with the producer's Release publish; for the error's content only.
                 let head = shared.head.load(Acquire);
                 let gap = ReadError::Gap {
@@ -218,7 +243,7 @@ impl<T> Reader<T> {
         }
         self.pinned = false;
         // Acquire: pairs with the producer's Release publish: slots up to `head` are written.
-        let head = shared.head.load(Acquire);
+        let head = shared.head.load(ord("lend_head_relaxed", Acquire, Relaxed));
         debug_assert!(self.cursor <= head && head - self.cursor < shared.capacity());
         Ok(Batch::new(self, head))
     }
@@ -275,32 +300,47 @@ impl<T> Reader<T> {
             return Poll::Ready(Err(self.terminal_error()));
         }
         if self.available()? {
-            self.stop_waiting();
+            self.waiting = false;
             return Poll::Ready(Ok(()));
         }
         let shared = &*self.shared;
-        shared.readers[self.index].waker.register(cx.waker());
-        if !self.waiting {
-            self.waiting = true;
-            // Relaxed: ordered by the fence below.
-            shared.reader_waiters.fetch_add(1, Relaxed);
+        if self.active {
+            // No batch is lent (it would borrow `self`) and no replay is pinned (`available` said
+            // so): the pin is `UNPINNED`, and a parked reader leaves the producer's pin scan.
+            shared.readers.deactivate(self.index);
+            self.active = false;
         }
+        // SAFETY: as in `slot` (a field borrow, so `self.waiting` stays writable).
+        let entry = unsafe { self.entry.as_ref() };
+        entry.waker.register(cx.waker());
+        self.registered = true;
+        let enqueue_late = crate::sync::mutant("enqueue_after_fence");
+        if !enqueue_late {
+            shared.waiters.enqueue(self.index, entry);
+        }
+        self.waiting = true;
         // Heavy half of an asymmetric SeqCst fence: pairs with the light half in
-        // `Shared::wake_readers` after every publish and on close. Either the producer sees us in
-        // `reader_waiters`, or we see its new `head`.
+        // `Shared::wake_readers` after every publish and on close. Either the producer sees us on
+        // the wait list, or we see its new `head` (or `closed`).
         heavy_fence("no_reader_wait_fence", shared.asymmetric_reader_wakeup);
+        if enqueue_late {
+            shared.waiters.enqueue(self.index, entry);
+        }
         if self.available()? {
-            self.stop_waiting();
+            self.waiting = false;
             return Poll::Ready(Ok(()));
         }
         Poll::Pending
     }
 
-    fn stop_waiting(&mut self) {
+    /// A wait ends without an event (its future was dropped, or it timed out): the registered waker
+    /// is released, so no later push wakes (or keeps alive) a task that stopped waiting. The entry
+    /// may still be on the wait list; the next push takes it off without waking anyone.
+    fn abandon_wait(&mut self) {
         if self.waiting {
             self.waiting = false;
-            // Relaxed: a stale count only costs the producer one wake scan.
-            self.shared.reader_waiters.fetch_sub(1, Relaxed);
+            self.registered = false;
+            drop(self.slot().waker.take());
         }
     }
 
@@ -326,8 +366,13 @@ impl<T> Reader<T> {
     /// assert_eq!((batch.first_id(), batch.as_slices().0), (1, &[9][..]));
     /// # });
     /// ```
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future before it completes consumes nothing (the cursor does not
+    /// move) and releases its waker, so no later push wakes the dropped task.
     pub async fn read(&mut self) -> Result<Batch<'_, T>, ReadError> {
-        poll_fn(|cx| self.poll_ready(cx)).await?;
+        WaitReady { reader: self }.await?;
         self.borrow_available()
     }
 
@@ -412,12 +457,11 @@ impl<T> Reader<T> {
     /// ```
     pub fn read_timeout(&mut self, timeout: Duration) -> Result<Option<Batch<'_, T>>, ReadError> {
         let deadline = crate::wait::deadline_after(timeout);
-        let mut waker = std::mem::take(&mut self.thread_waker);
-        let ready = crate::wait::block_on_deadline(&mut waker, deadline, |cx| self.poll_ready(cx));
-        self.thread_waker = waker;
+        let waker = self.slot().thread_waker.bind();
+        let ready = crate::wait::block_on_deadline(waker, deadline, |cx| self.poll_ready(cx));
         match ready {
             None => {
-                self.stop_waiting();
+                self.abandon_wait();
                 Ok(None)
             }
             Some(Err(e)) => Err(e),
@@ -459,14 +503,34 @@ impl<T> Reader<T> {
 
 impl<T> Drop for Reader<T> {
     fn drop(&mut self) {
-        self.stop_waiting();
         // Not only `self.pinned`: a `Batch` leaked with `mem::forget` never ran its unpin, and a
         // pin left in a freed entry would hold the producer back forever.
         // Relaxed: this reader is the only writer of its pin, so the load sees its own last store.
         if self.slot().pin.load(Relaxed) != UNPINNED {
             unpin(&self.shared, self.slot());
         }
-        self.shared.free_reader_slot(self.index);
+        self.shared
+            .free_reader_slot(self.index, self.active, self.registered);
+    }
+}
+
+/// The wait inside [`Reader::read`]: ready when a read would lend at least one event (or fail).
+/// Dropping it while pending abandons the wait (`Reader::abandon_wait`).
+struct WaitReady<'a, T> {
+    reader: &'a mut Reader<T>,
+}
+
+impl<T> Future for WaitReady<'_, T> {
+    type Output = Result<(), ReadError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.reader.poll_ready(cx)
+    }
+}
+
+impl<T> Drop for WaitReady<'_, T> {
+    fn drop(&mut self) {
+        self.reader.abandon_wait();
     }
 }
 

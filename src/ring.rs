@@ -91,7 +91,7 @@ impl<T> ReplayRing<T> {
 
     /// How many readers may exist at once.
     pub fn max_readers(&self) -> usize {
-        self.shared.readers.len()
+        self.shared.readers.limit()
     }
 
     /// Whether the producer has closed the stream (or been dropped).
@@ -230,21 +230,28 @@ impl<T> ReplayRing<T> {
             }
         };
         let index = shared.claim_reader_slot()?;
-        let slot = &shared.readers[index];
+        let slot = shared.readers.entry(index);
         let Some(first) = first else {
             slot.counters.count(&slot.counters.resumes_noop);
             // `last == head <= LAST_ID`: no overflow.
-            return Ok(Reader::new(self.shared.clone(), index, last + 1, false));
+            return Ok(Reader::new(
+                self.shared.clone(),
+                index,
+                last + 1,
+                false,
+                false,
+            ));
         };
         // The snapshot said `first` is retained; the pin makes it stay so, or finds that a release
         // overtook us.
-        match crate::reader::pin_and_check(shared, slot, first) {
+        let mut active = false;
+        match crate::reader::pin_and_check(shared, index, &mut active, first) {
             Ok(()) => {
                 slot.counters.count(&slot.counters.resumes_ok);
-                Ok(Reader::new(self.shared.clone(), index, first, true))
+                Ok(Reader::new(self.shared.clone(), index, first, true, active))
             }
             Err(floor) => {
-                shared.free_reader_slot(index);
+                shared.free_reader_slot(index, active, false);
                 // Re-read the head: the floor came from a release of an id <= the head at that time,
                 // so this snapshot keeps `floor <= head + 1` (the head read above may predate it).
                 // Acquire: pairs with the producer's Release publish.
@@ -293,7 +300,13 @@ impl<T> ReplayRing<T> {
         // Acquire: pairs with the producer's Release publish.
         let head = self.shared.head.load(Acquire);
         // `head <= LAST_ID`: no overflow.
-        Ok(Reader::new(self.shared.clone(), index, head + 1, false))
+        Ok(Reader::new(
+            self.shared.clone(),
+            index,
+            head + 1,
+            false,
+            false,
+        ))
     }
 
     /// A snapshot of the stream's counters.

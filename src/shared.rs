@@ -12,10 +12,12 @@ use crossbeam_utils::CachePadded;
 
 use crate::error::{CloseReason, TooManyReaders};
 use crate::sync::{
-    light_fence, lock, AtomicBool, AtomicU64, AtomicUsize, AtomicWaker, Mutex,
-    Ordering::{Acquire, Relaxed, Release},
+    light_fence, lock, AtomicBool, AtomicU64, AtomicWaker, Mutex,
+    Ordering::{Acquire, Relaxed},
     SlotTracker,
 };
+use crate::table::{ReaderTable, TableFull};
+use crate::wait::WaitList;
 
 /// Ids stop one short of `u64::MAX` so that `head + 1` (the floor of an empty window) always fits.
 pub(crate) const LAST_ID: u64 = u64::MAX - 1;
@@ -39,20 +41,6 @@ impl ReaderCounters {
     }
 }
 
-/// One entry of the fixed reader table, claimed by a [`Reader`](crate::Reader) for its lifetime.
-pub(crate) struct ReaderSlot {
-    /// Set while a `Reader` owns this entry.
-    pub(crate) claimed: AtomicBool,
-    /// `UNPINNED`, or the lowest id this reader may be borrowing. While `pin = p`, the producer does
-    /// not overwrite any id `>= p` (it scans pins before reusing a slot).
-    pub(crate) pin: AtomicU64,
-    /// Where a reader waiting for new events parks its waker (the bounded waker table: one entry per
-    /// reader, allocated at construction).
-    pub(crate) waker: AtomicWaker,
-    /// Resume outcomes, written only by the reader that owns the entry (uncontended).
-    pub(crate) counters: ReaderCounters,
-}
-
 /// Everything the producer, the readers and the handles share.
 pub(crate) struct Shared<T> {
     /// Newest published id; `first_id - 1` before the first push. Written only by the producer, with
@@ -69,9 +57,10 @@ pub(crate) struct Shared<T> {
     pub(crate) mask: u64,
     /// The first id this ring ever assigns (normally 1).
     pub(crate) first_id: u64,
-    pub(crate) readers: Box<[CachePadded<ReaderSlot>]>,
-    /// Number of readers registered for a wake-up; the producer skips the wake scan while it is 0.
-    pub(crate) reader_waiters: CachePadded<AtomicUsize>,
+    /// One entry per registered reader; grows on demand up to `max_readers`.
+    pub(crate) readers: ReaderTable,
+    /// The readers parked for new events (`wait.rs`).
+    pub(crate) waiters: WaitList,
     /// Set by a producer about to sleep for space; releasers and unpinning readers then wake it.
     pub(crate) producer_waiting: CachePadded<AtomicBool>,
     pub(crate) producer_waker: AtomicWaker,
@@ -120,11 +109,9 @@ impl<T> Shared<T> {
         // see the registration or it sees our `head` (store-buffering: a fence on both sides; the
         // sleeper pays for it, not the push).
         light_fence("no_push_wake_fence", self.asymmetric_reader_wakeup);
-        // Relaxed: ordered by the fence above.
-        if self.reader_waiters.load(Relaxed) != 0 {
-            for slot in self.readers.iter() {
-                slot.waker.wake();
-            }
+        // Ordered by the fence above; one load while nobody waits.
+        if !self.waiters.is_empty() {
+            self.waiters.wake_all(&self.readers);
         }
     }
 
@@ -140,26 +127,25 @@ impl<T> Shared<T> {
         }
     }
 
-    /// Claims a free reader-table entry for a new [`Reader`](crate::Reader).
+    /// Claims a reader-table entry for a new [`Reader`](crate::Reader).
     pub(crate) fn claim_reader_slot(&self) -> Result<usize, TooManyReaders> {
-        for (index, slot) in self.readers.iter().enumerate() {
-            // Acquire: pairs with the Release in `free_reader_slot`, so the previous owner's use of
-            // the entry happens-before ours.
-            if slot
-                .claimed
-                .compare_exchange(false, true, Acquire, Relaxed)
-                .is_ok()
-            {
-                return Ok(index);
-            }
-        }
-        Err(TooManyReaders::new(self.readers.len()))
+        self.readers
+            .claim()
+            .map_err(|TableFull| TooManyReaders::new(self.readers.limit()))
     }
 
-    /// Returns a reader-table entry to the pool. The entry must be unpinned.
-    pub(crate) fn free_reader_slot(&self, index: usize) {
-        // Release: pairs with the Acquire CAS in `claim_reader_slot`.
-        self.readers[index].claimed.store(false, Release);
+    /// Returns a reader-table entry to the pool. The entry must be unpinned; `active` says whether
+    /// its active bit may be set, `waker` whether a waker may be registered in it. The waker is
+    /// released (a dropped reader keeps no task alive); the entry may stay on the wait list until
+    /// the next push, which then wakes nobody.
+    pub(crate) fn free_reader_slot(&self, index: usize, active: bool, waker: bool) {
+        if active {
+            self.readers.deactivate(index);
+        }
+        if waker {
+            drop(self.readers.entry(index).waker.take());
+        }
+        self.readers.free(index);
     }
 
     pub(crate) fn close_reason(&self) -> Option<CloseReason> {

@@ -7,7 +7,9 @@
 #[cfg(not(replay_ring_loom))]
 mod imp {
     pub(crate) use atomic_waker::AtomicWaker;
-    pub(crate) use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
+    pub(crate) use std::sync::atomic::{
+        fence, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering,
+    };
     pub(crate) use std::sync::Arc;
 
     /// A lock for cold paths only (the close reason). Never taken on push or read.
@@ -72,8 +74,18 @@ mod imp {
     }
 
     /// The expensive half, for the side that is about to sleep anyway.
+    ///
+    /// With `asymmetric`, the matching light halves are compiler fences only, so this side *must*
+    /// issue the membarrier: a `fence(SeqCst)` here would order nothing on the other threads. If
+    /// the system call fails after registration succeeded (a seccomp filter installed later, for
+    /// example), no correct fallback exists — the light sides have already run without a fence —
+    /// so the process aborts with a message, as liburcu does, rather than lose wake-ups silently.
     pub(crate) fn heavy_fence(_name: &str, asymmetric: bool) {
-        if !(asymmetric && membarrier::barrier()) {
+        if asymmetric {
+            if let Err(errno) = membarrier::barrier() {
+                membarrier::die(errno);
+            }
+        } else {
             fence(Ordering::SeqCst);
         }
     }
@@ -98,22 +110,28 @@ mod imp {
 
         static STATE: AtomicU8 = AtomicU8::new(UNKNOWN);
 
-        fn membarrier(cmd: libc::c_int) -> bool {
+        /// `Err(errno)` when the system call fails.
+        fn membarrier(cmd: libc::c_int) -> Result<(), i32> {
             // SAFETY: `membarrier` takes two integers and touches no memory of ours; an
-            // unsupported command or kernel returns -1, which we report as `false`.
-            unsafe {
+            // unsupported command or kernel returns -1 and sets errno.
+            let ret = unsafe {
                 libc::syscall(
                     libc::SYS_membarrier,
                     cmd,
                     0 as libc::c_uint,
                     0 as libc::c_int,
-                ) == 0
+                )
+            };
+            if ret == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(0))
             }
         }
 
         pub(super) fn init() {
             if STATE.load(Acquire) == UNKNOWN {
-                let supported = membarrier(CMD_REGISTER_PRIVATE_EXPEDITED);
+                let supported = membarrier(CMD_REGISTER_PRIVATE_EXPEDITED).is_ok();
                 // Release: pairs with the Acquire loads below; racing initialisers store the
                 // same answer.
                 STATE.store(if supported { EXPEDITED } else { UNSUPPORTED }, Release);
@@ -127,8 +145,21 @@ mod imp {
             STATE.load(Acquire) == EXPEDITED
         }
 
-        pub(super) fn barrier() -> bool {
-            expedited() && membarrier(CMD_PRIVATE_EXPEDITED)
+        /// Only called once `expedited()` said yes (the ring chose asymmetric fences).
+        pub(super) fn barrier() -> Result<(), i32> {
+            membarrier(CMD_PRIVATE_EXPEDITED)
+        }
+
+        /// The one-sided state is unrecoverable: report it and abort (never unwind: the caller
+        /// may be inside a `Drop` or a poll, and continuing would lose wake-ups).
+        #[cold]
+        pub(super) fn die(errno: i32) -> ! {
+            eprintln!(
+                "replay-ring: membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) failed with errno \
+                 {errno} after registration succeeded; the asymmetric wake-up fences cannot be \
+                 completed, aborting (see docs/design.md, \"Who pays for the wake-up fences\")"
+            );
+            std::process::abort()
         }
     }
 
@@ -139,8 +170,12 @@ mod imp {
         pub(super) fn expedited() -> bool {
             false
         }
-        pub(super) fn barrier() -> bool {
-            false
+        pub(super) fn barrier() -> Result<(), i32> {
+            // Unreachable: `expedited()` is false, so no ring is asymmetric here.
+            Err(0)
+        }
+        pub(super) fn die(errno: i32) -> ! {
+            panic!("replay-ring: membarrier unavailable (errno {errno}) in an asymmetric ring")
         }
     }
 }
@@ -161,8 +196,13 @@ mod imp {
         pub(crate) fn wake(&self) {
             self.0.wake();
         }
+        pub(crate) fn take(&self) -> Option<std::task::Waker> {
+            self.0.take_waker()
+        }
     }
-    pub(crate) use loom::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
+    pub(crate) use loom::sync::atomic::{
+        fence, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering,
+    };
     pub(crate) use loom::sync::Arc;
 
     pub(crate) type Mutex<T> = loom::sync::Mutex<T>;
@@ -204,9 +244,18 @@ mod imp {
         std::env::var("REPLAY_RING_MUTANT").is_ok_and(|m| m == name)
     }
 
-    /// Both halves of the asymmetric pair are modelled as what they guarantee together: a
-    /// `fence(SeqCst)` on each side.
+    /// How the light half of an asymmetric pair is modelled, from `REPLAY_RING_LIGHT_FENCE`:
+    ///
+    /// - unset or `fence`: a `fence(SeqCst)`, which is what the pair guarantees together (and what
+    ///   a symmetric ring really issues). Every model runs in this configuration.
+    /// - `none`: nothing at all, which is what the hot side of an asymmetric ring issues (a
+    ///   compiler fence). Loom cannot model `membarrier`, so the waiting models would report false
+    ///   deadlocks; the non-blocking models run in this configuration too, to prove that no
+    ///   ordering outside the wake-up pairs leans on a light fence.
     pub(crate) fn light_fence(name: &str, _asymmetric: bool) {
+        if std::env::var("REPLAY_RING_LIGHT_FENCE").is_ok_and(|v| v == "none") {
+            return;
+        }
         super::seq_cst_fence(name);
     }
 

@@ -1,9 +1,18 @@
-//! Waiting without allocating: async waits park their `Waker` in the ring's fixed waker table (one
-//! entry for the producer, one per reader slot, allocated at construction); blocking waits turn the
-//! same poll functions into a thread park with a deadline.
+//! Waiting without allocating: the wait list that finds parked readers without touching idle ones,
+//! and the blocking waits that turn the poll functions into a thread park with a deadline.
 //!
-//! The wake-up protocol itself (register, SeqCst fence, re-check; publish, SeqCst fence, wake) lives
-//! next to the state it guards, in `producer.rs`, `reader.rs` and `shared.rs`.
+//! Async waits park their `Waker` in their own reader-table entry (or the producer's field), all
+//! allocated when the handle is created. The fences of the wake-up protocol (register, fence,
+//! re-check; publish, fence, wake) live next to the state they guard, in `shared.rs`, `reader.rs`
+//! and `producer.rs`; `docs/design.md` ("Waking readers") has the argument.
+
+use crossbeam_utils::CachePadded;
+
+use crate::sync::{
+    AtomicU64,
+    Ordering::{AcqRel, Acquire, Relaxed, Release},
+};
+use crate::table::{ReaderEntry, ReaderTable};
 
 #[cfg(not(replay_ring_loom))]
 pub(crate) use blocking::{block_on_deadline, deadline_after, ThreadWaker};
@@ -12,40 +21,55 @@ pub(crate) use blocking::{block_on_deadline, deadline_after, ThreadWaker};
 mod blocking {
     use std::sync::Arc;
     use std::task::{Context, Poll, Wake, Waker};
-    use std::thread::{self, Thread, ThreadId};
+    use std::thread::{self, Thread};
     use std::time::{Duration, Instant};
 
-    struct Unparker(Thread);
+    /// Unparks whichever thread is blocked on the handle right now.
+    struct Unparker(parking_lot::Mutex<Option<Thread>>);
 
     impl Wake for Unparker {
         fn wake(self: Arc<Self>) {
-            self.0.unpark();
+            self.wake_by_ref();
         }
 
         fn wake_by_ref(self: &Arc<Self>) {
-            self.0.unpark();
+            if let Some(thread) = &*self.0.lock() {
+                thread.unpark();
+            }
         }
     }
 
-    /// A `Waker` that unparks one thread, built once per handle and reused for every blocking wait
-    /// on that thread (so blocking waits do not allocate either).
-    #[derive(Debug, Default)]
+    /// The `Waker` of a handle's blocking waits, allocated with the handle (at registration), so that
+    /// no blocking wait allocates, on whichever thread it runs: each wait only records the current
+    /// thread in it (`thread::current()` clones a handle std already holds).
+    #[derive(Debug)]
     pub(crate) struct ThreadWaker {
-        cached: Option<(ThreadId, Waker)>,
+        unparker: Arc<Unparker>,
+        waker: Waker,
+    }
+
+    impl std::fmt::Debug for Unparker {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("Unparker")
+        }
     }
 
     impl ThreadWaker {
-        fn get(&mut self) -> &Waker {
+        pub(crate) fn new() -> Self {
+            let unparker = Arc::new(Unparker(parking_lot::Mutex::new(None)));
+            let waker = Waker::from(unparker.clone());
+            ThreadWaker { unparker, waker }
+        }
+
+        /// Points the waker at the calling thread and returns a handle on it (a reference count,
+        /// not an allocation).
+        pub(crate) fn bind(&self) -> Waker {
             let current = thread::current();
-            if self
-                .cached
-                .as_ref()
-                .is_none_or(|(id, _)| *id != current.id())
-            {
-                let waker = Waker::from(Arc::new(Unparker(current.clone())));
-                self.cached = Some((current.id(), waker));
+            let mut slot = self.unparker.0.lock();
+            if slot.as_ref().is_none_or(|t| t.id() != current.id()) {
+                *slot = Some(current);
             }
-            &self.cached.as_ref().expect("just set").1
+            self.waker.clone()
         }
     }
 
@@ -58,11 +82,10 @@ mod blocking {
     /// Polls `poll` until it is ready or `deadline` passes (never, for `None`), parking the thread
     /// in between. `None` means the deadline passed first.
     pub(crate) fn block_on_deadline<R>(
-        waker: &mut ThreadWaker,
+        waker: Waker,
         deadline: Option<Instant>,
         mut poll: impl FnMut(&mut Context<'_>) -> Poll<R>,
     ) -> Option<R> {
-        let waker = waker.get().clone();
         let mut cx = Context::from_waker(&waker);
         loop {
             if let Poll::Ready(r) = poll(&mut cx) {
@@ -78,6 +101,86 @@ mod blocking {
                     }
                     thread::park_timeout(deadline - now);
                 }
+            }
+        }
+    }
+}
+
+/// The readers parked for new events: a lock-free stack of reader-table indices (index + 1; 0 is
+/// the empty list). A parking reader pushes itself once; the producer takes the whole list with one
+/// `swap` and wakes each entry on it. So a push costs one load while nobody waits, and one wake per
+/// parked reader otherwise — never a visit to an idle entry — and a woken reader is not woken again
+/// until it parks again.
+///
+/// Each entry's `queued` flag says "on a list the producer has not finished waking". Both sides
+/// change it only with RMWs, so they agree on who owns the next step:
+/// - a reader whose `swap(true)` returns `true` is still listed: the producer's later
+///   `swap(false)` reads the reader's `true`, synchronizes with it, and so wakes the waker the
+///   reader registered just before. (The waker's own state word gives the same guarantee, since
+///   registering and waking are RMWs on it; the RMWs here keep the argument local.)
+/// - the producer reads `wait_next` *before* clearing `queued`, since the reader may push itself
+///   again (rewriting `wait_next`) as soon as it sees `false`.
+pub(crate) struct WaitList {
+    head: CachePadded<AtomicU64>,
+}
+
+impl WaitList {
+    pub(crate) fn new() -> Self {
+        WaitList {
+            head: CachePadded::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// Puts reader `index` (whose waker is already registered) on the list, unless it is still on
+    /// it. The caller then issues its half of the wake-up fence and re-checks.
+    pub(crate) fn enqueue(&self, index: usize, entry: &ReaderEntry) {
+        // AcqRel: the Release half publishes the waker registered before; the Acquire half pairs
+        // with the producer's `swap(false)`, which read `wait_next` before it.
+        if entry.queued.swap(true, AcqRel) {
+            return;
+        }
+        // Relaxed: a stale head only makes the CAS below fail and retry.
+        let mut head = self.head.load(Relaxed);
+        loop {
+            // Relaxed: published by the Release CAS below.
+            entry.wait_next.store(head, Relaxed);
+            // Release: pairs with the producer's Acquire `swap` in `wake_all`, so it sees
+            // `wait_next` and the registered waker.
+            let publish = crate::sync::ord("wait_push_relaxed", Release, Relaxed);
+            match self
+                .head
+                .compare_exchange(head, index as u64 + 1, publish, Relaxed)
+            {
+                Ok(_) => return,
+                Err(actual) => head = actual,
+            }
+        }
+    }
+
+    /// Whether no reader is parked. Producer side, after its half of the wake-up fence.
+    #[inline]
+    pub(crate) fn is_empty(&self) -> bool {
+        // Relaxed: ordered by the caller's fence (the store-buffering pair in `docs/design.md`).
+        self.head.load(Relaxed) == 0
+    }
+
+    /// Takes every parked reader off the list and wakes it.
+    #[cold]
+    pub(crate) fn wake_all(&self, table: &ReaderTable) {
+        // Acquire: pairs with the Release CAS in `enqueue` (and, through the release sequence of
+        // CASes, with every reader pushed before).
+        let mut next = self.head.swap(0, Acquire);
+        while next != 0 {
+            let entry = table.entry(next as usize - 1);
+            // Relaxed: written before the Release CAS our swap synchronized with.
+            next = entry.wait_next.load(Relaxed);
+            // AcqRel: Release orders our `wait_next` load before the reader's next push; Acquire
+            // pairs with a reader's `swap(true)` that found the entry still listed, so the wake
+            // below sees the waker it registered.
+            entry.queued.swap(false, AcqRel);
+            entry.waker.wake();
+            if crate::sync::mutant("wake_first_only") {
+                return;
             }
         }
     }

@@ -60,10 +60,19 @@ fn push_read_release_resume_and_waits_allocate_nothing() {
     // `Bytes` from a `Vec` allocates its shared header on the first clone; do that now.
     drop(payload.clone());
     let mut live = ring.reader().unwrap();
-    // Warm up anything lazily initialised outside the ring (thread handles for blocking waits).
-    let _ = live.read_timeout(std::time::Duration::from_micros(1));
-
+    // Nothing is warmed up: the first blocking wait of each handle must not allocate either (its
+    // thread waker comes with the reader-table entry, or with the producer).
     COUNTING.with(|c| c.set(true));
+    assert!(live
+        .read_timeout(std::time::Duration::from_micros(1))
+        .unwrap()
+        .is_none());
+    let mut fresh = ring.resume(Some(ring.head())).unwrap();
+    assert!(fresh
+        .read_timeout(std::time::Duration::from_micros(1))
+        .unwrap()
+        .is_none());
+    drop(fresh);
     for round in 0..if cfg!(miri) { 5 } else { 1_000u64 } {
         for _ in 0..48 {
             producer.try_push(payload.clone()).unwrap();
@@ -86,6 +95,7 @@ fn push_read_release_resume_and_waits_allocate_nothing() {
     // A full window: the producer's async wait registers its waker, again without allocating.
     while producer.try_push(payload.clone()).is_ok() {}
     assert!(poll_once(producer.ready()).is_pending());
+    assert!(!producer.ready_timeout(std::time::Duration::from_micros(1)));
     COUNTING.with(|c| c.set(false));
 
     assert_eq!(ALLOCATIONS.load(SeqCst), 0, "the hot path allocated");

@@ -15,7 +15,7 @@ use replay_ring_loom_tests::{
 fn push_vs_replay_across_wraparound() {
     model(
         "push_vs_replay_across_wraparound",
-        Bound::Exhaustive,
+        Bound::Preemptions(5),
         || {
             let ledger = Ledger::new(4);
             let (mut producer, ring) = ring_with(&ledger, 2, 1, 2);

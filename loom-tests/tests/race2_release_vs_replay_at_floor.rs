@@ -16,9 +16,31 @@ use replay_ring_loom_tests::{
 /// after the producer writes id 3 there.
 #[test]
 fn release_vs_replay_at_floor() {
-    model("release_vs_replay_at_floor", Bound::Exhaustive, || {
+    model("release_vs_replay_at_floor", Bound::Preemptions(4), || {
+        hazard(1, 0, 1)
+    });
+}
+
+/// The same race with the replaying reader on reader-table entry 2, behind a summary word of the
+/// active bitmap (loom builds use two bits per bitmap word, so entries 0–1 and 2–3 are two leaf
+/// words under one summary word; entries 0 and 1 belong to idle readers). The producer tries twice,
+/// so its second pin scan depends on the first having put back the summary bit it took.
+#[test]
+fn release_vs_replay_at_floor_behind_summary() {
+    model(
+        "release_vs_replay_at_floor_behind_summary",
+        Bound::Preemptions(3),
+        || hazard(4, 2, 2),
+    );
+}
+
+/// `max_readers` entries, `idle` readers registered (and kept) before the threads start, and
+/// `attempts` push attempts by the producer.
+fn hazard(max_readers: usize, idle: usize, attempts: usize) {
+    {
         let ledger = Ledger::new(3);
-        let (mut producer, ring) = ring_with(&ledger, 2, 1, 2);
+        let (mut producer, ring) = ring_with(&ledger, 2, max_readers, 2);
+        let _idle: Vec<_> = (0..idle).map(|_| ring.reader().unwrap()).collect();
         let released_1 = Flag::default();
 
         let releaser = {
@@ -34,7 +56,11 @@ fn release_vs_replay_at_floor() {
             let ledger = ledger.clone();
             thread::spawn(move || {
                 // Accepted only if the release is visible and no pin covers id 1.
-                let _ = producer.try_push_with(maker(&ledger));
+                for _ in 0..attempts {
+                    if producer.try_push_with(maker(&ledger)).is_ok() {
+                        break;
+                    }
+                }
                 producer
             })
         };
@@ -72,6 +98,7 @@ fn release_vs_replay_at_floor() {
         releaser.join().unwrap();
         let producer = producer_thread.join().unwrap();
         let head = ring.head();
+        drop(_idle);
         drop_and_check_ledger(&ledger, head, Some(producer), ring);
-    });
+    }
 }

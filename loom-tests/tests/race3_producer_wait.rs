@@ -54,7 +54,7 @@ fn producer_wait_vs_reader_finishing() {
 fn producer_wait_vs_release_and_reader() {
     model(
         "producer_wait_vs_release_and_reader",
-        Bound::Preemptions(5),
+        Bound::Preemptions(4),
         || {
             let ledger = Ledger::new(2);
             let (producer, ring, mut reader) = one_event_pinned(&ledger, false);

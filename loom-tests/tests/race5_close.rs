@@ -18,7 +18,7 @@ use replay_ring_loom_tests::{
 /// the last publish — and must not hang.
 #[test]
 fn close_vs_waiting_reader() {
-    model("close_vs_waiting_reader", Bound::Exhaustive, || {
+    model("close_vs_waiting_reader", Bound::Preemptions(4), || {
         let ledger = Ledger::new(1);
         let (mut producer, ring, mut reader) = empty_ring_with_live_reader(&ledger);
 
@@ -64,7 +64,7 @@ fn close_vs_waiting_reader() {
 fn close_vs_waiting_producer_and_reader() {
     model(
         "close_vs_waiting_producer_and_reader",
-        Bound::Exhaustive,
+        Bound::Preemptions(4),
         || {
             let ledger = Ledger::new(2);
             let (mut producer, ring, mut reader) = one_event_pinned(&ledger, true);
@@ -132,6 +132,47 @@ fn close_vs_abandoned_wait() {
         producer_thread.join().unwrap();
         drop(reader);
         assert_eq!(ring.head(), 1);
+        drop_and_check_ledger(&ledger, 1, None, ring);
+    });
+}
+
+/// Capacity 2, a live reader at the empty head; non-blocking, so it also runs with the light fence
+/// modelled as nothing. Producer thread: push 1, then close. Reader (main): up to three `try_read`s.
+/// Whenever it sees `Closed`, it must already have read id 1: the close must not overtake the last
+/// publish (`closed` is stored with Release after it, and loaded with Acquire before the final
+/// re-read of `head`).
+#[test]
+fn close_vs_polling_reader() {
+    model("close_vs_polling_reader", Bound::Exhaustive, || {
+        let ledger = Ledger::new(1);
+        let (mut producer, ring, mut reader) = empty_ring_with_live_reader(&ledger);
+
+        let producer_thread = {
+            let ledger = ledger.clone();
+            thread::spawn(move || {
+                assert_eq!(producer.try_push_with(maker(&ledger)).ok(), Some(1));
+                producer.close(CloseReason::Completed);
+            })
+        };
+
+        let mut next = 1;
+        for _ in 0..3 {
+            match reader.try_read() {
+                Ok(Some(batch)) => next = check_batch(&batch, next) + 1,
+                Ok(None) => {}
+                Err(ReadError::Closed(CloseReason::Completed)) => {
+                    assert_eq!(
+                        next, 2,
+                        "lost tail: the reader saw Closed before reading id {next}"
+                    );
+                    break;
+                }
+                Err(e) => panic!("replay mismatch: unexpected {e:?}"),
+            }
+        }
+
+        producer_thread.join().unwrap();
+        drop(reader);
         drop_and_check_ledger(&ledger, 1, None, ring);
     });
 }

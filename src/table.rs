@@ -1,0 +1,399 @@
+//! The reader table: one entry per registered [`Reader`](crate::Reader), found by index, growing on
+//! demand; and the *active* bitmap that lets the producer scan only the entries that may be pinned.
+//!
+//! Layout (see `docs/design.md`, "The reader table"):
+//!
+//! - Entries live in segments that double in size: segment 0 holds `base` entries (a power of two,
+//!   at most 64), segment `k` holds `base << k`. A fixed directory of segment pointers means an
+//!   entry never moves once allocated, so a reader keeps a plain pointer to its entry and the
+//!   producer reaches any entry without a lock. Segments are allocated by registration, on demand,
+//!   and freed with the ring.
+//! - Registration pops a free list (a Treiber stack with a generation tag against ABA) or, when it is
+//!   empty, takes the next never-used index: O(1) amortised, never a scan.
+//! - Per segment, bit `i` of `active` is set while entry `i` *may* be pinned, and bit `w` of
+//!   `summary` is set while `active` word `w` may be non-zero. A reader sets both (leaf first) before
+//!   its first pin after a park, and clears its leaf bit when it parks or leaves. The producer's pin
+//!   scan visits only set summary bits, then set leaf bits: its cost follows the readers that are
+//!   reading, not the readers that are registered.
+
+use std::ptr::{self, NonNull};
+
+use crossbeam_utils::CachePadded;
+
+use crate::shared::{ReaderCounters, UNPINNED};
+use crate::sync::{
+    AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, AtomicWaker,
+    Ordering::{Acquire, Relaxed, Release},
+};
+
+/// The largest reader table [`Builder::max_readers`](crate::Builder::max_readers) accepts.
+pub const MAX_READERS: usize = 1 << 24;
+
+/// Segments in the directory. With `base >= 1`, segments `0..SEGMENTS` hold
+/// `base * (2^SEGMENTS - 1) >= 2^25 - 1 > MAX_READERS` entries.
+const SEGMENTS: usize = 25;
+
+/// Entries in segment 0 at most: small tables (a few readers) allocate only what they ask for.
+const MAX_BASE: usize = 64;
+
+/// Bits used per bitmap word. Under loom, 2: a four-entry table then has two leaf words and a
+/// summary word, so a small model exercises both levels of the bitmap (the logic is the same for
+/// any width).
+const WORD_BITS: usize = if cfg!(replay_ring_loom) { 2 } else { 64 };
+
+/// Low half of the free-list word: index + 1 of the top entry (0 = empty). High half: a generation
+/// tag bumped by every push and pop, so a pop that raced with a pop-push of the same entry fails.
+const INDEX_BITS: u32 = 32;
+const INDEX_MASK: u64 = (1 << INDEX_BITS) - 1;
+
+/// One reader's entry. Cache-padded (128 bytes on x86-64 and aarch64) so readers never share a line.
+pub(crate) struct ReaderEntry {
+    /// `UNPINNED`, or the lowest id this reader may be borrowing. While `pin = p`, the producer does
+    /// not overwrite any id `>= p` (it scans the pins of active entries before reusing a slot).
+    pub(crate) pin: AtomicU64,
+    /// Where the reader parks its waker while it waits for new events.
+    pub(crate) waker: AtomicWaker,
+    /// On the wait list, or taken off it by a producer that has not woken it yet (`wait.rs`).
+    /// Only RMWs touch it, so a reader that finds it set knows a wake is still to come.
+    pub(crate) queued: AtomicBool,
+    /// The next entry on the wait list (index + 1; 0 ends the list). Written by the reader before it
+    /// publishes itself on the list, read by the producer after it took the list.
+    pub(crate) wait_next: AtomicU64,
+    /// The next entry on the free list (index + 1; 0 ends it).
+    free_next: AtomicU64,
+    /// Set while a `Reader` owns this entry (for `Metrics::readers_active`).
+    pub(crate) claimed: AtomicBool,
+    /// Resume outcomes, written only by the reader that owns the entry (uncontended). They survive
+    /// the entry's reuse, so the ring's totals stay exact.
+    pub(crate) counters: ReaderCounters,
+    /// The waker of the owner's blocking waits, allocated with the entry so that neither a resume
+    /// (which reuses a freed entry) nor a wait allocates.
+    #[cfg(not(replay_ring_loom))]
+    pub(crate) thread_waker: crate::wait::ThreadWaker,
+}
+
+impl ReaderEntry {
+    fn new() -> Self {
+        ReaderEntry {
+            pin: AtomicU64::new(UNPINNED),
+            waker: AtomicWaker::new(),
+            queued: AtomicBool::new(false),
+            wait_next: AtomicU64::new(0),
+            free_next: AtomicU64::new(0),
+            claimed: AtomicBool::new(false),
+            counters: ReaderCounters::default(),
+            #[cfg(not(replay_ring_loom))]
+            thread_waker: crate::wait::ThreadWaker::new(),
+        }
+    }
+}
+
+struct Segment {
+    entries: Box<[CachePadded<ReaderEntry>]>,
+    /// Bit `i % WORD_BITS` of word `i / WORD_BITS`: entry `i` may be pinned.
+    active: Box<[AtomicU64]>,
+    /// Bit `w % WORD_BITS` of word `w / WORD_BITS`: `active[w]` may be non-zero. Empty when
+    /// `active` is a single word: the scan then reads that word directly.
+    summary: Box<[AtomicU64]>,
+}
+
+impl Segment {
+    fn new(len: usize) -> Segment {
+        let words = len.div_ceil(WORD_BITS);
+        let summary_words = if words == 1 {
+            0
+        } else {
+            words.div_ceil(WORD_BITS)
+        };
+        Segment {
+            entries: (0..len)
+                .map(|_| CachePadded::new(ReaderEntry::new()))
+                .collect(),
+            active: (0..words).map(|_| AtomicU64::new(0)).collect(),
+            summary: (0..summary_words).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    /// Visits the pin of every entry whose active bit is set in leaf word `word`, returning
+    /// whether the word was non-zero.
+    fn scan_word(&self, word: usize, limit: &mut u64) -> bool {
+        // Acquire: pairs with the Release RMWs in `activate` / `deactivate`.
+        let active = self.active[word].load(Acquire);
+        for b in bits(active) {
+            let entry = &self.entries[word * WORD_BITS + b];
+            // Acquire: pairs with the Release pin and unpin stores in `reader.rs`, so the reader's
+            // earlier slot reads happen-before we overwrite them.
+            let pin = entry
+                .pin
+                .load(crate::sync::ord("pin_scan_relaxed", Acquire, Relaxed));
+            if pin != UNPINNED && pin < *limit {
+                *limit = pin;
+            }
+        }
+        active != 0
+    }
+}
+
+/// Registration failed: `limit` readers exist.
+#[derive(Debug)]
+pub(crate) struct TableFull;
+
+pub(crate) struct ReaderTable {
+    /// The most entries that may be claimed at once (`Builder::max_readers`).
+    limit: usize,
+    /// `log2` of segment 0's length.
+    base_shift: u32,
+    first: Segment,
+    /// Segments `1..SEGMENTS`; null until registration first needs one. Never replaced or freed
+    /// before the table is dropped.
+    more: [AtomicPtr<Segment>; SEGMENTS - 1],
+    /// Segments `1..=grown` may be installed (a bound for the scans; each pointer is still checked).
+    grown: AtomicUsize,
+    /// Free list: `tag << 32 | (index + 1)`.
+    free: CachePadded<AtomicU64>,
+    /// Indices `0..fresh` have been handed out at least once; the next fresh claim takes `fresh`.
+    fresh: AtomicUsize,
+}
+
+impl ReaderTable {
+    /// A table for up to `limit` readers (`1..=MAX_READERS`, checked by the builder), with the first
+    /// `min(limit, 64)` entries (rounded up to a power of two) allocated now.
+    pub(crate) fn new(limit: usize) -> Self {
+        let base = limit.min(MAX_BASE).next_power_of_two();
+        ReaderTable {
+            limit,
+            base_shift: base.trailing_zeros(),
+            first: Segment::new(base),
+            more: std::array::from_fn(|_| AtomicPtr::new(ptr::null_mut())),
+            grown: AtomicUsize::new(0),
+            free: CachePadded::new(AtomicU64::new(0)),
+            fresh: AtomicUsize::new(0),
+        }
+    }
+
+    pub(crate) fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// `(segment, offset)` of entry `index`.
+    #[inline]
+    fn locate(&self, index: usize) -> (usize, usize) {
+        let seg = ((index >> self.base_shift) + 1).ilog2() as usize;
+        let start = ((1usize << seg) - 1) << self.base_shift;
+        (seg, index - start)
+    }
+
+    fn segment(&self, seg: usize) -> Option<&Segment> {
+        if seg == 0 {
+            return Some(&self.first);
+        }
+        // Acquire: pairs with the Release CAS in `install`, so the segment's initialisation is seen.
+        let p = self.more[seg - 1].load(Acquire);
+        // SAFETY: a non-null pointer came from `Box::into_raw` in `install` and is freed only in
+        // `Drop`, which needs `&mut self`.
+        unsafe { p.as_ref() }
+    }
+
+    /// The segment holding an index that has been handed out (so its segment is installed).
+    fn segment_of(&self, index: usize) -> (&Segment, usize) {
+        let (seg, offset) = self.locate(index);
+        let segment = self
+            .segment(seg)
+            .expect("an index is handed out only after its segment is installed");
+        (segment, offset)
+    }
+
+    /// The entry at `index`, which must have been handed out by `claim`.
+    pub(crate) fn entry(&self, index: usize) -> &ReaderEntry {
+        let (segment, offset) = self.segment_of(index);
+        &segment.entries[offset]
+    }
+
+    /// A pointer to the entry at `index` that stays valid as long as the table lives.
+    pub(crate) fn entry_ptr(&self, index: usize) -> NonNull<ReaderEntry> {
+        NonNull::from(self.entry(index))
+    }
+
+    /// Claims an entry: the most recently freed one, or a fresh one (allocating its segment if
+    /// needed). O(1) amortised: a CAS loop that retries only when another claim or free succeeded.
+    pub(crate) fn claim(&self) -> Result<usize, TableFull> {
+        // Acquire (load and CAS): pairs with the Release CAS in `free`, so the previous owner's use
+        // of the entry happens-before ours.
+        let mut head = self.free.load(Acquire);
+        while head & INDEX_MASK != 0 {
+            let index = (head & INDEX_MASK) as usize - 1;
+            // Relaxed: a stale `next` (the entry was popped and pushed again meanwhile) is caught by
+            // the tag in the CAS below.
+            let next = self.entry(index).free_next.load(Relaxed);
+            let new = (((head >> INDEX_BITS) + 1) << INDEX_BITS) | next;
+            match self.free.compare_exchange(head, new, Acquire, Acquire) {
+                Ok(_) => return Ok(self.claimed(index)),
+                Err(actual) => head = actual,
+            }
+        }
+        // Relaxed: the count only hands out distinct indices; the segment pointer carries the data.
+        let mut fresh = self.fresh.load(Relaxed);
+        loop {
+            if fresh >= self.limit {
+                return Err(TableFull);
+            }
+            match self
+                .fresh
+                .compare_exchange(fresh, fresh + 1, Relaxed, Relaxed)
+            {
+                Ok(_) => break,
+                Err(actual) => fresh = actual,
+            }
+        }
+        self.install(self.locate(fresh).0);
+        Ok(self.claimed(fresh))
+    }
+
+    fn claimed(&self, index: usize) -> usize {
+        // Relaxed: only metrics read it.
+        self.entry(index).claimed.store(true, Relaxed);
+        index
+    }
+
+    /// Makes sure segment `seg` exists. Racing installers allocate one each; one wins, the others
+    /// free theirs.
+    #[cold]
+    fn install(&self, seg: usize) {
+        if seg == 0 || self.segment(seg).is_some() {
+            return;
+        }
+        let len = 1usize << (self.base_shift as usize + seg);
+        let new = Box::into_raw(Box::new(Segment::new(len)));
+        // Release: pairs with the Acquire load in `segment`, publishing the initialised entries.
+        match self.more[seg - 1].compare_exchange(ptr::null_mut(), new, Release, Relaxed) {
+            Ok(_) => {
+                // Release: pairs with the Acquire load in `for_each_segment`.
+                self.grown.fetch_max(seg, Release);
+            }
+            // SAFETY: `new` came from `Box::into_raw` above and was never shared.
+            Err(_) => drop(unsafe { Box::from_raw(new) }),
+        }
+    }
+
+    /// Returns entry `index` to the free list. Its owner must have unpinned it and cleared its
+    /// active bit; it may still be on the wait list (the producer's next wake takes it off).
+    pub(crate) fn free(&self, index: usize) {
+        let entry = self.entry(index);
+        // Relaxed: only metrics read it.
+        entry.claimed.store(false, Relaxed);
+        let mut head = self.free.load(Relaxed);
+        loop {
+            // Relaxed: published by the Release CAS below.
+            entry.free_next.store(head & INDEX_MASK, Relaxed);
+            let new = (((head >> INDEX_BITS) + 1) << INDEX_BITS) | (index as u64 + 1);
+            // Release: pairs with the Acquire CAS in `claim`; our use of the entry happens-before
+            // the next owner's.
+            match self.free.compare_exchange(head, new, Release, Relaxed) {
+                Ok(_) => return,
+                Err(actual) => head = actual,
+            }
+        }
+    }
+
+    /// Marks entry `index` as possibly pinned. Must precede the pin store it covers.
+    pub(crate) fn activate(&self, index: usize) {
+        let (segment, offset) = self.segment_of(index);
+        let word = offset / WORD_BITS;
+        // Release (both): pairs with the producer's Acquire swap of `summary` and load of `active` in
+        // `min_pin`; see the hazard argument there. Leaf first, then summary.
+        segment.active[word].fetch_or(1 << (offset % WORD_BITS), Release);
+        if !segment.summary.is_empty() && !crate::sync::mutant("skip_active_summary") {
+            segment.summary[word / WORD_BITS].fetch_or(1 << (word % WORD_BITS), Release);
+        }
+    }
+
+    /// Clears entry `index`'s active bit. Its pin must be `UNPINNED` already.
+    pub(crate) fn deactivate(&self, index: usize) {
+        let (segment, offset) = self.segment_of(index);
+        // Release: pairs with the producer's Acquire load of `active` in `min_pin`: the reader's
+        // earlier slot reads (before its unpin) happen-before a reuse decided without its pin.
+        segment.active[offset / WORD_BITS].fetch_and(!(1 << (offset % WORD_BITS)), Release);
+    }
+
+    /// `min(limit, every pin of an active entry)`. Producer only, after its floor load and
+    /// `fence(SeqCst)` (race 2 in `docs/design.md`).
+    ///
+    /// A summary word is *taken* (swapped to 0) before its leaf words are read, and the bits of
+    /// leaf words found non-zero are put back. Taking first is what makes clearing safe: a reader
+    /// that sets its leaf bit and then its summary bit either lands its summary bit after our swap
+    /// (it stays set for the next scan), or before it — then our Acquire swap synchronizes with its
+    /// Release set, and our leaf load sees its leaf bit.
+    pub(crate) fn min_pin(&self, mut limit: u64) -> u64 {
+        let mut scan = |segment: &Segment| {
+            if segment.summary.is_empty() {
+                segment.scan_word(0, &mut limit);
+                return;
+            }
+            for (s, summary) in segment.summary.iter().enumerate() {
+                // Relaxed: a summary bit set before a reader's fence is seen by this load, which
+                // follows our fence (or it was taken by an earlier scan of ours, which put it back).
+                if summary.load(Relaxed) == 0 {
+                    continue;
+                }
+                // Acquire: pairs with the Release `fetch_or` in `activate`.
+                let taken = summary.swap(0, Acquire);
+                let mut keep = 0;
+                for w in bits(taken) {
+                    if segment.scan_word(s * WORD_BITS + w, &mut limit) {
+                        keep |= 1 << w;
+                    }
+                }
+                if keep != 0 && !crate::sync::mutant("summary_not_restored") {
+                    // Relaxed: only this producer reads summaries; its later Acquire swap sees it.
+                    summary.fetch_or(keep, Relaxed);
+                }
+            }
+        };
+        scan(&self.first);
+        // Acquire: pairs with the Release `fetch_max` in `install`.
+        let grown = self.grown.load(Acquire);
+        for seg in 1..=grown {
+            if let Some(segment) = self.segment(seg) {
+                scan(segment);
+            }
+        }
+        limit
+    }
+
+    /// Every entry handed out so far (claimed or free). Cold paths only (metrics).
+    pub(crate) fn for_each_entry(&self, mut f: impl FnMut(&ReaderEntry)) {
+        // Relaxed: a racing claim may or may not be counted; each segment pointer is checked.
+        let fresh = self.fresh.load(Relaxed);
+        for index in 0..fresh {
+            let (seg, offset) = self.locate(index);
+            if let Some(segment) = self.segment(seg) {
+                f(&segment.entries[offset]);
+            }
+        }
+    }
+}
+
+impl Drop for ReaderTable {
+    fn drop(&mut self) {
+        for slot in &self.more {
+            // Relaxed: `&mut self`, no other thread can touch the table.
+            let p = slot.load(Relaxed);
+            if !p.is_null() {
+                // SAFETY: installed by `install` from `Box::into_raw`, freed only here, once.
+                drop(unsafe { Box::from_raw(p) });
+            }
+        }
+    }
+}
+
+/// The indices of the set bits of `word`, lowest first.
+fn bits(mut word: u64) -> impl Iterator<Item = usize> {
+    std::iter::from_fn(move || {
+        if word == 0 {
+            return None;
+        }
+        let b = word.trailing_zeros() as usize;
+        word &= word - 1;
+        Some(b)
+    })
+}

@@ -1,0 +1,151 @@
+//! Asymmetric wake-up fences must never be left half-done. If `membarrier` stops working after a
+//! ring registered for it (here: a seccomp filter installed after the ring is built makes it fail
+//! with `EPERM`), the side that is about to sleep cannot complete the fence pair, and the process
+//! aborts with a message instead of silently losing wake-ups.
+//!
+//! Each case re-runs this test binary as a child process (selected by an environment variable),
+//! which builds a ring, installs the filter, and waits; the parent checks that the child died of
+//! `SIGABRT` with the documented message.
+#![cfg(target_os = "linux")]
+
+use std::os::unix::process::ExitStatusExt;
+use std::process::Command;
+use std::time::Duration;
+
+use replay_ring::{ReplayRing, WakeupFences};
+
+const CHILD: &str = "REPLAY_RING_MEMBARRIER_CHILD";
+const MESSAGE: &str =
+    "membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) failed with errno 1 after registration succeeded";
+
+/// Whether this kernel offers private expedited membarriers at all (otherwise rings use symmetric
+/// fences and there is nothing to test).
+fn expedited_membarrier_supported() -> bool {
+    const MEMBARRIER_CMD_QUERY: libc::c_int = 0;
+    const MEMBARRIER_CMD_PRIVATE_EXPEDITED: libc::c_long = 1 << 3;
+    // SAFETY: the query command takes no pointer and only returns a bit mask (or -1).
+    let mask = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0) };
+    mask > 0 && mask & MEMBARRIER_CMD_PRIVATE_EXPEDITED != 0
+}
+
+/// Makes every later `membarrier` call of this thread fail with `EPERM`; everything else is allowed.
+fn deny_membarrier() {
+    let filter = [
+        // Load the system call number (offset 0 of `struct seccomp_data`).
+        bpf_stmt(libc::BPF_LD | libc::BPF_W | libc::BPF_ABS, 0),
+        bpf_jump(
+            libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K,
+            libc::SYS_membarrier as u32,
+            0,
+            1,
+        ),
+        bpf_stmt(
+            libc::BPF_RET | libc::BPF_K,
+            libc::SECCOMP_RET_ERRNO | libc::EPERM as u32,
+        ),
+        bpf_stmt(libc::BPF_RET | libc::BPF_K, libc::SECCOMP_RET_ALLOW),
+    ];
+    let program = libc::sock_fprog {
+        len: filter.len() as u16,
+        filter: filter.as_ptr() as *mut libc::sock_filter,
+    };
+    // SAFETY: plain prctl calls; `program` points at `filter`, which outlives the call (the kernel
+    // copies it).
+    unsafe {
+        assert_eq!(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
+        assert_eq!(
+            libc::prctl(
+                libc::PR_SET_SECCOMP,
+                libc::SECCOMP_MODE_FILTER,
+                &program as *const libc::sock_fprog
+            ),
+            0,
+            "installing the seccomp filter failed"
+        );
+    }
+}
+
+fn bpf_stmt(code: u32, k: u32) -> libc::sock_filter {
+    libc::sock_filter {
+        code: code as u16,
+        jt: 0,
+        jf: 0,
+        k,
+    }
+}
+
+fn bpf_jump(code: u32, k: u32, jt: u8, jf: u8) -> libc::sock_filter {
+    libc::sock_filter {
+        code: code as u16,
+        jt,
+        jf,
+        k,
+    }
+}
+
+/// The child's side: build the ring (this registers for expedited membarriers), install the
+/// filter, then make the sleeping side issue its heavy fence.
+fn child(case: &str) {
+    match case {
+        "producer" => {
+            let (mut producer, _ring) = ReplayRing::<u8>::new(1, 1).unwrap();
+            producer.try_push(1).unwrap();
+            deny_membarrier();
+            // The window is full: the producer parks, which needs the heavy fence.
+            let _ = producer.ready_timeout(Duration::from_millis(10));
+        }
+        "reader" => {
+            let (_producer, ring) = ReplayRing::<u8>::builder()
+                .wakeup_fences(WakeupFences::Asymmetric)
+                .build()
+                .unwrap();
+            let mut reader = ring.reader().unwrap();
+            deny_membarrier();
+            // Nothing to read: the reader parks, which needs the heavy fence.
+            let _ = reader.read_timeout(Duration::from_millis(10));
+        }
+        other => panic!("unknown case {other}"),
+    }
+    println!("the wait returned without aborting");
+}
+
+fn run_child(case: &str, test: &str) {
+    if let Ok(case) = std::env::var(CHILD) {
+        child(&case);
+        return;
+    }
+    if !expedited_membarrier_supported() {
+        eprintln!("skipped: this kernel has no MEMBARRIER_CMD_PRIVATE_EXPEDITED");
+        return;
+    }
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .env(CHILD, case)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGABRT),
+        "the child must abort; status {:?}\nstdout: {stdout}\nstderr: {stderr}",
+        out.status
+    );
+    assert!(stderr.contains(MESSAGE), "stderr: {stderr}");
+}
+
+#[test]
+fn producer_wait_aborts_when_membarrier_fails_after_registration() {
+    run_child(
+        "producer",
+        "producer_wait_aborts_when_membarrier_fails_after_registration",
+    );
+}
+
+#[test]
+fn asymmetric_reader_wait_aborts_when_membarrier_fails_after_registration() {
+    run_child(
+        "reader",
+        "asymmetric_reader_wait_aborts_when_membarrier_fails_after_registration",
+    );
+}

@@ -1,0 +1,231 @@
+//! Who gets woken, and how often: a parked reader is woken once per wait, a dropped wait or reader
+//! releases its waker, and readers by the hundred thousand neither slow the producer down nor miss
+//! a wake-up.
+
+use std::future::Future;
+use std::pin::pin;
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+
+use replay_ring::ReplayRing;
+
+/// A waker that counts its wake-ups.
+#[derive(Default)]
+struct CountingWaker(AtomicUsize);
+
+impl Wake for CountingWaker {
+    fn wake(self: Arc<Self>) {
+        self.0.fetch_add(1, SeqCst);
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.fetch_add(1, SeqCst);
+    }
+}
+
+impl CountingWaker {
+    fn new() -> (Arc<CountingWaker>, Waker) {
+        let counter = Arc::new(CountingWaker::default());
+        let waker = Waker::from(counter.clone());
+        (counter, waker)
+    }
+    fn wakes(&self) -> usize {
+        self.0.load(SeqCst)
+    }
+}
+
+fn poll<F: Future + ?Sized>(future: std::pin::Pin<&mut F>, waker: &Waker) -> Poll<F::Output> {
+    future.poll(&mut Context::from_waker(waker))
+}
+
+#[test]
+fn a_parked_reader_is_woken_once_per_wait() {
+    let (mut producer, ring) = ReplayRing::<u32>::new(16, 2).unwrap();
+    let mut reader = ring.reader().unwrap();
+    let (counter, waker) = CountingWaker::new();
+    {
+        let mut read = pin!(reader.read());
+        assert!(poll(read.as_mut(), &waker).is_pending());
+        producer.try_push(1).unwrap();
+        assert_eq!(counter.wakes(), 1, "the push wakes the parked reader");
+        producer.try_push(2).unwrap();
+        producer.try_push(3).unwrap();
+        assert_eq!(counter.wakes(), 1, "not woken again before it waits again");
+        let Poll::Ready(batch) = poll(read.as_mut(), &waker) else {
+            panic!("woken with events available")
+        };
+        assert_eq!(
+            batch.unwrap().len(),
+            3,
+            "a woken reader reads everything published since"
+        );
+    }
+    // Waits again: woken again, once.
+    let mut read = pin!(reader.read());
+    assert!(poll(read.as_mut(), &waker).is_pending());
+    producer.try_push(4).unwrap();
+    producer.try_push(5).unwrap();
+    assert_eq!(counter.wakes(), 2);
+}
+
+#[test]
+fn a_read_future_dropped_while_pending_releases_its_waker() {
+    let (mut producer, ring) = ReplayRing::<u32>::new(16, 2).unwrap();
+    let mut reader = ring.reader().unwrap();
+    let (counter, waker) = CountingWaker::new();
+    {
+        let mut read = pin!(reader.read());
+        assert!(poll(read.as_mut(), &waker).is_pending());
+        assert_eq!(
+            Arc::strong_count(&counter),
+            3,
+            "ours, `waker`, the ring's clone"
+        );
+    }
+    assert_eq!(
+        Arc::strong_count(&counter),
+        2,
+        "the ring released the waker"
+    );
+    producer.try_push(1).unwrap();
+    assert_eq!(counter.wakes(), 0, "the abandoned wait is not woken");
+
+    // Still listed from the abandoned wait: the push took it off the list without waking anyone.
+    // Reading id 1 and waiting again parks and is woken normally.
+    assert_eq!(reader.try_read().unwrap().unwrap().first_id(), 1);
+    let (again, waker) = CountingWaker::new();
+    let mut read = pin!(reader.read());
+    assert!(poll(read.as_mut(), &waker).is_pending());
+    producer.try_push(2).unwrap();
+    assert_eq!(again.wakes(), 1);
+    assert_eq!(counter.wakes(), 0);
+}
+
+#[test]
+fn a_dropped_reader_releases_its_waker_and_its_entry() {
+    let (mut producer, ring) = ReplayRing::<u32>::new(16, 1).unwrap();
+    let mut reader = ring.reader().unwrap();
+    let (counter, waker) = CountingWaker::new();
+    assert!(poll(pin!(reader.read()).as_mut(), &waker).is_pending());
+    // Even a wait that was not dropped first: dropping the reader releases the waker.
+    let mut other_reader = {
+        let mut read = Box::pin(reader.read());
+        assert!(poll(read.as_mut(), &waker).is_pending());
+        std::mem::forget(read); // leak the future: only the reader's drop can release the waker
+        drop(reader);
+        assert_eq!(
+            Arc::strong_count(&counter),
+            2,
+            "the ring released the waker"
+        );
+        // The entry is free again, although it may still be on the wait list.
+        ring.reader().unwrap()
+    };
+    let (second, waker) = CountingWaker::new();
+    assert!(poll(pin!(other_reader.read()).as_mut(), &waker).is_pending());
+    let mut read = pin!(other_reader.read());
+    assert!(poll(read.as_mut(), &waker).is_pending());
+    producer.try_push(1).unwrap();
+    assert_eq!(counter.wakes(), 0);
+    assert_eq!(second.wakes(), 1, "the entry's new owner is woken");
+    assert!(poll(read.as_mut(), &waker).is_ready());
+}
+
+#[test]
+fn many_registered_readers_few_parked() {
+    const READERS: usize = if cfg!(miri) { 300 } else { 100_000 };
+    let (mut producer, ring) = ReplayRing::<u64>::builder()
+        .capacity(64)
+        .max_readers(READERS)
+        .build()
+        .unwrap();
+    // Pushes work while the table fills up: registration never blocks the producer.
+    let mut idle = Vec::with_capacity(READERS);
+    for n in 0..READERS - 3 {
+        idle.push(ring.reader().unwrap());
+        if n % 1_000 == 0 {
+            let id = producer.try_push(n as u64).unwrap();
+            ring.release_through(id).unwrap();
+        }
+    }
+    // Pushes work with every reader registered and idle.
+    for _ in 0..1_000 {
+        let id = producer.try_push(0).unwrap();
+        ring.release_through(id).unwrap();
+    }
+    // Three live readers fill the table; then one more is refused.
+    let mut parked: Vec<_> = (0..3).map(|_| ring.reader().unwrap()).collect();
+    assert_eq!(ring.reader().unwrap_err().limit, READERS);
+    assert_eq!(ring.metrics().readers_active, READERS);
+    // Move one parked reader to the very first entry (freed and reclaimed: the free list).
+    drop(idle.swap_remove(0));
+    parked[0] = ring.reader().unwrap();
+
+    // They park; a push wakes each exactly once, a second push wakes nobody again.
+    let wakers: Vec<_> = parked.iter().map(|_| CountingWaker::new()).collect();
+    let mut reads: Vec<_> = parked.iter_mut().map(|r| Box::pin(r.read())).collect();
+    for (read, (_, waker)) in reads.iter_mut().zip(&wakers) {
+        assert!(poll(read.as_mut(), waker).is_pending());
+    }
+    let head = producer.try_push(7).unwrap();
+    producer.try_push(8).unwrap();
+    for (read, (counter, waker)) in reads.iter_mut().zip(&wakers) {
+        assert_eq!(counter.wakes(), 1);
+        let Poll::Ready(Ok(batch)) = poll(read.as_mut(), waker) else {
+            panic!("a woken reader has events")
+        };
+        assert_eq!((batch.first_id(), batch.len()), (head, 2));
+    }
+    drop(reads);
+
+    // Churn: half the idle readers leave and as many register again, through the free list.
+    idle.truncate(idle.len() / 2);
+    let missing = READERS - 3 - idle.len();
+    idle.extend((0..missing).map(|_| ring.reader().unwrap()));
+    assert_eq!(ring.metrics().readers_active, READERS);
+    assert!(ring.reader().is_err());
+    drop(idle);
+    assert_eq!(ring.metrics().readers_active, 3);
+}
+
+#[test]
+fn registration_churn_from_many_threads() {
+    const THREADS: usize = 4;
+    const ROUNDS: usize = if cfg!(miri) { 50 } else { 20_000 };
+    let (mut producer, ring) = ReplayRing::<u64>::new(8, THREADS).unwrap();
+    let done = Arc::new(AtomicUsize::new(0));
+    let handles: Vec<_> = (0..THREADS)
+        .map(|_| {
+            let ring = ring.clone();
+            let done = done.clone();
+            std::thread::spawn(move || {
+                for _ in 0..ROUNDS {
+                    // Each thread holds at most one reader, so a claim can never find the table
+                    // full: at least one entry is neither held nor being freed.
+                    let mut reader = ring.reader().expect("an entry is free");
+                    let batch = reader.try_read();
+                    if let Ok(Some(batch)) = batch {
+                        assert!(batch.iter().all(|(id, v)| id == *v));
+                    }
+                }
+                done.fetch_add(1, SeqCst);
+            })
+        })
+        .collect();
+    let mut id = 0;
+    while done.load(SeqCst) < THREADS {
+        if let Ok(pushed) = producer.try_push(id + 1) {
+            id = pushed;
+            ring.release_through(id).unwrap();
+        }
+        std::thread::yield_now();
+    }
+    for h in handles {
+        h.join().unwrap();
+    }
+    let m = ring.metrics();
+    assert_eq!(m.readers_active, 0);
+    let all: Vec<_> = (0..THREADS).map(|_| ring.reader().unwrap()).collect();
+    assert_eq!(ring.metrics().readers_active, THREADS);
+    drop(all);
+}
