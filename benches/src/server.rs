@@ -74,6 +74,8 @@ impl ServerSpec {
                 "0".into(),
                 "--write-timeout-ms".into(),
                 "30000".into(),
+                // `{"n":id,"t":publish time}`, the payload the baseline publishes.
+                "--timestamps".into(),
             ]);
         }
         args
