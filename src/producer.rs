@@ -219,7 +219,8 @@ impl<T> Producer<T> {
     /// assert_eq!(producer.try_push_many(&mut values), 4); // the window holds 4
     /// assert_eq!(values.next(), Some(50)); // not taken
     /// let batch = reader.try_read().unwrap().unwrap();
-    /// assert_eq!((batch.first_id(), batch.as_slices().0), (1, &[10, 20, 30, 40][..]));
+    /// let events: Vec<_> = batch.iter().map(|(id, v)| (id, *v)).collect();
+    /// assert_eq!(events, [(1, 10), (2, 20), (3, 30), (4, 40)]);
     /// ```
     pub fn try_push_many<I: Iterator<Item = T>>(&mut self, values: &mut I) -> usize {
         /// Publishes the ids written so far when dropped, including during a panic.

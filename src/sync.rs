@@ -58,8 +58,8 @@ mod imp {
     /// compiler fence: the waiting side's [`heavy_fence`] makes every running thread of the process
     /// execute a full barrier, which orders our store before our load exactly as if we had issued a
     /// `fence(SeqCst)` ourselves (the liburcu / folly asymmetric-fence argument). Elsewhere it is a
-    /// plain `fence(SeqCst)`. Under loom both halves are `fence(SeqCst)`, which is what the models
-    /// verify.
+    /// plain `fence(SeqCst)`. Under loom the light half is a `fence(SeqCst)` or, with
+    /// `REPLAY_RING_LIGHT_FENCE=none`, nothing (see the loom twin).
     ///
     /// `asymmetric` must be what [`init_fences`] returned (possibly and-ed with a per-ring choice),
     /// and the same value must reach the matching [`heavy_fence`]. It is decided once per ring so

@@ -397,3 +397,35 @@ fn bits(mut word: u64) -> impl Iterator<Item = usize> {
         Some(b)
     })
 }
+
+#[cfg(all(test, not(replay_ring_loom)))]
+mod tests {
+    use super::*;
+
+    /// The per-reader memory documented in `docs/design.md` ("The reader table").
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn an_entry_is_one_128_byte_padded_block() {
+        assert_eq!(std::mem::size_of::<CachePadded<ReaderEntry>>(), 128);
+    }
+
+    #[test]
+    fn indices_map_to_segments_without_gaps() {
+        for limit in [1, 3, 64, 100, 5_000] {
+            let table = ReaderTable::new(limit);
+            let base = 1usize << table.base_shift;
+            let mut expected = (0, 0);
+            for index in 0..limit {
+                assert_eq!(
+                    table.locate(index),
+                    expected,
+                    "limit {limit}, index {index}"
+                );
+                expected.1 += 1;
+                if expected.1 == base << expected.0 {
+                    expected = (expected.0 + 1, 0);
+                }
+            }
+        }
+    }
+}

@@ -18,7 +18,7 @@ use replay_ring_loom_tests::{
 fn two_readers_producer_releaser() {
     model(
         "two_readers_producer_releaser",
-        Bound::Preemptions(2),
+        Bound::Preemptions(1),
         || {
             let ledger = Ledger::new(3);
             let (mut producer, ring) = ring_with(&ledger, 2, 2, 1);
