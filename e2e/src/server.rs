@@ -46,6 +46,8 @@ fn build_example() -> io::Result<PathBuf> {
             "build",
             "-p",
             "replay-ring-sse",
+            "--features",
+            "axum,metrics",
             "--example",
             "sse_server",
             "--message-format=json-render-diagnostics",

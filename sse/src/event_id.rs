@@ -198,34 +198,39 @@ impl Epoch {
         self.0
     }
 
-    /// A fresh, unpredictable 48-bit epoch (12 hex digits at most), from std's per-process random
-    /// hash keys mixed with the clock and a process-wide counter. Two calls never return the same
-    /// value within a process; across restarts a collision has probability about 2^-48.
+    /// A fresh 48-bit epoch (12 hex digits at most) whose 48 bits are all random: across restarts
+    /// two streams collide with probability about 2^-48. Within a process, calls never repeat (for
+    /// 2^48 calls): the n-th epoch is a keyed pseudo-random permutation of `n` over 48 bits (a
+    /// four-round Feistel network whose round function is SipHash under std's per-process keys,
+    /// which std draws from the operating system's random source).
     ///
     /// ```
-    /// let e = replay_ring_sse::Epoch::generate();
-    /// assert!(e.get() < 1 << 48);
+    /// let (a, b) = (replay_ring_sse::Epoch::generate(), replay_ring_sse::Epoch::generate());
+    /// assert!(a.get() < 1 << 48 && b.get() < 1 << 48);
+    /// assert_ne!(a, b);
     /// ```
     pub fn generate() -> Self {
         use std::collections::hash_map::RandomState;
-        use std::hash::{BuildHasher, Hasher};
+        use std::hash::BuildHasher;
         use std::sync::atomic::{AtomicU64, Ordering};
-        use std::time::{SystemTime, UNIX_EPOCH};
+        use std::sync::OnceLock;
 
+        const HALF_BITS: u32 = 24;
+        const HALF: u64 = (1 << HALF_BITS) - 1;
+        static KEYS: OnceLock<RandomState> = OnceLock::new();
         // Relaxed: the counter only has to hand out distinct values; it orders nothing else.
         static COUNTER: AtomicU64 = AtomicU64::new(0);
+
+        let keys = KEYS.get_or_init(RandomState::new);
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0);
-        let mut h = RandomState::new().build_hasher();
-        h.write_u64(nanos);
-        h.write_u32(std::process::id());
-        let mixed = h.finish() & ((1 << 48) - 1);
-        // The low 16 bits are a bijection of the counter (odd multiplier mod 2^16), so 65536
-        // consecutive epochs within one process are distinct whatever the hash returns.
-        Epoch((mixed & !0xffff) | (n.wrapping_mul(0x9e37) & 0xffff))
+        // A Feistel network is a bijection whatever its round function, so distinct counters give
+        // distinct epochs; with a keyed round function every output bit is pseudo-random.
+        let (mut left, mut right) = ((n >> HALF_BITS) & HALF, n & HALF);
+        for round in 0u8..4 {
+            let f = keys.hash_one((round, right)) & HALF;
+            (left, right) = (right, left ^ f);
+        }
+        Epoch((left << HALF_BITS) | right)
     }
 }
 
@@ -361,6 +366,12 @@ pub enum LastEventIdError {
         /// The stream named by the id.
         stream: StreamId,
     },
+    /// The request carried the header more than once; which one the client meant is unknowable,
+    /// so none is used (see [`last_event_id`](crate::last_event_id)).
+    Duplicate {
+        /// How many `Last-Event-ID` headers the request had.
+        count: usize,
+    },
 }
 
 impl LastEventIdError {
@@ -396,6 +407,7 @@ impl LastEventIdError {
             LastEventIdError::Overflow { .. } => "overflow",
             LastEventIdError::UnknownEpoch { .. } => "unknown_epoch",
             LastEventIdError::UnknownStream { .. } => "unknown_stream",
+            LastEventIdError::Duplicate { .. } => "duplicate",
         }
     }
 }
@@ -422,6 +434,9 @@ impl fmt::Display for LastEventIdError {
             ),
             LastEventIdError::UnknownStream { stream } => {
                 write!(f, "Last-Event-ID names unknown stream {stream}")
+            }
+            LastEventIdError::Duplicate { count } => {
+                write!(f, "Last-Event-ID was sent {count} times; send it at most once")
             }
         }
     }

@@ -6,7 +6,7 @@
 //! | `Live`, `Replay`, `NoOp` | 200 `text/event-stream` | the stream (priming event first) |
 //! | `Gap` | 416 | `{"error":"replay_gap",...,"floor":F,"head":H}` |
 //! | `Mismatch` | 409 | `{"error":"cursor_ahead_of_head",...}` |
-//! | `InvalidCursor` | 400 | `{"error":"invalid_last_event_id","reason":...}` |
+//! | `InvalidCursor` (incl. a repeated header) | 400 | `{"error":"invalid_last_event_id","reason":...}` |
 //! | `StreamLost` | 404 | `{"error":"stream_lost","reason":...}` |
 //! | `SessionLost` | 404 | `{"error":"session_lost"}` |
 //! | `Busy` | 503 + `Retry-After` | `{"error":"too_many_readers","limit":N}` |
@@ -15,7 +15,9 @@
 
 use bytes::Bytes;
 
-use crate::json::JsonObject;
+use serde::Serialize;
+
+use crate::event_id::LastEventIdError;
 use crate::resume::{Refused, ResumeDecision, StreamState};
 
 /// Response header naming the oldest id the stream can still replay (decimal sequence number).
@@ -173,7 +175,42 @@ impl HttpResponse {
     }
 }
 
-/// The status code for a decision (see the module table).
+/// The request's `Last-Event-ID`, from *all* of its values for that header (in any framework:
+/// `headers.get_all("last-event-id").iter().map(|v| v.as_bytes())`). `Ok(None)` when absent.
+/// Integrations call this rather than taking the first value: with two values the client's cursor
+/// is ambiguous (a proxy appended one, or a client bug), and resuming from either could replay the
+/// wrong suffix, so the request is refused as [`ResumeDecision::InvalidCursor`] (HTTP 400).
+///
+/// ```
+/// use replay_ring_sse::{last_event_id, LastEventIdError};
+///
+/// assert_eq!(last_event_id(std::iter::empty()), Ok(None));
+/// assert_eq!(last_event_id([&b"s.1.4"[..]]), Ok(Some(&b"s.1.4"[..])));
+/// assert_eq!(
+///     last_event_id([&b"s.1.4"[..], &b"s.1.4"[..]]),
+///     Err(LastEventIdError::Duplicate { count: 2 })
+/// );
+/// ```
+///
+/// # Errors
+/// [`LastEventIdError::Duplicate`] when the header appears more than once (even with equal
+/// values).
+pub fn last_event_id<'a, I>(values: I) -> Result<Option<&'a [u8]>, LastEventIdError>
+where
+    I: IntoIterator<Item = &'a [u8]>,
+{
+    let mut values = values.into_iter();
+    let Some(first) = values.next() else {
+        return Ok(None);
+    };
+    match values.count() {
+        0 => Ok(Some(first)),
+        more => Err(LastEventIdError::Duplicate { count: more + 1 }),
+    }
+}
+
+/// The status code for a decision: the one table every integration uses (the SSE endpoint and
+/// the MCP layer alike; see the module table and `docs/protocol.md` for why each code).
 ///
 /// ```
 /// use replay_ring_sse::{status_for, ResumeDecision};
@@ -193,49 +230,71 @@ pub fn status_for(decision: &ResumeDecision) -> u16 {
     }
 }
 
+/// The JSON body of a refusal: one flat object, keys in this order, absent fields omitted.
+#[derive(Serialize)]
+struct ErrorBody<'a> {
+    error: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<&'static str>,
+    message: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    requested: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    floor: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    head: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lost_from: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lost_through: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    limit: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    epoch: Option<String>,
+}
+
 fn error_body(decision: &ResumeDecision, state: Option<&StreamState>) -> Bytes {
-    let message = decision.to_string();
-    let mut json = JsonObject::new().string("error", decision.code());
+    let mut body = ErrorBody {
+        error: decision.code(),
+        reason: None,
+        message: decision.to_string(),
+        requested: None,
+        floor: state.map(|s| s.floor),
+        head: state.map(|s| s.head),
+        lost_from: None,
+        lost_through: None,
+        limit: None,
+        stream: state.map(|s| s.identity.stream.as_str()),
+        epoch: state.map(|s| s.identity.epoch.to_string()),
+    };
     match *decision {
         ResumeDecision::InvalidCursor(err) | ResumeDecision::StreamLost(err) => {
-            json = json.string("reason", err.code());
+            body.reason = Some(err.code());
         }
-        _ => {}
-    }
-    json = json.string("message", &message);
-    match *decision {
         ResumeDecision::Gap {
             requested,
             floor,
             head,
         } => {
-            json = json
-                .number("requested", requested)
-                .number("floor", floor)
-                .number("head", head)
-                .number("lost_from", requested.saturating_add(1))
-                .number("lost_through", floor.saturating_sub(1));
+            body.requested = Some(requested);
+            body.floor = Some(floor);
+            body.head = Some(head);
+            body.lost_from = Some(requested.saturating_add(1));
+            body.lost_through = Some(floor.saturating_sub(1));
         }
         ResumeDecision::Mismatch { requested, head } => {
-            json = json.number("requested", requested);
-            if let Some(s) = state {
-                json = json.number("floor", s.floor);
-            }
-            json = json.number("head", head);
+            body.requested = Some(requested);
+            body.head = Some(head);
         }
         ResumeDecision::Busy { limit } => {
-            json = json.number("limit", limit as u64);
+            body.limit = Some(limit);
+            body.floor = None;
+            body.head = None;
         }
-        _ => {
-            if let Some(s) = state {
-                json = json.number("floor", s.floor).number("head", s.head);
-            }
-        }
+        _ => {}
     }
-    if let Some(s) = state {
-        json = json
-            .string("stream", s.identity.stream.as_str())
-            .string("epoch", &s.identity.epoch.to_string());
-    }
-    json.finish()
+    // Serialising a struct of strings and integers cannot fail.
+    Bytes::from(serde_json::to_vec(&body).unwrap_or_default())
 }

@@ -1,17 +1,23 @@
 //! Server-Sent Events on top of a [`ReplayRing`](replay_ring::ReplayRing): the wire format, the resume
 //! decision and its HTTP mapping, a retention policy, and a client-side continuity verifier. No
-//! HTTP framework is involved; `examples/sse_server` wires it into axum. The protocol is
+//! HTTP framework is involved; `sse/examples/sse_server` wires it into axum. The protocol is
 //! specified in `docs/protocol.md`.
 //!
 //! - [`EventId`]: `<stream>.<epoch>.<seq>` ids, and strict parsing of an untrusted
 //!   `Last-Event-ID` ([`LastEventIdError`]).
 //! - [`Frame`], [`encode_event`], [`encode_priming`], [`encode_keep_alive`]: event-stream frames
 //!   into `bytes`, refusing CR/LF/NUL in ids, event names and comments.
-//! - [`resume`] / [`decide`] → [`ResumeDecision`] → [`HttpResponse`]: replay, or an explicit 4xx
-//!   naming floor and head; never a 200 that skips ids.
+//! - [`last_event_id`] → [`resume`] / [`decide`] → [`ResumeDecision`] → [`HttpResponse`] /
+//!   [`status_for`]: replay, or an explicit 4xx naming floor and head; never a 200 that skips ids.
+//! - [`Publisher`]: the producer's loop — append, release what retention allows, wait, and past the
+//!   backpressure bound close the stream explicitly.
 //! - [`Retention`], [`BackpressureClock`]: release on acknowledgement and after the resumption
 //!   window; close with an explicit error instead of dropping.
-//! - [`client`]: the [`ContinuityVerifier`](client::ContinuityVerifier) and [`classify`](client::classify): what a client must check after reconnecting.
+//! - [`backend`]: the contract every store of a stream's window keeps ([`backend::Backend`],
+//!   [`backend::BackendProducer`], [`backend::Tail`]), implemented here for the in-process ring.
+//! - [`client`]: the [`ContinuityVerifier`](client::ContinuityVerifier) and
+//!   [`classify`](client::classify): what a client must check after reconnecting.
+//! - `contract` (feature `contract-tests`): the async suite every backend must pass.
 //!
 //! ```
 //! use bytes::BytesMut;
@@ -42,11 +48,23 @@
 mod event_id;
 mod frame;
 mod http;
-mod json;
+mod publisher;
 mod resume;
 mod retention;
+mod slow_consumer;
 
+/// The README's example is compiled and run as a doctest.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
+
+pub mod backend;
 pub mod client;
+#[cfg(feature = "contract-tests")]
+pub mod contract;
+
+#[cfg(feature = "axum")]
+pub mod axum;
 
 pub use event_id::{
     Epoch, EventId, EventIdBuf, IdField, LastEventIdError, Malformed, StreamId, StreamIdError,
@@ -56,11 +74,19 @@ pub use frame::{
     encode_event, encode_keep_alive, encode_priming, Frame, FrameError, FrameField, KEEP_ALIVE,
 };
 pub use http::{
-    status_for, HttpResponse, EVENT_STREAM_CONTENT_TYPE, LAST_EVENT_ID_HEADER, REPLAY_FLOOR_HEADER,
-    REPLAY_HEAD_HEADER, REPLAY_STREAM_HEADER,
+    last_event_id, status_for, HttpResponse, EVENT_STREAM_CONTENT_TYPE, LAST_EVENT_ID_HEADER,
+    REPLAY_FLOOR_HEADER, REPLAY_HEAD_HEADER, REPLAY_STREAM_HEADER,
+};
+pub use publisher::{
+    PublishError, Publisher, PublisherStats, RetentionGuard, RetentionPolicy, SharedRetention,
+    EXPIRED_BUT_HELD_RECHECK,
 };
 pub use resume::{decide, resume, Refused, ResumeDecision, Resumed, StreamState};
 pub use retention::{
     BackpressureClock, ConnectionId, Retention, RetentionConfig, RetentionStats, CHECKPOINTS,
     DEFAULT_BACKPRESSURE_TIMEOUT, DEFAULT_RESUMPTION_WINDOW,
+};
+pub use slow_consumer::{
+    ConsumerProgress, SlowConsumerPolicy, Verdict, Window, DEFAULT_LAG_GRACE,
+    DEFAULT_MAX_LAG_PERCENT, DEFAULT_WRITE_TIMEOUT,
 };

@@ -6,7 +6,7 @@
 
 use std::fmt;
 
-use replay_ring::{Reader, ReplayRing, ResumeError};
+use replay_ring::{classify_resume, Reader, ReplayRing, ResumeError, Resumption};
 
 use crate::event_id::{EventId, LastEventIdError, StreamIdentity};
 
@@ -121,6 +121,18 @@ pub enum ResumeDecision {
 }
 
 impl ResumeDecision {
+    /// The decision for cursor `x` from the pure classification of `(floor, head, x)`.
+    fn classified(x: u64, classified: Result<Resumption, ResumeError>) -> Self {
+        match classified {
+            Ok(Resumption::AtHead) => ResumeDecision::NoOp { head: x },
+            Ok(Resumption::Replay { first, last }) => ResumeDecision::Replay {
+                from: first,
+                through: last,
+            },
+            Err(refused) => ResumeDecision::from(refused),
+        }
+    }
+
     /// Whether the request gets a 200 stream.
     ///
     /// ```
@@ -235,25 +247,7 @@ pub fn decide(stream: Option<&StreamState>, last_event_id: Option<&[u8]>) -> Res
     let Some(x) = cursor else {
         return ResumeDecision::Live { head: state.head };
     };
-    if x > state.head {
-        ResumeDecision::Mismatch {
-            requested: x,
-            head: state.head,
-        }
-    } else if x == state.head {
-        ResumeDecision::NoOp { head: x }
-    } else if x < state.floor.saturating_sub(1) {
-        ResumeDecision::Gap {
-            requested: x,
-            floor: state.floor,
-            head: state.head,
-        }
-    } else {
-        ResumeDecision::Replay {
-            from: x + 1,
-            through: state.head,
-        }
-    }
+    ResumeDecision::classified(x, classify_resume(state.floor, state.head, x))
 }
 
 /// Parses and checks the header against `identity`: `Ok(None)` when absent.
@@ -354,11 +348,10 @@ pub fn resume<T: Send + Sync>(
     let next = reader.cursor();
     let decision = match cursor {
         None => ResumeDecision::Live { head: next - 1 },
-        Some(x) if state.head == x => ResumeDecision::NoOp { head: x },
-        Some(x) => ResumeDecision::Replay {
-            from: x + 1,
-            through: state.head,
-        },
+        // The registered reader starts at `x + 1` and keeps it replayable, so classifying
+        // against that floor yields `Replay` or `AtHead` (the head only grew since the ring's
+        // own check).
+        Some(x) => ResumeDecision::classified(x, classify_resume(next, state.head, x)),
     };
     Ok(Resumed {
         reader,

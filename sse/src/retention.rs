@@ -11,6 +11,11 @@
 //! Neither ever releases an event that a live connection has not written yet (the release is
 //! capped at the slowest live connection), so a connected reader never sees a gap.
 //!
+//! A connection that stops taking data would hold the window forever, so the
+//! [`SlowConsumerPolicy`] decides when a live connection is **cut**: from then on it holds events
+//! exactly as a disconnected client does (for one resumption window), and its writer ends the
+//! response with an explicit error frame where the socket still takes one.
+//!
 //! Time is passed in (`now: Instant`) so tests can drive it without sleeping. Nothing here
 //! allocates after construction: written positions go into a fixed table of connections and a
 //! fixed ring of [`CHECKPOINTS`] `(id, Instant)` pairs.
@@ -19,6 +24,8 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use replay_ring::{CloseReason, ReleaseError, ReplayRing};
+
+use crate::slow_consumer::{ConsumerProgress, SlowConsumerPolicy, Verdict, Window};
 
 /// Number of `(id, written-at)` checkpoints kept; the window is tracked with a granularity of
 /// `resumption_window / CHECKPOINTS` (events are released at most that much later than due, never
@@ -107,6 +114,17 @@ pub struct RetentionStats {
     pub window_releases: u64,
     /// Connections refused because the table was full.
     pub connections_refused: u64,
+    /// Connections cut by the [`SlowConsumerPolicy`].
+    pub slow_consumers_cut: u64,
+}
+
+/// One entry of the connection table.
+#[derive(Debug, Clone, Copy)]
+enum Entry {
+    Free,
+    Live(ConsumerProgress),
+    /// Cut by the slow-consumer policy; holds nothing, keeps its entry until it disconnects.
+    Cut(Verdict),
 }
 
 /// Per-stream retention state. Share it between a stream's connections behind a mutex; every
@@ -133,8 +151,9 @@ pub struct RetentionStats {
 #[derive(Debug)]
 pub struct Retention {
     config: RetentionConfig,
-    /// Written-through id per live connection (`None` = free entry). Fixed length.
-    connections: Vec<Option<u64>>,
+    policy: SlowConsumerPolicy,
+    /// Written-through position per connection. Fixed length.
+    connections: Vec<Entry>,
     /// `(id, instant)`: every id `<= id` had been written to every live connection at `instant`.
     /// Ids and instants increase front to back. Never grows past `SLOTS` (no reallocation).
     checkpoints: VecDeque<(u64, Instant)>,
@@ -146,7 +165,8 @@ pub struct Retention {
 }
 
 impl Retention {
-    /// A policy for a stream with at most `max_connections` simultaneous connections.
+    /// A policy for a stream with at most `max_connections` simultaneous connections, with the
+    /// default [`SlowConsumerPolicy`].
     ///
     /// ```
     /// let r = replay_ring_sse::Retention::new(Default::default(), 4);
@@ -155,7 +175,8 @@ impl Retention {
     pub fn new(config: RetentionConfig, max_connections: usize) -> Self {
         Retention {
             config,
-            connections: vec![None; max_connections],
+            policy: SlowConsumerPolicy::default(),
+            connections: vec![Entry::Free; max_connections],
             checkpoints: VecDeque::with_capacity(SLOTS),
             pending: None,
             recorded: 0,
@@ -173,6 +194,28 @@ impl Retention {
         &self.config
     }
 
+    /// Replaces the slow-consumer policy.
+    ///
+    /// ```
+    /// use replay_ring_sse::{Retention, SlowConsumerPolicy};
+    /// let r = Retention::new(Default::default(), 1).with_slow_consumer_policy(SlowConsumerPolicy::disabled());
+    /// assert_eq!(r.slow_consumer_policy(), &SlowConsumerPolicy::disabled());
+    /// ```
+    pub fn with_slow_consumer_policy(mut self, policy: SlowConsumerPolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// The slow-consumer policy in force.
+    ///
+    /// ```
+    /// let r = replay_ring_sse::Retention::new(Default::default(), 1);
+    /// assert_eq!(r.slow_consumer_policy(), &replay_ring_sse::SlowConsumerPolicy::default());
+    /// ```
+    pub fn slow_consumer_policy(&self) -> &SlowConsumerPolicy {
+        &self.policy
+    }
+
     /// Release counters.
     ///
     /// ```
@@ -183,7 +226,7 @@ impl Retention {
         self.stats
     }
 
-    /// Number of registered connections.
+    /// Number of live connections (registered and not cut).
     ///
     /// ```
     /// let mut r = replay_ring_sse::Retention::new(Default::default(), 1);
@@ -193,7 +236,10 @@ impl Retention {
     /// assert_eq!(r.live_connections(), 0);
     /// ```
     pub fn live_connections(&self) -> usize {
-        self.connections.iter().filter(|c| c.is_some()).count()
+        self.connections
+            .iter()
+            .filter(|c| matches!(c, Entry::Live(_)))
+            .count()
     }
 
     /// Registers a connection whose reader starts after `written_through` (its cursor, or the
@@ -205,9 +251,16 @@ impl Retention {
     /// assert!(r.connect(0).is_none());
     /// ```
     pub fn connect(&mut self, written_through: u64) -> Option<ConnectionId> {
-        match self.connections.iter().position(Option::is_none) {
+        match self
+            .connections
+            .iter()
+            .position(|c| matches!(c, Entry::Free))
+        {
             Some(i) => {
-                self.connections[i] = Some(written_through);
+                self.connections[i] = Entry::Live(ConsumerProgress {
+                    written_through,
+                    write_pending_since: None,
+                });
                 Some(ConnectionId(i))
             }
             None => {
@@ -234,15 +287,125 @@ impl Retention {
     /// assert_eq!(r.release_expired(&ring, t0 + Duration::from_secs(35)), Some(2));
     /// ```
     pub fn disconnect(&mut self, conn: ConnectionId, now: Instant) {
-        self.connections[conn.0] = None;
+        self.connections[conn.0] = Entry::Free;
         if let Some(min) = self.live_min() {
             self.record(min, now);
         }
     }
 
+    fn live(&self) -> impl Iterator<Item = &ConsumerProgress> {
+        self.connections.iter().filter_map(|c| match c {
+            Entry::Live(p) => Some(p),
+            _ => None,
+        })
+    }
+
     /// The slowest live connection's written-through id, if any connection is live.
     fn live_min(&self) -> Option<u64> {
-        self.connections.iter().flatten().copied().min()
+        self.live().map(|p| p.written_through).min()
+    }
+
+    /// Records that `conn`'s writer handed a chunk to its transport at `now` and is waiting for it
+    /// to be taken; [`on_written`](Self::on_written) ends the wait. A wait longer than the policy's
+    /// [`write_timeout`](SlowConsumerPolicy::write_timeout) gets the connection cut.
+    ///
+    /// ```
+    /// use std::time::{Duration, Instant};
+    /// let (_p, ring) = replay_ring::ReplayRing::<u8>::new(4, 1).unwrap();
+    /// let mut r = replay_ring_sse::Retention::new(Default::default(), 1);
+    /// let c = r.connect(0).unwrap();
+    /// let t0 = Instant::now();
+    /// r.on_write_pending(&c, t0);
+    /// // When the policy may cut it: the lag grace (1 s; the lag rule also needs others keeping up).
+    /// assert_eq!(r.next_expiry(), Some(t0 + Duration::from_secs(1)));
+    /// r.release_expired(&ring, t0 + Duration::from_secs(5));
+    /// assert!(r.cut_verdict(&c).is_some());
+    /// ```
+    pub fn on_write_pending(&mut self, conn: &ConnectionId, now: Instant) {
+        if let Entry::Live(p) = &mut self.connections[conn.0] {
+            p.write_pending_since.get_or_insert(now);
+        }
+    }
+
+    /// Why `conn` was cut by the slow-consumer policy, if it was. Its writer should then end the
+    /// response (with a final error frame) instead of writing more.
+    ///
+    /// ```
+    /// let mut r = replay_ring_sse::Retention::new(Default::default(), 1);
+    /// let c = r.connect(0).unwrap();
+    /// assert_eq!(r.cut_verdict(&c), None);
+    /// ```
+    pub fn cut_verdict(&self, conn: &ConnectionId) -> Option<Verdict> {
+        match self.connections[conn.0] {
+            Entry::Cut(verdict) => Some(verdict),
+            _ => None,
+        }
+    }
+
+    /// Applies the slow-consumer policy to every live connection at `now`: cut connections stop
+    /// holding events (what the others had written is checkpointed now, as on a disconnect).
+    /// Returns how many were cut. [`release_expired`](Self::release_expired) calls it first.
+    ///
+    /// ```
+    /// use std::time::{Duration, Instant};
+    /// let (mut p, ring) = replay_ring::ReplayRing::<u8>::new(4, 2).unwrap();
+    /// let mut r = replay_ring_sse::Retention::new(Default::default(), 2);
+    /// let (fast, slow) = (r.connect(0).unwrap(), r.connect(0).unwrap());
+    /// for n in 1..=4 { p.try_push(n).unwrap(); }
+    /// let t0 = Instant::now();
+    /// r.on_write_pending(&slow, t0); // its socket has not taken its first chunk
+    /// let now = t0 + Duration::from_secs(1);
+    /// r.on_written(&fast, 4, now);
+    /// // The window is full, `slow` is 4 events behind (limit 2) and blocked for the lag grace
+    /// // (1 s), `fast` keeps up.
+    /// assert_eq!(r.cut_slow_consumers(&ring, now), 1);
+    /// assert_eq!(r.cut_verdict(&slow).unwrap().reason(), "lagging");
+    /// assert_eq!(r.live_connections(), 1);
+    /// ```
+    pub fn cut_slow_consumers<T>(&mut self, ring: &ReplayRing<T>, now: Instant) -> usize {
+        let floor = ring.floor();
+        let window = Window {
+            floor,
+            head: ring.head(),
+            capacity: ring.capacity(),
+        };
+        // The two smallest lags, so each connection's "smallest lag among the others" is O(1).
+        let mut best: Option<(usize, u64)> = None;
+        let mut second: Option<u64> = None;
+        for (i, c) in self.connections.iter().enumerate() {
+            if let Entry::Live(p) = c {
+                let lag = p.lag(window.head);
+                match best {
+                    Some((_, b)) if lag >= b => second = Some(second.map_or(lag, |s| s.min(lag))),
+                    _ => {
+                        second = best.map(|(_, b)| b);
+                        best = Some((i, lag));
+                    }
+                }
+            }
+        }
+        let mut cut = 0;
+        for i in 0..self.connections.len() {
+            let Entry::Live(p) = self.connections[i] else {
+                continue;
+            };
+            let others = match best {
+                Some((b, _)) if b == i => second,
+                other => other.map(|(_, lag)| lag),
+            };
+            let verdict = self.policy.judge(&p, &window, others, now);
+            if verdict.is_cut() {
+                self.connections[i] = Entry::Cut(verdict);
+                self.stats.slow_consumers_cut += 1;
+                cut += 1;
+            }
+        }
+        if cut > 0 {
+            if let Some(min) = self.live_min() {
+                self.record(min, now);
+            }
+        }
+        cut
     }
 
     /// Records that `conn` has written every id `<= through` to its socket at `now`. Call once per
@@ -261,8 +424,9 @@ impl Retention {
     /// assert_eq!(r.release_expired(&ring, t0 + Duration::from_secs(60)), Some(2));
     /// ```
     pub fn on_written(&mut self, conn: &ConnectionId, through: u64, now: Instant) {
-        if let Some(w) = self.connections[conn.0].as_mut() {
-            *w = (*w).max(through);
+        if let Entry::Live(p) = &mut self.connections[conn.0] {
+            p.written_through = p.written_through.max(through);
+            p.write_pending_since = None;
         }
         if let Some(min) = self.live_min() {
             self.record(min, now);
@@ -305,7 +469,8 @@ impl Retention {
     }
 
     /// Releases every event written to the live connections at least one resumption window before
-    /// `now` (capped at the slowest live connection). Returns the new floor if it moved.
+    /// `now` (capped at the slowest live connection), after cutting slow consumers
+    /// ([`cut_slow_consumers`](Self::cut_slow_consumers)). Returns the new floor if it moved.
     ///
     /// ```
     /// use std::time::{Duration, Instant};
@@ -319,6 +484,7 @@ impl Retention {
     /// assert_eq!(r.release_expired(&ring, t0 + Duration::from_secs(30)), Some(2));
     /// ```
     pub fn release_expired<T>(&mut self, ring: &ReplayRing<T>, now: Instant) -> Option<u64> {
+        self.cut_slow_consumers(ring, now);
         self.flush_pending(now);
         let window = self.config.resumption_window;
         let cap = self.live_min();
@@ -351,8 +517,9 @@ impl Retention {
         }
     }
 
-    /// When the oldest checkpoint expires (when [`release_expired`](Self::release_expired) may next
-    /// release something), for a producer that waits on a full window.
+    /// When the oldest checkpoint expires or a pending write reaches a slow-consumer deadline
+    /// ([`SlowConsumerPolicy::stall_deadline`]): when [`release_expired`](Self::release_expired)
+    /// may next release something, for a producer that waits on a full window.
     ///
     /// ```
     /// use std::time::{Duration, Instant};
@@ -364,8 +531,19 @@ impl Retention {
     /// assert_eq!(r.next_expiry(), Some(t0 + Duration::from_secs(30)));
     /// ```
     pub fn next_expiry(&self) -> Option<Instant> {
-        let oldest = self.checkpoints.front().or(self.pending.as_ref())?;
-        Some(oldest.1 + self.config.resumption_window)
+        let window = self
+            .checkpoints
+            .front()
+            .or(self.pending.as_ref())
+            .map(|oldest| oldest.1 + self.config.resumption_window);
+        let stall = self
+            .live()
+            .filter_map(|p| self.policy.stall_deadline(p))
+            .min();
+        match (window, stall) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// A resume with `Last-Event-ID = acked` acknowledges every id `<= acked`: release them (capped

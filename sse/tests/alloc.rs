@@ -1,32 +1,35 @@
 //! The per-event hot path allocates nothing: encoding events into a reused buffer and the
 //! retention bookkeeping (`on_written`, `release_expired`), after warm-up.
 //!
-//! A counting global allocator that counts only on the measuring thread (the test harness's own
-//! threads allocate at unpredictable times).
+//! A counting global allocator that counts only on the measuring thread, per thread (the test
+//! harness's own threads, and tests running in parallel, allocate at unpredictable times).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use replay_ring_sse::{encode_event, Epoch, Retention, RetentionConfig, StreamId, StreamIdentity};
 use replay_ring::ReplayRing;
+use replay_ring_sse::{encode_event, Epoch, Retention, RetentionConfig, StreamId, StreamIdentity};
 
 struct Counting;
-
-static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
 
 thread_local! {
     /// Set on the measuring thread only. `const` initialisation: reading it never allocates.
     static MEASURING: Cell<bool> = const { Cell::new(false) };
+    /// Allocations made by this thread while it was measuring (per thread, so tests running in
+    /// parallel do not see each other's allocations).
+    static ALLOCATIONS: Cell<usize> = const { Cell::new(0) };
 }
 
 fn count() {
     if MEASURING.with(Cell::get) {
-        // Relaxed: a statistic read by the same thread after the measured section.
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        ALLOCATIONS.with(|n| n.set(n.get() + 1));
     }
+}
+
+fn allocations() -> usize {
+    ALLOCATIONS.with(Cell::get)
 }
 
 // SAFETY: forwards every call unchanged to the system allocator; only counts.
@@ -89,16 +92,60 @@ fn hot_path_does_not_allocate() {
         }
     };
     run(0, 500, &mut buf); // warm-up
-                           // Relaxed: single-threaded measurement.
-    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    let before = allocations();
     MEASURING.with(|m| m.set(true));
     run(500, 10_500, &mut buf);
     MEASURING.with(|m| m.set(false));
-    let after = ALLOCATIONS.load(Ordering::Relaxed);
-    assert_eq!(after - before, 0, "allocations on the per-event path");
+    assert_eq!(
+        allocations() - before,
+        0,
+        "allocations on the per-event path"
+    );
     assert!(
         ring.floor() > 9_000,
         "the window kept moving: floor {}",
         ring.floor()
     );
+}
+
+/// Publishing through the [`Publisher`] and reading through the backend [`Tail`] into a reused
+/// buffer allocate nothing per event either (the payload is a static `Bytes`; cloning one out of
+/// the ring bumps a reference count).
+#[test]
+fn publisher_and_backend_tail_do_not_allocate_per_event() {
+    use bytes::Bytes;
+    use replay_ring_sse::backend::Tail;
+    use replay_ring_sse::Publisher;
+
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let (producer, ring) = ReplayRing::<Bytes>::new(64, 2).unwrap();
+        let mut publisher = Publisher::new(producer, RetentionConfig::default());
+        let mut tail = ring.reader().unwrap();
+        let mut out: Vec<(u64, Bytes)> = Vec::with_capacity(64);
+        let payload = Bytes::from_static(br#"{"n":123456,"kind":"progress"}"#);
+
+        let mut before = 0;
+        for round in 0..10_500u64 {
+            if round == 500 {
+                before = allocations();
+                MEASURING.with(|m| m.set(true));
+            }
+            let id = publisher.publish_with(|_| payload.clone()).await.unwrap();
+            assert_eq!(id, round + 1);
+            let n = Tail::next_batch(&mut tail, &mut out).await.unwrap();
+            assert_eq!((n, out[0].0), (1, id));
+            ring.release_through(id).unwrap();
+        }
+        MEASURING.with(|m| m.set(false));
+        assert_eq!(
+            allocations() - before,
+            0,
+            "allocations on the publish + tail path"
+        );
+        assert_eq!(ring.head(), 10_500);
+    });
 }

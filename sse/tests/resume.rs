@@ -3,11 +3,11 @@
 
 use std::time::{Duration, Instant};
 
+use replay_ring::{CloseReason, ReadError, ReplayRing, ResumeError};
 use replay_ring_sse::{
     decide, resume, BackpressureClock, Epoch, HttpResponse, LastEventIdError, ResumeDecision,
     Retention, RetentionConfig, StreamId, StreamIdentity, StreamState, CHECKPOINTS,
 };
-use replay_ring::{CloseReason, ReadError, ReplayRing, ResumeError};
 
 fn me() -> StreamIdentity {
     StreamIdentity::new(StreamId::new("events").unwrap(), Epoch::new(0xa))
@@ -496,4 +496,139 @@ fn backpressure_clock_bounds_waiting() {
             waited: Duration::from_millis(301)
         })
     );
+}
+
+/// The ring's decision for cursor `x`, in `ResumeDecision` terms (`None` = no cursor).
+fn ring_decision(ring: &ReplayRing<u64>, x: Option<u64>) -> ResumeDecision {
+    match ring.resume(x) {
+        Ok(reader) => match x {
+            None => ResumeDecision::Live {
+                head: reader.cursor() - 1,
+            },
+            Some(x) if reader.cursor() == ring.head() + 1 && x == ring.head() => {
+                ResumeDecision::NoOp { head: x }
+            }
+            Some(x) => {
+                assert_eq!(
+                    reader.cursor(),
+                    x + 1,
+                    "a replay starts right after the cursor"
+                );
+                ResumeDecision::Replay {
+                    from: x + 1,
+                    through: ring.head(),
+                }
+            }
+        },
+        Err(e) => ResumeDecision::from(e),
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
+
+    /// `decide` on a snapshot and `ReplayRing::resume` give the same answer for every window and
+    /// every cursor, including the edges (`floor - 1`, `head`, `head + 1`, `u64::MAX`, no cursor).
+    #[test]
+    fn decide_and_the_ring_agree_on_every_input(
+        capacity in 1usize..=16,
+        pushed in 0u64..=40,
+        release_frac in 0.0f64..=1.0,
+        release_all in proptest::bool::ANY,
+        cursors in proptest::collection::vec(0u64..=48, 1..12),
+    ) {
+        let (mut producer, ring) = ReplayRing::<u64>::new(capacity, 2).unwrap();
+        for n in 0..pushed {
+            while producer.try_push(n).is_err() {
+                // Keep the window at capacity: release the oldest event to make room.
+                ring.release_through(ring.floor()).unwrap();
+            }
+        }
+        let head = ring.head();
+        if head > 0 {
+            let through = if release_all { head } else { (head as f64 * release_frac) as u64 };
+            if through >= ring.floor() {
+                ring.release_through(through).unwrap();
+            }
+        }
+        let state = StreamState::of(me(), &ring);
+        let mut all: Vec<Option<u64>> = cursors.into_iter().map(Some).collect();
+        all.extend([
+            None,
+            Some(state.floor.saturating_sub(1)),
+            Some(state.floor.saturating_sub(2)),
+            Some(state.head),
+            Some(state.head + 1),
+            Some(u64::MAX),
+        ]);
+        for x in all {
+            let header = x.map(|x| me().event_id(x).to_string());
+            let snapshot = decide(Some(&state), header.as_deref().map(str::as_bytes));
+            proptest::prop_assert_eq!(
+                snapshot,
+                ring_decision(&ring, x),
+                "window {}..={}, cursor {:?}", state.floor, state.head, x
+            );
+        }
+    }
+}
+
+#[test]
+fn every_refusal_body_is_one_json_object_naming_the_window() {
+    let state = StreamState {
+        identity: me(),
+        floor: 65,
+        head: 130,
+    };
+    let refusals = [
+        decide(Some(&state), Some(b"events.a.41")),
+        decide(Some(&state), Some(b"events.a.131")),
+        decide(Some(&state), Some(b"events.a.x")),
+        decide(Some(&state), Some(b"events.b.100")),
+        decide(Some(&state), Some(b"other.a.100")),
+        ResumeDecision::Busy { limit: 8 },
+    ];
+    for decision in refusals {
+        let body = HttpResponse::for_decision(&decision, Some(&state)).body;
+        let value: serde_json::Value = serde_json::from_slice(&body)
+            .unwrap_or_else(|e| panic!("{decision:?}: body is not JSON ({e})"));
+        let object = value.as_object().expect("a JSON object");
+        assert_eq!(object["error"], decision.code());
+        assert_eq!(object["message"], decision.to_string());
+        assert_eq!(object["stream"], "events");
+        assert_eq!(object["epoch"], "a");
+        if !matches!(decision, ResumeDecision::Busy { .. }) {
+            assert_eq!(object["head"], 130, "{decision:?}");
+        }
+    }
+    let lost = HttpResponse::for_decision(&ResumeDecision::SessionLost, None).body;
+    assert_eq!(
+        serde_json::from_slice::<serde_json::Value>(&lost).unwrap(),
+        serde_json::json!({"error": "session_lost", "message": "session not found; re-initialize"})
+    );
+}
+
+#[test]
+fn a_repeated_last_event_id_header_is_refused_with_400() {
+    use replay_ring_sse::{last_event_id, status_for};
+
+    let one: [&[u8]; 1] = [b"events.a.3"];
+    assert_eq!(last_event_id(one), Ok(Some(&b"events.a.3"[..])));
+    assert_eq!(last_event_id(Vec::<&[u8]>::new()), Ok(None));
+    for values in [
+        vec![&b"events.a.3"[..], &b"events.a.9"[..]],
+        vec![&b"events.a.3"[..], &b"events.a.3"[..]],
+        vec![&b""[..], &b"events.a.3"[..], &b"x"[..]],
+    ] {
+        let count = values.len();
+        let err = last_event_id(values).unwrap_err();
+        assert_eq!(err, LastEventIdError::Duplicate { count });
+        assert!(err.is_syntax());
+        let decision = ResumeDecision::InvalidCursor(err);
+        assert_eq!(status_for(&decision), 400);
+        let body = HttpResponse::for_decision(&decision, None).body;
+        let json: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(json["error"], "invalid_last_event_id");
+        assert_eq!(json["reason"], "duplicate");
+    }
 }

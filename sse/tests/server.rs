@@ -6,10 +6,11 @@
 #[path = "../examples/sse_server/app.rs"]
 mod app;
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use replay_ring_sse::{Epoch, RetentionConfig, StreamId};
+use clap::Parser;
+use replay_ring_sse::axum::{serve, ServeConfig};
+use replay_ring_sse::{Epoch, StreamId};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
@@ -20,37 +21,35 @@ const EPOCH: u64 = 0xabc;
 
 struct Server {
     port: u16,
-    state: Arc<app::AppState>,
+    app: app::App,
     producer: JoinHandle<()>,
 }
 
-async fn start(config: app::Config) -> Server {
-    let (state, producer) = app::build(config).unwrap();
+async fn start(config: app::Args) -> Server {
+    let (app, producer) = app::build(&config).unwrap();
     let listener = TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
     let port = listener.local_addr().unwrap().port();
-    let router = app::router(state.clone());
-    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
-    let producer = tokio::spawn(app::run_producer(producer, state.clone()));
+    let router = app::router(app.clone());
+    tokio::spawn(async move { serve(listener, router, ServeConfig::default()).await });
+    let producer = tokio::spawn(app::run_producer(producer, config));
     Server {
         port,
-        state,
+        app,
         producer,
     }
 }
 
-fn config() -> app::Config {
-    app::Config {
+fn config() -> app::Args {
+    app::Args {
         capacity: 64,
         rate: 0.0,
         events: Some(20),
-        epoch: Epoch::new(EPOCH),
+        epoch: Some(Epoch::new(EPOCH)),
         stream: StreamId::new("events").unwrap(),
         eager: true,
-        retention: RetentionConfig {
-            resumption_window: Duration::from_secs(60),
-            backpressure_timeout: Duration::from_secs(60),
-        },
-        ..app::Config::default()
+        resumption_window_ms: 60_000,
+        backpressure_timeout_ms: 60_000,
+        ..app::Args::parse_from(["sse_server"])
     }
 }
 
@@ -261,7 +260,7 @@ async fn resume_replays_exactly_the_suffix_then_ends() {
         6
     );
 
-    let m = server.state.ring.metrics();
+    let m = server.app.stream.ring().metrics();
     assert_eq!(m.resumes_below_floor, 1);
 }
 
@@ -312,7 +311,7 @@ async fn unreplayable_cursors_get_explicit_errors() {
         );
     }
     // No refusal released anything.
-    assert_eq!(server.state.ring.floor(), 1);
+    assert_eq!(server.app.stream.ring().floor(), 1);
 }
 
 #[tokio::test]
@@ -335,11 +334,11 @@ async fn backpressure_bound_closes_with_an_explicit_error_and_drops_nothing() {
     let mut cfg = config();
     cfg.capacity = 4;
     cfg.events = None;
-    cfg.retention.backpressure_timeout = Duration::from_millis(200);
+    cfg.backpressure_timeout_ms = 200;
     let mut server = start(cfg).await;
     // Nobody reads, nothing is released: the producer fills the window and gives up.
     finished(&mut server).await;
-    let m = server.state.ring.metrics();
+    let m = server.app.stream.ring().metrics();
     assert_eq!((m.head, m.floor), (4, 1));
     assert!(m.producer_waits >= 1);
 
@@ -367,8 +366,8 @@ async fn live_reader_drains_through_a_small_window_without_gaps() {
     cfg.events = Some(200);
     cfg.eager = false;
     // Events are released 50 ms after this connection wrote them; the producer waits meanwhile.
-    cfg.retention.resumption_window = Duration::from_millis(50);
-    cfg.retention.backpressure_timeout = Duration::from_secs(10);
+    cfg.resumption_window_ms = 50;
+    cfg.backpressure_timeout_ms = 10_000;
     let mut server = start(cfg).await;
     let reply = get(server.port, "/events", None).await;
     finished(&mut server).await;
@@ -381,18 +380,16 @@ async fn live_reader_drains_through_a_small_window_without_gaps() {
         .collect();
     assert_eq!(ids, (1..=200).collect::<Vec<_>>());
     assert_eq!(frames.last().unwrap().event.as_deref(), Some("end"));
-    let m = server.state.ring.metrics();
+    let m = server.app.stream.ring().metrics();
     assert!(
         m.producer_waits > 0,
         "an 8-slot window must have backpressured the producer"
     );
     assert!(
         server
-            .state
-            .retention
-            .lock()
-            .unwrap()
-            .stats()
+            .app
+            .stream
+            .with_retention(|r| r.stats())
             .window_releases
             > 0
     );
@@ -417,13 +414,13 @@ async fn page_and_metrics_are_served() {
     assert!(
         metrics
             .text()
-            .contains("\nreplay_ring_events_enqueued_total 20\n"),
+            .contains("\nreplay_ring_events_enqueued_total{stream=\"events\"} 20\n"),
         "{}",
         metrics.text()
     );
     assert!(metrics
         .text()
-        .contains("\nreplay_ring_resumes_below_floor_total 0\n"));
+        .contains("\nreplay_ring_resumes_below_floor_total{stream=\"events\"} 0\n"));
 }
 
 /// Reads a stream response until a complete frame with id `>= until` arrived, then hangs up.
@@ -470,7 +467,7 @@ async fn disconnect_then_resume_delivers_every_event_exactly_once() {
     cfg.events = Some(100);
     cfg.eager = false;
     cfg.rate = 2000.0;
-    cfg.retention.resumption_window = Duration::from_secs(5);
+    cfg.resumption_window_ms = 5_000;
     let mut server = start(cfg).await;
 
     let first = read_then_hang_up(server.port, 10).await;

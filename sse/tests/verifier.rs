@@ -2,8 +2,10 @@
 //! seed lists, table-driven.
 
 use replay_ring_sse::client::ResumptionFailure as F;
+use replay_ring_sse::client::{
+    classify, BodyState, ContinuityError, ContinuityVerifier, Observation, Reconnect, StallClass,
+};
 use replay_ring_sse::EventId;
-use replay_ring_sse::client::{classify, BodyState, ContinuityError, ContinuityVerifier, Observation, Reconnect, StallClass};
 
 /// A healthy reconnect from cursor 41: 200, floor advertised, first event 42, keep-alives arriving.
 fn healthy() -> Reconnect {

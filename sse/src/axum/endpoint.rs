@@ -1,0 +1,531 @@
+//! The event-stream responder: one GET in, one response out (a 200 stream or an explicit refusal).
+
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use ::axum::body::Body;
+use ::axum::extract::State;
+use ::axum::http::{HeaderMap, HeaderValue, StatusCode};
+use ::axum::response::Response;
+use bytes::{Bytes, BytesMut};
+use replay_ring::{BuildError, Producer, Reader, ReplayRing};
+use tokio::sync::Notify;
+use tokio::time::{sleep, Instant};
+
+use super::frames::{encode_cut, encode_terminal};
+use super::producer::SseProducer;
+use crate::{
+    encode_event, encode_keep_alive, encode_priming, last_event_id, resume, ConnectionId,
+    HttpResponse, Refused, ResumeDecision, Retention, RetentionConfig, SlowConsumerPolicy,
+    StreamIdentity, StreamState, LAST_EVENT_ID_HEADER,
+};
+
+/// Default [`SseConfig::keep_alive`]: 15 s, as in the MCP SDKs.
+///
+/// ```
+/// use replay_ring_sse::axum::{SseConfig, DEFAULT_KEEP_ALIVE};
+/// assert_eq!(SseConfig::default().keep_alive, DEFAULT_KEEP_ALIVE);
+/// ```
+pub const DEFAULT_KEEP_ALIVE: Duration = Duration::from_secs(15);
+
+/// Default [`SseConfig::retry`]: 1 s.
+///
+/// ```
+/// use replay_ring_sse::axum::{SseConfig, DEFAULT_RETRY};
+/// assert_eq!(SseConfig::default().retry, Some(DEFAULT_RETRY));
+/// ```
+pub const DEFAULT_RETRY: Duration = Duration::from_secs(1);
+
+/// Settings of one resumable stream.
+///
+/// ```
+/// use replay_ring_sse::axum::SseConfig;
+/// let c = SseConfig { capacity: 4096, ..SseConfig::default() };
+/// assert_eq!(c.max_connections, 64);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SseConfig {
+    /// Events the window holds (rounded up to a power of two). Size it for
+    /// `event rate × resumption window`, or the producer waits for events to age out.
+    pub capacity: usize,
+    /// Simultaneous event-stream responses (ring readers); one more is refused with 503.
+    pub max_connections: usize,
+    /// When events leave the window, and how long the producer may wait for space.
+    pub retention: RetentionConfig,
+    /// When one connection may no longer hold the stream back.
+    pub slow_consumer: SlowConsumerPolicy,
+    /// Idle time after which a `: keep-alive` comment is written.
+    pub keep_alive: Duration,
+    /// Reconnection delay announced in the priming event (`None`: leave the client's default).
+    pub retry: Option<Duration>,
+}
+
+impl Default for SseConfig {
+    fn default() -> Self {
+        SseConfig {
+            capacity: 1024,
+            max_connections: 64,
+            retention: RetentionConfig::default(),
+            slow_consumer: SlowConsumerPolicy::default(),
+            keep_alive: DEFAULT_KEEP_ALIVE,
+            retry: Some(DEFAULT_RETRY),
+        }
+    }
+}
+
+/// What the endpoint counted so far (a snapshot; see also [`ReplayRing::metrics`] and
+/// [`Retention::stats`]).
+///
+/// ```
+/// assert_eq!(replay_ring_sse::axum::EndpointStats::default().streams_opened, 0);
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EndpointStats {
+    /// Event-stream responses opened (200).
+    pub streams_opened: u64,
+    /// Requests refused with 400 (invalid or duplicate `Last-Event-ID`).
+    pub refused_400: u64,
+    /// Requests refused with 404 (stream lost: another stream or epoch).
+    pub refused_404: u64,
+    /// Requests refused with 409 (cursor ahead of the head).
+    pub refused_409: u64,
+    /// Requests refused with 416 (cursor below the floor).
+    pub refused_416: u64,
+    /// Requests refused with 503 (no reader slot).
+    pub refused_503: u64,
+    /// Event frames written.
+    pub frames_written: u64,
+    /// Keep-alive comments written.
+    pub keep_alives: u64,
+    /// Responses ended with a `slow_consumer` error frame.
+    pub slow_consumer_frames: u64,
+    /// Streams closed by the producer's backpressure bound.
+    pub backpressure_timeouts: u64,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    streams_opened: AtomicU64,
+    refused_400: AtomicU64,
+    refused_404: AtomicU64,
+    refused_409: AtomicU64,
+    refused_416: AtomicU64,
+    refused_503: AtomicU64,
+    frames_written: AtomicU64,
+    keep_alives: AtomicU64,
+    slow_consumer_frames: AtomicU64,
+    pub(crate) backpressure_timeouts: AtomicU64,
+}
+
+pub(crate) fn add(counter: &AtomicU64, n: u64) {
+    // Relaxed: statistics only; nothing is published through these counters.
+    counter.fetch_add(n, Ordering::Relaxed);
+}
+
+impl Counters {
+    fn snapshot(&self) -> EndpointStats {
+        // Relaxed: statistics only; a snapshot may be a moment old.
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        EndpointStats {
+            streams_opened: load(&self.streams_opened),
+            refused_400: load(&self.refused_400),
+            refused_404: load(&self.refused_404),
+            refused_409: load(&self.refused_409),
+            refused_416: load(&self.refused_416),
+            refused_503: load(&self.refused_503),
+            frames_written: load(&self.frames_written),
+            keep_alives: load(&self.keep_alives),
+            slow_consumer_frames: load(&self.slow_consumer_frames),
+            backpressure_timeouts: load(&self.backpressure_timeouts),
+        }
+    }
+
+    fn refused(&self, status: u16) {
+        add(
+            match status {
+                400 => &self.refused_400,
+                404 => &self.refused_404,
+                409 => &self.refused_409,
+                416 => &self.refused_416,
+                _ => &self.refused_503,
+            },
+            1,
+        );
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) ring: ReplayRing<Bytes>,
+    pub(crate) identity: StreamIdentity,
+    pub(crate) retention: Mutex<Retention>,
+    pub(crate) config: SseConfig,
+    pub(crate) counters: Counters,
+    /// Notified when the first stream opens (see [`SseProducer::first_subscriber`]).
+    pub(crate) subscribed: Notify,
+    /// Notified when a writer reported progress: a waiting publisher recomputes its wake-up.
+    pub(crate) progress: Notify,
+}
+
+impl Shared {
+    pub(crate) fn retention(&self) -> MutexGuard<'_, Retention> {
+        // A panic while holding the lock leaves plain data behind; keep serving.
+        self.retention.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A resumable event stream that axum handlers answer from: the window, the stream's identity,
+/// the retention state and the counters. Cheap to clone (one `Arc`).
+///
+/// [`respond`](Self::respond) turns a GET's headers into the response; the [`SseProducer`] from
+/// [`new`](Self::new) publishes into it. See the [module docs](super) for a complete app.
+///
+/// ```
+/// use replay_ring_sse::axum::{SseConfig, SseStream};
+/// use replay_ring_sse::{Epoch, StreamId, StreamIdentity};
+///
+/// let me = StreamIdentity::new(StreamId::new("events").unwrap(), Epoch::new(7));
+/// let (stream, _producer) = SseStream::new(me, SseConfig::default()).unwrap();
+/// assert_eq!(stream.identity(), me);
+/// assert_eq!(stream.ring().capacity(), 1024);
+/// ```
+#[derive(Debug, Clone)]
+pub struct SseStream {
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl SseStream {
+    /// A stream with a fresh window (ids from 1) and its producer.
+    ///
+    /// # Errors
+    ///
+    /// [`BuildError`] when `capacity` or `max_connections` is out of the ring's range.
+    ///
+    /// ```
+    /// use replay_ring_sse::axum::{SseConfig, SseStream};
+    /// use replay_ring_sse::{Epoch, StreamId, StreamIdentity};
+    /// let me = StreamIdentity::new(StreamId::new("s").unwrap(), Epoch::new(1));
+    /// assert!(SseStream::new(me, SseConfig { capacity: 0, ..SseConfig::default() }).is_err());
+    /// ```
+    pub fn new(
+        identity: StreamIdentity,
+        config: SseConfig,
+    ) -> Result<(SseStream, SseProducer), BuildError> {
+        let (producer, ring): (Producer<Bytes>, _) = ReplayRing::builder()
+            .capacity(config.capacity)
+            .max_readers(config.max_connections)
+            .build()?;
+        let retention = Retention::new(config.retention, config.max_connections)
+            .with_slow_consumer_policy(config.slow_consumer);
+        let stream = SseStream {
+            shared: Arc::new(Shared {
+                ring,
+                identity,
+                retention: Mutex::new(retention),
+                config,
+                counters: Counters::default(),
+                subscribed: Notify::new(),
+                progress: Notify::new(),
+            }),
+        };
+        let producer = SseProducer::new(producer, stream.clone());
+        Ok((stream, producer))
+    }
+
+    /// The stream's window (floor, head, metrics).
+    ///
+    /// ```
+    /// # use replay_ring_sse::axum::{SseConfig, SseStream};
+    /// # use replay_ring_sse::{Epoch, StreamId, StreamIdentity};
+    /// # let me = StreamIdentity::new(StreamId::new("s").unwrap(), Epoch::new(1));
+    /// let (stream, _producer) = SseStream::new(me, SseConfig::default()).unwrap();
+    /// assert_eq!(stream.ring().head(), 0);
+    /// ```
+    pub fn ring(&self) -> &ReplayRing<Bytes> {
+        &self.shared.ring
+    }
+
+    /// The stream's name and epoch.
+    ///
+    /// ```
+    /// # use replay_ring_sse::axum::{SseConfig, SseStream};
+    /// # use replay_ring_sse::{Epoch, StreamId, StreamIdentity};
+    /// let me = StreamIdentity::new(StreamId::new("s").unwrap(), Epoch::new(1));
+    /// let (stream, _producer) = SseStream::new(me, SseConfig::default()).unwrap();
+    /// assert_eq!(stream.identity().stream.as_str(), "s");
+    /// ```
+    pub fn identity(&self) -> StreamIdentity {
+        self.shared.identity
+    }
+
+    /// The settings.
+    ///
+    /// ```
+    /// # use replay_ring_sse::axum::{SseConfig, SseStream};
+    /// # use replay_ring_sse::{Epoch, StreamId, StreamIdentity};
+    /// # let me = StreamIdentity::new(StreamId::new("s").unwrap(), Epoch::new(1));
+    /// let (stream, _producer) = SseStream::new(me, SseConfig::default()).unwrap();
+    /// assert_eq!(stream.config().max_connections, 64);
+    /// ```
+    pub fn config(&self) -> &SseConfig {
+        &self.shared.config
+    }
+
+    /// Runs `f` with the retention state locked (for its [`stats`](Retention::stats)).
+    ///
+    /// ```
+    /// # use replay_ring_sse::axum::{SseConfig, SseStream};
+    /// # use replay_ring_sse::{Epoch, StreamId, StreamIdentity};
+    /// # let me = StreamIdentity::new(StreamId::new("s").unwrap(), Epoch::new(1));
+    /// let (stream, _producer) = SseStream::new(me, SseConfig::default()).unwrap();
+    /// assert_eq!(stream.with_retention(|r| r.live_connections()), 0);
+    /// ```
+    pub fn with_retention<R>(&self, f: impl FnOnce(&mut Retention) -> R) -> R {
+        f(&mut self.shared.retention())
+    }
+
+    /// The endpoint's counters.
+    ///
+    /// ```
+    /// # use replay_ring_sse::axum::{SseConfig, SseStream};
+    /// # use replay_ring_sse::{Epoch, StreamId, StreamIdentity};
+    /// # let me = StreamIdentity::new(StreamId::new("s").unwrap(), Epoch::new(1));
+    /// let (stream, _producer) = SseStream::new(me, SseConfig::default()).unwrap();
+    /// let _ = stream.respond(&Default::default());
+    /// assert_eq!(stream.stats().streams_opened, 1);
+    /// ```
+    pub fn stats(&self) -> EndpointStats {
+        self.shared.counters.snapshot()
+    }
+
+    /// Answers one GET for the stream from its request headers:
+    ///
+    /// - `Last-Event-ID` absent: 200, live from the head; present and replayable: 200 with exactly
+    ///   the events after it, then live (and everything up to it is acknowledged);
+    /// - otherwise an explicit refusal with a JSON body: 400 (invalid, or the header repeated),
+    ///   404 (another stream or epoch), 409 (ahead of the head), 416 (released), 503 (no slot);
+    /// - every response carries `Replay-Floor`, `Replay-Head` and `Replay-Stream`.
+    ///
+    /// A 200 starts with the priming event (`id:` = the client's cursor, `retry:`), writes whole
+    /// batches as fast as the socket takes them, a keep-alive comment after
+    /// [`SseConfig::keep_alive`] of silence, and ends with an explicit terminal frame (or a
+    /// `slow_consumer` error frame when the connection is cut).
+    ///
+    /// ```
+    /// use axum::http::{HeaderMap, StatusCode};
+    /// use replay_ring_sse::axum::{SseConfig, SseStream};
+    /// use replay_ring_sse::{Epoch, StreamId, StreamIdentity};
+    ///
+    /// let me = StreamIdentity::new(StreamId::new("events").unwrap(), Epoch::new(0xa));
+    /// let (stream, _producer) = SseStream::new(me, SseConfig::default()).unwrap();
+    /// let mut headers = HeaderMap::new();
+    /// headers.insert("last-event-id", "events.a.5".parse().unwrap());
+    /// let response = stream.respond(&headers);
+    /// assert_eq!(response.status(), StatusCode::CONFLICT); // the stream has no event 5 yet
+    /// assert_eq!(response.headers()["replay-head"], "0");
+    /// ```
+    pub fn respond(&self, headers: &HeaderMap) -> Response {
+        let shared = &self.shared;
+        let values = headers.get_all(LAST_EVENT_ID_HEADER).iter();
+        let last_event_id = match last_event_id(values.map(HeaderValue::as_bytes)) {
+            Ok(value) => value,
+            Err(err) => {
+                return self.refuse(&Refused {
+                    decision: ResumeDecision::InvalidCursor(err),
+                    state: Some(StreamState::of(shared.identity, &shared.ring)),
+                })
+            }
+        };
+        let resumed = match resume(&shared.ring, &shared.identity, last_event_id) {
+            Ok(resumed) => resumed,
+            Err(refused) => return self.refuse(&refused),
+        };
+        let start = resumed.reader.cursor() - 1;
+        let conn = {
+            let mut retention = shared.retention();
+            let conn = retention.connect(start);
+            if let (Some(_), Some(acked)) = (&conn, resumed.acknowledged) {
+                // A resume acknowledges everything up to its cursor.
+                let _ = retention.acknowledge(&shared.ring, acked);
+            }
+            conn
+        };
+        let Some(conn) = conn else {
+            // The table has max_connections entries, like the ring's reader table, so this only
+            // happens while a cut connection still holds its entry: refuse explicitly.
+            return self.refuse(&Refused {
+                decision: ResumeDecision::Busy {
+                    limit: shared.config.max_connections,
+                },
+                state: Some(resumed.state),
+            });
+        };
+        add(&shared.counters.streams_opened, 1);
+        // Stores a permit if the producer is not waiting yet: first_subscriber() then returns at once.
+        shared.subscribed.notify_one();
+        // Snapshot after the acknowledgement, so the advertised floor is the one now in force.
+        let plan = HttpResponse::stream(&StreamState::of(shared.identity, &shared.ring));
+        let mut first = BytesMut::with_capacity(128);
+        encode_priming(
+            &mut first,
+            shared.identity.event_id(start),
+            shared.config.retry,
+        );
+        let writer = Writer {
+            shared: shared.clone(),
+            reader: resumed.reader,
+            conn: Some(conn),
+            buf: BytesMut::with_capacity(16 * 1024),
+            handed: None,
+            first: Some(first.freeze()),
+            finished: false,
+        };
+        let body = futures_util::stream::unfold(writer, |mut w| async move {
+            let chunk = w.next_chunk().await?;
+            Some((Ok::<Bytes, Infallible>(chunk), w))
+        });
+        to_axum(&plan, Body::from_stream(body))
+    }
+
+    fn refuse(&self, refused: &Refused) -> Response {
+        let plan = HttpResponse::refused(refused);
+        self.shared.counters.refused(plan.status);
+        to_axum(&plan, Body::from(plan.body.clone()))
+    }
+}
+
+/// An axum handler for a router whose state is (or contains, via `FromRef`) an [`SseStream`]:
+/// `.route("/events", get(events))`. Same as [`SseStream::respond`].
+///
+/// # Cancel safety
+///
+/// The response is built without awaiting, so dropping the future loses nothing.
+///
+/// ```
+/// use axum::{routing::get, Router};
+/// use replay_ring_sse::axum::{events, SseConfig, SseStream};
+/// use replay_ring_sse::{Epoch, StreamId, StreamIdentity};
+///
+/// let me = StreamIdentity::new(StreamId::new("events").unwrap(), Epoch::generate());
+/// let (stream, _producer) = SseStream::new(me, SseConfig::default()).unwrap();
+/// let app: Router = Router::new().route("/events", get(events)).with_state(stream);
+/// ```
+pub async fn events(State(stream): State<SseStream>, headers: HeaderMap) -> Response {
+    stream.respond(&headers)
+}
+
+fn to_axum(plan: &HttpResponse, body: Body) -> Response {
+    let mut response = Response::new(body);
+    *response.status_mut() =
+        StatusCode::from_u16(plan.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    for (name, value) in &plan.headers {
+        // Values are visible ASCII by construction (numbers and validated names).
+        if let Ok(value) = HeaderValue::from_str(value) {
+            response.headers_mut().append(*name, value);
+        }
+    }
+    response
+}
+
+/// One event-stream response body: reads whole batches from the ring as the HTTP stack asks for
+/// chunks, so it drains at socket speed and holds no pin while the socket is slow.
+struct Writer {
+    shared: Arc<Shared>,
+    reader: Reader<Bytes>,
+    conn: Option<ConnectionId>,
+    /// Reused encode buffer: each chunk is split off it, so steady state does not allocate.
+    buf: BytesMut,
+    /// The chunk handed to the HTTP stack and not yet taken: `Some(last id in it)` (0 for a chunk
+    /// without events). The stack asking for the next chunk means it took this one.
+    handed: Option<u64>,
+    first: Option<Bytes>,
+    finished: bool,
+}
+
+impl Writer {
+    async fn next_chunk(&mut self) -> Option<Bytes> {
+        if self.finished {
+            return None;
+        }
+        let shared = self.shared.clone();
+        let cut = {
+            let conn = self.conn.as_ref()?;
+            let now = Instant::now().into_std();
+            let mut retention = shared.retention();
+            if let Some(through) = self.handed.take() {
+                retention.on_written(conn, through, now);
+            }
+            // Under the same lock: a release wakes a producer waiting for room at once.
+            retention.release_expired(&shared.ring, now);
+            retention.cut_verdict(conn)
+        };
+        // A permit is stored if the publisher is not waiting yet, so the wake-up is never lost
+        // (at worst it costs one extra look at the retention state).
+        shared.progress.notify_one();
+        if let Some(verdict) = cut {
+            // Cut by the slow-consumer policy: say so where the socket still takes a frame, and
+            // end. The client resumes with its Last-Event-ID like after any disconnect.
+            self.finished = true;
+            add(&shared.counters.slow_consumer_frames, 1);
+            encode_cut(&mut self.buf, &verdict);
+            return Some(self.buf.split().freeze());
+        }
+        let chunk = match self.first.take() {
+            Some(first) => {
+                self.handed = Some(0);
+                first
+            }
+            None => self.read_chunk().await,
+        };
+        if let (false, Some(conn)) = (self.finished, &self.conn) {
+            shared
+                .retention()
+                .on_write_pending(conn, Instant::now().into_std());
+        }
+        Some(chunk)
+    }
+
+    /// Waits for events (or the keep-alive interval) and encodes them.
+    async fn read_chunk(&mut self) -> Bytes {
+        let identity = self.shared.identity;
+        let keep_alive = self.shared.config.keep_alive;
+        tokio::select! {
+            read = self.reader.read() => match read {
+                Ok(batch) => {
+                    let mut last = 0;
+                    for (id, payload) in batch.iter() {
+                        // Cannot fail: no event name is given and the id is a validated EventId.
+                        let _ = encode_event(&mut self.buf, identity.event_id(id), None, payload);
+                        last = id;
+                    }
+                    let n = batch.len() as u64;
+                    drop(batch);
+                    add(&self.shared.counters.frames_written, n);
+                    self.handed = Some(last);
+                }
+                Err(err) => {
+                    self.finished = true;
+                    encode_terminal(&mut self.buf, &err);
+                }
+            },
+            _ = sleep(keep_alive) => {
+                add(&self.shared.counters.keep_alives, 1);
+                encode_keep_alive(&mut self.buf);
+                self.handed = Some(0);
+            }
+        }
+        self.buf.split().freeze()
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        if let Some(conn) = self.conn.take() {
+            self.shared
+                .retention()
+                .disconnect(conn, Instant::now().into_std());
+        }
+    }
+}

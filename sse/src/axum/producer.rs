@@ -1,0 +1,192 @@
+//! Publishing into an [`SseStream`]: the crate's [`Publisher`] (the one backpressure loop) over the
+//! stream's ring, with the stream's retention state (and so its slow-consumer policy) as the
+//! policy it consults while the window is full.
+
+use std::future::Future;
+use std::time::Instant;
+
+use bytes::Bytes;
+use replay_ring::{CloseReason, Producer, ReplayRing};
+
+use super::endpoint::{add, SseStream};
+use crate::backend::ReleaseError;
+use crate::{PublishError, Publisher, RetentionPolicy};
+
+/// The stream's retention state as the [`Publisher`]'s policy.
+#[derive(Debug)]
+pub(crate) struct StreamRetention(SseStream);
+
+impl RetentionPolicy<ReplayRing<Bytes>> for StreamRetention {
+    fn release_due(
+        &mut self,
+        ring: &ReplayRing<Bytes>,
+        now: Instant,
+    ) -> impl Future<Output = Result<bool, ReleaseError>> + Send {
+        // Also cuts slow consumers whose deadline passed (`Retention::release_expired`).
+        let released = self
+            .0
+            .with_retention(|r| r.release_expired(ring, now).is_some());
+        std::future::ready(Ok(released))
+    }
+
+    fn next_due(&self) -> Option<Instant> {
+        self.0.with_retention(|r| r.next_expiry())
+    }
+
+    fn changed(&self) -> impl Future<Output = ()> + Send {
+        // Writers notify after every reported write (a new checkpoint or a slow-consumer deadline
+        // may now come sooner than the publisher's computed wake-up).
+        self.0.shared.progress.notified()
+    }
+}
+
+/// The producing side of an [`SseStream`]: publishes events through the crate's [`Publisher`],
+/// which waits while the window is full (releasing expired events and cutting slow consumers as
+/// they come due) and closes the stream with [`CloseReason::BackpressureTimeout`] once it has
+/// waited [`backpressure_timeout`](crate::RetentionConfig::backpressure_timeout). Never drops an
+/// event.
+///
+/// ```
+/// use replay_ring_sse::axum::{SseConfig, SseStream};
+/// use replay_ring_sse::{Epoch, StreamId, StreamIdentity};
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// let me = StreamIdentity::new(StreamId::new("events").unwrap(), Epoch::new(1));
+/// let (stream, mut producer) = SseStream::new(me, SseConfig::default()).unwrap();
+/// assert_eq!(producer.send("a").await.unwrap(), 1);
+/// assert_eq!(producer.send_with(|id| format!("{{\"n\":{id}}}").into()).await.unwrap(), 2);
+/// assert_eq!(stream.ring().head(), 2);
+/// # });
+/// ```
+#[derive(Debug)]
+pub struct SseProducer {
+    publisher: Publisher<Producer<Bytes>, StreamRetention>,
+    stream: SseStream,
+}
+
+impl SseProducer {
+    pub(crate) fn new(producer: Producer<Bytes>, stream: SseStream) -> Self {
+        let bound = stream.config().retention.backpressure_timeout;
+        let publisher = Publisher::with_policy(producer, StreamRetention(stream.clone()), bound);
+        SseProducer { publisher, stream }
+    }
+
+    /// The stream this producer publishes into.
+    ///
+    /// ```
+    /// # use replay_ring_sse::axum::{SseConfig, SseStream};
+    /// # use replay_ring_sse::{Epoch, StreamId, StreamIdentity};
+    /// # let me = StreamIdentity::new(StreamId::new("s").unwrap(), Epoch::new(1));
+    /// let (stream, producer) = SseStream::new(me, SseConfig::default()).unwrap();
+    /// assert_eq!(producer.stream().identity(), stream.identity());
+    /// ```
+    pub fn stream(&self) -> &SseStream {
+        &self.stream
+    }
+
+    /// Publishes `payload` as the next event; returns its id.
+    ///
+    /// # Errors
+    ///
+    /// [`PublishError`] if the stream is closed, including when this call waited past the
+    /// backpressure bound (`BackpressureTimeout`: the stream is then closed with that reason,
+    /// after every event already published).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Publisher::publish_with`]: dropped while it waits for room, nothing was published and
+    /// no id was used.
+    ///
+    /// ```
+    /// # use replay_ring_sse::axum::{SseConfig, SseStream};
+    /// # use replay_ring_sse::{Epoch, StreamId, StreamIdentity};
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// # let me = StreamIdentity::new(StreamId::new("s").unwrap(), Epoch::new(1));
+    /// let (_stream, mut producer) = SseStream::new(me, SseConfig::default()).unwrap();
+    /// assert_eq!(producer.send(r#"{"hello":1}"#).await.unwrap(), 1);
+    /// # });
+    /// ```
+    pub async fn send(&mut self, payload: impl Into<Bytes>) -> Result<u64, PublishError> {
+        let payload = payload.into();
+        self.send_with(move |_| payload).await
+    }
+
+    /// Publishes the event `make(id)` builds for its id (e.g. a payload that names it).
+    ///
+    /// # Errors
+    ///
+    /// As [`send`](Self::send).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`send`](Self::send): `make` runs only when the event is published.
+    ///
+    /// ```
+    /// # use replay_ring_sse::axum::{SseConfig, SseStream};
+    /// # use replay_ring_sse::{Epoch, StreamId, StreamIdentity};
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// # let me = StreamIdentity::new(StreamId::new("s").unwrap(), Epoch::new(1));
+    /// let (stream, mut producer) = SseStream::new(me, SseConfig::default()).unwrap();
+    /// producer.send_with(|id| format!("event {id}").into()).await.unwrap();
+    /// let mut reader = stream.ring().resume(Some(0)).unwrap();
+    /// assert_eq!(&reader.try_read().unwrap().unwrap().iter().next().unwrap().1[..], b"event 1");
+    /// # });
+    /// ```
+    pub async fn send_with<F>(&mut self, make: F) -> Result<u64, PublishError>
+    where
+        F: FnOnce(u64) -> Bytes + Send,
+    {
+        let result = self.publisher.publish_with(make).await;
+        if let Err(PublishError::BackpressureTimeout { .. }) = result {
+            add(&self.stream.shared.counters.backpressure_timeouts, 1);
+        }
+        result
+    }
+
+    /// Waits until the first event-stream response opens (to start producing only once someone
+    /// listens: a subscriber without `Last-Event-ID` starts at the head).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe; the wake-up stays stored for the next call.
+    ///
+    /// ```
+    /// # use replay_ring_sse::axum::{SseConfig, SseStream};
+    /// # use replay_ring_sse::{Epoch, StreamId, StreamIdentity};
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// # let me = StreamIdentity::new(StreamId::new("s").unwrap(), Epoch::new(1));
+    /// let (stream, producer) = SseStream::new(me, SseConfig::default()).unwrap();
+    /// let _response = stream.respond(&Default::default());
+    /// producer.first_subscriber().await; // returns at once: a stream opened already
+    /// # });
+    /// ```
+    pub async fn first_subscriber(&self) {
+        self.stream.shared.subscribed.notified().await;
+        // Keep the permit for a later call.
+        self.stream.shared.subscribed.notify_one();
+    }
+
+    /// Ends the stream: readers get every retained event, then the terminal frame for `reason`.
+    ///
+    /// # Errors
+    ///
+    /// As [`Publisher::close`] (never for the in-process ring).
+    ///
+    /// # Cancel safety
+    ///
+    /// For the in-process ring the close happens before the first await point.
+    ///
+    /// ```
+    /// # use replay_ring_sse::axum::{SseConfig, SseStream};
+    /// # use replay_ring_sse::{Epoch, StreamId, StreamIdentity};
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// # let me = StreamIdentity::new(StreamId::new("s").unwrap(), Epoch::new(1));
+    /// let (stream, producer) = SseStream::new(me, SseConfig::default()).unwrap();
+    /// producer.close(replay_ring::CloseReason::Completed).await.unwrap();
+    /// assert!(stream.ring().is_closed());
+    /// # });
+    /// ```
+    pub async fn close(mut self, reason: CloseReason) -> Result<(), PublishError> {
+        self.publisher.close(reason).await
+    }
+}

@@ -1,0 +1,370 @@
+//! Serving a router with timeouts on everything a client can hold open, and a connection cap
+//! answered with an explicit 503.
+//!
+//! `axum::serve` keeps a connection for as long as the client likes: a client that sends half a
+//! request, or nothing, or never reads its response, holds a file descriptor forever, and enough of
+//! them make the process run out and new requests hang. [`serve`] closes such connections;
+//! [`ServeConfig`] lists the timeouts and the cap.
+//!
+//! Connections are HTTP/1.1 (server-sent events need nothing else; HTTP/2 comes with TLS, in front).
+
+use std::convert::Infallible;
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use ::axum::body::Body;
+use ::axum::http::{header, HeaderValue, Request, Response, StatusCode};
+use ::axum::Router;
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::time::{sleep, sleep_until, Instant};
+
+/// Connections over the cap that are still answered with a 503 at the same time; beyond that an
+/// excess connection is closed at once.
+const OVERFLOW_ANSWERS: usize = 64;
+/// How long an over-the-cap connection may take to send its request head and read the 503.
+const OVERFLOW_TIMEOUT: Duration = Duration::from_secs(2);
+/// Pause after an accept error that is not about one connection (e.g. out of file descriptors), so
+/// the loop does not spin while it lasts.
+const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(50);
+
+/// Timeouts and the connection cap of [`serve`]:
+///
+/// | setting | default | closes a connection that … |
+/// |---|---|---|
+/// | [`header_read_timeout`](Self::header_read_timeout) | 10 s | has not sent a complete request head this long after it opened or its previous response ended (half-sent headers, silent or idle keep-alive connections) |
+/// | [`write_timeout`](Self::write_timeout) | 10 s | has had response bytes waiting that its socket did not accept for this long (a client that stopped reading) |
+/// | [`idle_timeout`](Self::idle_timeout) | 60 s | moved no byte in either direction for this long (a stalled request body, a handler that never answers); event streams stay alive with their keep-alive comments, so keep [`SseConfig::keep_alive`](crate::axum::SseConfig::keep_alive) below it |
+/// | [`max_connections`](Self::max_connections) | half the file-descriptor limit (32..=16384; 512 where unknown) | would exceed the cap: it gets `503 Service Unavailable` with `Retry-After: 1` and a JSON body, then is closed |
+///
+///
+/// ```
+/// use replay_ring_sse::axum::ServeConfig;
+/// use std::time::Duration;
+///
+/// let c = ServeConfig { max_connections: 1000, ..ServeConfig::default() };
+/// assert_eq!(c.header_read_timeout, Duration::from_secs(10));
+/// assert_eq!(c.idle_timeout, Duration::from_secs(60));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServeConfig {
+    /// Time to send a complete request head, from the connection's start or the end of its
+    /// previous response.
+    pub header_read_timeout: Duration,
+    /// Time response bytes may wait for a socket that accepts none.
+    pub write_timeout: Duration,
+    /// Time a connection may move no byte in either direction.
+    pub idle_timeout: Duration,
+    /// Connections served at once; more get an explicit 503.
+    pub max_connections: usize,
+}
+
+impl Default for ServeConfig {
+    fn default() -> Self {
+        ServeConfig {
+            header_read_timeout: Duration::from_secs(10),
+            write_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
+            max_connections: default_max_connections(),
+        }
+    }
+}
+
+/// Half the soft `RLIMIT_NOFILE` (the other half stays for the application's own files), clamped
+/// to 32..=16384; 512 where the limit cannot be read.
+fn default_max_connections() -> usize {
+    #[cfg(unix)]
+    {
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit writes one `rlimit` through the valid, exclusively borrowed pointer.
+        if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 {
+            let soft = usize::try_from(limit.rlim_cur).unwrap_or(usize::MAX);
+            return (soft / 2).clamp(32, 16_384);
+        }
+    }
+    512
+}
+
+/// Serves `router` on `listener` until the listener fails, with the timeouts and the connection
+/// cap of `config` (see [`ServeConfig`]). A drop-in for `axum::serve(listener, router)`, which
+/// keeps a connection for as long as the client likes: one that sends half a request, or nothing,
+/// or never reads its response holds a file descriptor forever, and enough of them make new
+/// requests hang. Connections are HTTP/1.1 (server-sent events need nothing else).
+///
+/// # Errors
+///
+/// None in practice: accept errors about one connection are skipped, and others (such as running
+/// out of file descriptors) pause accepting briefly instead of ending the server. The `Result`
+/// leaves room for failures of the listener itself.
+///
+/// # Cancel safety
+///
+/// Dropping the future stops accepting; connections already accepted keep being served by their
+/// own tasks until they end or time out.
+///
+/// ```no_run
+/// use axum::{routing::get, Router};
+/// use replay_ring_sse::axum::{serve, ServeConfig};
+///
+/// # async fn run() -> std::io::Result<()> {
+/// let app = Router::new().route("/", get(|| async { "hello" }));
+/// let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
+/// serve(listener, app, ServeConfig::default()).await
+/// # }
+/// ```
+pub async fn serve(listener: TcpListener, router: Router, config: ServeConfig) -> io::Result<()> {
+    let permits = Arc::new(Semaphore::new(config.max_connections));
+    let overflow = Arc::new(Semaphore::new(OVERFLOW_ANSWERS));
+    loop {
+        let tcp = match listener.accept().await {
+            Ok((tcp, _peer)) => tcp,
+            Err(e) if is_per_connection(&e) => continue,
+            Err(_) => {
+                sleep(ACCEPT_ERROR_PAUSE).await;
+                continue;
+            }
+        };
+        // Events are small and written as they happen: do not hold them back for coalescing.
+        let _ = tcp.set_nodelay(true);
+        match permits.clone().try_acquire_owned() {
+            Ok(permit) => {
+                tokio::spawn(serve_connection(tcp, router.clone(), config, permit));
+            }
+            Err(_) => {
+                count("replay_ring_http_connections_refused_total");
+                if let Ok(permit) = overflow.clone().try_acquire_owned() {
+                    tokio::spawn(refuse_connection(tcp, config.max_connections, permit));
+                }
+            }
+        }
+    }
+}
+
+fn is_per_connection(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::ConnectionRefused
+            | io::ErrorKind::Interrupted
+    )
+}
+
+#[cfg(feature = "metrics")]
+fn count(name: &'static str) {
+    metrics::counter!(name).increment(1);
+}
+
+#[cfg(not(feature = "metrics"))]
+fn count(_name: &'static str) {}
+
+async fn serve_connection(
+    tcp: TcpStream,
+    router: Router,
+    config: ServeConfig,
+    _permit: OwnedSemaphorePermit,
+) {
+    let activity = Arc::new(Activity::new());
+    let io = TokioIo::new(Tracked {
+        inner: tcp,
+        activity: activity.clone(),
+    });
+    let service = TowerToHyperService::new(router);
+    let connection = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(config.header_read_timeout)
+        .serve_connection(io, service)
+        .with_upgrades();
+    tokio::pin!(connection);
+    loop {
+        let deadline = activity.deadline(&config);
+        tokio::select! {
+            // Ends on completion, on a hyper error, and on hyper's header-read timeout.
+            _ = &mut connection => return,
+            // A write started waiting: recompute the deadline.
+            _ = activity.blocked.notified() => {}
+            _ = sleep_until(deadline) => {
+                if let Some(reason) = activity.expired(&config, Instant::now()) {
+                    count(reason);
+                    // Dropping the connection closes the socket; a response body being written is
+                    // dropped with it (an event stream then disconnects like any closed client).
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Answers an over-the-cap connection with a 503 and closes it.
+async fn refuse_connection(tcp: TcpStream, limit: usize, _permit: OwnedSemaphorePermit) {
+    let body = format!(
+        r#"{{"error":"too_many_connections","limit":{limit},"message":"the server is at its connection limit; retry later"}}"#
+    );
+    let service = hyper::service::service_fn(move |_request: Request<Incoming>| {
+        let mut response = Response::new(Body::from(body.clone()));
+        *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+        let headers = response.headers_mut();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        std::future::ready(Ok::<_, Infallible>(response))
+    });
+    let connection = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(OVERFLOW_TIMEOUT)
+        .keep_alive(false)
+        .serve_connection(TokioIo::new(tcp), service);
+    let _ = tokio::time::timeout(OVERFLOW_TIMEOUT, connection).await;
+}
+
+/// When a connection last moved a byte, and since when a write has been waiting. Milliseconds
+/// since `base`, so the socket side only does relaxed stores.
+#[derive(Debug)]
+struct Activity {
+    base: Instant,
+    last_ms: AtomicU64,
+    /// `u64::MAX`: no write waiting.
+    blocked_since_ms: AtomicU64,
+    /// Wakes the watchdog when a write starts waiting (its deadline moves closer).
+    blocked: Notify,
+}
+
+const NOT_BLOCKED: u64 = u64::MAX;
+
+impl Activity {
+    fn new() -> Self {
+        Activity {
+            base: Instant::now(),
+            last_ms: AtomicU64::new(0),
+            blocked_since_ms: AtomicU64::new(NOT_BLOCKED),
+            blocked: Notify::new(),
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.base.elapsed().as_millis()).unwrap_or(u64::MAX - 1)
+    }
+
+    fn at(&self, ms: u64) -> Instant {
+        self.base + Duration::from_millis(ms)
+    }
+
+    // Relaxed throughout: these are timestamps the watchdog compares with the clock; they publish
+    // no other data, and a stale read only delays a check to the next deadline, which re-reads.
+    fn moved(&self) {
+        self.last_ms.store(self.now_ms(), Ordering::Relaxed);
+    }
+
+    fn wrote(&self) {
+        self.moved();
+        self.blocked_since_ms.store(NOT_BLOCKED, Ordering::Relaxed);
+    }
+
+    fn write_blocked(&self) {
+        if self.blocked_since_ms.load(Ordering::Relaxed) == NOT_BLOCKED {
+            self.blocked_since_ms
+                .store(self.now_ms(), Ordering::Relaxed);
+            // Stores a permit if the watchdog is not waiting yet: it recomputes its deadline.
+            self.blocked.notify_one();
+        }
+    }
+
+    fn deadline(&self, config: &ServeConfig) -> Instant {
+        let idle = self.at(self.last_ms.load(Ordering::Relaxed)) + config.idle_timeout;
+        match self.blocked_since_ms.load(Ordering::Relaxed) {
+            NOT_BLOCKED => idle,
+            since => idle.min(self.at(since) + config.write_timeout),
+        }
+    }
+
+    /// Which timeout expired at `now`, as the counter to bump, if one did.
+    fn expired(&self, config: &ServeConfig, now: Instant) -> Option<&'static str> {
+        let since = self.blocked_since_ms.load(Ordering::Relaxed);
+        if since != NOT_BLOCKED && now >= self.at(since) + config.write_timeout {
+            return Some("replay_ring_http_write_timeouts_total");
+        }
+        let last = self.last_ms.load(Ordering::Relaxed);
+        (now >= self.at(last) + config.idle_timeout)
+            .then_some("replay_ring_http_idle_timeouts_total")
+    }
+}
+
+/// The socket, reporting progress to the connection's [`Activity`].
+struct Tracked {
+    inner: TcpStream,
+    activity: Arc<Activity>,
+}
+
+impl Tracked {
+    fn after_write(&self, result: &Poll<io::Result<usize>>) {
+        match result {
+            Poll::Ready(Ok(n)) if *n > 0 => self.activity.wrote(),
+            Poll::Pending => self.activity.write_blocked(),
+            _ => {}
+        }
+    }
+}
+
+impl AsyncRead for Tracked {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let result = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if matches!(result, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            self.activity.moved();
+        }
+        result
+    }
+}
+
+impl AsyncWrite for Tracked {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let result = Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.after_write(&result);
+        result
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let result = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.after_write(&result);
+        result
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}

@@ -1,0 +1,23 @@
+use axum::{routing::get, Router};
+use replay_ring_sse::axum::{events, serve, ServeConfig, SseConfig, SseStream};
+use replay_ring_sse::{Epoch, StreamId, StreamIdentity};
+
+/// An existing app (`/`) plus a resumable event stream at `/events`.
+async fn run(listener: tokio::net::TcpListener) -> Result<(), Box<dyn std::error::Error>> {
+    let identity = StreamIdentity::new(StreamId::new("events")?, Epoch::generate());
+    let (stream, mut producer) = SseStream::new(identity, SseConfig::default())?;
+    tokio::spawn(async move {
+        for n in 1u64.. {
+            let tick = format!(r#"{{"tick":{n}}}"#);
+            if producer.send(tick).await.is_err() {
+                break; // the stream was closed explicitly (backpressure bound)
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    });
+    let app = Router::new()
+        .route("/", get(|| async { "hello" }))
+        .route("/events", get(events).with_state(stream));
+    serve(listener, app, ServeConfig::default()).await?;
+    Ok(())
+}

@@ -1,0 +1,463 @@
+//! One producer loop for every integration: append if there is room; else release what retention
+//! allows; else wait for room or the next expiry; past the backpressure bound, end the stream with
+//! an explicit [`CloseReason::BackpressureTimeout`] — never drop an event.
+
+use std::fmt;
+use std::future::Future;
+use std::ops::{Deref, DerefMut};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use replay_ring::{CloseReason, ReplayRing};
+use tokio::sync::Notify;
+
+use crate::backend::{AppendError, Backend, BackendProducer, ReleaseError, Unavailable};
+use crate::retention::{BackpressureClock, Retention, RetentionConfig};
+
+/// How long a backpressured publisher waits before looking again when the retention policy has
+/// events whose window already passed but that it may not release yet (a live connection has not
+/// written them). Releases and finished reads wake it sooner.
+pub const EXPIRED_BUT_HELD_RECHECK: Duration = Duration::from_millis(50);
+
+/// What a [`Publisher`] asks of a retention policy while the window is full.
+pub trait RetentionPolicy<B: Backend>: Send + 'static {
+    /// Releases every event the policy allows at `now`. Returns whether the floor moved.
+    ///
+    /// # Errors
+    /// The backend's refusal or failure.
+    ///
+    /// # Cancel safety
+    /// A cancelled call may or may not have released; the floor stays consistent.
+    fn release_due(
+        &mut self,
+        backend: &B,
+        now: Instant,
+    ) -> impl Future<Output = Result<bool, ReleaseError>> + Send;
+
+    /// When [`release_due`](Self::release_due) may next release something, if ever.
+    fn next_due(&self) -> Option<Instant>;
+
+    /// Completes when the policy's state changed in a way that may move [`next_due`](Self::next_due)
+    /// earlier (for example a connection reported a write). A waiting publisher then asks again
+    /// instead of sleeping until the time it computed before. The default never completes.
+    ///
+    /// # Cancel safety
+    /// Must be cancel safe: the publisher drops it whenever another wake-up wins.
+    fn changed(&self) -> impl Future<Output = ()> + Send {
+        std::future::pending()
+    }
+}
+
+/// A [`Retention`] shared between a stream's publisher and its connections (each connection
+/// registers, reports what it wrote, and acknowledges resumes through [`lock`](Self::lock)). Its
+/// connection table is sized by the backend's `max_readers`, so the two cannot disagree.
+///
+/// Every [`lock`](Self::lock) by a connection wakes a waiting [`Publisher`] when the guard drops, so
+/// a write reported while the publisher waits (a new checkpoint) moves its next wake-up at once.
+///
+/// ```
+/// use replay_ring::ReplayRing;
+/// use replay_ring_sse::SharedRetention;
+///
+/// let (_producer, ring) = ReplayRing::<u8>::new(8, 3).unwrap();
+/// let retention = SharedRetention::for_ring(Default::default(), &ring);
+/// let a = retention.lock().connect(0).unwrap();
+/// let _b = retention.lock().connect(0).unwrap();
+/// let _c = retention.lock().connect(0).unwrap();
+/// assert!(retention.lock().connect(0).is_none()); // one entry per reader slot
+/// retention.lock().disconnect(a, std::time::Instant::now());
+/// ```
+#[derive(Debug, Clone)]
+pub struct SharedRetention(Arc<SharedInner>);
+
+#[derive(Debug)]
+struct SharedInner {
+    retention: Mutex<Retention>,
+    /// Signalled when a connection's guard drops; holds one permit, so a change made between the
+    /// publisher's last look and its wait is not lost.
+    changed: Notify,
+}
+
+/// A locked [`Retention`] (see [`SharedRetention::lock`]); dropping it tells a waiting publisher
+/// to look again.
+#[derive(Debug)]
+pub struct RetentionGuard<'a> {
+    guard: MutexGuard<'a, Retention>,
+    changed: &'a Notify,
+}
+
+impl Deref for RetentionGuard<'_> {
+    type Target = Retention;
+
+    fn deref(&self) -> &Retention {
+        &self.guard
+    }
+}
+
+impl DerefMut for RetentionGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Retention {
+        &mut self.guard
+    }
+}
+
+impl Drop for RetentionGuard<'_> {
+    fn drop(&mut self) {
+        self.changed.notify_one();
+    }
+}
+
+impl SharedRetention {
+    /// A policy for `ring`, with one connection entry per reader slot.
+    ///
+    /// ```
+    /// let (_p, ring) = replay_ring::ReplayRing::<u8>::new(4, 2).unwrap();
+    /// let r = replay_ring_sse::SharedRetention::for_ring(Default::default(), &ring);
+    /// assert_eq!(r.lock().live_connections(), 0);
+    /// ```
+    pub fn for_ring<T>(config: RetentionConfig, ring: &ReplayRing<T>) -> Self {
+        SharedRetention(Arc::new(SharedInner {
+            retention: Mutex::new(Retention::new(config, ring.max_readers())),
+            changed: Notify::new(),
+        }))
+    }
+
+    /// Locks the policy. Hold the guard only for the call (never across an `.await`); dropping it
+    /// wakes a waiting publisher to look at the policy again. A panic
+    /// while it was held leaves the policy usable: its state is updated field by field, and a
+    /// stale entry only delays a release, never advances one.
+    pub fn lock(&self) -> RetentionGuard<'_> {
+        RetentionGuard {
+            guard: self.lock_quietly(),
+            changed: &self.0.changed,
+        }
+    }
+
+    /// The publisher's own access: its changes need not wake itself.
+    fn lock_quietly(&self) -> MutexGuard<'_, Retention> {
+        self.0
+            .retention
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl<T: Clone + Send + Sync + 'static> RetentionPolicy<ReplayRing<T>> for SharedRetention {
+    fn release_due(
+        &mut self,
+        ring: &ReplayRing<T>,
+        now: Instant,
+    ) -> impl Future<Output = Result<bool, ReleaseError>> + Send {
+        let released = self.lock_quietly().release_expired(ring, now).is_some();
+        std::future::ready(Ok(released))
+    }
+
+    fn next_due(&self) -> Option<Instant> {
+        self.lock_quietly().next_expiry()
+    }
+
+    fn changed(&self) -> impl Future<Output = ()> + Send {
+        self.0.changed.notified()
+    }
+}
+
+/// Why a publish did not append.
+///
+/// ```
+/// use std::time::Duration;
+/// use replay_ring_sse::PublishError;
+/// let e = PublishError::BackpressureTimeout { waited: Duration::from_secs(10) };
+/// assert!(e.to_string().contains("nothing dropped"));
+/// ```
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum PublishError {
+    /// This publish waited past the backpressure bound; the stream is now closed with
+    /// [`CloseReason::BackpressureTimeout`] and nothing was dropped.
+    BackpressureTimeout {
+        /// How long the producer had been waiting for room.
+        waited: Duration,
+    },
+    /// Ids are exhausted; the stream is now closed with an error.
+    IdsExhausted,
+    /// The stream was already closed (by this publisher, or in the backend).
+    Closed(Option<CloseReason>),
+    /// The backend could not be reached. The stream stays open; publishing again retries. See
+    /// [`AppendError::Unavailable`] for whether the event may have been stored.
+    Unavailable(Unavailable),
+}
+
+impl fmt::Display for PublishError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PublishError::BackpressureTimeout { waited } => write!(
+                f,
+                "{}",
+                CloseReason::BackpressureTimeout { waited: *waited }
+            ),
+            PublishError::IdsExhausted => f.write_str("event ids exhausted; stream closed"),
+            PublishError::Closed(Some(reason)) => write!(f, "stream closed: {reason}"),
+            PublishError::Closed(None) => f.write_str("stream closed"),
+            PublishError::Unavailable(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for PublishError {}
+
+/// What a [`Publisher`] has done, for metrics.
+///
+/// ```
+/// let s = replay_ring_sse::PublisherStats::default();
+/// assert_eq!((s.published, s.backpressure_episodes, s.backpressure_timeouts), (0, 0, 0));
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PublisherStats {
+    /// Events appended.
+    pub published: u64,
+    /// Times the publisher found the window full and started waiting (one per episode, however
+    /// many wake-ups it took).
+    pub backpressure_episodes: u64,
+    /// Times the bound was reached and the stream closed with `BackpressureTimeout` (0 or 1).
+    pub backpressure_timeouts: u64,
+}
+
+/// A stream's producer together with its retention policy and backpressure bound.
+///
+/// ```
+/// use bytes::Bytes;
+/// use replay_ring::ReplayRing;
+/// use replay_ring_sse::{Publisher, RetentionConfig};
+///
+/// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+/// let (producer, ring) = ReplayRing::<Bytes>::new(64, 4).unwrap();
+/// let mut publisher = Publisher::new(producer, RetentionConfig::default());
+/// let id = publisher.publish_with(|id| Bytes::from(format!("{{\"n\":{id}}}"))).await.unwrap();
+/// assert_eq!(id, 1);
+/// assert_eq!(ring.head(), 1);
+/// # });
+/// ```
+pub struct Publisher<P: BackendProducer, R = SharedRetention> {
+    producer: Option<P>,
+    backend: P::Backend,
+    retention: R,
+    clock: BackpressureClock,
+    close_reason: Option<CloseReason>,
+    stats: PublisherStats,
+}
+
+impl<P: BackendProducer, R: fmt::Debug> fmt::Debug for Publisher<P, R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Publisher")
+            .field("open", &self.producer.is_some())
+            .field("retention", &self.retention)
+            .field("clock", &self.clock)
+            .finish()
+    }
+}
+
+impl<T: Clone + Send + Sync + 'static> Publisher<replay_ring::Producer<T>, SharedRetention> {
+    /// A publisher for a ring's producer, with a [`SharedRetention`] sized by the ring.
+    ///
+    /// ```
+    /// let (producer, _ring) = replay_ring::ReplayRing::<u8>::new(4, 2).unwrap();
+    /// let publisher = replay_ring_sse::Publisher::new(producer, Default::default());
+    /// assert_eq!(publisher.retention().lock().live_connections(), 0);
+    /// ```
+    pub fn new(producer: replay_ring::Producer<T>, config: RetentionConfig) -> Self {
+        let retention = SharedRetention::for_ring(config, &producer.ring());
+        Publisher::with_policy(producer, retention, config.backpressure_timeout)
+    }
+}
+
+impl<P, R> Publisher<P, R>
+where
+    P: BackendProducer,
+    R: RetentionPolicy<P::Backend>,
+{
+    /// A publisher with any retention policy (for example one for a network backend).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let (producer, ring) = replay_ring::ReplayRing::<u8>::new(4, 2).unwrap();
+    /// let retention = replay_ring_sse::SharedRetention::for_ring(Default::default(), &ring);
+    /// let publisher = replay_ring_sse::Publisher::with_policy(producer, retention, Duration::from_secs(1));
+    /// assert!(!publisher.is_closed());
+    /// ```
+    pub fn with_policy(producer: P, retention: R, backpressure_timeout: Duration) -> Self {
+        Publisher {
+            backend: producer.backend(),
+            producer: Some(producer),
+            retention,
+            clock: BackpressureClock::new(backpressure_timeout),
+            close_reason: None,
+            stats: PublisherStats::default(),
+        }
+    }
+
+    /// Counters of what this publisher did.
+    ///
+    /// ```
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+    /// let (producer, _ring) = replay_ring::ReplayRing::<u8>::new(4, 1).unwrap();
+    /// let mut publisher = replay_ring_sse::Publisher::new(producer, Default::default());
+    /// publisher.publish_with(|_| 7).await.unwrap();
+    /// assert_eq!(publisher.stats().published, 1);
+    /// # });
+    /// ```
+    pub fn stats(&self) -> PublisherStats {
+        self.stats
+    }
+
+    /// The stream's shared handle.
+    pub fn backend(&self) -> &P::Backend {
+        &self.backend
+    }
+
+    /// The retention policy (connections register and report writes through it).
+    pub fn retention(&self) -> &R {
+        &self.retention
+    }
+
+    /// Whether this publisher closed the stream.
+    pub fn is_closed(&self) -> bool {
+        self.producer.is_none()
+    }
+
+    /// Appends `make(id)`, waiting while the window is full: each time it finds no room it releases
+    /// what the retention policy allows, then waits for a release (or a finished read) or the next
+    /// expiry. After the backpressure bound of continuous waiting it closes the stream with
+    /// [`CloseReason::BackpressureTimeout`] (readers see every retained event, then that reason).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use bytes::Bytes;
+    /// use replay_ring::{CloseReason, ReadError, ReplayRing};
+    /// use replay_ring_sse::{PublishError, Publisher, RetentionConfig};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().unwrap().block_on(async {
+    /// let config = RetentionConfig { backpressure_timeout: Duration::from_secs(2), ..Default::default() };
+    /// let (producer, ring) = ReplayRing::<Bytes>::new(1, 1).unwrap();
+    /// let mut publisher = Publisher::new(producer, config);
+    /// publisher.publish_with(|_| Bytes::from("a")).await.unwrap();
+    /// // Nobody releases id 1: after 2 s the stream ends explicitly.
+    /// let err = publisher.publish_with(|_| Bytes::from("b")).await.unwrap_err();
+    /// assert!(matches!(err, PublishError::BackpressureTimeout { .. }));
+    /// let mut reader = ring.resume(Some(0)).unwrap();
+    /// assert_eq!(reader.try_recv().unwrap().unwrap().data, "a");
+    /// assert!(matches!(reader.try_recv(), Err(ReadError::Closed(CloseReason::BackpressureTimeout { .. }))));
+    /// # });
+    /// ```
+    ///
+    /// # Errors
+    /// [`PublishError::BackpressureTimeout`] and [`PublishError::IdsExhausted`] (the stream is now
+    /// closed), [`PublishError::Closed`] (it was already), [`PublishError::Unavailable`].
+    ///
+    /// # Cancel safety
+    /// Cancelling never consumes an id. With the in-process ring the append itself completes in
+    /// the poll that starts it, so a cancelled publish either returned its id (the event is stored)
+    /// or appended nothing: `make` is then dropped uncalled, and the caller, whose future did not
+    /// complete, still owns the decision to publish again. The backpressure episode is kept across a
+    /// cancelled publish, so retrying cannot extend the bound. With a network backend, a publish
+    /// cancelled while its append is in flight may or may not have stored the event (see
+    /// [`BackendProducer::try_append_with`]).
+    pub async fn publish_with<F>(&mut self, make: F) -> Result<u64, PublishError>
+    where
+        F: FnOnce(u64) -> <P::Backend as Backend>::Payload + Send,
+    {
+        let mut make = make;
+        loop {
+            let Some(producer) = self.producer.as_mut() else {
+                return Err(PublishError::Closed(self.close_reason.clone()));
+            };
+            match producer.try_append_with(make).await {
+                Ok(id) => {
+                    self.clock.on_pushed();
+                    self.stats.published += 1;
+                    return Ok(id);
+                }
+                Err(AppendError::Full(back)) => make = back,
+                Err(AppendError::IdsExhausted(_)) => {
+                    self.close(CloseReason::error("event ids exhausted"))
+                        .await?;
+                    return Err(PublishError::IdsExhausted);
+                }
+                Err(AppendError::Closed(_)) => {
+                    self.producer = None;
+                    return Err(PublishError::Closed(
+                        self.backend.close_reason().await.ok().flatten(),
+                    ));
+                }
+                Err(AppendError::Unavailable { error, .. }) => {
+                    return Err(PublishError::Unavailable(error))
+                }
+            }
+            let now = tokio::time::Instant::now();
+            match self
+                .retention
+                .release_due(&self.backend, now.into_std())
+                .await
+            {
+                Ok(true) => continue,
+                Ok(false) => {}
+                Err(ReleaseError::Unavailable(e)) => return Err(PublishError::Unavailable(e)),
+                Err(ReleaseError::Gone) => {
+                    self.producer = None;
+                    return Err(PublishError::Closed(None));
+                }
+                // The policy only releases ids it saw written, which exist; nothing to undo.
+                Err(ReleaseError::AheadOfHead { .. }) => {}
+            }
+            if self.clock.waiting_since().is_none() {
+                self.stats.backpressure_episodes += 1;
+            }
+            let deadline = match self.clock.on_full(now.into_std()) {
+                Ok(deadline) => deadline,
+                Err(reason) => {
+                    self.stats.backpressure_timeouts += 1;
+                    let waited = match reason {
+                        CloseReason::BackpressureTimeout { waited } => waited,
+                        _ => self.clock.waiting_since().map_or(Duration::ZERO, |since| {
+                            now.into_std().saturating_duration_since(since)
+                        }),
+                    };
+                    self.close(reason).await?;
+                    return Err(PublishError::BackpressureTimeout { waited });
+                }
+            };
+            let wake = match self.retention.next_due() {
+                Some(due) if due > now.into_std() => due.min(deadline),
+                // Due but held back by a live connection: look again shortly.
+                Some(_) => (now.into_std() + EXPIRED_BUT_HELD_RECHECK).min(deadline),
+                None => deadline,
+            };
+            let Some(producer) = self.producer.as_mut() else {
+                return Err(PublishError::Closed(self.close_reason.clone()));
+            };
+            tokio::select! {
+                ready = producer.ready() => ready.map_err(PublishError::Unavailable)?,
+                () = tokio::time::sleep_until(wake.into()) => {}
+                () = self.retention.changed() => {}
+            }
+        }
+    }
+
+    /// Ends the stream with `reason` (no-op if this publisher already closed it).
+    ///
+    /// # Errors
+    /// [`PublishError::Unavailable`] if the backend did not record the close.
+    ///
+    /// # Cancel safety
+    /// The producer is consumed when the close starts; a cancelled close may or may not have been
+    /// recorded (the ring records it immediately).
+    pub async fn close(&mut self, reason: CloseReason) -> Result<(), PublishError> {
+        let Some(producer) = self.producer.take() else {
+            return Ok(());
+        };
+        self.close_reason = Some(reason.clone());
+        producer
+            .close(reason)
+            .await
+            .map_err(PublishError::Unavailable)
+    }
+}

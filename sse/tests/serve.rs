@@ -1,0 +1,222 @@
+//! `serve`'s timeouts and connection cap against slowloris-style clients over loopback TCP:
+//! half-sent headers, silent connections, a client that never reads its response, a handler that
+//! never answers, and more connections than the cap.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::routing::get;
+use axum::Router;
+use bytes::Bytes;
+use replay_ring_sse::axum::{serve, ServeConfig};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
+
+/// Set when dropped: tells the test the server let go of a response (or a pending handler).
+struct DropFlag(Arc<AtomicBool>);
+
+impl Drop for DropFlag {
+    fn drop(&mut self) {
+        // Release: pairs with the test's Acquire load; only the flag itself is published.
+        self.0.store(true, Ordering::Release);
+    }
+}
+
+struct Flags {
+    body_dropped: Arc<AtomicBool>,
+    handler_dropped: Arc<AtomicBool>,
+}
+
+async fn start(config: ServeConfig) -> (SocketAddr, Flags) {
+    let flags = Flags {
+        body_dropped: Arc::new(AtomicBool::new(false)),
+        handler_dropped: Arc::new(AtomicBool::new(false)),
+    };
+    let (body_flag, handler_flag) = (flags.body_dropped.clone(), flags.handler_dropped.clone());
+    let app = Router::new()
+        .route("/", get(|| async { "ok" }))
+        // An endless body: only a client that reads keeps it moving.
+        .route(
+            "/endless",
+            get(move || {
+                let guard = DropFlag(body_flag.clone());
+                let chunk = Bytes::from(vec![b'x'; 64 * 1024]);
+                let body = futures_util::stream::repeat_with(move || {
+                    let _keep = &guard;
+                    Ok::<_, std::convert::Infallible>(chunk.clone())
+                });
+                async move { Body::from_stream(body) }
+            }),
+        )
+        // A handler that never answers.
+        .route(
+            "/never",
+            get(move || {
+                let guard = DropFlag(handler_flag.clone());
+                async move {
+                    let _keep = guard;
+                    std::future::pending::<()>().await;
+                }
+            }),
+        );
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(serve(listener, app, config));
+    (addr, flags)
+}
+
+/// Waits for the server to close `socket` (end of stream or reset), discarding what it sent.
+/// Returns how long that took.
+async fn closed_within(socket: &mut TcpStream, limit: Duration) -> Duration {
+    let start = Instant::now();
+    let mut buf = [0u8; 4096];
+    loop {
+        match tokio::time::timeout_at((start + limit).into(), socket.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return start.elapsed(),
+            Ok(Ok(_)) => continue,
+            Err(_) => panic!("connection still open after {limit:?}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn half_sent_and_silent_connections_are_closed_and_requests_still_succeed() {
+    let header_timeout = Duration::from_millis(300);
+    let (addr, _) = start(ServeConfig {
+        header_read_timeout: header_timeout,
+        ..ServeConfig::default()
+    })
+    .await;
+    let mut silent = Vec::new();
+    let mut half_sent = Vec::new();
+    for _ in 0..20 {
+        silent.push(TcpStream::connect(addr).await.unwrap());
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+            .await
+            .unwrap();
+        half_sent.push(s);
+    }
+    // A trickling client: one header byte every 50 ms never completes the head in time.
+    let mut trickle = TcpStream::connect(addr).await.unwrap();
+    let trickling = async {
+        for b in b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaa" {
+            if trickle.write_all(&[*b]).await.is_err() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    // Meanwhile a normal request is answered.
+    let (ok, ()) = tokio::join!(common::get(addr, "/", &[]), trickling);
+    assert_eq!((ok.status, ok.text().as_str()), (200, "ok"));
+
+    let limit = header_timeout + Duration::from_secs(5);
+    for s in silent.iter_mut().chain(half_sent.iter_mut()) {
+        closed_within(s, limit).await;
+    }
+    closed_within(&mut trickle, limit).await;
+    let again = common::get(addr, "/", &[]).await;
+    assert_eq!(again.status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_over_the_cap_get_an_explicit_503() {
+    let (addr, _) = start(ServeConfig {
+        max_connections: 4,
+        ..ServeConfig::default()
+    })
+    .await;
+    let mut held: Vec<TcpStream> = Vec::new();
+    for _ in 0..4 {
+        held.push(TcpStream::connect(addr).await.unwrap());
+    }
+    // Requests until the four are registered (accept runs concurrently with this test).
+    let mut refused = common::get(addr, "/", &[]).await;
+    let deadline = Instant::now() + common::LIMIT;
+    while refused.status != 503 {
+        assert!(
+            Instant::now() < deadline,
+            "never refused: {}",
+            refused.status
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        refused = common::get(addr, "/", &[]).await;
+    }
+    assert_eq!(refused.header("retry-after"), Some("1"));
+    assert_eq!(refused.header("content-type"), Some("application/json"));
+    assert!(
+        refused
+            .text()
+            .starts_with(r#"{"error":"too_many_connections","limit":4,"#),
+        "{}",
+        refused.text()
+    );
+    // Once they leave, requests are served again.
+    drop(held);
+    let deadline = Instant::now() + common::LIMIT;
+    loop {
+        let reply = common::get(addr, "/", &[]).await;
+        if reply.status == 200 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still refused after the cap freed"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_never_reads_is_closed_after_the_write_timeout() {
+    let (addr, flags) = start(ServeConfig {
+        write_timeout: Duration::from_millis(300),
+        ..ServeConfig::default()
+    })
+    .await;
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut client = socket.connect(addr).await.unwrap();
+    client
+        .write_all(b"GET /endless HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        .await
+        .unwrap();
+    let start = Instant::now();
+    common::wait_for("the endless response dropped", || {
+        // Acquire: pairs with DropFlag's Release store.
+        flags.body_dropped.load(Ordering::Acquire)
+    })
+    .await;
+    assert!(start.elapsed() >= Duration::from_millis(300));
+    assert_eq!(common::get(addr, "/", &[]).await.status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_that_moves_no_byte_is_closed_after_the_idle_timeout() {
+    let (addr, flags) = start(ServeConfig {
+        idle_timeout: Duration::from_millis(300),
+        ..ServeConfig::default()
+    })
+    .await;
+    let mut client = TcpStream::connect(addr).await.unwrap();
+    client
+        .write_all(b"GET /never HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        .await
+        .unwrap();
+    let waited = closed_within(&mut client, Duration::from_secs(10)).await;
+    assert!(
+        waited >= Duration::from_millis(250),
+        "closed after {waited:?}"
+    );
+    // Acquire: pairs with DropFlag's Release store.
+    assert!(
+        flags.handler_dropped.load(Ordering::Acquire),
+        "the pending handler was dropped"
+    );
+}
