@@ -112,8 +112,9 @@ pub fn build(args: &Args) -> Result<(App, SseProducer), replay_ring::BuildError>
 }
 
 /// Produces `{"n":id}` events (`{"n":id,"t":unix_ns}` with `timestamps`) at the configured rate,
-/// from the first `/events` request on (or at once with `eager`); closes with `Completed` after `events`. The producer waits while the window
-/// is full and closes the stream explicitly past the backpressure bound; it never drops an event.
+/// from the first `/events` request on (or at once with `eager`); closes with `Completed` after
+/// `events`. The producer waits while the window is full and closes the stream explicitly past the
+/// backpressure bound; it never drops an event.
 pub async fn run_producer(mut producer: SseProducer, config: Args) {
     if !config.eager {
         producer.first_subscriber().await;
