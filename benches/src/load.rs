@@ -296,6 +296,15 @@ async fn connection(
                 }
             },
         };
+        if event.data.is_empty() {
+            // A priming event (the example server's first frame: an id and no data) sets the
+            // cursor, so the first real event is checked too.
+            if let Err(e) = verifier.on_priming(id) {
+                tally.error = Some(e.to_string());
+                break;
+            }
+            continue;
+        }
         match verifier.on_event(id) {
             Ok(()) => {}
             Err(ContinuityError::Gap { expected, got, .. }) => tally.dropped += got - expected,
