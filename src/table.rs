@@ -118,7 +118,8 @@ impl Segment {
     /// whether the word was non-zero.
     fn scan_word(&self, word: usize, limit: &mut u64) -> bool {
         // Acquire: pairs with the Release RMWs in `activate` / `deactivate`.
-        let active = self.active[word].load(Acquire);
+        let active =
+            self.active[word].load(crate::sync::ord("active_scan_relaxed", Acquire, Relaxed));
         for b in bits(active) {
             let entry = &self.entries[word * WORD_BITS + b];
             // Acquire: pairs with the Release pin and unpin stores in `reader.rs`, so the reader's
@@ -312,7 +313,10 @@ impl ReaderTable {
         let (segment, offset) = self.segment_of(index);
         // Release: pairs with the producer's Acquire load of `active` in `min_pin`: the reader's
         // earlier slot reads (before its unpin) happen-before a reuse decided without its pin.
-        segment.active[offset / WORD_BITS].fetch_and(!(1 << (offset % WORD_BITS)), Release);
+        segment.active[offset / WORD_BITS].fetch_and(
+            !(1 << (offset % WORD_BITS)),
+            crate::sync::ord("deactivate_relaxed", Release, Relaxed),
+        );
     }
 
     /// `min(limit, every pin of an active entry)`. Producer only, after its floor load and
