@@ -8,6 +8,13 @@
 //!
 //! bus spawns one helper thread per bus, so it is measured with 1,000 instances (its cost is per
 //! instance, so the per-event figure is the same). Results go to `<results>/memory.jsonl`.
+//!
+//! Streams (the MCP pattern, one ring per request stream): the heap of 10,000 concurrent idle
+//! streams at the default capacity (1,024), then after each stream got a request's typical
+//! handful of events (8), for replay-ring (reader tables of 4, the MCP store's default, and 16,
+//! the ring's) against a lazily growing `Mutex<VecDeque>` log and a tokio broadcast channel of the
+//! same capacity. Payloads: `Bytes` (a 32-byte handle) and a 128-byte message. Results go to
+//! `<results>/memory-streams.jsonl`.
 
 mod common;
 
@@ -344,7 +351,103 @@ fn peers() -> Vec<Peer> {
     ]
 }
 
+/// A 128-byte message, standing in for a decoded JSON-RPC message held by value.
+type Message = [u64; 16];
+
+/// Events each stream gets in the "after a request" measurement.
+const REQUEST_EVENTS: u64 = 8;
+
+/// Heap bytes per stream of `streams` streams built by `make`, idle and after `REQUEST_EVENTS`
+/// pushes each through `push`.
+fn per_stream<S>(streams: usize, make: impl Fn() -> S, push: impl Fn(&mut S, u64)) -> (f64, f64) {
+    let (idle, mut all) = heap_of(|| (0..streams).map(|_| make()).collect::<Vec<_>>());
+    let vec_overhead = (all.capacity() * size_of::<S>()) as i64;
+    let (grown, ()) = heap_of(|| {
+        for s in &mut all {
+            for i in 1..=REQUEST_EVENTS {
+                push(s, i);
+            }
+        }
+    });
+    drop(all);
+    let idle = (idle - vec_overhead) as f64 / streams as f64;
+    (idle, idle + grown as f64 / streams as f64)
+}
+
+fn stream_rows<T: Clone + std::fmt::Debug + Send + Sync + 'static>(
+    payload: &str,
+    streams: usize,
+    value: T,
+) {
+    const CAPACITY: usize = 1024;
+    let ring = |readers: usize| {
+        let value = value.clone();
+        per_stream(
+            streams,
+            move || {
+                ReplayRing::<T>::builder()
+                    .capacity(CAPACITY)
+                    .max_readers(readers)
+                    .build()
+                    .unwrap()
+            },
+            move |(p, _), _| {
+                p.try_push(value.clone()).unwrap();
+            },
+        )
+    };
+    let rows = [
+        ("replay-ring (max_readers 4)", ring(4)),
+        ("replay-ring (max_readers 16)", ring(16)),
+        ("naive-log (VecDeque::new)", {
+            let value = value.clone();
+            per_stream(
+                streams,
+                || NaiveLog::<T>::lazy(CAPACITY),
+                move |log, _| {
+                    log.push(value.clone()).unwrap();
+                },
+            )
+        }),
+        ("tokio-broadcast", {
+            let value = value.clone();
+            per_stream(
+                streams,
+                || tokio::sync::broadcast::channel::<T>(CAPACITY),
+                move |(tx, _), _| {
+                    tx.send(value.clone()).unwrap();
+                },
+            )
+        }),
+    ];
+    for (name, (idle, after)) in rows {
+        record(
+            "memory-streams.jsonl",
+            &[
+                ("peer", js(name)),
+                ("payload", js(payload)),
+                ("payload_size", size_of::<T>().to_string()),
+                ("capacity", CAPACITY.to_string()),
+                ("streams", streams.to_string()),
+                ("idle_bytes_per_stream", format!("{idle:.0}")),
+                ("bytes_per_stream_after_request", format!("{after:.0}")),
+                ("request_events", REQUEST_EVENTS.to_string()),
+                ("idle_bytes_total", format!("{:.0}", idle * streams as f64)),
+            ],
+        );
+    }
+}
+
+/// The MCP pattern: many short-lived streams, one per request.
+fn streams() {
+    reset_results("memory-streams.jsonl");
+    let streams = if common::quick() { 100 } else { 10_000 };
+    stream_rows("bytes", streams, Bytes::from(vec![7u8; BYTES_LEN]));
+    stream_rows("message128", streams, Message::default());
+}
+
 fn main() {
+    streams();
     reset_results("memory.jsonl");
     // One shared payload buffer; the first clone turns it into a shared `Bytes` (one allocation),
     // done here so that no later clone allocates.

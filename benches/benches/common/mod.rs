@@ -5,6 +5,7 @@
 //! Every bench binary includes this module with `mod common;`, and each uses only part of it.
 #![allow(dead_code)]
 
+pub mod fanout;
 pub mod tail;
 
 use std::collections::VecDeque;
@@ -95,6 +96,10 @@ pub trait Payload: Clone + Default + std::fmt::Debug + Send + Sync + 'static {
     fn make(source: &Self::Source, i: u64) -> Self;
     /// Reads the payload the way a consumer would look at it (value / length and first byte).
     fn touch(&self) -> u64;
+    /// Whether this is the payload `make(source, i)` returns: the check a reader makes that it got
+    /// event `i` (`u64`: the value; `Bytes`: the pool buffer, so ids are told apart modulo the
+    /// pool size, and the reader's count covers the rest).
+    fn is_event(&self, source: &Self::Source, i: u64) -> bool;
 }
 
 impl Payload for u64 {
@@ -108,6 +113,10 @@ impl Payload for u64 {
     #[inline(always)]
     fn touch(&self) -> u64 {
         *self
+    }
+    #[inline(always)]
+    fn is_event(&self, _: &(), i: u64) -> bool {
+        *self == i
     }
 }
 
@@ -141,6 +150,10 @@ impl Payload for Bytes {
     #[inline(always)]
     fn touch(&self) -> u64 {
         self.len() as u64 + u64::from(self[0])
+    }
+    #[inline(always)]
+    fn is_event(&self, source: &Self::Source, i: u64) -> bool {
+        self.as_ptr() == source[i as usize % POOL].as_ptr()
     }
 }
 
@@ -302,6 +315,17 @@ impl<T: Clone> NaiveLog<T> {
         NaiveLog {
             inner: Mutex::new(NaiveInner {
                 events: VecDeque::with_capacity(capacity),
+                head: 0,
+            }),
+            capacity,
+        }
+    }
+
+    /// An empty log that allocates only as events arrive (up to `capacity`).
+    pub fn lazy(capacity: usize) -> Self {
+        NaiveLog {
+            inner: Mutex::new(NaiveInner {
+                events: VecDeque::new(),
                 head: 0,
             }),
             capacity,

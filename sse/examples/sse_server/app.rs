@@ -70,6 +70,9 @@ pub struct Args {
     /// right when every stream has a single client)
     #[arg(long)]
     pub acknowledge_on_resume: bool,
+    /// Add the publish time to each payload, `{"n":<id>,"t":<Unix ns>}` (for latency measurements)
+    #[arg(long)]
+    pub timestamps: bool,
 }
 
 impl Args {
@@ -113,9 +116,10 @@ pub fn build(args: &Args) -> Result<(App, SseProducer), replay_ring::BuildError>
     Ok((App { stream, recorder }, producer))
 }
 
-/// Produces `{"n":id}` events at the configured rate, from the first `/events` request on (or at
-/// once with `eager`); closes with `Completed` after `events`. The producer waits while the window
-/// is full and closes the stream explicitly past the backpressure bound; it never drops an event.
+/// Produces `{"n":id}` events (`{"n":id,"t":unix_ns}` with `timestamps`) at the configured rate,
+/// from the first `/events` request on (or at once with `eager`); closes with `Completed` after
+/// `events`. The producer waits while the window is full and closes the stream explicitly past the
+/// backpressure bound; it never drops an event.
 pub async fn run_producer(mut producer: SseProducer, config: Args) {
     if !config.eager {
         producer.first_subscriber().await;
@@ -133,12 +137,25 @@ pub async fn run_producer(mut producer: SseProducer, config: Args) {
             // Unthrottled: still yield so connections get scheduled on a busy runtime.
             None => tokio::task::yield_now().await,
         }
-        let made = |id| Bytes::from(format!("{{\"n\":{id}}}"));
+        let made = |id| {
+            if config.timestamps {
+                Bytes::from(format!("{{\"n\":{id},\"t\":{}}}", unix_ns()))
+            } else {
+                Bytes::from(format!("{{\"n\":{id}}}"))
+            }
+        };
         if producer.send_with(made).await.is_err() {
             return; // closed past the backpressure bound; readers got an explicit error
         }
     }
     let _ = producer.close(CloseReason::Completed).await;
+}
+
+/// Nanoseconds since the Unix epoch (the publish time in timestamped payloads).
+fn unix_ns() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos())
 }
 
 /// `GET /` (the page), `GET /events` (the stream), `GET /metrics` (Prometheus text).

@@ -1,0 +1,369 @@
+//! The SSE load client: C connections to `GET /events`, every frame counted and checked.
+//!
+//! Each connection follows its stream until the server ends it (`event: end`) and checks that its
+//! ids are gap-free from the first event it got (`replay_ring_sse::client::ContinuityVerifier`),
+//! that the payload names the same id, and that it got every id up to the last one published. A
+//! server that lags a connection (tokio broadcast's `Lagged`) shows up as a gap: counted in
+//! `dropped`, never hidden.
+//!
+//! The measurement window opens once all C connections have their response headers: delivered
+//! events/s = frames received in the window / window length; CPU per delivered event = the
+//! server's CPU time over the window / those frames; RSS per connection = (server RSS with all C
+//! connected - RSS before the first) / C. Latency: receive time minus the payload's publish time,
+//! for events published inside the window, on up to [`LATENCY_CONNECTIONS`] connections.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering::Release;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Acquire, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use eventsource_stream::Eventsource;
+use futures_util::StreamExt;
+use http_body_util::{BodyDataStream, Empty};
+use hyper::body::Bytes;
+use hyper_util::rt::TokioIo;
+use replay_ring_sse::client::{ContinuityError, ContinuityVerifier};
+use replay_ring_sse::EventId;
+use serde::Serialize;
+use tokio::net::TcpStream;
+use tokio::sync::{Notify, Semaphore};
+
+use crate::payload::{decode, unix_ns};
+use crate::proc_stats::{cpu_ns, rss_bytes};
+
+/// Connections that record latency samples (spread over all C).
+pub const LATENCY_CONNECTIONS: usize = 1_000;
+
+/// Connection attempts in flight at once (keeps the listen backlog from overflowing).
+const CONNECTS_IN_FLIGHT: usize = 256;
+
+/// One load run.
+#[derive(Debug, Clone)]
+pub struct LoadSpec {
+    /// The server.
+    pub addr: SocketAddr,
+    /// The server's pid, for `/proc` readings (`None`: not measured).
+    pub server_pid: Option<u32>,
+    /// Connections to open.
+    pub connections: usize,
+    /// The id of the last event the server publishes (each stream must reach it).
+    pub events: u64,
+    /// Give up (and report the unfinished connections) after this long.
+    pub timeout: Duration,
+}
+
+/// What one run measured. Serialized as one JSON line by the `sse-load` bin.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct LoadReport {
+    /// Connections asked for.
+    pub connections: usize,
+    /// Connections that got a 200 and an event stream.
+    pub connected: usize,
+    /// Connections refused or failed before their stream started (first error in `errors`).
+    pub failed: usize,
+    /// Connections that reached the last event and the end of the stream with no gap.
+    pub complete: usize,
+    /// Event frames received, in total.
+    pub frames: u64,
+    /// Event frames received inside the measurement window.
+    pub window_frames: u64,
+    /// Window length in seconds.
+    pub window_s: f64,
+    /// `window_frames / window_s`.
+    pub events_per_s: f64,
+    /// Ids skipped, summed over connections (a lagging server's drops).
+    pub dropped: u64,
+    /// Ids received twice or out of order.
+    pub duplicates: u64,
+    /// Latency samples.
+    pub latency_samples: usize,
+    /// Publish-to-client latency percentiles, ns (`None` without samples).
+    pub p50_ns: Option<u64>,
+    /// 99th percentile.
+    pub p99_ns: Option<u64>,
+    /// 99.9th percentile.
+    pub p999_ns: Option<u64>,
+    /// Server RSS before the first connection, bytes.
+    pub rss_before: Option<u64>,
+    /// Server RSS with every connection open, bytes.
+    pub rss_connected: Option<u64>,
+    /// `(rss_connected - rss_before) / connected`.
+    pub rss_per_connection: Option<f64>,
+    /// Server CPU time (user + system) over the window, ns.
+    pub cpu_ns: Option<u64>,
+    /// `cpu_ns / window_frames`.
+    pub cpu_ns_per_event: Option<f64>,
+    /// First few errors, for the log.
+    pub errors: Vec<String>,
+}
+
+/// Shared between the connection tasks and the coordinator.
+#[derive(Default)]
+struct Shared {
+    connected: AtomicUsize,
+    failed: AtomicUsize,
+    all_connected: Notify,
+    /// Set when the window opens.
+    measuring: AtomicBool,
+    /// Unix ns at which the window opened.
+    window_start_unix: AtomicU64,
+}
+
+/// One connection's tally.
+#[derive(Debug, Default)]
+struct ConnTally {
+    frames: u64,
+    window_frames: u64,
+    last_received: Option<Instant>,
+    last_id: Option<u64>,
+    dropped: u64,
+    duplicates: u64,
+    ended: bool,
+    latencies: Vec<u64>,
+    error: Option<String>,
+}
+
+/// Runs the load and returns the report. Connection-level failures are counted in the report;
+/// `Err` only for a failure of the run itself.
+pub async fn run(spec: &LoadSpec) -> io::Result<LoadReport> {
+    let shared = Arc::new(Shared::default());
+    let connects = Arc::new(Semaphore::new(CONNECTS_IN_FLIGHT));
+    let rss_before = spec.server_pid.map(rss_bytes).transpose()?;
+    let stride = spec.connections.div_ceil(LATENCY_CONNECTIONS).max(1);
+    let deadline = tokio::time::Instant::now() + spec.timeout;
+    let tasks: Vec<_> = (0..spec.connections)
+        .map(|i| {
+            let (shared, connects) = (shared.clone(), connects.clone());
+            let (addr, events, sample) = (spec.addr, spec.events, i % stride == 0);
+            tokio::spawn(async move {
+                let work = connection(addr, events, sample, &shared, &connects);
+                match tokio::time::timeout_at(deadline, work).await {
+                    Ok(tally) => tally,
+                    Err(_) => ConnTally {
+                        error: Some("timed out before the end of the stream".into()),
+                        ..ConnTally::default()
+                    },
+                }
+            })
+        })
+        .collect();
+
+    // Window start: every connection has its stream (or failed).
+    let everyone = async {
+        loop {
+            let notified = shared.all_connected.notified();
+            // Acquire: pairs with the tasks' counter increments.
+            let settled = shared.connected.load(Acquire) + shared.failed.load(Acquire);
+            if settled >= spec.connections {
+                break;
+            }
+            notified.await;
+        }
+    };
+    let _ = tokio::time::timeout_at(deadline, everyone).await;
+    let window_start = Instant::now();
+    shared.window_start_unix.store(unix_ns(), Relaxed);
+    // Release: the tasks read the window start after seeing the flag (Acquire).
+    shared.measuring.store(true, Release);
+    let rss_connected = spec.server_pid.map(rss_bytes).transpose()?;
+    let cpu_start = spec.server_pid.map(cpu_ns).transpose()?;
+
+    let mut tallies = Vec::with_capacity(tasks.len());
+    for t in tasks {
+        tallies.push(t.await.map_err(io::Error::other)?);
+    }
+    let cpu_end = spec.server_pid.map(cpu_ns).transpose()?;
+
+    let mut report = LoadReport {
+        connections: spec.connections,
+        connected: shared.connected.load(Relaxed),
+        failed: shared.failed.load(Relaxed),
+        rss_before,
+        rss_connected,
+        ..LoadReport::default()
+    };
+    let mut window_end = window_start;
+    let mut latencies = Vec::new();
+    for t in tallies {
+        report.frames += t.frames;
+        report.window_frames += t.window_frames;
+        report.dropped += t.dropped;
+        report.duplicates += t.duplicates;
+        if let Some(at) = t.last_received {
+            window_end = window_end.max(at);
+        }
+        let complete = t.ended && t.last_id == Some(spec.events) && t.duplicates == 0;
+        if t.error.is_none() && complete && t.dropped == 0 {
+            report.complete += 1;
+        }
+        if let Some(e) = t.error {
+            if report.errors.len() < 5 {
+                report.errors.push(e);
+            }
+        } else if !complete && report.errors.len() < 5 {
+            report.errors.push(format!(
+                "stream ended at id {:?} of {} (end event: {})",
+                t.last_id, spec.events, t.ended
+            ));
+        }
+        latencies.extend(t.latencies);
+    }
+    report.window_s = (window_end - window_start).as_secs_f64();
+    if report.window_s > 0.0 {
+        report.events_per_s = report.window_frames as f64 / report.window_s;
+    }
+    latencies.sort_unstable();
+    report.latency_samples = latencies.len();
+    let pct = |q: f64| {
+        (!latencies.is_empty())
+            .then(|| latencies[((latencies.len() - 1) as f64 * q).round() as usize])
+    };
+    (report.p50_ns, report.p99_ns, report.p999_ns) = (pct(0.50), pct(0.99), pct(0.999));
+    if let (Some(before), Some(after)) = (rss_before, rss_connected) {
+        if report.connected > 0 {
+            report.rss_per_connection =
+                Some((after as f64 - before as f64) / report.connected as f64);
+        }
+    }
+    if let (Some(a), Some(b)) = (cpu_start, cpu_end) {
+        report.cpu_ns = Some(b - a);
+        if report.window_frames > 0 {
+            report.cpu_ns_per_event = Some((b - a) as f64 / report.window_frames as f64);
+        }
+    }
+    Ok(report)
+}
+
+/// One connection, from connect to the end of its stream.
+async fn connection(
+    addr: SocketAddr,
+    events: u64,
+    sample: bool,
+    shared: &Shared,
+    connects: &Semaphore,
+) -> ConnTally {
+    let mut tally = ConnTally::default();
+    let response = {
+        let _permit = connects.acquire().await.expect("semaphore never closed");
+        open(addr).await
+    };
+    let body = match response {
+        Ok(body) => {
+            // Release: pairs with the coordinator's Acquire count.
+            shared.connected.fetch_add(1, Release);
+            body
+        }
+        Err(e) => {
+            shared.failed.fetch_add(1, Release);
+            tally.error = Some(e);
+            shared.all_connected.notify_one();
+            return tally;
+        }
+    };
+    shared.all_connected.notify_one();
+    let mut verifier = ContinuityVerifier::new();
+    let mut stream = BodyDataStream::new(body).eventsource();
+    while let Some(event) = stream.next().await {
+        let event = match event {
+            Ok(event) => event,
+            Err(e) => {
+                tally.error = Some(format!("event stream: {e}"));
+                break;
+            }
+        };
+        match event.event.as_str() {
+            "end" => {
+                tally.ended = true;
+                break;
+            }
+            "message" | "" => {}
+            other => {
+                tally.error = Some(format!("`event: {other}` {}", event.data));
+                break;
+            }
+        }
+        let received = Instant::now();
+        // The example server's ids are `stream.epoch.seq`; the baseline's are plain numbers.
+        let id = match EventId::parse(&event.id) {
+            Ok(id) => id.seq,
+            Err(_) => match event.id.parse::<u64>() {
+                Ok(id) => id,
+                Err(_) => {
+                    tally.error = Some(format!("unparsable id {:?}", event.id));
+                    break;
+                }
+            },
+        };
+        if event.data.is_empty() {
+            // A priming event (the example server's first frame: an id and no data) sets the
+            // cursor, so the first real event is checked too.
+            if let Err(e) = verifier.on_priming(id) {
+                tally.error = Some(e.to_string());
+                break;
+            }
+            continue;
+        }
+        match verifier.on_event(id) {
+            Ok(()) => {}
+            Err(ContinuityError::Gap { expected, got, .. }) => tally.dropped += got - expected,
+            Err(ContinuityError::Duplicate { .. }) => tally.duplicates += 1,
+            Err(e) => {
+                tally.error = Some(e.to_string());
+                break;
+            }
+        }
+        let payload = match decode(&event.data) {
+            Ok(p) if p.n == id => p,
+            _ => {
+                tally.error = Some(format!("id {id}: payload {:?}", event.data));
+                break;
+            }
+        };
+        tally.frames += 1;
+        tally.last_id = Some(tally.last_id.map_or(id, |l| l.max(id)));
+        tally.last_received = Some(received);
+        // Acquire: pairs with the coordinator's Release store; the window start is then visible.
+        if shared.measuring.load(Acquire) {
+            tally.window_frames += 1;
+            if let (true, Some(t)) = (sample, payload.t) {
+                if t >= shared.window_start_unix.load(Relaxed) {
+                    tally.latencies.push(unix_ns().saturating_sub(t));
+                }
+            }
+        }
+    }
+    if !tally.ended && tally.error.is_none() {
+        tally.error = Some(format!(
+            "stream closed at id {:?} of {events} without an end event",
+            tally.last_id
+        ));
+    }
+    tally
+}
+
+/// Connects, sends `GET /events`, and returns the body of a `200 text/event-stream` response.
+async fn open(addr: SocketAddr) -> Result<hyper::body::Incoming, String> {
+    let tcp = TcpStream::connect(addr)
+        .await
+        .map_err(|e| format!("connect {addr}: {e}"))?;
+    let _ = tcp.set_nodelay(true);
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+        .await
+        .map_err(|e| format!("handshake: {e}"))?;
+    tokio::spawn(conn);
+    let request = hyper::Request::get("/events")
+        .header(hyper::header::HOST, addr.to_string())
+        .header(hyper::header::ACCEPT, "text/event-stream")
+        .body(Empty::<Bytes>::new())
+        .map_err(|e| e.to_string())?;
+    let response = sender
+        .send_request(request)
+        .await
+        .map_err(|e| format!("request: {e}"))?;
+    if response.status() != hyper::StatusCode::OK {
+        return Err(format!("status {}", response.status()));
+    }
+    Ok(response.into_body())
+}

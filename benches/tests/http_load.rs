@@ -1,0 +1,83 @@
+//! The end-to-end HTTP scenario as a correctness test: C = 100 SSE connections to the replay-ring
+//! example server, every connection must get every event of its stream with gap-free ids and the
+//! payload's id matching the frame's; and the same harness against the tokio-broadcast baseline with
+//! a channel larger than the whole stream (so it cannot lag), which checks the harness itself on
+//! both servers. The stream lasts ~3 s, so all connections join while it flows.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use replay_ring_benches::load::{self, LoadReport, LoadSpec};
+use replay_ring_benches::server::{Server, ServerKind, ServerSpec};
+
+const CONNECTIONS: usize = 100;
+const EVENTS: u64 = 300;
+const RATE: f64 = 100.0;
+
+fn run(kind: ServerKind, bin: PathBuf) -> LoadReport {
+    let spec = ServerSpec {
+        kind,
+        bin,
+        rate: RATE,
+        events: EVENTS,
+        capacity: 4096,
+        connections: CONNECTIONS,
+    };
+    let server = Server::spawn(&spec).unwrap();
+    let load = LoadSpec {
+        addr: server.addr,
+        server_pid: Some(server.pid()),
+        connections: CONNECTIONS,
+        events: EVENTS,
+        timeout: Duration::from_secs(120),
+    };
+    let report = tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(load::run(&load))
+        .unwrap();
+    drop(server);
+    report
+}
+
+fn assert_every_event_delivered(report: &LoadReport) {
+    assert_eq!(report.connected, CONNECTIONS, "{report:?}");
+    assert_eq!(report.complete, CONNECTIONS, "{report:?}");
+    assert_eq!((report.dropped, report.duplicates), (0, 0), "{report:?}");
+    assert!(report.errors.is_empty(), "{report:?}");
+    // Connections join while events flow; each got at least the events published after the last
+    // one connected, and at most all of them.
+    assert!(report.frames <= CONNECTIONS as u64 * EVENTS, "{report:?}");
+    assert!(
+        report.window_frames > 0 && report.events_per_s > 0.0,
+        "{report:?}"
+    );
+    assert!(
+        report.rss_per_connection.is_some() && report.cpu_ns.is_some(),
+        "{report:?}"
+    );
+}
+
+#[test]
+fn replay_ring_server_delivers_every_event_to_100_connections() {
+    let bin = replay_ring_e2e::server::example_binary().expect("build the example server");
+    let report = run(ServerKind::ReplayRing, bin);
+    assert_every_event_delivered(&report);
+    // The example server stamps its payloads: latency is measured.
+    assert!(
+        report.latency_samples > 0 && report.p99_ns.is_some(),
+        "{report:?}"
+    );
+}
+
+#[test]
+fn baseline_server_with_a_channel_larger_than_the_stream_delivers_every_event() {
+    let report = run(
+        ServerKind::Baseline,
+        PathBuf::from(env!("CARGO_BIN_EXE_sse-baseline")),
+    );
+    assert_every_event_delivered(&report);
+    assert!(
+        report.latency_samples > 0 && report.p99_ns.is_some(),
+        "{report:?}"
+    );
+}
