@@ -137,12 +137,9 @@ pub async fn run_producer(mut producer: SseProducer, config: Args) {
             // Unthrottled: still yield so connections get scheduled on a busy runtime.
             None => tokio::task::yield_now().await,
         }
-        let made = |id| {
-            if config.timestamps {
-                Bytes::from(format!("{{\"n\":{id},\"t\":{}}}", unix_ns()))
-            } else {
-                Bytes::from(format!("{{\"n\":{id}}}"))
-            }
+        let made = |id| match config.timestamps {
+            true => Bytes::from(format!("{{\"n\":{id},\"t\":{}}}", unix_ns())),
+            false => Bytes::from(format!("{{\"n\":{id}}}")),
         };
         if producer.send_with(made).await.is_err() {
             return; // closed past the backpressure bound; readers got an explicit error
@@ -153,9 +150,8 @@ pub async fn run_producer(mut producer: SseProducer, config: Args) {
 
 /// Nanoseconds since the Unix epoch (the publish time in timestamped payloads).
 fn unix_ns() -> u128 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos())
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    since.map_or(0, |d| d.as_nanos())
 }
 
 /// `GET /` (the page), `GET /events` (the stream), `GET /metrics` (Prometheus text).

@@ -25,11 +25,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", args.port)).await?;
     // Stdout is line-buffered: the line is out before the first request can arrive.
     println!("listening on http://{}", listener.local_addr()?);
-    let (ring, me) = (app.stream.ring(), app.stream.identity());
-    let (capacity, readers) = (ring.capacity(), ring.max_readers());
+    let me = app.stream.identity();
     eprintln!(
-        "stream {}.{}: capacity {capacity}, {readers} readers",
-        me.stream, me.epoch
+        "stream {}.{}, capacity {}",
+        me.stream, me.epoch, args.capacity
     );
     tokio::spawn(app::run_producer(producer, args));
     // Header-read, write and idle timeouts and a connection cap, on top of the stream's own
