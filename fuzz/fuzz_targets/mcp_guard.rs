@@ -167,14 +167,15 @@ fn expected(
         return Expected::Refused(400, "invalid_last_event_id");
     };
     let Some(stream) = names.iter().position(|n| n == id.stream.as_str()) else {
-        return Expected::Refused(400, "stream_lost");
+        return Expected::Refused(404, "stream_lost");
     };
     if id.epoch != Epoch::new(EPOCH) {
-        return Expected::Refused(400, "stream_lost");
+        return Expected::Refused(404, "stream_lost");
     }
-    // The first stream belongs to no session, the second to the live one.
+    // The first stream belongs to no session, the second to the live one: to a session, another
+    // session's stream does not exist.
     if session.is_some() && stream == 0 {
-        return Expected::Refused(400, "foreign_session");
+        return Expected::Refused(404, "stream_lost");
     }
     let (floor, head) = ranges[stream];
     if id.seq > head {
