@@ -113,7 +113,7 @@ impl Window {
 /// ```
 /// let mut c = replay_ring_sse::backend::Counters::default();
 /// c.events_enqueued = 3;
-/// assert_eq!(c.events_evicted_before_ack, 0);
+/// assert_eq!((c.events_enqueued, c.events_released), (3, 0));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
@@ -122,10 +122,6 @@ pub struct Counters {
     pub events_enqueued: u64,
     /// Events that left the window through a release.
     pub events_released: u64,
-    /// Events a backend found missing before they were released (a store trimmed outside the
-    /// contract, for example by an operator). Always 0 for the ring, which has no eviction path;
-    /// exported so operators can alert on it uniformly across backends.
-    pub events_evicted_before_ack: u64,
     /// Resumes that replayed a suffix.
     pub resumes_ok: u64,
     /// Resumes from exactly the head.
@@ -158,8 +154,6 @@ impl From<Metrics> for Counters {
         Counters {
             events_enqueued: m.events_enqueued,
             events_released: m.events_released,
-            // The ring has no eviction path.
-            events_evicted_before_ack: 0,
             resumes_ok: m.resumes_ok,
             resumes_noop: m.resumes_noop,
             resumes_below_floor: m.resumes_below_floor,
