@@ -220,3 +220,129 @@ async fn a_connection_that_moves_no_byte_is_closed_after_the_idle_timeout() {
         "the pending handler was dropped"
     );
 }
+
+/// Reads from `socket` until the server closes it; returns everything it sent.
+async fn read_to_close(socket: &mut TcpStream, limit: Duration) -> Vec<u8> {
+    let mut all = Vec::new();
+    tokio::time::timeout(limit, socket.read_to_end(&mut all))
+        .await
+        .expect("closed in time")
+        .expect("read");
+    all
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_refuses_new_connections_finishes_responses_and_closes_streams_after_the_grace() {
+    let grace = Duration::from_secs(4);
+    let (entered_tx, mut entered) = tokio::sync::mpsc::channel::<()>(1);
+    let release = Arc::new(tokio::sync::Notify::new());
+    let released = release.clone();
+    let app = Router::new()
+        .route("/", get(|| async { "ok" }))
+        // Answers once the test lets it: a response in progress when the signal comes.
+        .route(
+            "/slow",
+            get(move || {
+                let (entered_tx, released) = (entered_tx.clone(), released.clone());
+                async move {
+                    entered_tx.send(()).await.unwrap();
+                    released.notified().await;
+                    "done"
+                }
+            }),
+        )
+        // An endless body, like an event stream.
+        .route(
+            "/endless",
+            get(|| async {
+                let body = futures_util::stream::unfold(0u64, |n| async move {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    Some((
+                        Ok::<_, std::convert::Infallible>(Bytes::from("tick\n")),
+                        n + 1,
+                    ))
+                });
+                Body::from_stream(body)
+            }),
+        );
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (signal_tx, signal_rx) = tokio::sync::oneshot::channel::<()>();
+    let config = ServeConfig {
+        shutdown_grace: grace,
+        ..ServeConfig::default()
+    };
+    let server = tokio::spawn(replay_ring_sse::axum::serve_with_shutdown(
+        listener,
+        app,
+        config,
+        async {
+            let _ = signal_rx.await;
+        },
+    ));
+
+    // An idle keep-alive connection (one request answered), a stream being read, a request in
+    // progress.
+    let mut idle = TcpStream::connect(addr).await.unwrap();
+    idle.write_all(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = [0u8; 1024];
+    let n = idle.read(&mut buf).await.unwrap();
+    assert!(buf[..n].starts_with(b"HTTP/1.1 200"), "{:?}", &buf[..n]);
+    let mut endless = TcpStream::connect(addr).await.unwrap();
+    endless
+        .write_all(b"GET /endless HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        .await
+        .unwrap();
+    let n = endless.read(&mut buf).await.unwrap();
+    assert!(buf[..n].starts_with(b"HTTP/1.1 200"), "{:?}", &buf[..n]);
+    let mut slow = TcpStream::connect(addr).await.unwrap();
+    slow.write_all(b"GET /slow HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        .await
+        .unwrap();
+    entered.recv().await.unwrap();
+
+    let signalled = Instant::now();
+    signal_tx.send(()).unwrap();
+
+    // The idle connection closes without waiting for the grace period.
+    let idle_closed = closed_within(&mut idle, grace).await;
+    assert!(idle_closed < grace, "idle closed after {idle_closed:?}");
+    // New connections are refused once the listener is gone.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match TcpStream::connect(addr).await {
+            Err(_) => break,
+            Ok(mut s) => {
+                // Accepted by the kernel before the listener closed: the server never serves it.
+                let _ = s
+                    .write_all(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+                    .await;
+                let mut out = Vec::new();
+                let _ = tokio::time::timeout(Duration::from_secs(2), s.read_to_end(&mut out)).await;
+                assert!(out.is_empty(), "served after shutdown: {out:?}");
+            }
+        }
+        assert!(Instant::now() < deadline, "still accepting after shutdown");
+    }
+    // The response in progress completes, then its connection closes.
+    release.notify_one();
+    let answer = read_to_close(&mut slow, grace + Duration::from_secs(5)).await;
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.ends_with("done"), "{answer}");
+    // The stream kept flowing, and is closed at the grace deadline.
+    let streamed = read_to_close(&mut endless, grace + Duration::from_secs(5)).await;
+    assert!(
+        signalled.elapsed() >= grace,
+        "the stream was closed before the grace period"
+    );
+    assert!(String::from_utf8_lossy(&streamed).contains("tick"));
+    // Every connection is closed: the server future returns.
+    tokio::time::timeout(Duration::from_secs(5), server)
+        .await
+        .expect("serve_with_shutdown returned")
+        .unwrap()
+        .unwrap();
+}

@@ -12,7 +12,7 @@
 //!   events only as a disconnected client does, so one stalled client cannot end the stream for
 //!   everyone.
 //! - [`serve`] runs a router with header-read, write and idle timeouts and a connection cap
-//!   answered with 503.
+//!   answered with 503; [`serve_with_shutdown`] also shuts down gracefully on a signal.
 //! - With feature `metrics`, [`SseStream::record_metrics`] publishes the counters through the
 //!   `metrics` facade, for any exporter.
 //!
@@ -60,4 +60,4 @@ pub use endpoint::{
     backend_events, events, EndpointStats, SseConfig, SseStream, DEFAULT_KEEP_ALIVE, DEFAULT_RETRY,
 };
 pub use producer::SseProducer;
-pub use serve::{serve, ServeConfig};
+pub use serve::{serve, serve_with_shutdown, ServeConfig};

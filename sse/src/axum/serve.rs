@@ -9,6 +9,7 @@
 //! Connections are HTTP/1.1 (server-sent events need nothing else; HTTP/2 comes with TLS, in front).
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -25,7 +26,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::{sleep, sleep_until, Instant};
 
 /// Connections over the cap that are still answered with a 503 at the same time; beyond that an
@@ -45,6 +46,7 @@ const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(50);
 /// | [`write_timeout`](Self::write_timeout) | 10 s | has had response bytes waiting that its socket did not accept for this long (a client that stopped reading) |
 /// | [`idle_timeout`](Self::idle_timeout) | 60 s | moved no byte in either direction for this long (a stalled request body, a handler that never answers); event streams stay alive with their keep-alive comments, so keep [`SseConfig::keep_alive`](crate::axum::SseConfig::keep_alive) below it |
 /// | [`max_connections`](Self::max_connections) | half the file-descriptor limit (32..=16384; 512 where unknown) | would exceed the cap: it gets `503 Service Unavailable` with `Retry-After: 1` and a JSON body, then is closed |
+/// | [`shutdown_grace`](Self::shutdown_grace) | 5 s | is still open this long after [`serve_with_shutdown`]'s signal (an event stream never finishes by itself: its client resumes elsewhere with `Last-Event-ID`) |
 ///
 ///
 /// ```
@@ -64,8 +66,12 @@ pub struct ServeConfig {
     pub write_timeout: Duration,
     /// Time a connection may move no byte in either direction.
     pub idle_timeout: Duration,
-    /// Connections served at once; more get an explicit 503.
+    /// Connections served at once; more get an explicit 503. Values above `u32::MAX` count as
+    /// `u32::MAX`.
     pub max_connections: usize,
+    /// After a shutdown signal, how long open connections may take to finish before they are
+    /// closed (see [`serve_with_shutdown`]).
+    pub shutdown_grace: Duration,
 }
 
 impl Default for ServeConfig {
@@ -75,6 +81,7 @@ impl Default for ServeConfig {
             write_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),
             max_connections: default_max_connections(),
+            shutdown_grace: Duration::from_secs(5),
         }
     }
 }
@@ -125,10 +132,64 @@ fn default_max_connections() -> usize {
 /// # }
 /// ```
 pub async fn serve(listener: TcpListener, router: Router, config: ServeConfig) -> io::Result<()> {
-    let permits = Arc::new(Semaphore::new(config.max_connections));
+    serve_with_shutdown(listener, router, config, std::future::pending()).await
+}
+
+/// [`serve`], until `signal` completes; then shuts down gracefully:
+///
+/// 1. the listener is closed, so new connections are refused;
+/// 2. every open connection finishes the response it is writing and closes instead of waiting for
+///    another request (idle keep-alive connections close at once);
+/// 3. connections still open [`shutdown_grace`](ServeConfig::shutdown_grace) later are closed.
+///    Event streams do not end by themselves, so this is where they end unless the application
+///    closed their producer first (its streams then end with their close frame). Their clients
+///    reconnect with `Last-Event-ID` (to another replica, or to this server once it is back) and
+///    miss nothing the store still holds.
+///
+/// Returns once every connection has closed.
+///
+/// # Errors
+///
+/// As for [`serve`].
+///
+/// # Cancel safety
+///
+/// As for [`serve`]: dropping the future before the signal stops accepting and leaves accepted
+/// connections to their tasks; dropping it during the shutdown stops waiting for them (they still
+/// close by the grace deadline).
+///
+/// ```no_run
+/// use axum::{routing::get, Router};
+/// use replay_ring_sse::axum::{serve_with_shutdown, ServeConfig};
+///
+/// # async fn run() -> std::io::Result<()> {
+/// let app = Router::new().route("/", get(|| async { "hello" }));
+/// let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
+/// let ctrl_c = async {
+///     let _ = tokio::signal::ctrl_c().await;
+/// };
+/// serve_with_shutdown(listener, app, ServeConfig::default(), ctrl_c).await
+/// # }
+/// ```
+pub async fn serve_with_shutdown(
+    listener: TcpListener,
+    router: Router,
+    config: ServeConfig,
+    signal: impl Future<Output = ()> + Send,
+) -> io::Result<()> {
+    // `acquire_many` counts in u32; a larger cap is no cap in practice.
+    let cap = u32::try_from(config.max_connections).unwrap_or(u32::MAX);
+    let permits = Arc::new(Semaphore::new(cap as usize));
     let overflow = Arc::new(Semaphore::new(OVERFLOW_ANSWERS));
+    let (stop, stopping) = watch::channel(false);
+    tokio::pin!(signal);
     loop {
-        let tcp = match listener.accept().await {
+        let accepted = tokio::select! {
+            biased;
+            () = &mut signal => break,
+            accepted = listener.accept() => accepted,
+        };
+        let tcp = match accepted {
             Ok((tcp, _peer)) => tcp,
             Err(e) if is_per_connection(&e) => continue,
             Err(_) => {
@@ -140,7 +201,14 @@ pub async fn serve(listener: TcpListener, router: Router, config: ServeConfig) -
         let _ = tcp.set_nodelay(true);
         match permits.clone().try_acquire_owned() {
             Ok(permit) => {
-                tokio::spawn(serve_connection(tcp, router.clone(), config, permit));
+                let stopping = stopping.clone();
+                tokio::spawn(serve_connection(
+                    tcp,
+                    router.clone(),
+                    config,
+                    permit,
+                    stopping,
+                ));
             }
             Err(_) => {
                 count("replay_ring_http_connections_refused_total");
@@ -150,6 +218,13 @@ pub async fn serve(listener: TcpListener, router: Router, config: ServeConfig) -
             }
         }
     }
+    drop(listener);
+    // Every connection task holds a receiver; the send reaches all of them, also those that have
+    // not polled theirs yet (the value is marked changed for every receiver).
+    let _ = stop.send(true);
+    // Each connection holds a permit until its task ends: all of them back means all closed.
+    let _all_closed = permits.acquire_many(cap).await;
+    Ok(())
 }
 
 fn is_per_connection(e: &io::Error) -> bool {
@@ -175,6 +250,7 @@ async fn serve_connection(
     router: Router,
     config: ServeConfig,
     _permit: OwnedSemaphorePermit,
+    mut stopping: watch::Receiver<bool>,
 ) {
     let activity = Arc::new(Activity::new());
     let io = TokioIo::new(Tracked {
@@ -188,14 +264,34 @@ async fn serve_connection(
         .serve_connection(io, service)
         .with_upgrades();
     tokio::pin!(connection);
+    // Set once the server shuts down: the connection closes by then at the latest.
+    let mut drain_until: Option<Instant> = None;
+    // Cleared when the server future is gone without a shutdown: nothing more to watch for.
+    let mut watching = true;
     loop {
-        let deadline = activity.deadline(&config);
+        let deadline = match drain_until {
+            Some(drain) => drain.min(activity.deadline(&config)),
+            None => activity.deadline(&config),
+        };
         tokio::select! {
             // Ends on completion, on a hyper error, and on hyper's header-read timeout.
             _ = &mut connection => return,
             // A write started waiting: recompute the deadline.
             _ = activity.blocked.notified() => {}
+            changed = stopping.changed(), if watching && drain_until.is_none() => {
+                if changed.is_ok() && *stopping.borrow_and_update() {
+                    // Finish the response in progress, then close instead of reading another.
+                    connection.as_mut().graceful_shutdown();
+                    drain_until = Some(Instant::now() + config.shutdown_grace);
+                } else if changed.is_err() {
+                    watching = false;
+                }
+            }
             _ = sleep_until(deadline) => {
+                if drain_until.is_some_and(|drain| Instant::now() >= drain) {
+                    count("replay_ring_http_closed_at_shutdown_total");
+                    return;
+                }
                 if let Some(reason) = activity.expired(&config, Instant::now()) {
                     count(reason);
                     // Dropping the connection closes the socket; a response body being written is
