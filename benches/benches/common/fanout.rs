@@ -40,7 +40,14 @@ pub enum AsyncPeer {
     TokioBroadcast,
     /// async-broadcast with overflow off.
     AsyncBroadcast,
+    /// replay-ring with the producer publishing [`COALESCE`] events per `try_push_many` (one `head`
+    /// store and one wake-up per run instead of one per event): the coalesced-wake-up variant,
+    /// compared against [`AsyncPeer::ReplayRing`] (not part of [`AsyncPeer::ALL`]).
+    ReplayRingCoalesced,
 }
+
+/// Events per publish in [`AsyncPeer::ReplayRingCoalesced`].
+pub const COALESCE: u64 = 16;
 
 impl AsyncPeer {
     /// Every peer, replay-ring first.
@@ -56,6 +63,7 @@ impl AsyncPeer {
             AsyncPeer::ReplayRing => "replay-ring",
             AsyncPeer::TokioBroadcast => "tokio-broadcast",
             AsyncPeer::AsyncBroadcast => "async-broadcast",
+            AsyncPeer::ReplayRingCoalesced => "replay-ring-coalesced",
         }
     }
 }
@@ -231,7 +239,8 @@ pub fn run<T: Payload>(
     };
     let started = Arc::new(AtomicUsize::new(0));
     let (t0, handles) = match peer {
-        AsyncPeer::ReplayRing => ring_run(rt, cfg, probe, checks, &started)?,
+        AsyncPeer::ReplayRing => ring_run(rt, cfg, probe, checks, &started, 1)?,
+        AsyncPeer::ReplayRingCoalesced => ring_run(rt, cfg, probe, checks, &started, COALESCE)?,
         AsyncPeer::TokioBroadcast => tokio_run(rt, cfg, probe, checks, &started),
         AsyncPeer::AsyncBroadcast => async_broadcast_run(rt, cfg, probe, checks, &started),
     };
@@ -306,12 +315,15 @@ fn current_thread_rt() -> Runtime {
         .unwrap()
 }
 
+/// `per_publish` = 1: one `push().await` per event (a wake-up per event for whoever waits); more:
+/// runs of up to `per_publish` events published by one `try_push_many` after `ready().await`.
 fn ring_run<T: Payload>(
     rt: &Runtime,
     cfg: &FanoutCfg,
     mut probe: Probe,
     checks: Vec<Check<T>>,
     started: &Arc<AtomicUsize>,
+    per_publish: u64,
 ) -> Result<(Instant, Handles<T>), Unsupported> {
     let built = ReplayRing::<T>::builder()
         .capacity(CAPACITY)
@@ -352,10 +364,24 @@ fn ring_run<T: Payload>(
     let source = T::source();
     let t0 = probe.start(started, cfg.readers);
     current_thread_rt().block_on(async {
-        for i in 1..=cfg.events {
-            probe.before_push(i);
-            let id = producer.push(T::make(&source, i)).await.unwrap();
-            debug_assert_eq!(id, i);
+        if per_publish == 1 {
+            for i in 1..=cfg.events {
+                probe.before_push(i);
+                let id = producer.push(T::make(&source, i)).await.unwrap();
+                debug_assert_eq!(id, i);
+            }
+            return;
+        }
+        let mut next = 1;
+        while next <= cfg.events {
+            producer.ready().await;
+            let last = (next + per_publish - 1).min(cfg.events);
+            // A value is taken from the iterator only once it has a slot, so stamps stay exact.
+            let mut run = (next..=last).map(|i| {
+                probe.before_push(i);
+                T::make(&source, i)
+            });
+            next += producer.try_push_many(&mut run) as u64;
         }
     });
     Ok((t0, handles))
