@@ -1,5 +1,5 @@
-//! Scenario 9: what one written batch costs the retention policy as the number of live
-//! connections grows. `C` connections (10, 1,000, 10,000) take turns reporting a written batch,
+//! Scenario 9, server side: what one written batch costs the SSE endpoint's retention policy as
+//! the number of live connections grows. `C` connections (10, 1,000, 10,000) take turns reporting a written batch,
 //! as the SSE endpoint's writers do; each full round publishes one event, and the short
 //! resumption window keeps releasing behind the slowest connection. Two measurements per `C`:
 //!

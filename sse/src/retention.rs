@@ -703,6 +703,7 @@ impl Retention {
     }
 
     /// Counts a release planned by [`release_target`](Self::release_target) that moved the floor.
+    #[cfg(feature = "axum")] // the asynchronous backends' only caller is the axum endpoint
     pub(crate) fn note_window_release(&mut self) {
         self.stats.window_releases += 1;
     }
