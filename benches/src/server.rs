@@ -42,6 +42,8 @@ pub struct ServerSpec {
     pub capacity: usize,
     /// Connections the server must accept at once.
     pub connections: usize,
+    /// Publish only once this many streams are open (`None`: from the first).
+    pub start_after: Option<usize>,
 }
 
 impl ServerSpec {
@@ -57,6 +59,9 @@ impl ServerSpec {
             "--capacity".into(),
             self.capacity.to_string(),
         ];
+        if let Some(streams) = self.start_after {
+            args.extend(["--start-after".into(), streams.to_string()]);
+        }
         if self.kind == ServerKind::ReplayRing {
             args.extend([
                 "--max-readers".into(),

@@ -14,7 +14,7 @@ const CONNECTIONS: usize = 100;
 const EVENTS: u64 = 300;
 const RATE: f64 = 100.0;
 
-fn run(kind: ServerKind, bin: PathBuf) -> LoadReport {
+fn run(kind: ServerKind, bin: PathBuf, start_after: Option<usize>) -> LoadReport {
     let spec = ServerSpec {
         kind,
         bin,
@@ -22,6 +22,7 @@ fn run(kind: ServerKind, bin: PathBuf) -> LoadReport {
         events: EVENTS,
         capacity: 4096,
         connections: CONNECTIONS,
+        start_after,
     };
     let server = Server::spawn(&spec).unwrap();
     let load = LoadSpec {
@@ -60,7 +61,7 @@ fn assert_every_event_delivered(report: &LoadReport) {
 #[test]
 fn replay_ring_server_delivers_every_event_to_100_connections() {
     let bin = replay_ring_e2e::server::example_binary().expect("build the example server");
-    let report = run(ServerKind::ReplayRing, bin);
+    let report = run(ServerKind::ReplayRing, bin, None);
     assert_every_event_delivered(&report);
     // The example server stamps its payloads: latency is measured.
     assert!(
@@ -74,10 +75,36 @@ fn baseline_server_with_a_channel_larger_than_the_stream_delivers_every_event() 
     let report = run(
         ServerKind::Baseline,
         PathBuf::from(env!("CARGO_BIN_EXE_sse-baseline")),
+        None,
     );
     assert_every_event_delivered(&report);
     assert!(
         report.latency_samples > 0 && report.p99_ns.is_some(),
         "{report:?}"
     );
+}
+
+/// With `--start-after C` both servers hold the stream until every connection is open, so each
+/// connection gets the whole stream, from id 1.
+#[test]
+fn started_after_all_connected_both_servers_send_every_connection_the_whole_stream() {
+    let servers = [
+        (
+            ServerKind::ReplayRing,
+            replay_ring_e2e::server::example_binary().expect("build the example server"),
+        ),
+        (
+            ServerKind::Baseline,
+            PathBuf::from(env!("CARGO_BIN_EXE_sse-baseline")),
+        ),
+    ];
+    for (kind, bin) in servers {
+        let report = run(kind, bin, Some(CONNECTIONS));
+        assert_every_event_delivered(&report);
+        assert_eq!(
+            report.frames,
+            CONNECTIONS as u64 * EVENTS,
+            "{kind:?}: {report:?}"
+        );
+    }
 }

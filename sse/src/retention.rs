@@ -19,13 +19,26 @@
 //! Time is passed in (`now: Instant`) so tests can drive it without sleeping. Nothing here
 //! allocates after construction: written positions go into a fixed table of connections and a
 //! fixed ring of [`CHECKPOINTS`] `(id, Instant)` pairs.
+//!
+//! Every per-batch call is O(log connections): the slowest live connection, the fastest one and
+//! the oldest pending write are kept in fixed-size tournament trees over the table, so a written
+//! batch never walks the other connections, and the slow-consumer check visits only the
+//! connections it cuts.
 
+mod min_tree;
+#[cfg(test)]
+mod naive;
+#[cfg(test)]
+mod tests;
+
+use std::cmp::Reverse;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use replay_ring::{CloseReason, ReleaseError, ReplayRing};
 
 use crate::slow_consumer::{ConsumerProgress, SlowConsumerPolicy, Verdict, Window};
+use min_tree::MinTree;
 
 /// Number of `(id, written-at)` checkpoints kept; the window is tracked with a granularity of
 /// `resumption_window / CHECKPOINTS` (events are released at most that much later than due, never
@@ -122,13 +135,64 @@ pub struct RetentionStats {
 #[derive(Debug, Clone, Copy)]
 enum Entry {
     Free,
-    Live(ConsumerProgress),
+    Live {
+        progress: ConsumerProgress,
+        /// Its pending write was seen waiting past the lag grace (at some look, possibly one with
+        /// a later `now` than the current: the lag rule re-checks before cutting).
+        past_grace: bool,
+    },
     /// Cut by the slow-consumer policy; holds nothing, keeps its entry until it disconnects.
     Cut(Verdict),
 }
 
+impl Entry {
+    fn live(progress: ConsumerProgress) -> Self {
+        Entry::Live {
+            progress,
+            past_grace: false,
+        }
+    }
+}
+
+/// Indexes over the connection table, kept in step with it by [`Retention::set_entry`]: each
+/// answers one question the per-batch calls ask in O(1), and is updated in O(log connections).
+#[derive(Debug)]
+struct Indexes {
+    /// Number of live entries.
+    live: usize,
+    /// Free entries, keyed by their own index: the smallest is the one `connect` takes.
+    free: MinTree<usize>,
+    /// Live connections' written-through ids: the smallest caps every release.
+    slowest: MinTree<u64>,
+    /// Live connections' written-through ids, largest first: the lag rule's "another keeps up".
+    fastest: MinTree<Reverse<u64>>,
+    /// Live connections' pending-write instants: the write-timeout rule and the next deadline.
+    pending: MinTree<Instant>,
+    /// The pending-write instants of connections not yet seen past the lag grace.
+    within_grace: MinTree<Instant>,
+    /// Written-through ids of connections seen past the lag grace: the lag rule's candidates,
+    /// furthest behind first.
+    past_grace: MinTree<u64>,
+}
+
+impl Indexes {
+    fn new(max_connections: usize) -> Self {
+        Indexes {
+            live: 0,
+            free: MinTree::from_fn(max_connections, Some),
+            slowest: MinTree::new(max_connections),
+            fastest: MinTree::new(max_connections),
+            pending: MinTree::new(max_connections),
+            within_grace: MinTree::new(max_connections),
+            past_grace: MinTree::new(max_connections),
+        }
+    }
+}
+
 /// Per-stream retention state. Share it between a stream's connections behind a mutex; every
-/// method is O(connections) at worst and allocation-free.
+/// per-batch method ([`on_written`](Self::on_written), [`on_write_pending`](Self::on_write_pending),
+/// [`release_expired`](Self::release_expired), [`next_expiry`](Self::next_expiry)) is
+/// O(log connections) plus O(log connections) per connection it cuts, and allocation-free.
 ///
 /// ```
 /// use replay_ring_sse::{Retention, RetentionConfig};
@@ -152,8 +216,10 @@ enum Entry {
 pub struct Retention {
     config: RetentionConfig,
     policy: SlowConsumerPolicy,
-    /// Written-through position per connection. Fixed length.
+    /// Written-through position per connection. Fixed length. Changed only through
+    /// [`set_entry`](Self::set_entry), which keeps `indexes` in step.
     connections: Vec<Entry>,
+    indexes: Indexes,
     /// `(id, instant)`: every id `<= id` had been written to every live connection at `instant`.
     /// Ids and instants increase front to back. Never grows past `SLOTS` (no reallocation).
     checkpoints: VecDeque<(u64, Instant)>,
@@ -177,6 +243,7 @@ impl Retention {
             config,
             policy: SlowConsumerPolicy::default(),
             connections: vec![Entry::Free; max_connections],
+            indexes: Indexes::new(max_connections),
             checkpoints: VecDeque::with_capacity(SLOTS),
             pending: None,
             recorded: 0,
@@ -236,10 +303,44 @@ impl Retention {
     /// assert_eq!(r.live_connections(), 0);
     /// ```
     pub fn live_connections(&self) -> usize {
-        self.connections
-            .iter()
-            .filter(|c| matches!(c, Entry::Live(_)))
-            .count()
+        self.indexes.live
+    }
+
+    /// Replaces entry `i` and updates every index to match.
+    fn set_entry(&mut self, i: usize, entry: Entry) {
+        let was_live = matches!(self.connections[i], Entry::Live { .. });
+        let (written, since, past_grace) = match entry {
+            Entry::Live {
+                progress,
+                past_grace,
+            } => (
+                Some(progress.written_through),
+                progress.write_pending_since,
+                // Only a pending write can be past the grace.
+                past_grace && progress.write_pending_since.is_some(),
+            ),
+            Entry::Free | Entry::Cut(_) => (None, None, false),
+        };
+        let entry = match entry {
+            Entry::Live { progress, .. } => Entry::Live {
+                progress,
+                past_grace,
+            },
+            other => other,
+        };
+        self.connections[i] = entry;
+        let ix = &mut self.indexes;
+        match (was_live, written.is_some()) {
+            (false, true) => ix.live += 1,
+            (true, false) => ix.live -= 1,
+            _ => {}
+        }
+        ix.free.set(i, matches!(entry, Entry::Free).then_some(i));
+        ix.slowest.set(i, written);
+        ix.fastest.set(i, written.map(Reverse));
+        ix.pending.set(i, since);
+        ix.within_grace.set(i, since.filter(|_| !past_grace));
+        ix.past_grace.set(i, written.filter(|_| past_grace));
     }
 
     /// Registers a connection whose reader starts after `written_through` (its cursor, or the
@@ -251,16 +352,15 @@ impl Retention {
     /// assert!(r.connect(0).is_none());
     /// ```
     pub fn connect(&mut self, written_through: u64) -> Option<ConnectionId> {
-        match self
-            .connections
-            .iter()
-            .position(|c| matches!(c, Entry::Free))
-        {
+        match self.indexes.free.min() {
             Some(i) => {
-                self.connections[i] = Entry::Live(ConsumerProgress {
-                    written_through,
-                    write_pending_since: None,
-                });
+                self.set_entry(
+                    i,
+                    Entry::live(ConsumerProgress {
+                        written_through,
+                        write_pending_since: None,
+                    }),
+                );
                 Some(ConnectionId(i))
             }
             None => {
@@ -287,22 +387,15 @@ impl Retention {
     /// assert_eq!(r.release_expired(&ring, t0 + Duration::from_secs(35)), Some(2));
     /// ```
     pub fn disconnect(&mut self, conn: ConnectionId, now: Instant) {
-        self.connections[conn.0] = Entry::Free;
+        self.set_entry(conn.0, Entry::Free);
         if let Some(min) = self.live_min() {
             self.record(min, now);
         }
     }
 
-    fn live(&self) -> impl Iterator<Item = &ConsumerProgress> {
-        self.connections.iter().filter_map(|c| match c {
-            Entry::Live(p) => Some(p),
-            _ => None,
-        })
-    }
-
     /// The slowest live connection's written-through id, if any connection is live.
     fn live_min(&self) -> Option<u64> {
-        self.live().map(|p| p.written_through).min()
+        self.indexes.slowest.min()
     }
 
     /// Records that `conn`'s writer handed a chunk to its transport at `now` and is waiting for it
@@ -322,8 +415,21 @@ impl Retention {
     /// assert!(r.cut_verdict(&c).is_some());
     /// ```
     pub fn on_write_pending(&mut self, conn: &ConnectionId, now: Instant) {
-        if let Entry::Live(p) = &mut self.connections[conn.0] {
-            p.write_pending_since.get_or_insert(now);
+        if let Entry::Live {
+            mut progress,
+            past_grace,
+        } = self.connections[conn.0]
+        {
+            if progress.write_pending_since.is_none() {
+                progress.write_pending_since = Some(now);
+                self.set_entry(
+                    conn.0,
+                    Entry::Live {
+                        progress,
+                        past_grace,
+                    },
+                );
+            }
         }
     }
 
@@ -374,35 +480,57 @@ impl Retention {
 
     /// [`cut_slow_consumers`](Self::cut_slow_consumers) against a window snapshot of any backend.
     pub(crate) fn cut_slow_consumers_in(&mut self, window: Window, now: Instant) -> usize {
-        // The two smallest lags, so each connection's "smallest lag among the others" is O(1).
-        let mut best: Option<(usize, u64)> = None;
-        let mut second: Option<u64> = None;
-        for (i, c) in self.connections.iter().enumerate() {
-            if let Entry::Live(p) = c {
-                let lag = p.lag(window.head);
-                match best {
-                    Some((_, b)) if lag >= b => second = Some(second.map_or(lag, |s| s.min(lag))),
-                    _ => {
-                        second = best.map(|(_, b)| b);
-                        best = Some((i, lag));
-                    }
+        // Every verdict is taken against the table as it was before this look (as if all
+        // connections were judged at once), so the fastest connection is read first.
+        let fastest = self.indexes.fastest.min().map(|Reverse(id)| id);
+        // The smallest lag among a connection's others, for every connection `judge` may cut:
+        // the fastest's (see the lag rule below; the write-timeout rule does not read it).
+        let others = fastest
+            .filter(|_| self.indexes.live >= 2)
+            .map(|id| window.head.saturating_sub(id));
+        let mut cut = 0;
+        // Write-timeout rule: the connections whose pending write waited longest, while any
+        // waited the timeout. `judge` cuts each of them (the rule is checked first).
+        if let Some(timeout) = self.policy.write_timeout {
+            while let Some(i) = self
+                .indexes
+                .pending
+                .find(|since| now.saturating_duration_since(since) >= timeout)
+            {
+                if !self.judge_and_cut(i, window, others, now) {
+                    debug_assert!(false, "a connection past the write timeout was kept");
+                    break;
                 }
+                cut += 1;
             }
         }
-        let mut cut = 0;
-        for i in 0..self.connections.len() {
-            let Entry::Live(p) = self.connections[i] else {
-                continue;
-            };
-            let others = match best {
-                Some((b, _)) if b == i => second,
-                other => other.map(|(_, lag)| lag),
-            };
-            let verdict = self.policy.judge(&p, &window, others, now);
-            if verdict.is_cut() {
-                self.connections[i] = Entry::Cut(verdict);
-                self.stats.slow_consumers_cut += 1;
-                cut += 1;
+        // Lag rule: applies only with the window full and the fastest connection keeping up.
+        // A candidate lags more than the limit, so it is not the fastest: the smallest lag among
+        // the others is the fastest's.
+        let limit = self.policy.lag_limit(window.capacity);
+        if let (Some(limit), Some(fastest_lag)) = (limit, others) {
+            if window.is_full() && fastest_lag <= limit {
+                let grace = self.policy.lag_grace;
+                while let Some(i) = self
+                    .indexes
+                    .within_grace
+                    .find(|since| now.saturating_duration_since(since) >= grace)
+                {
+                    self.mark_past_grace(i, true);
+                }
+                while let Some(i) = self
+                    .indexes
+                    .past_grace
+                    .find(|written| window.head.saturating_sub(written) > limit)
+                {
+                    if self.judge_and_cut(i, window, others, now) {
+                        cut += 1;
+                    } else {
+                        // Past the grace at a later look than this one (callers' clocks race
+                        // for the lock): not blocked yet at `now`, look again next time.
+                        self.mark_past_grace(i, false);
+                    }
+                }
             }
         }
         if cut > 0 {
@@ -411,6 +539,39 @@ impl Retention {
             }
         }
         cut
+    }
+
+    /// Judges live connection `i` (`others`: the smallest lag among the other live connections
+    /// before this look) and cuts it if the policy says so. Returns whether it was cut.
+    fn judge_and_cut(
+        &mut self,
+        i: usize,
+        window: Window,
+        others: Option<u64>,
+        now: Instant,
+    ) -> bool {
+        let Entry::Live { progress, .. } = self.connections[i] else {
+            return false;
+        };
+        let verdict = self.policy.judge(&progress, &window, others, now);
+        if !verdict.is_cut() {
+            return false;
+        }
+        self.set_entry(i, Entry::Cut(verdict));
+        self.stats.slow_consumers_cut += 1;
+        true
+    }
+
+    fn mark_past_grace(&mut self, i: usize, past_grace: bool) {
+        if let Entry::Live { progress, .. } = self.connections[i] {
+            self.set_entry(
+                i,
+                Entry::Live {
+                    progress,
+                    past_grace,
+                },
+            );
+        }
     }
 
     /// Records that `conn` has written every id `<= through` to its socket at `now`. Call once per
@@ -429,9 +590,14 @@ impl Retention {
     /// assert_eq!(r.release_expired(&ring, t0 + Duration::from_secs(60)), Some(2));
     /// ```
     pub fn on_written(&mut self, conn: &ConnectionId, through: u64, now: Instant) {
-        if let Entry::Live(p) = &mut self.connections[conn.0] {
-            p.written_through = p.written_through.max(through);
-            p.write_pending_since = None;
+        if let Entry::Live { progress, .. } = self.connections[conn.0] {
+            self.set_entry(
+                conn.0,
+                Entry::live(ConsumerProgress {
+                    written_through: progress.written_through.max(through),
+                    write_pending_since: None,
+                }),
+            );
         }
         if let Some(min) = self.live_min() {
             self.record(min, now);
@@ -537,8 +703,7 @@ impl Retention {
     }
 
     /// Counts a release planned by [`release_target`](Self::release_target) that moved the floor.
-    // Only the axum endpoint plans releases itself; without it the method has no caller.
-    #[cfg_attr(not(feature = "axum"), allow(dead_code))]
+    #[cfg(feature = "axum")] // the asynchronous backends' only caller is the axum endpoint
     pub(crate) fn note_window_release(&mut self) {
         self.stats.window_releases += 1;
     }
@@ -573,10 +738,13 @@ impl Retention {
             .front()
             .or(self.pending.as_ref())
             .map(|oldest| oldest.1 + self.config.resumption_window);
-        let stall = self
-            .live()
-            .filter_map(|p| self.policy.stall_deadline(p))
-            .min();
+        // The deadline is monotone in the pending write's start: the oldest comes due first.
+        let stall = self.indexes.pending.min().and_then(|since| {
+            self.policy.stall_deadline(&ConsumerProgress {
+                written_through: 0,
+                write_pending_since: Some(since),
+            })
+        });
         match (window, stall) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),

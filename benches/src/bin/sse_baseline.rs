@@ -1,7 +1,7 @@
 //! `sse-baseline`: the comparison server of the HTTP scenario, written the way SSE fan-out is
 //! usually written today: one `tokio::sync::broadcast` channel, each connection an axum
 //! `Sse` response over its own receiver. The same flags, payload and start rule as the replay-ring
-//! example server (publishing starts at the first `GET /events`; after `--events` events every
+//! example server (publishing starts at the first `GET /events`, or at the `--start-after`-th; after `--events` events every
 //! stream ends with `event: end`). A receiver that falls more than `--capacity` events behind
 //! loses the oldest ones (`RecvError::Lagged`): the server skips them, as such servers do, and
 //! counts them (`GET /metrics`); the load client sees the gap.
@@ -41,6 +41,9 @@ struct Args {
     /// Idle time before a keep-alive comment, ms.
     #[arg(long, default_value_t = 15_000)]
     keep_alive_ms: u64,
+    /// Start publishing once this many streams are open, not at the first.
+    #[arg(long)]
+    start_after: Option<usize>,
 }
 
 struct AppState {
@@ -84,7 +87,13 @@ async fn serve(args: Args) -> std::process::ExitCode {
     let addr = listener.local_addr().expect("bound socket has an address");
     println!("listening on http://{addr}");
     let _ = std::io::stdout().flush();
-    tokio::spawn(publish(tx, state.clone(), args.rate, args.events));
+    tokio::spawn(publish(
+        tx,
+        state.clone(),
+        args.rate,
+        args.events,
+        args.start_after,
+    ));
     let app = Router::new()
         .route("/events", get(events))
         .route("/metrics", get(metrics))
@@ -98,14 +107,23 @@ async fn serve(args: Args) -> std::process::ExitCode {
     }
 }
 
-/// Publishes `{"n":id,"t":unix_ns}` events from the first subscription on, then closes the channel.
+/// Publishes `{"n":id,"t":unix_ns}` events from the first subscription on (or from the
+/// `start_after`-th), then closes the channel.
 async fn publish(
     tx: broadcast::Sender<(u64, Bytes)>,
     state: Arc<AppState>,
     rate: f64,
     events: Option<u64>,
+    start_after: Option<usize>,
 ) {
     state.start.notified().await;
+    if let Some(streams) = start_after {
+        // As the replay-ring example server: look every millisecond.
+        let mut look = tokio::time::interval(Duration::from_millis(1));
+        while tx.receiver_count() < streams {
+            look.tick().await;
+        }
+    }
     let mut ticker = (rate > 0.0).then(|| {
         let mut t = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
         t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

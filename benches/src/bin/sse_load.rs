@@ -53,6 +53,10 @@ struct Args {
     /// Exit 1 unless every connection got every event of its stream, gap-free.
     #[arg(long)]
     require_complete: bool,
+    /// The server publishes only once all connections are open (both servers then send the same
+    /// stream to every connection); otherwise from the first.
+    #[arg(long)]
+    start_after_connected: bool,
 }
 
 fn main() -> ExitCode {
@@ -64,6 +68,7 @@ fn main() -> ExitCode {
         events: args.events,
         capacity: args.capacity,
         connections: args.connections,
+        start_after: args.start_after_connected.then_some(args.connections),
     };
     let mut line = serde_json::json!({
         "server": args.server.name(),
@@ -72,6 +77,7 @@ fn main() -> ExitCode {
         "events": args.events,
         "capacity": args.capacity,
         "mode": args.mode,
+        "start_after_connected": args.start_after_connected,
     });
     let outcome = match Server::spawn(&spec) {
         Err(e) => Err(e.to_string()),

@@ -66,6 +66,10 @@ pub struct Args {
     /// Start producing at startup, not at the first /events request
     #[arg(long)]
     pub eager: bool,
+    /// Start producing once this many event streams are open, not at the first (for benchmarks
+    /// that compare servers on the same stream)
+    #[arg(long, conflicts_with = "eager")]
+    pub start_after: Option<usize>,
     /// Treat a resume as its client's acknowledgement and release up to its cursor at once (only
     /// right when every stream has a single client)
     #[arg(long)]
@@ -123,6 +127,14 @@ pub fn build(args: &Args) -> Result<(App, SseProducer), replay_ring::BuildError>
 pub async fn run_producer(mut producer: SseProducer, config: Args) {
     if !config.eager {
         producer.first_subscriber().await;
+    }
+    if let Some(streams) = config.start_after {
+        // Opened streams are not signalled one by one; a millisecond's look is precise enough
+        // for a start line.
+        let mut look = tokio::time::interval(Duration::from_millis(1));
+        while producer.stream().with_retention(|r| r.live_connections()) < streams {
+            look.tick().await;
+        }
     }
     let mut ticker = (config.rate > 0.0).then(|| {
         let mut t = tokio::time::interval(Duration::from_secs_f64(1.0 / config.rate));
