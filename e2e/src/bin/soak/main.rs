@@ -125,7 +125,7 @@ async fn main() -> ExitCode {
     let stalled = Arc::new(StalledTotals::default());
 
     let stalled_tasks: Vec<_> = (0..args.stalled)
-        .map(|_| tokio::spawn(stalled_client(args.clone(), deadline, stalled.clone())))
+        .map(|i| tokio::spawn(stalled_client(args.clone(), i, deadline, stalled.clone())))
         .collect();
     let clients: Vec<_> = (0..args.clients)
         .map(|i| tokio::spawn(live_client(args.clone(), i, deadline, live.clone())))

@@ -49,14 +49,19 @@ pub struct StalledTotals {
 
 /// How a connection looked when the client read it after a stall.
 enum AfterStall {
-    /// The server had ended it: the socket reached its end (or was reset).
+    /// The server had ended it: the body or the socket reached its end (or was reset).
     Ended,
     /// Still open: data kept coming for [`DRAIN_LIMIT`].
     Open,
 }
 
 /// One stalled client, until `deadline`.
-pub async fn stalled_client(args: Arc<Args>, deadline: Instant, totals: Arc<StalledTotals>) {
+pub async fn stalled_client(
+    args: Arc<Args>,
+    index: usize,
+    deadline: Instant,
+    totals: Arc<StalledTotals>,
+) {
     let stall = Duration::from_secs(args.stall_secs);
     let idle = Duration::from_secs(args.idle_limit_secs);
     let mut cursor = Cursor::default();
@@ -126,8 +131,24 @@ pub async fn stalled_client(args: Arc<Args>, deadline: Instant, totals: Arc<Stal
         let stall_start = Instant::now();
         let stall_end = (stall_start + stall).min(deadline);
         let full = stall_end - stall_start >= stall;
+        let before = (response.body.bytes(), cursor.last);
         tokio::time::sleep_until(stall_end.into()).await;
-        match follow(&mut response.body, &mut cursor, &totals.tally, DRAIN_LIMIT).await {
+        let drain_start = Instant::now();
+        let after = follow(&mut response.body, &mut cursor, &totals.tally, DRAIN_LIMIT).await;
+        eprintln!(
+            "stalled client {index}: stalled {:.0} s from id {:?}, then read {} bytes to id {:?} \
+             in {:.1} s: {}",
+            (stall_end - stall_start).as_secs_f64(),
+            before.1,
+            response.body.bytes() - before.0,
+            cursor.last,
+            drain_start.elapsed().as_secs_f64(),
+            match after {
+                AfterStall::Ended => "ended by the server",
+                AfterStall::Open => "still open",
+            }
+        );
+        match after {
             AfterStall::Ended => {
                 totals.ended_by_server.fetch_add(1, Relaxed);
             }

@@ -235,6 +235,7 @@ pub async fn open(
         read: Vec::with_capacity(READ_SIZE),
         decoded: Vec::new(),
         first: true,
+        bytes: 0,
     };
     body.push(&r.buf)?;
     Ok(Response { status, head, body })
@@ -250,6 +251,8 @@ pub struct Body {
     decoded: Vec<u8>,
     /// No frame taken yet: the next one is the response's first.
     first: bool,
+    /// Bytes read from the socket.
+    bytes: u64,
 }
 
 impl Body {
@@ -263,18 +266,29 @@ impl Body {
         Ok(())
     }
 
-    /// Reads once from the socket; `Ok(false)` at the end of the stream.
+    /// Reads once from the socket; `Ok(false)` at the end of the body: the end of a chunked body
+    /// (the server ended the response and may keep the connection for another request), or the end
+    /// of the connection.
     ///
     /// Cancel safe: bytes are only taken from the socket by a read that completes.
     pub async fn read(&mut self) -> io::Result<bool> {
+        if self.chunked.as_ref().is_some_and(ChunkedDecoder::is_done) {
+            return Ok(false);
+        }
         self.read.clear();
         if self.stream.read_buf(&mut self.read).await? == 0 {
             return Ok(false);
         }
         let read = std::mem::take(&mut self.read);
         let pushed = self.push(&read);
+        self.bytes += read.len() as u64;
         self.read = read;
         pushed.map(|()| true)
+    }
+
+    /// Bytes read from the socket so far (after the head).
+    pub fn bytes(&self) -> u64 {
+        self.bytes
     }
 
     /// Splits off every complete frame, each with whether it is the response's first.
