@@ -1,5 +1,4 @@
-//! A stalled client: opens the stream with a small receive buffer, reads the response head and
-//! then nothing for a while, so the server's writes back up and its slow-consumer policy has to
+//! A stalled client: opens the stream, reads the response head and then nothing for a while, so the server's writes back up and its slow-consumer policy has to
 //! cut the connection. After each stall it reads what its socket holds (checking every id) to find
 //! out whether the server ended the connection, then resumes from its last event: the resume must
 //! be served from exactly there (200, priming at the cursor) or refused explicitly (416), never
@@ -12,9 +11,6 @@ use std::time::{Duration, Instant};
 
 use crate::stream::{open, Body, Cursor, Tally};
 use crate::Args;
-
-/// Receive buffer of a stalled client's socket (the kernel doubles it).
-const RECV_BUFFER: u32 = 4096;
 
 /// How long the read after a stall may take to reach the end of a connection the server ended.
 /// The socket holds a few MB at most; loopback delivers that in well under a second.
@@ -71,7 +67,11 @@ pub async fn stalled_client(
             args.addr,
             &args.path,
             last.as_deref(),
-            Some(RECV_BUFFER),
+            // The default receive buffer. A small fixed one (a few KiB, below the loopback MSS of
+            // 64 KiB) makes the read after a long stall crawl: the sender, backed off probing a
+            // zero window, sends a few KiB per probe, and the end of the connection is not
+            // reached in time. The server's send buffer holds most of the backlog anyway.
+            None,
             idle,
         )
         .await;
