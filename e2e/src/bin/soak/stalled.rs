@@ -1,8 +1,9 @@
-//! A stalled client: opens the stream, reads the response head and then nothing for a while, so the server's writes back up and its slow-consumer policy has to
-//! cut the connection. After each stall it reads what its socket holds (checking every id) to find
-//! out whether the server ended the connection, then resumes from its last event: the resume must
-//! be served from exactly there (200, priming at the cursor) or refused explicitly (416), never
-//! answered with a 200 that skips ids. It repeats until the run ends, then resumes once more.
+//! A stalled client: opens the stream, reads the response head and then nothing for a while, so
+//! the server's writes back up and its slow-consumer policy has to cut the connection. After each
+//! stall it reads what its socket holds (checking every id) to find out whether the server ended
+//! the connection, then resumes from its last event: the resume must be served from exactly there
+//! (200, priming at the cursor) or refused explicitly (416), never answered with a 200 that skips
+//! ids. It repeats until the run ends, then resumes once more.
 
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
