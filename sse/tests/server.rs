@@ -424,6 +424,44 @@ async fn page_and_metrics_are_served() {
         .contains("\nreplay_ring_resumes_below_floor_total{stream=\"events\"} 0\n"));
 }
 
+#[tokio::test]
+async fn payloads_are_padded_to_the_requested_size_and_the_heap_is_reported() {
+    let mut server = start(app::Args {
+        events: Some(3),
+        payload_bytes: 600,
+        ..config()
+    })
+    .await;
+    finished(&mut server).await;
+    let reply = get(server.port, "/events", Some("events.abc.0")).await;
+    assert_eq!(reply.status, 200);
+    let frames = parse_frames(reply.text());
+    let events: Vec<&Frame> = frames
+        .iter()
+        .filter(|f| f.event.is_none())
+        .skip(1)
+        .collect();
+    assert_eq!(events.len(), 3);
+    for f in events {
+        let data = f.data.as_deref().unwrap();
+        assert_eq!(data.len(), 600, "{data}");
+        let json: serde_json::Value = serde_json::from_str(data).unwrap();
+        assert_eq!(json["n"], seq_of(f.id.as_deref().unwrap()));
+        assert!(json["pad"].as_str().unwrap().bytes().all(|b| b == b'.'));
+    }
+    let metrics = get(server.port, "/metrics", None).await;
+    if cfg!(all(target_os = "linux", target_env = "gnu")) {
+        let heap: f64 = metrics
+            .text()
+            .lines()
+            .find_map(|l| l.strip_prefix("sse_server_heap_bytes "))
+            .expect("sse_server_heap_bytes gauge")
+            .parse()
+            .unwrap();
+        assert!(heap > 0.0, "{heap}");
+    }
+}
+
 /// Reads a stream response until a complete frame with id `>= until` arrived, then hangs up.
 /// Returns the ids of the complete event frames seen (priming excluded).
 async fn read_then_hang_up(port: u16, until: u64) -> Vec<u64> {

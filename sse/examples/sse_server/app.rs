@@ -77,6 +77,9 @@ pub struct Args {
     /// Add the publish time to each payload, `{"n":<id>,"t":<Unix ns>}` (for latency measurements)
     #[arg(long)]
     pub timestamps: bool,
+    /// Pad each payload to at least this many bytes with a `"pad"` field (to load the sockets)
+    #[arg(long, default_value_t = 0)]
+    pub payload_bytes: usize,
 }
 
 impl Args {
@@ -120,10 +123,10 @@ pub fn build(args: &Args) -> Result<(App, SseProducer), replay_ring::BuildError>
     Ok((App { stream, recorder }, producer))
 }
 
-/// Produces `{"n":id}` events (`{"n":id,"t":unix_ns}` with `timestamps`) at the configured rate,
-/// from the first `/events` request on (or at once with `eager`); closes with `Completed` after
-/// `events`. The producer waits while the window is full and closes the stream explicitly past the
-/// backpressure bound; it never drops an event.
+/// Produces `{"n":id}` events (`{"n":id,"t":unix_ns}` with `timestamps`; a `"pad"` field fills
+/// them up to `payload_bytes`) at the configured rate, from the first `/events` request on (or at
+/// once with `eager`); closes with `Completed` after `events`. The producer waits while the window
+/// is full and closes the stream explicitly past the backpressure bound; it never drops an event.
 pub async fn run_producer(mut producer: SseProducer, config: Args) {
     if !config.eager {
         producer.first_subscriber().await;
@@ -149,9 +152,21 @@ pub async fn run_producer(mut producer: SseProducer, config: Args) {
             // Unthrottled: still yield so connections get scheduled on a busy runtime.
             None => tokio::task::yield_now().await,
         }
-        let made = |id| match config.timestamps {
-            true => Bytes::from(format!("{{\"n\":{id},\"t\":{}}}", unix_ns())),
-            false => Bytes::from(format!("{{\"n\":{id}}}")),
+        let made = |id| {
+            let mut json = match config.timestamps {
+                true => format!("{{\"n\":{id},\"t\":{}", unix_ns()),
+                false => format!("{{\"n\":{id}"),
+            };
+            // `,"pad":""` and the closing brace take 10 bytes.
+            let pad = config.payload_bytes.saturating_sub(json.len() + 10);
+            if pad > 0 {
+                json.reserve_exact(pad + 10);
+                json.push_str(",\"pad\":\"");
+                json.extend(std::iter::repeat_n('.', pad));
+                json.push('"');
+            }
+            json.push('}');
+            Bytes::from(json)
         };
         if producer.send_with(made).await.is_err() {
             return; // closed past the backpressure bound; readers got an explicit error
@@ -179,7 +194,23 @@ pub fn router(app: App) -> Router {
 }
 
 async fn metrics(State(app): State<App>) -> impl IntoResponse {
-    metrics::with_local_recorder(&*app.recorder, || app.stream.record_metrics());
+    metrics::with_local_recorder(&*app.recorder, || {
+        app.stream.record_metrics();
+        record_heap();
+    });
     let text = app.recorder.handle().render();
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text)
 }
+
+/// `sse_server_heap_bytes`: bytes the allocator has handed out and not got back (glibc's
+/// `mallinfo2`: in-use arena chunks plus mmapped blocks). Unlike the resident set size, it does not
+/// include memory the allocator keeps after a free, so it tells a leak from fragmentation.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn record_heap() {
+    // SAFETY: mallinfo2 takes no arguments and returns its statistics by value.
+    let info = unsafe { libc::mallinfo2() };
+    metrics::gauge!("sse_server_heap_bytes").set((info.uordblks + info.hblkhd) as f64);
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn record_heap() {}
