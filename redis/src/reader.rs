@@ -10,7 +10,7 @@ use crate::backend::Counters;
 use crate::codec::{self, Reply};
 use crate::error::Error;
 use crate::scripts;
-use crate::stream::RedisStream;
+use crate::stream::{ReaderPlace, RedisStream};
 
 /// What [`RedisReader::next`] yields.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,6 +38,8 @@ pub struct RedisReader {
     head: u64,
     floor: u64,
     blocking: Option<MultiplexedConnection>,
+    /// The reader place this reader holds on its stream handle.
+    pub(crate) place: Option<ReaderPlace>,
 }
 
 /// Result of one READ script run.
@@ -62,6 +64,7 @@ impl RedisReader {
             floor: page.floor,
             stream,
             blocking: None,
+            place: None,
         })
     }
 
