@@ -19,7 +19,8 @@ pub(crate) struct Keys {
     pub meta: String,
     /// STREAM: the events, entry id `0-<seq>`, one field `d` = payload.
     pub log: String,
-    /// STREAM: wake-ups for releases and close (capped at a few entries; no event data).
+    /// STREAM: wake-ups for releases, close and re-creation (capped at a few entries; no event
+    /// data).
     pub ctl: String,
     /// STRING with TTL: the current producer's fencing token.
     pub lease: String,

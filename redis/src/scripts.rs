@@ -42,7 +42,9 @@ end
 "#;
 
 /// KEYS: meta log ctl lease. ARGV: epoch capacity ttl_ms.
-/// Creates a new incarnation unless the meta key exists (then reports the existing epoch).
+/// Creates a new incarnation unless the meta key exists (then reports the existing epoch). The
+/// new incarnation writes ctl, so a reader of an older one that is blocked on (or comes back to)
+/// ctl re-reads the state and finds the epoch changed, instead of reading the new log.
 const CREATE: &str = r#"
 if redis.call('EXISTS', KEYS[1]) == 1 then
   local m = redis.call('HMGET', KEYS[1], 'epoch', 'cap')
@@ -51,7 +53,8 @@ end
 redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])
 redis.call('HSET', KEYS[1], 'epoch', ARGV[1], 'cap', ARGV[2], 'head', '0', 'floor', '1',
   'fence', '0', 'ttl', ARGV[3])
-touch(num(ARGV[3], 'ttl'), KEYS[1])
+redis.call('XADD', KEYS[3], 'MAXLEN', '16', '*', 'n', '1')
+touch(num(ARGV[3], 'ttl'), KEYS[1], KEYS[3])
 return {'CREATED', ARGV[1], ARGV[2]}
 "#;
 
