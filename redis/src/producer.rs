@@ -330,20 +330,15 @@ impl RedisProducer {
         }
         let s = &self.stream;
         let counters = &s.backend.shared.counters;
-        let mut invocation = scripts::APPEND_SCRIPT.prepare_invoke();
-        invocation
-            .key(&s.keys.meta)
-            .key(&s.keys.log)
-            .key(&s.keys.lease)
-            .key(&s.keys.ctl)
-            .arg(&self.token)
-            .arg(first.to_string())
-            .arg(s.lease_ms());
-        for payload in batch {
-            invocation.arg(payload.as_ref());
-        }
-        let value: redis::Value = invocation
-            .invoke_async(&mut s.backend.conn())
+        let keys = [&s.keys.meta, &s.keys.log, &s.keys.lease, &s.keys.ctl];
+        let (first_arg, lease) = (first.to_string(), s.lease_ms());
+        let head = [
+            self.token.as_bytes(),
+            first_arg.as_bytes(),
+            lease.as_bytes(),
+        ];
+        let args = head.into_iter().chain(batch.iter().map(|p| p.as_ref()));
+        let value = scripts::eval(&scripts::APPEND_SCRIPT, &mut s.backend.conn(), &keys, args)
             .await
             .map_err(|e| Error::from_redis(&s.id, e))?;
         let (mut reply, status) = Reply::new(&s.id, value)?;
