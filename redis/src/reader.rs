@@ -210,12 +210,15 @@ impl RedisReader {
     }
 }
 
+/// Events in id order, as read from the log.
+type Entries = Vec<(u64, Bytes)>;
+
 /// Takes an XREAD reply on log and ctl apart: the log's entries (`None` if it had none) and
 /// whether ctl had a new entry.
 fn split_reply(
     stream: &RedisStream,
     reply: redis::Value,
-) -> Result<(Option<Vec<(u64, Bytes)>>, bool), Error> {
+) -> Result<(Option<Entries>, bool), Error> {
     let log_key = stream.keys.log.as_bytes();
     let mut ctl_woke = false;
     let mut log = None;
