@@ -188,7 +188,10 @@ where
         }
         match producer.send_with(made).await {
             Ok(id) => last = id,
-            Err(PublishError::Unavailable(e)) => eprintln!("producer: {e}; retrying"),
+            Err(PublishError::Unavailable(e)) => {
+                eprintln!("producer: {e}; retrying");
+                tokio::time::sleep(Duration::from_millis(100)).await; // back off while it is down
+            }
             Err(_) => return, // closed; readers got an explicit terminal frame
         }
     }

@@ -1,18 +1,15 @@
 //! Example: a resumable SSE stream served with axum through `replay_ring_sse::axum`, held in a
-//! `ReplayRing` in this process or, with `--redis`, in Redis Streams shared by every replica.
+//! `ReplayRing` in this process or, with `--redis URL`, in Redis Streams shared by replicas (one
+//! produces, `--serve-only` ones serve; `docs/scaling.md`).
 //!
 //! ```text
 //! cargo run -p replay-ring-sse --features axum,metrics --example sse_server -- --rate 20 --events 500
-//! # Replicas on one Redis: A produces, B serves the same stream; a client may resume on either.
-//! cargo run -p replay-ring-sse --features axum,metrics --example sse_server -- --redis redis://127.0.0.1:6379/ --eager --port 8081
-//! cargo run -p replay-ring-sse --features axum,metrics --example sse_server -- --redis redis://127.0.0.1:6379/ --serve-only --port 8082
 //! ```
 //!
-//! Serves `GET /events` (the stream; resumes via `Last-Event-ID`, explicit 4xx on an unreplayable
-//! cursor, 503 or a `backend_unavailable` frame while Redis is unreachable), `GET /` (a page that
-//! follows the stream with the browser's `EventSource` and checks continuity) and `GET /metrics`
-//! (Prometheus text). Listens on 127.0.0.1 only; the first line on stdout is
-//! `listening on http://127.0.0.1:PORT`. See `docs/protocol.md` and `docs/scaling.md`.
+//! Serves `GET /events` (resumes via `Last-Event-ID`, explicit 4xx on an unreplayable cursor; see
+//! `docs/protocol.md`), `GET /` (a page that checks continuity with `EventSource`) and
+//! `GET /metrics` (Prometheus text), on 127.0.0.1; the first line on stdout is
+//! `listening on http://127.0.0.1:PORT`.
 
 mod app;
 
