@@ -32,7 +32,10 @@ async fn main() -> Result<()> {
             run(app, Some(producer), args).await
         }
         Some(url) => {
-            let (app, producer) = app::build_redis(&args, &url).await?;
+            // Display, not Debug: e.g. "producer lease held by token 1 …" (use --serve-only).
+            let (app, producer) = app::build_redis(&args, &url)
+                .await
+                .map_err(|e| e.to_string())?;
             run(app, producer, args).await
         }
     }
