@@ -27,10 +27,11 @@ impl Backend for RedisStream {
         usize::try_from(self.capacity).unwrap_or(usize::MAX)
     }
 
-    /// Redis keeps no per-stream reader table: each blocked tail costs one Redis connection, and
-    /// the limit is the server's `maxclients`.
+    /// The handle's limit ([`RedisStream::with_max_readers`]; unlimited by default). Redis keeps
+    /// no reader table: each blocked tail costs one Redis connection, so the server's `maxclients`
+    /// bounds the sum over every replica.
     fn max_readers(&self) -> usize {
-        usize::MAX
+        RedisStream::max_readers(self)
     }
 
     async fn window(&self) -> Result<Window, Unavailable> {
@@ -70,6 +71,7 @@ impl Backend for RedisStream {
                     head,
                 }))
             }
+            Err(Error::TooManyReaders { limit }) => Err(OpenError::TooManyReaders { limit }),
             Err(e) if e.is_stream_lost() => Err(OpenError::Gone),
             Err(e) => Err(OpenError::Unavailable(unavailable("resume", e))),
         }
@@ -94,6 +96,7 @@ impl Backend for RedisStream {
         c.resumes_below_floor = stats.resumes_below_floor;
         c.resumes_ahead_of_head = stats.resumes_ahead_of_head;
         c.producer_full = stats.refused_full;
+        c.readers_active = self.readers.open();
         c.floor = s.floor;
         c.head = s.head;
         c.capacity = self.capacity();

@@ -19,7 +19,8 @@ pub(crate) struct Keys {
     pub meta: String,
     /// STREAM: the events, entry id `0-<seq>`, one field `d` = payload.
     pub log: String,
-    /// STREAM: wake-ups for releases and close (capped at a few entries; no event data).
+    /// STREAM: wake-ups for releases, close and re-creation (capped at a few entries; no event
+    /// data).
     pub ctl: String,
     /// STRING with TTL: the current producer's fencing token.
     pub lease: String,
@@ -162,15 +163,20 @@ pub(crate) fn entry(stream: &StreamId, value: Value) -> Result<(u64, Bytes), Err
     }
     let fields = parts.pop().expect("len checked");
     let id = parts.pop().expect("len checked");
-    let id = match id {
-        Value::BulkString(b) => String::from_utf8(b).map_err(|_| bad("id is not UTF-8"))?,
-        Value::SimpleString(s) => s,
+    let id: &[u8] = match &id {
+        Value::BulkString(b) => b,
+        Value::SimpleString(s) => s.as_bytes(),
         _ => return Err(bad("id is not a string")),
     };
+    // Parsed in place: no string is built per entry on the replay path.
     let seq = id
-        .strip_prefix("0-")
+        .strip_prefix(b"0-")
+        .and_then(|d| std::str::from_utf8(d).ok())
         .and_then(parse_decimal)
-        .ok_or_else(|| bad(&format!("id {id:?} was not written by this crate")))?;
+        .ok_or_else(|| {
+            let id = String::from_utf8_lossy(id);
+            bad(&format!("id {id:?} was not written by this crate"))
+        })?;
     let Value::Array(mut fields) = fields else {
         return Err(bad("fields are not an array"));
     };

@@ -108,6 +108,12 @@ pub enum Error {
         /// Newest id.
         head: u64,
     },
+    /// Every reader place of this stream handle is taken (see
+    /// [`RedisStream::with_max_readers`](crate::RedisStream::with_max_readers)); retry later.
+    TooManyReaders {
+        /// The handle's reader limit.
+        limit: usize,
+    },
     /// Invalid configuration or argument (message says which).
     InvalidArgument(&'static str),
     /// Any other error reply from Redis.
@@ -242,6 +248,9 @@ impl fmt::Display for Error {
                 f,
                 "id {requested} is ahead of the stream's newest id {head} (state mismatch)"
             ),
+            Error::TooManyReaders { limit } => {
+                write!(f, "all {limit} reader places are in use; retry later")
+            }
             Error::InvalidArgument(m) => write!(f, "invalid argument: {m}"),
             Error::Server(e) => write!(f, "redis error: {e}"),
         }

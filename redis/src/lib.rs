@@ -62,7 +62,7 @@ mod stream;
 
 pub use backend::{RedisBackend, RedisConfig, RedisStats};
 pub use error::Error;
-pub use producer::RedisProducer;
+pub use producer::{LeaseKeeper, RedisProducer};
 pub use reader::{ReadItem, RedisReader};
 pub use sse::decision_for;
 pub use stream::{RedisStream, RedisStreamState};

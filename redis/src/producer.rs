@@ -237,8 +237,8 @@ impl RedisProducer {
         }
     }
 
-    /// Extends the lease (and the stream's expiry). Call it at least every `lease / 3` while idle;
-    /// appends renew the lease themselves.
+    /// Extends the lease (and the stream's expiry). Call it at least every `lease / 3` while idle
+    /// (or run a [`LeaseKeeper`]); appends renew the lease themselves.
     ///
     /// # Errors
     /// [`Error::Fenced`] if the lease was lost; [`Error::NotFound`], [`Error::Corrupt`],
@@ -247,22 +247,23 @@ impl RedisProducer {
     /// # Cancel safety
     /// Cancel safe: idempotent.
     pub async fn renew(&self) -> Result<(), Error> {
-        let s = &self.stream;
-        let value: redis::Value = scripts::RENEW_SCRIPT
-            .key(&s.keys.lease)
-            .key(&s.keys.meta)
-            .key(&s.keys.log)
-            .key(&s.keys.ctl)
-            .arg(&self.token)
-            .arg(s.lease_ms())
-            .invoke_async(&mut s.backend.conn())
-            .await
-            .map_err(|e| Error::from_redis(&s.id, e))?;
-        let (mut reply, status) = Reply::new(&s.id, value)?;
-        match status.as_str() {
-            "OK" => Ok(()),
-            "FENCED" => Err(self.fenced(&mut reply)),
-            other => Err(s.common_status(other, &mut reply)),
+        renew(&self.stream, &self.token).await
+    }
+
+    /// A handle that renews this producer's lease from another task (see [`LeaseKeeper::run`]),
+    /// for a producer that may sit idle longer than the lease: waiting for its first subscriber,
+    /// for room in the window, or between rare events.
+    ///
+    /// ```no_run
+    /// # async fn f(p: replay_ring_redis::RedisProducer) {
+    /// let keeper = p.lease_keeper();
+    /// tokio::spawn(keeper.run()); // ends once the lease is gone (closed, handed over, lost)
+    /// # }
+    /// ```
+    pub fn lease_keeper(&self) -> LeaseKeeper {
+        LeaseKeeper {
+            stream: self.stream.clone(),
+            token: self.token.clone(),
         }
     }
 
@@ -329,20 +330,15 @@ impl RedisProducer {
         }
         let s = &self.stream;
         let counters = &s.backend.shared.counters;
-        let mut invocation = scripts::APPEND_SCRIPT.prepare_invoke();
-        invocation
-            .key(&s.keys.meta)
-            .key(&s.keys.log)
-            .key(&s.keys.lease)
-            .key(&s.keys.ctl)
-            .arg(&self.token)
-            .arg(first.to_string())
-            .arg(s.lease_ms());
-        for payload in batch {
-            invocation.arg(payload.as_ref());
-        }
-        let value: redis::Value = invocation
-            .invoke_async(&mut s.backend.conn())
+        let keys = [&s.keys.meta, &s.keys.log, &s.keys.lease, &s.keys.ctl];
+        let (first_arg, lease) = (first.to_string(), s.lease_ms());
+        let head = [
+            self.token.as_bytes(),
+            first_arg.as_bytes(),
+            lease.as_bytes(),
+        ];
+        let args = head.into_iter().chain(batch.iter().map(|p| p.as_ref()));
+        let value = scripts::eval(&scripts::APPEND_SCRIPT, &mut s.backend.conn(), &keys, args)
             .await
             .map_err(|e| Error::from_redis(&s.id, e))?;
         let (mut reply, status) = Reply::new(&s.id, value)?;
@@ -393,9 +389,7 @@ impl RedisProducer {
     }
 
     fn fenced(&self, reply: &mut Reply<'_>) -> Error {
-        Counters::bump(&self.stream.backend.shared.counters.refused_fenced);
-        let holder = reply.string("holder").ok().and_then(|h| h.parse().ok());
-        Error::Fenced { holder }
+        fenced(&self.stream, reply)
     }
 
     /// ctl's newest entry id ("0-0" if none).
@@ -435,5 +429,64 @@ impl RedisProducer {
             return Err(Error::from_redis(&s.id, e));
         }
         Ok(())
+    }
+}
+
+fn fenced(stream: &RedisStream, reply: &mut Reply<'_>) -> Error {
+    Counters::bump(&stream.backend.shared.counters.refused_fenced);
+    let holder = reply.string("holder").ok().and_then(|h| h.parse().ok());
+    Error::Fenced { holder }
+}
+
+/// The RENEW script for `token`.
+async fn renew(s: &RedisStream, token: &str) -> Result<(), Error> {
+    let value: redis::Value = scripts::RENEW_SCRIPT
+        .key(&s.keys.lease)
+        .key(&s.keys.meta)
+        .key(&s.keys.log)
+        .key(&s.keys.ctl)
+        .arg(token)
+        .arg(s.lease_ms())
+        .invoke_async(&mut s.backend.conn())
+        .await
+        .map_err(|e| Error::from_redis(&s.id, e))?;
+    let (mut reply, status) = Reply::new(&s.id, value)?;
+    match status.as_str() {
+        "OK" => Ok(()),
+        "FENCED" => Err(fenced(s, &mut reply)),
+        other => Err(s.common_status(other, &mut reply)),
+    }
+}
+
+/// Renews a producer's lease while the producer is idle (from [`RedisProducer::lease_keeper`]).
+///
+/// It only extends a lease its producer still holds: it never takes one back, so fencing is
+/// unchanged. A producer that loses its lease (expired during an outage, handed over, closed)
+/// is refused at its next append exactly as without a keeper. Run it in the producer's process:
+/// a paused or partitioned process then stops renewing too, and its lease expires.
+#[derive(Debug, Clone)]
+pub struct LeaseKeeper {
+    stream: RedisStream,
+    token: String,
+}
+
+impl LeaseKeeper {
+    /// Renews the lease every third of [`RedisConfig::lease`](crate::RedisConfig::lease) until it
+    /// is gone, and returns why: [`Error::Fenced`] once the producer closed the stream, gave the
+    /// lease up or lost it; [`Error::NotFound`] / [`Error::EpochChanged`] / [`Error::Corrupt`] for
+    /// a lost stream. While Redis is unreachable it keeps trying at the same pace.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping it stops the renewals (the lease then lasts until its expiry, or
+    /// the producer's next append).
+    pub async fn run(self) -> Error {
+        let period = (self.stream.backend.config().lease / 3).max(Duration::from_millis(1));
+        loop {
+            match renew(&self.stream, &self.token).await {
+                Ok(()) | Err(Error::Unavailable(_) | Error::OutOfMemory(_)) => {}
+                Err(e) => return e,
+            }
+            tokio::time::sleep(period).await;
+        }
     }
 }

@@ -10,7 +10,7 @@ use crate::backend::Counters;
 use crate::codec::{self, Reply};
 use crate::error::Error;
 use crate::scripts;
-use crate::stream::RedisStream;
+use crate::stream::{ReaderPlace, RedisStream};
 
 /// What [`RedisReader::next`] yields.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,12 +32,18 @@ pub struct RedisReader {
     cursor: u64,
     /// The first page, read atomically with the resume decision.
     first: Option<Vec<(u64, Bytes)>>,
-    /// ctl's newest id when the state was last read: a later close or release wakes the XREAD.
+    /// ctl's newest id when the state was last read: a later close, release or re-creation
+    /// wakes the XREAD.
     ctl_mark: String,
+    /// Whether the next read must re-read the stream's state (the READ script) before it may
+    /// block: see [`RedisReader::next`] for when it may skip it.
+    recheck: bool,
     closed: Option<CloseReason>,
     head: u64,
     floor: u64,
     blocking: Option<MultiplexedConnection>,
+    /// The reader place this reader holds on its stream handle.
+    pub(crate) place: Option<ReaderPlace>,
 }
 
 /// Result of one READ script run.
@@ -55,6 +61,7 @@ impl RedisReader {
         let page = read_page(&stream, after).await?;
         Ok(RedisReader {
             cursor: after,
+            recheck: page.entries.len() >= stream.backend.config().read_batch,
             first: Some(page.entries),
             ctl_mark: page.ctl,
             closed: page.closed,
@@ -62,6 +69,7 @@ impl RedisReader {
             floor: page.floor,
             stream,
             blocking: None,
+            place: None,
         })
     }
 
@@ -108,20 +116,37 @@ impl RedisReader {
             }
         }
         loop {
-            let page = read_page(&self.stream, self.cursor).await?;
-            self.ctl_mark = page.ctl;
-            self.head = page.head;
-            self.floor = page.floor;
-            self.closed = page.closed;
-            if !page.entries.is_empty() {
-                return self.deliver(page.entries);
+            // The state (epoch, floor, close reason, ctl's newest id) is re-read only when
+            // something may have changed that the log alone does not show:
+            // - after a full page (a replay: more may follow; the pipelined page costs no extra
+            //   round trip);
+            // - after a blocked read that timed out (the stream may be gone: expired, deleted),
+            //   or that ctl woke (a release, a close, or a re-creation, whose script writes ctl),
+            //   or whose entries do not continue the cursor (released meanwhile: a gap).
+            // After entries that continue the cursor and arrived without a ctl entry, the reader
+            // goes straight back to XREAD: entries that exist were not released, no close can
+            // have happened since `ctl_mark` (it would have woken the read through ctl), and the
+            // incarnation is the same (a re-creation writes ctl too). That spares the tail one
+            // round trip per delivery.
+            if self.recheck {
+                let page = read_page(&self.stream, self.cursor).await?;
+                self.recheck = page.entries.len() >= self.stream.backend.config().read_batch;
+                self.ctl_mark = page.ctl;
+                self.head = page.head;
+                self.floor = page.floor;
+                self.closed = page.closed;
+                if !page.entries.is_empty() {
+                    return self.deliver(page.entries);
+                }
             }
+            // Everything up to the head as of the last state read was delivered.
             if let Some(reason) = &self.closed {
                 return Ok(ReadItem::Closed(reason.clone()));
             }
-            // Caught up: block until the log grows past the cursor or ctl signals close/release.
-            if let Some(events) = self.block().await? {
-                return self.deliver(events);
+            // Caught up: block until the log grows past the cursor or ctl signals a change.
+            match self.block().await? {
+                Some(events) => return self.deliver(events),
+                None => self.recheck = true,
             }
         }
     }
@@ -147,7 +172,8 @@ impl RedisReader {
     }
 
     /// One blocking `XREAD` on log and ctl. Returns log entries if they continue the cursor
-    /// (they exist in the log, so they were not released), else `None` to re-read the state.
+    /// (they exist in the log, so they were not released) and ctl had nothing new, else `None`
+    /// to re-read the state.
     async fn block(&mut self) -> Result<Option<Vec<(u64, Bytes)>>, Error> {
         let s = &self.stream;
         let config = s.backend.config();
@@ -179,19 +205,25 @@ impl RedisReader {
                 return Err(Error::from_redis(&s.id, e));
             }
         };
-        Ok(log_entries(s, reply, &s.keys.log)?
-            .filter(|e| e.first().map(|(id, _)| *id) == Some(self.cursor + 1)))
+        let (log, ctl_woke) = split_reply(s, reply)?;
+        Ok(log.filter(|e| !ctl_woke && e.first().map(|(id, _)| *id) == Some(self.cursor + 1)))
     }
 }
 
-/// Picks the log's entries out of an XREAD reply (`None` if the log had none).
-fn log_entries(
+/// Events in id order, as read from the log.
+type Entries = Vec<(u64, Bytes)>;
+
+/// Takes an XREAD reply on log and ctl apart: the log's entries (`None` if it had none) and
+/// whether ctl had a new entry.
+fn split_reply(
     stream: &RedisStream,
     reply: redis::Value,
-    log_key: &str,
-) -> Result<Option<Vec<(u64, Bytes)>>, Error> {
+) -> Result<(Option<Entries>, bool), Error> {
+    let log_key = stream.keys.log.as_bytes();
+    let mut ctl_woke = false;
+    let mut log = None;
     let streams: Vec<redis::Value> = match reply {
-        redis::Value::Nil => return Ok(None),
+        redis::Value::Nil => return Ok((None, false)),
         redis::Value::Array(items) => items,
         redis::Value::Map(pairs) => pairs
             .into_iter()
@@ -219,7 +251,8 @@ fn log_entries(
         }
         let entries = kv.pop().expect("len checked");
         let key = kv.pop().expect("len checked");
-        if !matches!(&key, redis::Value::BulkString(k) if k == log_key.as_bytes()) {
+        if !matches!(&key, redis::Value::BulkString(k) if k == log_key) {
+            ctl_woke = true;
             continue;
         }
         let redis::Value::Array(entries) = entries else {
@@ -232,9 +265,9 @@ fn log_entries(
             .into_iter()
             .map(|e| codec::entry(&stream.id, e))
             .collect::<Result<Vec<_>, _>>()?;
-        return Ok(Some(parsed));
+        log = Some(parsed);
     }
-    Ok(None)
+    Ok((log, ctl_woke))
 }
 
 /// One page after `after`: the READ script's decision (window, epoch, close reason) with a

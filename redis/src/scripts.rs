@@ -16,7 +16,8 @@
 
 use std::sync::LazyLock;
 
-use redis::Script;
+use redis::aio::ConnectionLike;
+use redis::{Cmd, RedisResult, Script, Value};
 
 /// Lua functions shared by every script, placed after the shebang line.
 const PRELUDE: &str = r#"
@@ -42,7 +43,9 @@ end
 "#;
 
 /// KEYS: meta log ctl lease. ARGV: epoch capacity ttl_ms.
-/// Creates a new incarnation unless the meta key exists (then reports the existing epoch).
+/// Creates a new incarnation unless the meta key exists (then reports the existing epoch). The
+/// new incarnation writes ctl, so a reader of an older one that is blocked on (or comes back to)
+/// ctl re-reads the state and finds the epoch changed, instead of reading the new log.
 const CREATE: &str = r#"
 if redis.call('EXISTS', KEYS[1]) == 1 then
   local m = redis.call('HMGET', KEYS[1], 'epoch', 'cap')
@@ -51,7 +54,8 @@ end
 redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])
 redis.call('HSET', KEYS[1], 'epoch', ARGV[1], 'cap', ARGV[2], 'head', '0', 'floor', '1',
   'fence', '0', 'ttl', ARGV[3])
-touch(num(ARGV[3], 'ttl'), KEYS[1])
+redis.call('XADD', KEYS[3], 'MAXLEN', '16', '*', 'n', '1')
+touch(num(ARGV[3], 'ttl'), KEYS[1], KEYS[3])
 return {'CREATED', ARGV[1], ARGV[2]}
 "#;
 
@@ -96,7 +100,10 @@ return {'FENCED'}
 
 /// KEYS: meta log lease ctl. ARGV: token first_id lease_ms payload...
 /// Appends the payloads as entries `first_id ..` if the caller holds the lease, `first_id` is the
-/// next id and the window has room for all of them (a batch is all or nothing). A resend of a
+/// next id and the window has room for all of them (a batch is all or nothing). Only the first
+/// entry is written with its explicit id (checked: the log refuses an id at or below its last);
+/// the others use `0-*`, which Redis numbers last + 1 within the same script, so they get exactly
+/// `first_id + 1 ..` without a string built per entry. A resend of a
 /// batch that was already written (first_id <= head) is recognised and answered `DUP` (or
 /// `CONFLICT` if a retained payload differs); it never writes twice.
 const APPEND: &str = r#"
@@ -130,8 +137,8 @@ if last - floor + 1 > cap then return {'FULL', dec(floor), dec(head), dec(cap)} 
 if last >= LIMIT then return {'EXHAUSTED', dec(head)} end
 local r = redis.pcall('XADD', KEYS[2], eid(first), 'd', ARGV[4])
 if type(r) == 'table' and r.err then corrupt('the log refused id ' .. dec(first) .. ': ' .. r.err) end
-for i = 1, n - 1 do
-  redis.call('XADD', KEYS[2], eid(first + i), 'd', ARGV[4 + i])
+for i = 5, #ARGV do
+  redis.call('XADD', KEYS[2], '0-*', 'd', ARGV[i])
 end
 redis.call('HSET', KEYS[1], 'head', dec(last))
 redis.call('PEXPIRE', KEYS[3], ARGV[3])
@@ -224,3 +231,36 @@ pub(crate) static APPEND_SCRIPT: LazyLock<Script> = LazyLock::new(|| write_scrip
 pub(crate) static RELEASE_SCRIPT: LazyLock<Script> = LazyLock::new(|| freeing_script(RELEASE));
 pub(crate) static CLOSE_SCRIPT: LazyLock<Script> = LazyLock::new(|| freeing_script(CLOSE));
 pub(crate) static READ_SCRIPT: LazyLock<Script> = LazyLock::new(|| read_script(READ));
+
+/// Runs `script` by `EVALSHA` with `keys` then `args`, each written once into the command buffer
+/// (a `ScriptInvocation` copies every argument into its own vector first: for a batch append,
+/// one more copy of every payload). Loads the script and retries once when the server answers
+/// `NOSCRIPT` (restarted, failed over, or `SCRIPT FLUSH`ed).
+pub(crate) async fn eval<C, K, A>(
+    script: &Script,
+    conn: &mut C,
+    keys: &[K],
+    args: A,
+) -> RedisResult<Value>
+where
+    C: ConnectionLike,
+    K: AsRef<str>,
+    A: IntoIterator,
+    A::Item: AsRef<[u8]>,
+{
+    let mut cmd = Cmd::new();
+    cmd.arg("EVALSHA").arg(script.get_hash()).arg(keys.len());
+    for key in keys {
+        cmd.arg(key.as_ref());
+    }
+    for arg in args {
+        cmd.arg(arg.as_ref());
+    }
+    match cmd.query_async(conn).await {
+        Err(e) if e.code() == Some("NOSCRIPT") => {
+            script.load_async(conn).await?;
+            cmd.query_async(conn).await
+        }
+        other => other,
+    }
+}

@@ -1,6 +1,8 @@
 //! One stream in Redis: its identity, window, resume and release. Any replica may hold a
 //! [`RedisStream`] for the same stream; only the lease holder ([`RedisProducer`]) appends.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use replay_ring::CloseReason;
@@ -50,7 +52,8 @@ impl RedisStreamState {
     }
 }
 
-/// A handle on one stream (one incarnation: name + epoch). Cheap to clone.
+/// A handle on one stream (one incarnation: name + epoch). Cheap to clone; clones share the
+/// handle's reader places ([`with_max_readers`](Self::with_max_readers)).
 #[derive(Debug, Clone)]
 pub struct RedisStream {
     pub(crate) backend: RedisBackend,
@@ -58,6 +61,55 @@ pub struct RedisStream {
     pub(crate) keys: Keys,
     pub(crate) epoch: Epoch,
     pub(crate) capacity: u64,
+    pub(crate) readers: Arc<ReaderPlaces>,
+}
+
+/// How many readers a handle (and its clones) may have open at once, and how many are.
+#[derive(Debug)]
+pub(crate) struct ReaderPlaces {
+    limit: usize,
+    open: AtomicUsize,
+}
+
+/// One taken reader place, given back when the reader is dropped.
+#[derive(Debug)]
+pub(crate) struct ReaderPlace(Arc<ReaderPlaces>);
+
+impl ReaderPlaces {
+    fn new(limit: usize) -> Arc<ReaderPlaces> {
+        Arc::new(ReaderPlaces {
+            limit,
+            open: AtomicUsize::new(0),
+        })
+    }
+
+    /// Takes a place, or `None` when all `limit` are taken.
+    fn take(self: &Arc<Self>) -> Option<ReaderPlace> {
+        // Relaxed: the count is the only data; no other memory is published through it.
+        self.open
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n < self.limit).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| ReaderPlace(self.clone()))
+    }
+
+    /// Readers open now.
+    pub(crate) fn open(&self) -> usize {
+        // Relaxed: a statistic (pairs with nothing).
+        self.open.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn limit(&self) -> usize {
+        self.limit
+    }
+}
+
+impl Drop for ReaderPlace {
+    fn drop(&mut self) {
+        // Relaxed: see `ReaderPlaces::take`.
+        self.0.open.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl RedisStream {
@@ -74,7 +126,34 @@ impl RedisStream {
             keys,
             epoch,
             capacity,
+            readers: ReaderPlaces::new(usize::MAX),
         }
+    }
+
+    /// This handle with at most `limit` readers open at once (across its clones); a resume past
+    /// that is refused with [`Error::TooManyReaders`]. Each reader that waits for events holds one
+    /// Redis connection, so an SSE server caps its connections here. Unlimited by default.
+    ///
+    /// ```no_run
+    /// # fn f(s: replay_ring_redis::RedisStream) {
+    /// let s = s.with_max_readers(64);
+    /// assert_eq!(s.max_readers(), 64);
+    /// # }
+    /// ```
+    pub fn with_max_readers(mut self, limit: usize) -> RedisStream {
+        self.readers = ReaderPlaces::new(limit);
+        self
+    }
+
+    /// The most readers this handle (with its clones) may have open at once.
+    ///
+    /// ```no_run
+    /// # fn f(s: replay_ring_redis::RedisStream) {
+    /// assert!(s.max_readers() >= 1);
+    /// # }
+    /// ```
+    pub fn max_readers(&self) -> usize {
+        self.readers.limit()
     }
 
     /// The window capacity (most unreleased events), as stored with the stream.
@@ -173,10 +252,10 @@ impl RedisStream {
     /// # Errors
     /// [`Error::Gap`] (`after < floor - 1`), [`Error::AheadOfHead`] (`after > head`),
     /// [`Error::NotFound`] / [`Error::EpochChanged`] (stream lost), [`Error::Corrupt`],
-    /// [`Error::Unavailable`].
+    /// [`Error::Unavailable`]; then (the cursor is judged first) [`Error::TooManyReaders`].
     ///
     /// # Cancel safety
-    /// Cancel safe: read only.
+    /// Cancel safe: read only; a reader opened by a cancelled call gives its place back.
     pub async fn resume(&self, after: Option<u64>) -> Result<RedisReader, Error> {
         let counters = &self.backend.shared.counters;
         let result = match after {
@@ -186,6 +265,15 @@ impl RedisStream {
                 RedisReader::start(self.clone(), head).await
             }
         };
+        let result = result.and_then(|mut reader| match self.readers.take() {
+            Some(place) => {
+                reader.place = Some(place);
+                Ok(reader)
+            }
+            None => Err(Error::TooManyReaders {
+                limit: self.readers.limit(),
+            }),
+        });
         match &result {
             Ok(r) if r.window().1 == r.last_id() => Counters::bump(&counters.resumes_noop),
             Ok(_) => Counters::bump(&counters.resumes),

@@ -230,3 +230,33 @@ async fn out_of_memory_is_a_typed_error_and_release_still_works() {
     assert_eq!(p.append(b"small").await.unwrap(), appended + 1);
     p.close(CloseReason::Completed).await.unwrap();
 }
+
+/// A stream deleted and created again while a reader tails it: the new incarnation's ids restart
+/// at 1 and soon pass the reader's cursor, but the reader must report the lost stream, never
+/// deliver the new incarnation's events as the old one's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tailing_reader_never_reads_a_recreated_stream() {
+    let server = RedisServer::start();
+    let backend = server.backend().await;
+    let stream = with_events(&backend, "again", 3).await;
+    let mut reader = stream.resume(Some(0)).await.unwrap();
+    assert!(matches!(reader.next().await.unwrap(), ReadItem::Events(e) if e.len() == 3));
+    // Caught up at 3: the next read blocks in XREAD.
+    let waiting = tokio::spawn(async move { reader.next().await });
+
+    stream.delete().await.unwrap();
+    let again = backend.create(&sid("again"), 8).await.unwrap();
+    assert_ne!(again.identity().epoch, stream.identity().epoch);
+    let mut p = again.acquire_producer().await.unwrap();
+    for id in 1..=5 {
+        assert_eq!(p.append(b"new").await.unwrap(), id);
+    }
+    let got = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        matches!(got, Err(Error::EpochChanged { .. })),
+        "the old incarnation's reader got {got:?}"
+    );
+}

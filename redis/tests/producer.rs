@@ -302,3 +302,33 @@ async fn a_resend_with_another_payload_is_a_conflict() {
         ReadItem::Events(vec![(2, Bytes::from_static(b"other"))])
     );
 }
+
+/// A producer idle for many lease periods keeps its lease with a `LeaseKeeper`, and the keeper
+/// stops once the producer closes the stream (the lease is gone).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_keeper_holds_an_idle_producers_lease_until_the_close() {
+    let server = RedisServer::start();
+    let lease = Duration::from_millis(150);
+    let backend = server
+        .backend_with(RedisConfig {
+            lease,
+            ..RedisConfig::default()
+        })
+        .await;
+    let stream = backend.create(&sid("kept"), 8).await.unwrap();
+    let mut p = stream.acquire_producer().await.unwrap();
+    let keeper = tokio::spawn(p.lease_keeper().run());
+    // Idle for ten lease periods: the time passing is what is tested.
+    tokio::time::sleep(lease * 10).await;
+    assert!(matches!(
+        stream.acquire_producer().await,
+        Err(Error::LeaseHeld { .. })
+    ));
+    assert_eq!(p.append(b"still mine").await.unwrap(), 1);
+    p.close(CloseReason::Completed).await.unwrap();
+    let ended = tokio::time::timeout(Duration::from_secs(10), keeper)
+        .await
+        .expect("the keeper stops after the close")
+        .unwrap();
+    assert!(matches!(ended, Error::Fenced { .. }), "{ended:?}");
+}

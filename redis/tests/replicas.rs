@@ -1,5 +1,6 @@
-//! Several SSE server processes (the `redis_sse_server` example) on one Redis: a client whose
-//! reconnects land on another replica, or whose replica crashes, still gets every id exactly once.
+//! Several SSE server processes (the `sse_server` example with `--redis`) on one Redis: a client
+//! whose reconnects land on another replica, or whose replica crashes, still gets every id exactly
+//! once.
 
 mod common;
 
@@ -75,21 +76,32 @@ impl Client {
     }
 }
 
+/// The producing replica: creates the stream, takes the lease, produces ids 1..=n at 200/s from
+/// start-up (not at its own first request: clients may all be on the other replica), then ends
+/// the stream with `event: end`.
+fn producer_args(url: &str, n: u64) -> Vec<String> {
+    let n = n.to_string();
+    let args = [
+        "--redis",
+        url,
+        "--eager",
+        "--rate",
+        "200",
+        "--events",
+        &n,
+        "--capacity",
+        "8192",
+    ];
+    args.iter().map(|s| s.to_string()).collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reconnects_alternate_between_two_replicas_through_the_chaos_proxy() {
     const N: u64 = 300;
     let server = RedisServer::start();
     let url = server.url();
-    let a = Replica::start(&[
-        "--redis",
-        &url,
-        "--produce",
-        &N.to_string(),
-        "--interval-ms",
-        "5",
-    ])
-    .await;
-    let b = Replica::start(&["--redis", &url]).await;
+    let a = Replica::start(&producer_args(&url, N)).await;
+    let b = Replica::start(&["--redis", &url, "--serve-only"]).await;
     let mut config_a = ProxyConfig::new(a.addr);
     config_a.cut_after_frames = Some(9);
     let mut config_b = ProxyConfig::new(b.addr);
@@ -158,16 +170,10 @@ async fn a_client_survives_the_crash_of_its_replica() {
     const N: u64 = 400;
     let server = RedisServer::start();
     let url = server.url();
-    let a = Replica::start(&[
-        "--redis",
-        &url,
-        "--produce",
-        &N.to_string(),
-        "--interval-ms",
-        "5",
-    ])
-    .await;
-    let b = Mutex::new(Some(Replica::start(&["--redis", &url]).await));
+    let a = Replica::start(&producer_args(&url, N)).await;
+    let b = Mutex::new(Some(
+        Replica::start(&["--redis", &url, "--serve-only"]).await,
+    ));
     let b_addr = b.lock().unwrap().as_ref().unwrap().addr;
 
     let mut client = Client::new();

@@ -9,7 +9,8 @@ use common::RedisServer;
 use replay_ring_redis::{RedisBackend, RedisProducer, RedisStream};
 use replay_ring_sse::{contract, StreamId};
 
-/// Opens a fresh stream of `capacity` on `backend`, with its producer holding the lease.
+/// Opens a fresh stream of `capacity` on `backend` with 8 reader places (so the reader-limit check
+/// runs too), with its producer holding the lease.
 async fn fresh(backend: &RedisBackend, capacity: usize) -> (RedisProducer, RedisStream) {
     // Relaxed: only distinct names are needed.
     static N: AtomicU64 = AtomicU64::new(0);
@@ -17,7 +18,8 @@ async fn fresh(backend: &RedisBackend, capacity: usize) -> (RedisProducer, Redis
     let stream = backend
         .create(&StreamId::new(&name).unwrap(), capacity as u64)
         .await
-        .unwrap();
+        .unwrap()
+        .with_max_readers(8);
     let producer = stream.acquire_producer().await.unwrap();
     (producer, stream)
 }

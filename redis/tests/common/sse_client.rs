@@ -127,23 +127,23 @@ fn parse_frame(raw: &[u8]) -> Option<SseFrame> {
     any.then_some(frame)
 }
 
-/// A replica process of the example server.
+/// A replica process of the example server (`sse/examples/sse_server` with `--redis`).
 pub struct Replica {
     pub addr: SocketAddr,
     child: Child,
 }
 
 impl Replica {
-    /// Builds (once) and starts `redis_sse_server` with `args`; waits for its `listening on` line.
-    pub async fn start(args: &[&str]) -> Replica {
-        let exe = example_binary();
+    /// Builds (once) and starts `sse_server` with `args`; waits for its `listening on` line.
+    pub async fn start<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> Replica {
+        let exe = replay_ring_e2e::server::example_binary().expect("build sse_server");
         let mut child = Command::new(exe)
             .args(args)
             .args(["--port", "0"])
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
-            .expect("spawn redis_sse_server");
+            .expect("spawn sse_server");
         let stdout = child.stdout.take().unwrap();
         let stdout = tokio::process::ChildStdout::from_std(stdout).unwrap();
         let mut lines = BufReader::new(stdout).lines();
@@ -153,7 +153,7 @@ impl Replica {
             .unwrap()
             .expect("replica printed nothing");
         let addr = line
-            .strip_prefix("listening on ")
+            .strip_prefix("listening on http://")
             .expect("listening line")
             .parse()
             .unwrap();
@@ -173,36 +173,4 @@ impl Drop for Replica {
     fn drop(&mut self) {
         self.kill();
     }
-}
-
-fn example_binary() -> std::path::PathBuf {
-    static BUILT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-            let out = Command::new(cargo)
-                .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
-                .args([
-                    "build",
-                    "-p",
-                    "replay-ring-redis",
-                    "--example",
-                    "redis_sse_server",
-                    "--message-format=json-render-diagnostics",
-                ])
-                .stderr(Stdio::inherit())
-                .output()
-                .expect("cargo build --example redis_sse_server");
-            assert!(out.status.success(), "building the example failed");
-            // The compiler-artifact message names the executable, wherever the target dir is.
-            String::from_utf8_lossy(&out.stdout)
-                .lines()
-                .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-                .filter(|v| {
-                    v["reason"] == "compiler-artifact" && v["target"]["name"] == "redis_sse_server"
-                })
-                .find_map(|v| v["executable"].as_str().map(std::path::PathBuf::from))
-                .expect("no redis_sse_server executable in cargo output")
-        })
-        .clone()
 }

@@ -1,39 +1,49 @@
-//! The example server's pieces: settings, the producer task and the router. `main.rs` parses flags
-//! and serves; the integration test (`tests/server.rs`) includes this file to run the same router
-//! in-process.
+//! The example server's pieces: settings, the stream on either backend, the producer task and the
+//! router. `main.rs` parses flags and serves; the integration test (`tests/server.rs`) includes
+//! this file to run the same router in-process.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::State;
-use axum::http::header;
-use axum::response::{Html, IntoResponse};
+use axum::http::{header, StatusCode};
+use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use bytes::Bytes;
 use clap::Parser;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusRecorder};
-use replay_ring::CloseReason;
-use replay_ring_sse::axum::{events, SseConfig, SseProducer, SseStream};
-use replay_ring_sse::{Epoch, RetentionConfig, SlowConsumerPolicy, StreamId, StreamIdentity};
+use replay_ring::{CloseReason, ReplayRing};
+use replay_ring_redis::{RedisBackend, RedisConfig, RedisStream};
+use replay_ring_sse::axum::{backend_events, SseConfig, SseProducer, SseStream};
+use replay_ring_sse::backend::Backend;
+use replay_ring_sse::{Epoch, PublishError, RetentionConfig, SlowConsumerPolicy};
+use replay_ring_sse::{StreamId, StreamIdentity};
 
 /// The browser page, served at `/`.
 pub const PAGE: &str = include_str!("page.html");
 
-/// A resumable server-sent event stream of `{"n":<id>}` events on 127.0.0.1.
+/// A resumable server-sent event stream of `{"n":<id>}` events on 127.0.0.1, held in this
+/// process or, with `--redis`, in Redis Streams shared by every replica.
 #[derive(Debug, Clone, Parser)]
 #[command(name = "sse_server")]
 pub struct Args {
     /// 127.0.0.1 port; 0 picks a free one
     #[arg(long, default_value_t = 0)]
     pub port: u16,
-    /// Events the window holds, rounded up to a power of two
+    /// Keep the stream in Redis (`redis://host:port/db`), so that any replica can serve it
+    #[arg(long, value_name = "URL", conflicts_with = "epoch")]
+    pub redis: Option<String>,
+    /// Serve the stream without producing into it (another replica produces; needs --redis)
+    #[arg(long, requires = "redis")]
+    pub serve_only: bool,
+    /// Events the window holds, rounded up to a power of two (Redis: if it creates the stream)
     #[arg(long, default_value_t = 1024)]
     pub capacity: usize,
     /// Events per second; 0 = as fast as the window allows
     #[arg(long, default_value_t = 20.0, value_parser = |s: &str| s.parse().ok().filter(|r: &f64| *r >= 0.0 && r.is_finite()).ok_or("not a finite number >= 0"))]
     pub rate: f64,
-    /// Produce this many events, then end the stream with `event: end` [default: forever]
+    /// End the stream with `event: end` after the event with this id [default: never]
     #[arg(long)]
     pub events: Option<u64>,
     /// Keep written events replayable this long
@@ -57,13 +67,13 @@ pub struct Args {
     /// Simultaneous event-stream connections
     #[arg(long, default_value_t = 16)]
     pub max_readers: usize,
-    /// Stream name in event ids
+    /// Stream name in event ids (and in the Redis keys)
     #[arg(long, default_value = "events", value_parser = |s: &str| StreamId::new(s).map_err(|e| e.to_string()))]
     pub stream: StreamId,
-    /// Stream epoch, lowercase hex [default: random per process]
+    /// Stream epoch, lowercase hex [default: random per process; with Redis, per stream]
     #[arg(long, value_parser = |s: &str| u64::from_str_radix(s, 16).map(Epoch::new))]
     pub epoch: Option<Epoch>,
-    /// Start producing at startup, not at the first /events request
+    /// Start producing at startup, not at the first /events request to this process
     #[arg(long)]
     pub eager: bool,
     /// Start producing once this many event streams are open, not at the first (for benchmarks
@@ -107,27 +117,62 @@ impl Args {
 
 /// What the handlers share: the stream and this server's metrics recorder.
 #[derive(Clone)]
-pub struct App {
+pub struct App<B = ReplayRing<Bytes>> {
     /// The resumable stream behind `/events`.
-    pub stream: SseStream,
+    pub stream: SseStream<B>,
     recorder: Arc<PrometheusRecorder>,
 }
 
-/// Builds the stream and its producer. Run [`run_producer`] and serve [`router`].
+impl<B> App<B> {
+    fn new(stream: SseStream<B>) -> Self {
+        // One recorder per server (not the process-wide one), so servers in one test process do
+        // not mix.
+        let recorder = Arc::new(PrometheusBuilder::new().build_recorder());
+        App { stream, recorder }
+    }
+}
+
+/// Builds the stream in this process's memory and its producer. Run [`run_producer`] and serve
+/// [`router`].
 pub fn build(args: &Args) -> Result<(App, SseProducer), replay_ring::BuildError> {
-    let epoch = args.epoch.unwrap_or_else(Epoch::generate);
-    let identity = StreamIdentity::new(args.stream, epoch);
+    let identity = StreamIdentity::new(args.stream, args.epoch.unwrap_or_else(Epoch::generate));
     let (stream, producer) = SseStream::new(identity, args.sse_config())?;
-    // One recorder per server (not the process-wide one), so servers in one test process do not mix.
-    let recorder = Arc::new(PrometheusBuilder::new().build_recorder());
-    Ok((App { stream, recorder }, producer))
+    Ok((App::new(stream), producer))
+}
+
+/// Builds the stream in Redis at `url`: creates it (or opens it when another replica did) and,
+/// unless `serve_only`, takes the producer lease, kept alive while the producer idles.
+pub async fn build_redis(
+    args: &Args,
+    url: &str,
+) -> Result<(App<RedisStream>, Option<SseProducer<RedisStream>>), replay_ring_redis::Error> {
+    let backend = RedisBackend::connect(url, RedisConfig::default()).await?;
+    let capacity = args.capacity.next_power_of_two() as u64;
+    let stream = backend.create(&args.stream, capacity).await?;
+    let stream = stream.with_max_readers(args.max_readers);
+    let (identity, config) = (stream.identity(), args.sse_config());
+    if args.serve_only {
+        return Ok((
+            App::new(SseStream::without_producer(stream, identity, config)),
+            None,
+        ));
+    }
+    let producer = stream.acquire_producer().await?;
+    tokio::spawn(producer.lease_keeper().run());
+    let (stream, producer) = SseStream::with_backend(producer, identity, config);
+    Ok((App::new(stream), Some(producer)))
 }
 
 /// Produces `{"n":id}` events (`{"n":id,"t":unix_ns}` with `timestamps`; a `"pad"` field fills
 /// them up to `payload_bytes`) at the configured rate, from the first `/events` request on (or at
-/// once with `eager`); closes with `Completed` after `events`. The producer waits while the window
-/// is full and closes the stream explicitly past the backpressure bound; it never drops an event.
-pub async fn run_producer(mut producer: SseProducer, config: Args) {
+/// once with `eager`); closes with `Completed` after id `events`. The producer waits while the
+/// window is full and closes the stream explicitly past the backpressure bound; it never drops an
+/// event. While the backend is unreachable it retries (an append whose outcome was unknown is
+/// resent first, under its own id).
+pub async fn run_producer<B>(mut producer: SseProducer<B>, config: Args)
+where
+    B: Backend<Payload = Bytes, Producer: Sync>,
+{
     if !config.eager {
         producer.first_subscriber().await;
     }
@@ -144,7 +189,8 @@ pub async fn run_producer(mut producer: SseProducer, config: Args) {
         t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         t
     });
-    for _ in 0..config.events.unwrap_or(u64::MAX) {
+    let mut last = 0;
+    while last < config.events.unwrap_or(u64::MAX) {
         match &mut ticker {
             Some(t) => {
                 t.tick().await;
@@ -168,8 +214,13 @@ pub async fn run_producer(mut producer: SseProducer, config: Args) {
             json.push('}');
             Bytes::from(json)
         };
-        if producer.send_with(made).await.is_err() {
-            return; // closed past the backpressure bound; readers got an explicit error
+        match producer.send_with(made).await {
+            Ok(id) => last = id,
+            Err(PublishError::Unavailable(e)) => {
+                eprintln!("producer: {e}; retrying");
+                tokio::time::sleep(Duration::from_millis(100)).await; // back off while it is down
+            }
+            Err(_) => return, // closed; readers got an explicit terminal frame
         }
     }
     let _ = producer.close(CloseReason::Completed).await;
@@ -182,24 +233,31 @@ fn unix_ns() -> u128 {
 }
 
 /// `GET /` (the page), `GET /events` (the stream), `GET /metrics` (Prometheus text).
-pub fn router(app: App) -> Router {
+pub fn router<B: Backend<Payload = Bytes>>(app: App<B>) -> Router {
     Router::new()
         .route(
             "/",
             get(|| async { ([(header::CACHE_CONTROL, "no-store")], Html(PAGE)) }),
         )
-        .route("/events", get(events).with_state(app.stream.clone()))
-        .route("/metrics", get(metrics))
+        .route(
+            "/events",
+            get(backend_events::<B>).with_state(app.stream.clone()),
+        )
+        .route("/metrics", get(metrics::<B>))
         .with_state(app)
 }
 
-async fn metrics(State(app): State<App>) -> impl IntoResponse {
-    metrics::with_local_recorder(&*app.recorder, || {
-        app.stream.record_metrics();
+async fn metrics<B: Backend<Payload = Bytes>>(State(app): State<App<B>>) -> Response {
+    let Ok((counters, closed)) = app.stream.backend_counters().await else {
+        return StatusCode::SERVICE_UNAVAILABLE.into_response();
+    };
+    let record = || {
+        app.stream.record_metrics_from(&counters, closed);
         record_heap();
-    });
+    };
+    metrics::with_local_recorder(&*app.recorder, record);
     let text = app.recorder.handle().render();
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text)
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
 
 /// `sse_server_heap_bytes`: bytes the allocator has handed out and not got back (glibc's

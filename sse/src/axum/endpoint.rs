@@ -355,10 +355,31 @@ impl<B: Backend<Payload = Bytes>> SseStream<B> {
         P: BackendProducer<Backend = B>,
         B: Backend<Producer = P>,
     {
-        let backend = producer.backend();
+        let stream = SseStream::without_producer(producer.backend(), identity, config);
+        let producer = SseProducer::new(producer, stream.clone());
+        (stream, producer)
+    }
+
+    /// A stream served from `backend` whose producer runs elsewhere: another replica on a shared
+    /// network backend (Redis Streams), which holds the producer. Resumes, live tails, releases by
+    /// the resumption window and the slow-consumer policy work as with
+    /// [`with_backend`](Self::with_backend), judged by this process's connections.
+    ///
+    /// ```
+    /// use bytes::Bytes;
+    /// use replay_ring::ReplayRing;
+    /// use replay_ring_sse::axum::{SseConfig, SseStream};
+    /// use replay_ring_sse::{Epoch, StreamId, StreamIdentity};
+    ///
+    /// let (_producer, ring) = ReplayRing::<Bytes>::new(64, 4).unwrap();
+    /// let me = StreamIdentity::new(StreamId::new("events").unwrap(), Epoch::new(1));
+    /// let stream = SseStream::without_producer(ring, me, SseConfig::default());
+    /// assert_eq!(stream.identity(), me);
+    /// ```
+    pub fn without_producer(backend: B, identity: StreamIdentity, config: SseConfig) -> Self {
         let retention = Retention::new(config.retention, backend.max_readers())
             .with_slow_consumer_policy(config.slow_consumer);
-        let stream = SseStream {
+        SseStream {
             shared: Arc::new(Shared {
                 backend,
                 identity,
@@ -368,9 +389,7 @@ impl<B: Backend<Payload = Bytes>> SseStream<B> {
                 subscribed: Notify::new(),
                 progress: Notify::new(),
             }),
-        };
-        let producer = SseProducer::new(producer, stream.clone());
-        (stream, producer)
+        }
     }
 
     /// The backend holding the stream's window.

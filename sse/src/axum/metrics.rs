@@ -1,8 +1,11 @@
 //! The stream's counters through the `metrics` facade (feature `metrics`).
 
+use bytes::Bytes;
+use futures_util::FutureExt;
 use metrics::{counter, gauge};
 
 use super::SseStream;
+use crate::backend::{Backend, Counters};
 
 impl SseStream {
     /// Publishes a snapshot of the stream's counters to the installed `metrics` recorder, labelled
@@ -34,26 +37,64 @@ impl SseStream {
     /// stream.record_metrics(); // a no-op until a recorder is installed
     /// ```
     pub fn record_metrics(&self) {
+        // Every backend future of the ring is ready on its first poll.
+        if let Some(Ok((counters, closed))) = self.backend_counters().now_or_never() {
+            self.record_metrics_from(&counters, closed);
+        }
+    }
+}
+
+/// The same series for a stream over any backend, whose counters may take a request to read.
+impl<B: Backend<Payload = Bytes>> SseStream<B> {
+    /// The backend's counters and whether the stream is closed (for a network backend, a request
+    /// or two), for [`record_metrics_from`](Self::record_metrics_from). Read them first, then
+    /// record, so a per-server recorder (`metrics::with_local_recorder`) need not be held across
+    /// an await.
+    ///
+    /// # Errors
+    /// [`Unavailable`](crate::backend::Unavailable) if the backend could not be read.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn backend_counters(&self) -> Result<(Counters, bool), crate::backend::Unavailable> {
+        let backend = self.backend();
+        let counters = backend.counters().await?;
+        let closed = backend.close_reason().await?.is_some();
+        Ok((counters, closed))
+    }
+
+    /// Publishes the endpoint's own counters with the backend's `counters` (see
+    /// [`record_metrics`](SseStream::record_metrics) for the series).
+    ///
+    /// ```
+    /// use replay_ring_sse::axum::{SseConfig, SseStream};
+    /// use replay_ring_sse::backend::Counters;
+    /// use replay_ring_sse::{Epoch, StreamId, StreamIdentity};
+    ///
+    /// let me = StreamIdentity::new(StreamId::new("events").unwrap(), Epoch::new(1));
+    /// let (stream, _producer) = SseStream::new(me, SseConfig::default()).unwrap();
+    /// stream.record_metrics_from(&Counters::default(), false); // a no-op without a recorder
+    /// ```
+    pub fn record_metrics_from(&self, backend: &Counters, closed: bool) {
         let stream = self.identity().stream.as_str().to_owned();
         let labels = [("stream", stream)];
-        let ring = self.ring().metrics();
         let retention = self.with_retention(|r| r.stats());
         let endpoint = self.stats();
         let counters = [
-            ("replay_ring_events_enqueued_total", ring.events_enqueued),
-            ("replay_ring_events_released_total", ring.events_released),
-            ("replay_ring_resumes_ok_total", ring.resumes_ok),
-            ("replay_ring_resumes_noop_total", ring.resumes_noop),
+            ("replay_ring_events_enqueued_total", backend.events_enqueued),
+            ("replay_ring_events_released_total", backend.events_released),
+            ("replay_ring_resumes_ok_total", backend.resumes_ok),
+            ("replay_ring_resumes_noop_total", backend.resumes_noop),
             (
                 "replay_ring_resumes_below_floor_total",
-                ring.resumes_below_floor,
+                backend.resumes_below_floor,
             ),
             (
                 "replay_ring_resumes_ahead_of_head_total",
-                ring.resumes_ahead_of_head,
+                backend.resumes_ahead_of_head,
             ),
-            ("replay_ring_producer_full_total", ring.producer_full),
-            ("replay_ring_producer_waits_total", ring.producer_waits),
+            ("replay_ring_producer_full_total", backend.producer_full),
+            ("replay_ring_producer_waits_total", backend.producer_waits),
             ("replay_ring_ack_releases_total", retention.ack_releases),
             (
                 "replay_ring_window_releases_total",
@@ -80,14 +121,11 @@ impl SseStream {
             counter!(name, &labels).absolute(value);
         }
         let gauges = [
-            ("replay_ring_readers_active", ring.readers_active as f64),
-            ("replay_ring_floor", ring.floor as f64),
-            ("replay_ring_head", ring.head as f64),
-            ("replay_ring_capacity", ring.capacity as f64),
-            (
-                "replay_ring_closed",
-                if self.ring().is_closed() { 1.0 } else { 0.0 },
-            ),
+            ("replay_ring_readers_active", backend.readers_active as f64),
+            ("replay_ring_floor", backend.floor as f64),
+            ("replay_ring_head", backend.head as f64),
+            ("replay_ring_capacity", backend.capacity as f64),
+            ("replay_ring_closed", if closed { 1.0 } else { 0.0 }),
         ];
         for (name, value) in gauges {
             gauge!(name, &labels).set(value);
