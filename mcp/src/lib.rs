@@ -49,12 +49,18 @@ mod facade;
 mod layer;
 mod manager;
 mod metrics;
+#[cfg(feature = "redis")]
+mod redis_log;
+#[cfg(feature = "redis")]
+mod remote;
 mod store;
 mod stream;
 
 pub use layer::{refusal_response, refusal_status, Body, ResumeGuard, ResumeGuardLayer};
 pub use manager::{ManagerError, ReplayRingSessionManager, SseStream};
 pub use metrics::StoreMetrics;
+#[cfg(feature = "redis")]
+pub use redis_log::RedisEventLog;
 pub use store::{
     RefusalReason, ResumeRefusal, RingEventStore, StoreConfig, DEFAULT_CAPACITY,
     DEFAULT_COMPLETED_TTL, DEFAULT_MAX_READERS, DEFAULT_RETRY,
