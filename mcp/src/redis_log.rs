@@ -18,7 +18,9 @@
 use redis::aio::ConnectionManager;
 use redis::AsyncCommands;
 use replay_ring::CloseReason;
-use replay_ring_redis::{Error as RedisError, RedisBackend, RedisConfig, RedisProducer, RedisStream};
+use replay_ring_redis::{
+    Error as RedisError, RedisBackend, RedisConfig, RedisProducer, RedisStream,
+};
 use replay_ring_sse::{Epoch, StreamId};
 use rmcp::model::RequestId;
 use rmcp::transport::streamable_http_server::session::ServerSseMessage;
@@ -121,9 +123,8 @@ impl RedisEventLog {
         epoch: Epoch,
         stream: &StreamId,
     ) -> Result<RedisStream, RedisError> {
-        let name = Self::name(epoch, stream).map_err(|_| RedisError::NotFound {
-            stream: *stream,
-        })?;
+        let name =
+            Self::name(epoch, stream).map_err(|_| RedisError::NotFound { stream: *stream })?;
         self.backend.open(&name).await
     }
 
@@ -196,7 +197,9 @@ pub(crate) fn encode(event: &ServerSseMessage) -> Vec<u8> {
         .and_then(|m| serde_json::to_value(m).ok())
         .unwrap_or(Value::Null);
     let retry = event.retry.map(|r| r.as_millis() as u64);
-    json!({ "message": message, "retry": retry }).to_string().into_bytes()
+    json!({ "message": message, "retry": retry })
+        .to_string()
+        .into_bytes()
 }
 
 /// The Redis side of one stream, owned by the stream's writer.

@@ -14,8 +14,7 @@ use http_body_util::{BodyExt, StreamBody};
 use replay_ring::CloseReason;
 use replay_ring_redis::{Error as RedisError, ReadItem, RedisReader, RedisStream};
 use replay_ring_sse::{
-    decide, EventId, Frame, ResumeDecision, StreamIdentity, StreamState,
-    EVENT_STREAM_CONTENT_TYPE,
+    decide, EventId, Frame, ResumeDecision, StreamIdentity, StreamState, EVENT_STREAM_CONTENT_TYPE,
 };
 use rmcp::model::RequestId;
 use serde_json::Value;
@@ -115,9 +114,7 @@ impl RingEventStore {
         let unavailable = |_e: RedisError| Some(self.unavailable_response());
         let stream = match log.open(id.epoch, &id.stream).await {
             Ok(s) => s,
-            Err(e) if e.is_stream_lost() || matches!(e, RedisError::Corrupt { .. }) => {
-                return None
-            }
+            Err(e) if e.is_stream_lost() || matches!(e, RedisError::Corrupt { .. }) => return None,
             Err(e) => return unavailable(e),
         };
         let owner = match log.owner(&stream).await {
@@ -200,10 +197,8 @@ impl RingEventStore {
     }
 
     fn unavailable_response(&self) -> Response<Body> {
-        let refusal = self.count_refusal(
-            RefusalReason::Decision(ResumeDecision::Unavailable),
-            None,
-        );
+        let refusal =
+            self.count_refusal(RefusalReason::Decision(ResumeDecision::Unavailable), None);
         let mut response = refusal_response(&refusal);
         let retry = self.config().retry.as_secs().max(1).to_string();
         if let Ok(v) = HeaderValue::from_str(&retry) {
@@ -266,7 +261,9 @@ impl RemoteConnection {
             Ok(Err(RedisError::Gap { floor, .. })) => {
                 self.done = true;
                 let next = self.reader.last_id() + 1;
-                let reason = format!("events from {next} were released before they were sent (floor {floor})");
+                let reason = format!(
+                    "events from {next} were released before they were sent (floor {floor})"
+                );
                 self.broken("replay_gap", &reason)
             }
             Ok(Err(e)) if e.is_stream_lost() => {
@@ -347,7 +344,9 @@ fn event_stream_response(frames: BoxStream<'static, Bytes>) -> Response<Body> {
     let frames = SyncStream(SyncWrapper::new(frames))
         .filter(|b| std::future::ready(!b.is_empty()))
         .map(|b| Ok::<_, Infallible>(http_body::Frame::data(b)));
-    let body = BodyExt::boxed(StreamBody::new(SyncStream(SyncWrapper::new(frames.boxed()))));
+    let body = BodyExt::boxed(StreamBody::new(SyncStream(SyncWrapper::new(
+        frames.boxed(),
+    ))));
     let mut response = Response::new(body);
     *response.status_mut() = StatusCode::OK;
     let headers = response.headers_mut();
@@ -355,7 +354,10 @@ fn event_stream_response(frames: BoxStream<'static, Bytes>) -> Response<Body> {
         http::header::CONTENT_TYPE,
         HeaderValue::from_static(EVENT_STREAM_CONTENT_TYPE),
     );
-    headers.insert(http::header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    headers.insert(
+        http::header::CACHE_CONTROL,
+        HeaderValue::from_static("no-cache"),
+    );
     response
 }
 

@@ -516,7 +516,13 @@ impl RingEventStore {
     /// Every stream in the store.
     #[cfg(feature = "redis")]
     pub(crate) fn entries(&self) -> Vec<Arc<StreamEntry>> {
-        self.inner.streams.lock().by_rmcp.values().cloned().collect()
+        self.inner
+            .streams
+            .lock()
+            .by_rmcp
+            .values()
+            .cloned()
+            .collect()
     }
 
     /// Looks a wire id's stream up by name.
@@ -678,7 +684,11 @@ impl RingEventStore {
     }
 
     /// Counts a refusal and builds it.
-    pub(crate) fn count_refusal(&self, reason: RefusalReason, state: Option<StreamState>) -> ResumeRefusal {
+    pub(crate) fn count_refusal(
+        &self,
+        reason: RefusalReason,
+        state: Option<StreamState>,
+    ) -> ResumeRefusal {
         let c = &self.inner.counters;
         match &reason {
             RefusalReason::ForeignSession { .. } => c.resumes_foreign_session.inc(),
@@ -734,10 +744,9 @@ impl RingEventStore {
         entry: Arc<StreamEntry>,
         after: u64,
     ) -> Result<RingStream, ResumeRefusal> {
-        let reader = entry
-            .ring
-            .resume(Some(after))
-            .map_err(|e| self.count_refusal(RefusalReason::Decision(e.into()), Some(entry.state())))?;
+        let reader = entry.ring.resume(Some(after)).map_err(|e| {
+            self.count_refusal(RefusalReason::Decision(e.into()), Some(entry.state()))
+        })?;
         Ok(RingStream::new(entry, reader, None, self.inner.clone()))
     }
 

@@ -132,7 +132,9 @@ async fn ids_are_per_stream_wire_ids_and_gap_free(kind: Kind) {
     );
 }
 
-async fn replay_is_strictly_after_the_cursor_on_its_stream_then_live_until_the_response(kind: Kind) {
+async fn replay_is_strictly_after_the_cursor_on_its_stream_then_live_until_the_response(
+    kind: Kind,
+) {
     let f = store(kind, 64, LIMIT).await;
     let s = &f.store;
     s.store_event("req-a", &ServerSseMessage::retry(Duration::from_secs(1)))
