@@ -61,8 +61,30 @@ impl RingEventStore {
         }
     }
 
-    /// Housekeeping of the Redis event log, for the same timer as
-    /// [`maintain`](Self::maintain), at least every third of `RedisConfig::lease`: renews the
+    /// Runs [`maintain_event_log`](Self::maintain_event_log) every third of the lease, in the
+    /// current tokio runtime (if any), until the store is dropped.
+    pub(crate) fn spawn_log_maintenance(&self) {
+        let (Some(log), Ok(runtime)) = (&self.inner.log, tokio::runtime::Handle::try_current())
+        else {
+            return;
+        };
+        let every = (log.backend().config().lease / 3).max(Duration::from_millis(10));
+        let store = Arc::downgrade(&self.inner);
+        runtime.spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            loop {
+                tick.tick().await;
+                let Some(inner) = store.upgrade() else {
+                    return;
+                };
+                RingEventStore { inner }.maintain_event_log().await;
+            }
+        });
+    }
+
+    /// Housekeeping of the Redis event log (a store made by
+    /// [`with_redis`](Self::with_redis) inside a tokio runtime runs it on its own, every third of
+    /// `RedisConfig::lease`): renews the
     /// producer lease of every open stream (so other replicas know its producer is alive; a
     /// lapsed lease is taken again by the next event) and releases in Redis what the rings
     /// released. Returns how many streams it looked at. Without an event log it does nothing.

@@ -343,7 +343,9 @@ impl RingEventStore {
     /// A store whose streams also keep their events in Redis (`log`), so that a client's resume
     /// can be served by any replica ([`remote_resume`](Self::remote_resume)), with a fresh random
     /// epoch. Each event is in Redis before any connection sends it; when Redis refuses or cannot
-    /// be reached the stream ends with an explicit error instead.
+    /// be reached the stream ends with an explicit error instead. Called inside a tokio runtime,
+    /// it starts a task that runs [`maintain_event_log`](Self::maintain_event_log) every third
+    /// of the lease until the store is dropped.
     ///
     /// ```no_run
     /// use replay_ring_mcp::{RedisEventLog, RingEventStore, StoreConfig};
@@ -366,6 +368,7 @@ impl RingEventStore {
         if let Some(inner) = Arc::get_mut(&mut store.inner) {
             inner.log = Some(log);
         }
+        store.spawn_log_maintenance();
         store
     }
 

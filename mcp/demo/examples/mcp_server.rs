@@ -151,8 +151,6 @@ async fn main() -> std::io::Result<()> {
             loop {
                 tick.tick().await;
                 store.maintain();
-                // Lease renewals and releases of the Redis event log (nothing without one).
-                store.maintain_event_log().await;
             }
         });
     }
