@@ -20,9 +20,8 @@
 //! `Replay-Stream` headers.
 //!
 //! With a Redis event log (feature `redis`), a resume whose MCP session or stream this process
-//! does not hold is served from Redis instead of being refused
-//! ([`RingEventStore::remote_resume`](crate::RingEventStore::remote_resume)); Redis being
-//! unreachable is then `503` with `Retry-After`.
+//! does not hold is served from Redis instead of being refused (`RingEventStore::remote_resume`);
+//! Redis being unreachable is then `503` with `Retry-After`.
 
 use std::convert::Infallible;
 use std::future::Future;

@@ -40,7 +40,7 @@
 //! # }
 //! ```
 //!
-//! With the feature `redis`, [`RingEventStore::with_redis`] also keeps every event in Redis
+//! With the feature `redis`, `RingEventStore::with_redis` also keeps every event in Redis
 //! Streams (before any connection sends it), and [`ResumeGuardLayer`] serves a resume whose MCP
 //! session or stream this process does not hold from Redis, after checking the session recorded
 //! there: resumes can go to any replica, the session's other requests to the one that owns it.
