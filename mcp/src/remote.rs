@@ -26,7 +26,7 @@ use crate::store::{RefusalReason, RingEventStore, StreamEntry};
 use crate::stream::broken_frame;
 
 /// Idle time after which a resumed connection gets a keep-alive comment and checks that the
-/// stream's producer is still alive.
+/// stream's producer is still alive (sooner when the lease is shorter).
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
 
 impl RingEventStore {
@@ -260,7 +260,9 @@ impl RemoteConnection {
     }
 
     async fn next_frame(&mut self) -> Bytes {
-        match tokio::time::timeout(KEEP_ALIVE, self.reader.next()).await {
+        // Check the producer at least once per lease, so a gone one is noticed within a lease.
+        let idle = KEEP_ALIVE.min(self.log.backend().config().lease);
+        match tokio::time::timeout(idle, self.reader.next()).await {
             Ok(Ok(ReadItem::Events(events))) => {
                 let mut buf = BytesMut::new();
                 for (seq, payload) in events {

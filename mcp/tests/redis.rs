@@ -383,3 +383,57 @@ async fn redis_failing_mid_call_ends_the_call_with_a_json_rpc_error_after_the_la
     assert!(all.iter().filter_map(|e| progress_in(e)).count() < 200);
     assert_eq!(r.store_a.metrics().event_log_failures, 1);
 }
+
+#[tokio::test]
+async fn a_stream_whose_replica_is_gone_ends_explicitly_on_the_replica_serving_its_resume() {
+    let server = RedisServer::start();
+    let short_lease = RedisConfig {
+        lease: Duration::from_millis(300),
+        ..quick_config()
+    };
+    let log = RedisEventLog::connect(&server.url(), short_lease.clone())
+        .await
+        .unwrap();
+    let a = RingEventStore::with_redis_epoch(StoreConfig::default(), log, Epoch::new(0xa));
+    let log = RedisEventLog::connect(&server.url(), short_lease)
+        .await
+        .unwrap();
+    let b = RingEventStore::with_redis_epoch(StoreConfig::default(), log, Epoch::new(0xb));
+    // The MCP session's GET stream on replica A (its session is recorded when it is created).
+    for p in 1..=2 {
+        a.store_event("sess-1:common", &progress(p)).await.unwrap();
+    }
+    let resumed = b
+        .remote_resume(Some("sess-1"), b"s1.a.1")
+        .await
+        .expect("served from Redis");
+    assert_eq!(resumed.status(), StatusCode::OK);
+    let mut body = Body::new(resumed.into_body());
+    let replayed = events_from(&mut body, 1).await;
+    assert_eq!(replayed[0].id.as_deref(), Some("s1.a.2"));
+    // While A lives, its store renews the lease: for three lease periods without events, B's
+    // connection carries keep-alive comments only (without the renewals it would end).
+    let alive_until = tokio::time::Instant::now() + Duration::from_millis(900);
+    while let Ok(frame) = tokio::time::timeout_at(alive_until, body.frame()).await {
+        let data = frame.expect("body ended").unwrap().into_data().unwrap();
+        assert!(
+            data.starts_with(b":"),
+            "ended while the producer lives: {data:?}"
+        );
+    }
+    // Replica A dies (its store and producer with it): the lease lapses without a close.
+    drop(a);
+    // B's connection ends explicitly (the GET stream answers no request: a retry hint) ...
+    let rest = events_from(&mut body, 10).await;
+    assert_eq!(rest.len(), 1, "{rest:?}");
+    assert!(rest[0].id.is_none() && rest[0].data.is_empty(), "{rest:?}");
+    // ... and its reconnect at the last id is told the stream ended, and why.
+    let gone = b.remote_resume(Some("sess-1"), b"s1.a.2").await.unwrap();
+    assert_eq!(gone.status(), StatusCode::GONE);
+    let body = json_body(Response::new(Body::new(gone.into_body()))).await;
+    assert_eq!(body["error"]["data"]["error"], "stream_closed", "{body}");
+    let reason = body["error"]["data"]["reason"].as_str().unwrap();
+    assert!(reason.contains("gone"), "{reason}");
+    // Another session is not served at all (the caller answers 404).
+    assert!(b.remote_resume(Some("sess-2"), b"s1.a.1").await.is_none());
+}
