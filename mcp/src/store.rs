@@ -879,6 +879,10 @@ impl EventStore for RingEventStore {
     ///
     /// Cancelling never stores half an event or consumes an id: a cancelled call either stored
     /// the event (its id is lost to the caller, the event stays replayable) or stored nothing.
+    /// With a Redis event log, a call cancelled while Redis is appending leaves the outcome to the
+    /// next event: the producer resends the unconfirmed append first, so ids stay aligned, and if
+    /// they cannot (Redis never received it) the next event ends the stream with an explicit
+    /// error. Until then the event is not sent to any connection.
     async fn store_event(
         &self,
         stream_id: &str,
