@@ -205,7 +205,7 @@ macro_rules! on_both_logs {
 
 async fn post_stream_then_resume_replays_exactly_after_the_cursor(kind: Kind) {
     let f = app_on(kind, StoreConfig::default()).await;
-    let app = &f.app;
+    let app = f.app.clone();
     let session = initialize(&app).await;
     let all = events(call(&app, post(Some(&session), long_task(1, 5))).await, 100).await;
     // Priming (id, empty data, retry), 5 progress events, the result: ids 1..=7 of one stream.
@@ -238,7 +238,7 @@ async fn post_stream_then_resume_replays_exactly_after_the_cursor(kind: Kind) {
 
 async fn unreplayable_cursors_get_explicit_json_rpc_errors_never_an_empty_200(kind: Kind) {
     let f = app_on(kind, StoreConfig::default()).await;
-    let app = &f.app;
+    let app = f.app.clone();
     let session = initialize(&app).await;
     let other = initialize(&app).await;
     let all = events(call(&app, post(Some(&session), long_task(1, 5))).await, 100).await;
@@ -294,7 +294,7 @@ async fn unreplayable_cursors_get_explicit_json_rpc_errors_never_an_empty_200(ki
 
 async fn standalone_get_primes_with_the_head_and_carries_session_notifications(kind: Kind) {
     let f = app_on(kind, StoreConfig::default()).await;
-    let app = &f.app;
+    let app = f.app.clone();
     let session = initialize(&app).await;
     let resp = call(&app, get(&session, None)).await;
     assert_eq!(resp.status(), StatusCode::OK);
@@ -338,7 +338,7 @@ async fn rmcp_builtin_cache_answers_an_unknown_cursor_with_an_empty_200() {
 
 async fn a_resume_at_the_final_id_of_a_completed_stream_is_410_stream_complete(kind: Kind) {
     let f = app_on(kind, StoreConfig::default()).await;
-    let app = &f.app;
+    let app = f.app.clone();
     let session = initialize(&app).await;
     let all = events(call(&app, post(Some(&session), long_task(1, 3))).await, 100).await;
     let last = all.last().unwrap().id.clone().unwrap();
@@ -407,7 +407,7 @@ async fn abandoned_call(app: &Router, session: &str, id: u64, n: u64) -> String 
 
 async fn a_request_stream_closed_by_backpressure_ends_with_an_error_for_its_request(kind: Kind) {
     let f = app_on(kind, small_window(8)).await;
-    let (app, store) = (&f.app, &f.store);
+    let (app, store) = (f.app.clone(), &f.store);
     let session = initialize(&app).await;
     let priming = abandoned_call(&app, &session, 41, 50).await;
     assert!(
@@ -535,7 +535,7 @@ async fn abandoned_tool_calls_are_released_round_after_round() {
 
 async fn a_repeated_last_event_id_is_refused_as_ambiguous(kind: Kind) {
     let f = app_on(kind, StoreConfig::default()).await;
-    let app = &f.app;
+    let app = f.app.clone();
     let session = initialize(&app).await;
     let all = events(call(&app, post(Some(&session), long_task(1, 3))).await, 100).await;
     let (first, second) = (all[1].id.clone().unwrap(), all[2].id.clone().unwrap());
@@ -577,7 +577,7 @@ async fn a_stalled_connection_is_cut_and_the_resumed_one_gets_every_event(kind: 
         ..StoreConfig::default()
     };
     let f = app_on(kind, config).await;
-    let (app, store) = (&f.app, &f.store);
+    let (app, store) = (f.app.clone(), &f.store);
     let session = initialize(&app).await;
     let resp = call(&app, post(Some(&session), long_task_paced(7, N, 1))).await;
     assert_eq!(resp.status(), StatusCode::OK);
