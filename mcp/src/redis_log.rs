@@ -5,8 +5,9 @@
 //! The in-process ring stays the stream's window on the replica that owns the MCP session: it
 //! assigns the ids, applies backpressure and retention, and feeds that replica's connections
 //! without a copy. Redis holds the same events as the log of record for resumes that land
-//! elsewhere ([`RemoteResume`](crate::remote)). A connection on the owning replica is never handed an
-//! event before Redis acknowledged it (the *durable* mark, [`Gate`](crate::stream::Gate)).
+//! elsewhere (`RingEventStore::remote_resume`, in `remote.rs`). A connection on the owning replica
+//! is never handed an event before Redis acknowledged it (the *durable* mark, `Gate` in
+//! `stream.rs`).
 //!
 //! Names: the store's stream `s7` of store epoch `9f3a2c1e` is the Redis stream `9f3a2c1e-s7`
 //! (keys `<prefix>:{9f3a2c1e-s7}:…`, one hash tag per stream). Wire ids keep the store's format
