@@ -155,6 +155,15 @@ impl RedisEventLog {
         result.map_err(|e| format!("event log on Redis: {e}"))
     }
 
+    /// Forgets the owner of `stream` (its MCP session was deleted): resumes elsewhere are then
+    /// answered as for an unknown session.
+    pub(crate) async fn clear_owner(&self, stream: &RedisStream) -> Result<(), String> {
+        let mut conn = self.conn.clone();
+        conn.del(Self::owner_key(stream))
+            .await
+            .map_err(|e: redis::RedisError| format!("event log on Redis: {e}"))
+    }
+
     /// The MCP session that owns `stream` and the request it answers, if recorded.
     pub(crate) async fn owner(&self, stream: &RedisStream) -> Result<Option<Owner>, RedisError> {
         let mut conn = self.conn.clone();

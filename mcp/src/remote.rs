@@ -46,7 +46,9 @@ impl RingEventStore {
         }
     }
 
-    /// Closes a stream's Redis stream in the background (the caller cannot wait).
+    /// Ends the Redis stream of a stream whose MCP session was deleted, in the background (the
+    /// caller cannot wait): its owner is forgotten first, so that a resume on another replica is
+    /// answered `404 session_lost` as here, and readers there get the end.
     pub(crate) fn close_log_later(entry: Arc<StreamEntry>, reason: CloseReason) {
         if entry.gate.is_none() {
             return;
@@ -55,6 +57,7 @@ impl RingEventStore {
             runtime.spawn(async move {
                 let mut writer = entry.writer.lock().await;
                 if let Some(log) = writer.log.as_mut() {
+                    let _ = log.log().clear_owner(log.stream()).await;
                     let _ = log.close(reason).await;
                 }
             });

@@ -350,6 +350,30 @@ async fn another_replica_checks_the_session_and_refuses_unreplayable_cursors_exp
     // A stream that never existed in Redis: 404.
     let unknown = call(&r.b, get(&session, &format!("{prefix}9.1"))).await;
     assert_eq!(unknown.status(), StatusCode::NOT_FOUND);
+    // The MCP session is deleted on A: B then answers as A does, 404 `session_lost`.
+    let delete = Request::delete("/mcp")
+        .header("host", "127.0.0.1")
+        .header("mcp-protocol-version", "2025-11-25")
+        .header("mcp-session-id", &session)
+        .body(Body::empty())
+        .unwrap();
+    assert!(call(&r.a, delete).await.status().is_success());
+    let mut answers = Vec::new();
+    for _ in 0..100 {
+        // The owner is forgotten in the background, right after the DELETE.
+        let resp = call(&r.b, get(&session, &ids[3])).await;
+        let status = resp.status();
+        answers.push(status);
+        if status == StatusCode::NOT_FOUND {
+            assert_eq!(
+                json_body(resp).await["error"]["data"]["error"],
+                "session_lost"
+            );
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(answers.last(), Some(&StatusCode::NOT_FOUND), "{answers:?}");
     // Redis down: 503 with Retry-After, never an empty 200.
     r.server.kill();
     let down = call(&r.b, get(&session, &ids[3])).await;
