@@ -461,3 +461,52 @@ async fn a_stream_whose_replica_is_gone_ends_explicitly_on_the_replica_serving_i
     // Another session is not served at all (the caller answers 404).
     assert!(b.remote_resume(Some("sess-2"), b"s1.a.1").await.is_none());
 }
+
+#[tokio::test]
+async fn redis_refusing_an_event_out_of_memory_ends_the_stream_explicitly() {
+    let server = RedisServer::start_with(&["--maxmemory", "4mb"]);
+    let store = store_on(&server, Epoch::new(0xabc)).await;
+    let big = "x".repeat(64 * 1024);
+    let event = |p: u64| -> ServerSseMessage {
+        let msg: ServerJsonRpcMessage = serde_json::from_value(json!({
+            "jsonrpc": "2.0", "method": "notifications/progress",
+            "params": {"progressToken": "t", "progress": p, "message": big}
+        }))
+        .unwrap();
+        ServerSseMessage::from_message(msg)
+    };
+    let mut stored = 0;
+    let refusal = loop {
+        match store.store_event("req-a", &event(stored + 1)).await {
+            Ok(_) => stored += 1,
+            Err(e) => break e.to_string(),
+        }
+        assert!(stored < 1000, "Redis never refused");
+    };
+    assert!(refusal.contains("Redis"), "{refusal}");
+    assert!(refusal.to_lowercase().contains("memory"), "{refusal}");
+    assert!(stored > 0);
+    // The stream is over; a reader gets exactly the events Redis took, then the explicit end.
+    assert!(store.store_event("req-a", &progress(0)).await.is_err());
+    let mut replay = store.resume_stream(None, b"s1.abc.0").unwrap();
+    for p in 1..=stored {
+        let m = tokio::time::timeout(LIMIT, replay.next())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(progress_of(&m), Some(p));
+    }
+    let last = tokio::time::timeout(LIMIT, replay.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        last.message.is_none() && last.event_id.is_none(),
+        "{last:?}"
+    );
+    assert!(tokio::time::timeout(LIMIT, replay.next())
+        .await
+        .unwrap()
+        .is_none());
+    assert_eq!(store.metrics().event_log_failures, 1);
+}
