@@ -804,10 +804,14 @@ impl RingEventStore {
                     // No connection sends `seq` before Redis has it (the gate); if Redis fails,
                     // the stream ends here, explicitly, after the last durable event.
                     if let Err(e) = log.append(seq, event, entry.ring.floor()).await {
+                        counters.event_log_failures.inc();
                         log.fail(&e);
                         let _ = publisher.close(CloseReason::error(e.clone())).await;
+                        // Readers on other replicas end too: with the reason if Redis still takes
+                        // the close (a refusal such as OOM), else when the lease lapses (the
+                        // producer is dropped either way, so nothing renews it).
+                        let _ = log.close(CloseReason::error(e.clone())).await;
                         entry.mark_closed();
-                        counters.event_log_failures.inc();
                         return Err(EventStoreError::from(format!(
                             "stream {} closed: {e}",
                             identity.stream

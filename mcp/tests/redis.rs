@@ -477,7 +477,8 @@ async fn redis_refusing_an_event_out_of_memory_ends_the_stream_explicitly() {
     };
     let mut stored = 0;
     let refusal = loop {
-        match store.store_event("req-a", &event(stored + 1)).await {
+        // The MCP session's GET stream: its session is recorded with it, so replica B serves it.
+        match store.store_event("sess-1:common", &event(stored + 1)).await {
             Ok(_) => stored += 1,
             Err(e) => break e.to_string(),
         }
@@ -486,8 +487,28 @@ async fn redis_refusing_an_event_out_of_memory_ends_the_stream_explicitly() {
     assert!(refusal.contains("Redis"), "{refusal}");
     assert!(refusal.to_lowercase().contains("memory"), "{refusal}");
     assert!(stored > 0);
+    // Replica B, resuming from Redis, gets the same events and the same end (Redis recorded the
+    // close), not keep-alives forever.
+    let b = store_on(&server, Epoch::new(0xb)).await;
+    let resumed = b.remote_resume(Some("sess-1"), b"s1.abc.0").await.unwrap();
+    assert_eq!(resumed.status(), StatusCode::OK);
+    let events = events_from(&mut Body::new(resumed.into_body()), 10_000).await;
+    let ids: Vec<u64> = events
+        .iter()
+        .filter_map(|e| e.id.as_deref())
+        .map(seq_of)
+        .collect();
+    assert_eq!(ids, (1..=stored).collect::<Vec<_>>());
+    assert_eq!(events.len() as u64, stored + 1, "ends with a retry hint");
+    assert!(
+        events.last().unwrap().id.is_none(),
+        "ends with a retry hint"
+    );
     // The stream is over; a reader gets exactly the events Redis took, then the explicit end.
-    assert!(store.store_event("req-a", &progress(0)).await.is_err());
+    assert!(store
+        .store_event("sess-1:common", &progress(0))
+        .await
+        .is_err());
     let mut replay = store.resume_stream(None, b"s1.abc.0").unwrap();
     for p in 1..=stored {
         let m = tokio::time::timeout(LIMIT, replay.next())
