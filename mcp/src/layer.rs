@@ -18,6 +18,10 @@
 //!
 //! Every refusal for an existing stream also carries `Replay-Floor`, `Replay-Head` and
 //! `Replay-Stream` headers.
+//!
+//! With a Redis event log (feature `redis`), a resume whose MCP session or stream this process
+//! does not hold is served from Redis instead of being refused (`RingEventStore::remote_resume`);
+//! Redis being unreachable is then `503` with `Retry-After`.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -111,14 +115,32 @@ where
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let manager = self.manager.clone();
         Box::pin(async move {
+            let store = manager.store();
             if let Some(session) = &session {
                 if !manager.has_session(session).await.unwrap_or(false) {
-                    return Ok(refusal_response(&manager.store().session_lost()));
+                    // Another replica's MCP session: with a Redis event log, its stream's resume
+                    // is served from Redis (after checking the session recorded there).
+                    #[cfg(feature = "redis")]
+                    if let Some(response) = store.remote_resume(Some(session), &cursor).await {
+                        return Ok(response);
+                    }
+                    return Ok(refusal_response(&store.session_lost()));
                 }
             }
-            match manager.store().check_resume(session.as_deref(), &cursor) {
+            match store.check_resume(session.as_deref(), &cursor) {
                 Ok(_) => inner.call(req).await,
-                Err(refusal) => Ok(refusal_response(&refusal)),
+                Err(refusal) => {
+                    // A stream this process no longer holds may still be in Redis.
+                    #[cfg(feature = "redis")]
+                    if refusal.code() == "stream_lost" {
+                        if let Some(response) =
+                            store.remote_resume(session.as_deref(), &cursor).await
+                        {
+                            return Ok(response);
+                        }
+                    }
+                    Ok(refusal_response(&refusal))
+                }
             }
         })
     }

@@ -40,6 +40,11 @@
 //! # }
 //! ```
 //!
+//! With the feature `redis`, `RingEventStore::with_redis` also keeps every event in Redis
+//! Streams (before any connection sends it), and [`ResumeGuardLayer`] serves a resume whose MCP
+//! session or stream this process does not hold from Redis, after checking the session recorded
+//! there: resumes can go to any replica, the session's other requests to the one that owns it.
+//!
 //! Resumability exists in MCP protocol revisions 2025-03-26 through 2025-11-25 and was removed in
 //! 2026-07-28; see `docs/mcp.md`.
 #![deny(missing_docs)]
@@ -49,12 +54,18 @@ mod facade;
 mod layer;
 mod manager;
 mod metrics;
+#[cfg(feature = "redis")]
+mod redis_log;
+#[cfg(feature = "redis")]
+mod remote;
 mod store;
 mod stream;
 
 pub use layer::{refusal_response, refusal_status, Body, ResumeGuard, ResumeGuardLayer};
 pub use manager::{ManagerError, ReplayRingSessionManager, SseStream};
 pub use metrics::StoreMetrics;
+#[cfg(feature = "redis")]
+pub use redis_log::RedisEventLog;
 pub use store::{
     RefusalReason, ResumeRefusal, RingEventStore, StoreConfig, DEFAULT_CAPACITY,
     DEFAULT_COMPLETED_TTL, DEFAULT_MAX_READERS, DEFAULT_RETRY,

@@ -200,6 +200,10 @@ impl SessionManager for ReplayRingSessionManager {
             .entry_by_event_id(&event_id)
             .ok_or_else(|| ManagerError::Store(format!("stream of {wire} is not in the store")))?;
         let disconnect = self.store.bind(&entry, id, request);
+        // With a Redis event log: record the owner, so that another replica can check a resume
+        // of this stream against its MCP session.
+        #[cfg(feature = "redis")]
+        self.store.record_owner(&entry).await;
         let mut live = self
             .store
             .live_stream(entry, event_id.seq - 1)
@@ -228,6 +232,7 @@ impl SessionManager for ReplayRingSessionManager {
         let entry = self
             .store
             .entry_for(&format!("{id}:common"))
+            .await
             .map_err(|e| ManagerError::Store(e.to_string()))?;
         if entry.retention.lock().live_connections() > 0 {
             // One live GET stream per session: a second one gets keep-alives only, so a message

@@ -39,6 +39,8 @@ pub(crate) struct Counters {
     pub(crate) backpressure_timeouts: Counter,
     pub(crate) streams_ended_with_error: Counter,
     pub(crate) server_disconnects: Counter,
+    pub(crate) event_log_failures: Counter,
+    pub(crate) remote_resumes: Counter,
 }
 
 impl Counters {
@@ -63,6 +65,8 @@ impl Counters {
             backpressure_timeouts: self.backpressure_timeouts.get(),
             streams_ended_with_error: self.streams_ended_with_error.get(),
             server_disconnects: self.server_disconnects.get(),
+            event_log_failures: self.event_log_failures.get(),
+            remote_resumes: self.remote_resumes.get(),
             ..StoreMetrics::default()
         }
     }
@@ -111,6 +115,12 @@ pub struct StoreMetrics {
     pub streams_ended_with_error: u64,
     /// Connections ended on purpose by the server (SEP-1699 polling).
     pub server_disconnects: u64,
+    /// Streams ended because their external event log (Redis) refused an event or could not be
+    /// reached (always 0 without one).
+    pub event_log_failures: u64,
+    /// Resumes served from the external event log for a stream this process does not hold
+    /// (another replica's, or one it has forgotten).
+    pub remote_resumes: u64,
     /// Gauge: streams in the store.
     pub streams_open: u64,
     /// Gauge: events retained over all streams.
@@ -131,7 +141,7 @@ pub struct StoreMetrics {
 
 impl StoreMetrics {
     /// `(name, value)` for every field, in declaration order.
-    pub fn fields(&self) -> [(&'static str, u64); 28] {
+    pub fn fields(&self) -> [(&'static str, u64); 30] {
         [
             ("events_stored", self.events_stored),
             ("priming_stored", self.priming_stored),
@@ -152,6 +162,8 @@ impl StoreMetrics {
             ("backpressure_timeouts", self.backpressure_timeouts),
             ("streams_ended_with_error", self.streams_ended_with_error),
             ("server_disconnects", self.server_disconnects),
+            ("event_log_failures", self.event_log_failures),
+            ("remote_resumes", self.remote_resumes),
             ("streams_open", self.streams_open),
             ("retained", self.retained),
             ("readers_active", self.readers_active),

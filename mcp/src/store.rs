@@ -29,7 +29,9 @@ use rmcp::transport::streamable_http_server::session::{
 };
 
 use crate::metrics::{Counters, StoreMetrics};
-use crate::stream::RingStream;
+#[cfg(feature = "redis")]
+use crate::redis_log::{LogWriter, RedisEventLog};
+use crate::stream::{Gate, RingStream};
 
 /// Default events retained per stream.
 pub const DEFAULT_CAPACITY: usize = 1024;
@@ -152,8 +154,11 @@ impl std::error::Error for ResumeRefusal {}
 pub(crate) struct StreamEntry {
     pub(crate) identity: StreamIdentity,
     pub(crate) ring: ReplayRing<ServerSseMessage>,
-    /// The producer with the shared retention policy and the one backpressure loop.
-    publisher: tokio::sync::Mutex<Publisher<Producer<ServerSseMessage>>>,
+    /// The producer with the shared retention policy and the one backpressure loop, and the
+    /// stream's external event log.
+    pub(crate) writer: tokio::sync::Mutex<Writer>,
+    /// The durable mark when the events also go to an external log (connections wait for it).
+    pub(crate) gate: Option<Gate>,
     /// The publisher's retention policy, which the stream's connections report to.
     pub(crate) retention: SharedRetention,
     /// The session this stream belongs to (known at creation for the GET stream, at the POST for
@@ -171,6 +176,34 @@ pub(crate) struct StreamEntry {
     /// Bumped to end every live connection of this stream (SEP-1699 server-side disconnect).
     disconnect: tokio::sync::watch::Sender<u64>,
     is_common: bool,
+}
+
+/// A stream being created: everything but its writer.
+struct EntryParts {
+    identity: StreamIdentity,
+    ring: ReplayRing<ServerSseMessage>,
+    retention: SharedRetention,
+    session: Option<SessionId>,
+    is_common: bool,
+}
+
+impl EntryParts {
+    fn with_writer(self, writer: Writer, gate: Option<Gate>) -> StreamEntry {
+        StreamEntry {
+            identity: self.identity,
+            ring: self.ring,
+            retention: self.retention,
+            writer: tokio::sync::Mutex::new(writer),
+            gate,
+            session: Mutex::new(self.session),
+            request: Mutex::new(None),
+            closed_at: Mutex::new(None),
+            full_since: Mutex::new(None),
+            unattended_since: Mutex::new(Some(Instant::now())),
+            disconnect: tokio::sync::watch::channel(0).0,
+            is_common: self.is_common,
+        }
+    }
 }
 
 impl StreamEntry {
@@ -222,6 +255,13 @@ impl StreamEntry {
     }
 }
 
+/// What writes one stream: the ring's publisher and, with the feature `redis`, the Redis log.
+pub(crate) struct Writer {
+    publisher: Publisher<Producer<ServerSseMessage>>,
+    #[cfg(feature = "redis")]
+    pub(crate) log: Option<LogWriter>,
+}
+
 #[derive(Default)]
 struct Streams {
     by_rmcp: HashMap<String, Arc<StreamEntry>>,
@@ -248,6 +288,9 @@ pub(crate) struct Inner {
     next_stream: AtomicU64,
     streams: Mutex<Streams>,
     pub(crate) counters: Counters,
+    /// Where every stream's events are also written, when the store runs on Redis.
+    #[cfg(feature = "redis")]
+    pub(crate) log: Option<RedisEventLog>,
 }
 
 /// rmcp [`EventStore`] backed by one [`ReplayRing`] per stream. Cheap to clone (an `Arc`).
@@ -291,8 +334,48 @@ impl RingEventStore {
                 next_stream: AtomicU64::new(1),
                 streams: Mutex::new(Streams::default()),
                 counters: Counters::default(),
+                #[cfg(feature = "redis")]
+                log: None,
             }),
         }
+    }
+
+    /// A store whose streams also keep their events in Redis (`log`), so that a client's resume
+    /// can be served by any replica ([`remote_resume`](Self::remote_resume)), with a fresh random
+    /// epoch. Each event is in Redis before any connection sends it; when Redis refuses or cannot
+    /// be reached the stream ends with an explicit error instead. Called inside a tokio runtime,
+    /// it starts a task that runs [`maintain_event_log`](Self::maintain_event_log) every third
+    /// of the lease until the store is dropped.
+    ///
+    /// ```no_run
+    /// use replay_ring_mcp::{RedisEventLog, RingEventStore, StoreConfig};
+    ///
+    /// # async fn run() -> Result<(), replay_ring_redis::Error> {
+    /// let log = RedisEventLog::connect("redis://127.0.0.1:6379/", Default::default()).await?;
+    /// let store = RingEventStore::with_redis(StoreConfig::default(), log);
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "redis")]
+    pub fn with_redis(config: StoreConfig, log: RedisEventLog) -> Self {
+        Self::with_redis_epoch(config, log, Epoch::generate())
+    }
+
+    /// [`with_redis`](Self::with_redis) with a given epoch (tests). Two stores on one Redis must
+    /// never share an epoch: the epoch names their Redis streams.
+    #[cfg(feature = "redis")]
+    pub fn with_redis_epoch(config: StoreConfig, log: RedisEventLog, epoch: Epoch) -> Self {
+        let mut store = Self::with_epoch(config, epoch);
+        if let Some(inner) = Arc::get_mut(&mut store.inner) {
+            inner.log = Some(log);
+        }
+        store.spawn_log_maintenance();
+        store
+    }
+
+    /// The Redis event log, when the store has one.
+    #[cfg(feature = "redis")]
+    pub fn event_log(&self) -> Option<&RedisEventLog> {
+        self.inner.log.as_ref()
     }
 
     /// The settings.
@@ -324,13 +407,64 @@ impl RingEventStore {
         m
     }
 
-    /// The stream rmcp calls `rmcp_id`, created on first use.
-    pub(crate) fn entry_for(&self, rmcp_id: &str) -> Result<Arc<StreamEntry>, EventStoreError> {
-        let mut streams = self.inner.streams.lock();
-        if let Some(entry) = streams.by_rmcp.get(rmcp_id) {
-            return Ok(entry.clone());
+    /// The stream rmcp calls `rmcp_id`, created on first use (with its Redis stream when the
+    /// store has an event log).
+    pub(crate) async fn entry_for(
+        &self,
+        rmcp_id: &str,
+    ) -> Result<Arc<StreamEntry>, EventStoreError> {
+        {
+            let mut streams = self.inner.streams.lock();
+            if let Some(entry) = streams.by_rmcp.get(rmcp_id) {
+                return Ok(entry.clone());
+            }
+            self.sweep(&mut streams, Instant::now());
         }
-        self.sweep(&mut streams, Instant::now());
+        let (entry, writer) = self.build(rmcp_id)?;
+        #[cfg(feature = "redis")]
+        let entry = self.attach_log(entry, writer).await?;
+        #[cfg(not(feature = "redis"))]
+        let entry = Self::finish(entry, writer);
+        let mut streams = self.inner.streams.lock();
+        if let Some(existing) = streams.by_rmcp.get(rmcp_id) {
+            // Created concurrently (the GET stream by two requests at once): keep the first.
+            return Ok(existing.clone());
+        }
+        streams.by_rmcp.insert(rmcp_id.to_owned(), entry.clone());
+        streams.by_name.insert(entry.identity.stream, entry.clone());
+        self.inner.counters.streams_created.inc();
+        Ok(entry)
+    }
+
+    fn finish(entry: EntryParts, writer: Writer) -> Arc<StreamEntry> {
+        Arc::new(entry.with_writer(writer, None))
+    }
+
+    /// Creates the Redis stream of a new stream, takes its producer lease, and records the MCP
+    /// session of a session's GET stream.
+    #[cfg(feature = "redis")]
+    async fn attach_log(
+        &self,
+        entry: EntryParts,
+        mut writer: Writer,
+    ) -> Result<Arc<StreamEntry>, EventStoreError> {
+        let Some(log) = self.inner.log.clone() else {
+            return Ok(Self::finish(entry, writer));
+        };
+        let capacity = entry.ring.capacity();
+        let (stream, producer) = log
+            .create(self.inner.epoch, &entry.identity.stream, capacity)
+            .await?;
+        if let Some(session) = &entry.session {
+            log.set_owner(&stream, session, None).await?;
+        }
+        let gate = Gate::new();
+        writer.log = Some(LogWriter::new(log, stream, producer, gate.clone()));
+        Ok(Arc::new(entry.with_writer(writer, Some(gate))))
+    }
+
+    /// Builds a stream's ring and publisher (not yet registered).
+    fn build(&self, rmcp_id: &str) -> Result<(EntryParts, Writer), EventStoreError> {
         let cfg = &self.inner.config;
         // Relaxed: a unique counter; nothing is published through it.
         let n = self.inner.next_stream.fetch_add(1, Ordering::Relaxed);
@@ -348,23 +482,19 @@ impl RingEventStore {
             Some(session) => (true, Some(SessionId::from(session))),
             None => (false, None),
         };
-        let entry = Arc::new(StreamEntry {
+        let parts = EntryParts {
             identity: StreamIdentity::new(name, self.inner.epoch),
-            ring,
             retention: publisher.retention().clone(),
-            publisher: tokio::sync::Mutex::new(publisher),
-            session: Mutex::new(session),
-            request: Mutex::new(None),
-            closed_at: Mutex::new(None),
-            full_since: Mutex::new(None),
-            unattended_since: Mutex::new(Some(Instant::now())),
-            disconnect: tokio::sync::watch::channel(0).0,
+            ring,
+            session,
             is_common,
-        });
-        streams.by_rmcp.insert(rmcp_id.to_owned(), entry.clone());
-        streams.by_name.insert(name, entry.clone());
-        self.inner.counters.streams_created.inc();
-        Ok(entry)
+        };
+        let writer = Writer {
+            publisher,
+            #[cfg(feature = "redis")]
+            log: None,
+        };
+        Ok((parts, writer))
     }
 
     /// Forgets streams that ended (completed or closed) `completed_ttl` ago.
@@ -384,6 +514,18 @@ impl RingEventStore {
             streams.remove(&k);
             self.inner.counters.streams_expired.inc();
         }
+    }
+
+    /// Every stream in the store.
+    #[cfg(feature = "redis")]
+    pub(crate) fn entries(&self) -> Vec<Arc<StreamEntry>> {
+        self.inner
+            .streams
+            .lock()
+            .by_rmcp
+            .values()
+            .cloned()
+            .collect()
     }
 
     /// Looks a wire id's stream up by name.
@@ -442,12 +584,15 @@ impl RingEventStore {
                 // Live connections of a deleted session end explicitly instead of idling (a request
                 // stream with a JSON-RPC error, the GET stream with a retry hint whose reconnect
                 // gets 404). A push in progress holds the lock; it finishes on its own.
-                if let Ok(mut publisher) = entry.publisher.try_lock() {
+                if let Ok(mut writer) = entry.writer.try_lock() {
                     // The ring records a close at once: the future is ready on its first poll.
-                    let _ = publisher
+                    let _ = writer
+                        .publisher
                         .close(CloseReason::error("session closed"))
                         .now_or_never();
                 }
+                #[cfg(feature = "redis")]
+                Self::close_log_later(entry.clone(), CloseReason::error("session closed"));
             }
             streams.remove(&k);
         }
@@ -487,7 +632,7 @@ impl RingEventStore {
         let state = entry.state();
         let decision = replay_ring_sse::decide(Some(&state), Some(last_event_id));
         if !decision.is_accepted() {
-            return Err(self.refuse(RefusalReason::Decision(decision), Some(state)));
+            return Err(self.count_refusal(RefusalReason::Decision(decision), Some(state)));
         }
         self.check_not_ended(&entry, id.seq)?;
         Ok(state)
@@ -498,7 +643,7 @@ impl RingEventStore {
     fn check_not_ended(&self, entry: &StreamEntry, cursor: u64) -> Result<(), ResumeRefusal> {
         match entry.ring.close_reason() {
             Some(reason) if cursor >= entry.ring.head() => {
-                Err(self.refuse(RefusalReason::StreamEnded(reason), Some(entry.state())))
+                Err(self.count_refusal(RefusalReason::StreamEnded(reason), Some(entry.state())))
             }
             _ => Ok(()),
         }
@@ -511,7 +656,7 @@ impl RingEventStore {
         last_event_id: &[u8],
     ) -> Result<(Arc<StreamEntry>, EventId), ResumeRefusal> {
         let lost = |err| {
-            self.refuse(
+            self.count_refusal(
                 RefusalReason::Decision(ResumeDecision::StreamLost(err)),
                 None,
             )
@@ -530,7 +675,7 @@ impl RingEventStore {
         if let Some(session) = session {
             if entry.session().as_deref() != Some(session) {
                 let stream = id.stream;
-                return Err(self.refuse(RefusalReason::ForeignSession { stream }, None));
+                return Err(self.count_refusal(RefusalReason::ForeignSession { stream }, None));
             }
         }
         // The window is enforced lazily: whatever expired is released before the decision.
@@ -542,7 +687,11 @@ impl RingEventStore {
     }
 
     /// Counts a refusal and builds it.
-    fn refuse(&self, reason: RefusalReason, state: Option<StreamState>) -> ResumeRefusal {
+    pub(crate) fn count_refusal(
+        &self,
+        reason: RefusalReason,
+        state: Option<StreamState>,
+    ) -> ResumeRefusal {
         let c = &self.inner.counters;
         match &reason {
             RefusalReason::ForeignSession { .. } => c.resumes_foreign_session.inc(),
@@ -560,14 +709,14 @@ impl RingEventStore {
     }
 
     pub(crate) fn malformed(&self, err: LastEventIdError) -> ResumeRefusal {
-        self.refuse(
+        self.count_refusal(
             RefusalReason::Decision(ResumeDecision::InvalidCursor(err)),
             None,
         )
     }
 
     pub(crate) fn session_lost(&self) -> ResumeRefusal {
-        self.refuse(RefusalReason::Decision(ResumeDecision::SessionLost), None)
+        self.count_refusal(RefusalReason::Decision(ResumeDecision::SessionLost), None)
     }
 
     /// Opens a stream that replays everything after `last_event_id` and then tails live events
@@ -586,7 +735,7 @@ impl RingEventStore {
         self.check_not_ended(&entry, id.seq)?;
         let resumed = replay_ring_sse::resume(&entry.ring, &entry.identity, Some(last_event_id))
             .map_err(|Refused { decision, state }| {
-                self.refuse(RefusalReason::Decision(decision), state)
+                self.count_refusal(RefusalReason::Decision(decision), state)
             })?;
         self.inner.counters.resumes_ok.inc();
         Ok(self.open(entry, resumed))
@@ -598,10 +747,9 @@ impl RingEventStore {
         entry: Arc<StreamEntry>,
         after: u64,
     ) -> Result<RingStream, ResumeRefusal> {
-        let reader = entry
-            .ring
-            .resume(Some(after))
-            .map_err(|e| self.refuse(RefusalReason::Decision(e.into()), Some(entry.state())))?;
+        let reader = entry.ring.resume(Some(after)).map_err(|e| {
+            self.count_refusal(RefusalReason::Decision(e.into()), Some(entry.state()))
+        })?;
         Ok(RingStream::new(entry, reader, None, self.inner.clone()))
     }
 
@@ -626,7 +774,9 @@ impl RingEventStore {
         event: &ServerSseMessage,
     ) -> Result<u64, EventStoreError> {
         let counters = &self.inner.counters;
-        let mut publisher = entry.publisher.lock().await;
+        let mut writer = entry.writer.lock().await;
+        let writer = &mut *writer;
+        let publisher = &mut writer.publisher;
         let final_message = !entry.is_common
             && matches!(
                 event.message.as_deref(),
@@ -649,6 +799,25 @@ impl RingEventStore {
             tokio::time::timeout_at(deadline.into(), publisher.publish_with(make)).await;
         let result = match published {
             Ok(Ok(seq)) => {
+                #[cfg(feature = "redis")]
+                if let Some(log) = writer.log.as_mut() {
+                    // No connection sends `seq` before Redis has it (the gate); if Redis fails,
+                    // the stream ends here, explicitly, after the last durable event.
+                    if let Err(e) = log.append(seq, event, entry.ring.floor()).await {
+                        counters.event_log_failures.inc();
+                        log.fail(&e);
+                        let _ = publisher.close(CloseReason::error(e.clone())).await;
+                        // Readers on other replicas end too: with the reason if Redis still takes
+                        // the close (a refusal such as OOM), else when the lease lapses (the
+                        // producer is dropped either way, so nothing renews it).
+                        let _ = log.close(CloseReason::error(e.clone())).await;
+                        entry.mark_closed();
+                        return Err(EventStoreError::from(format!(
+                            "stream {} closed: {e}",
+                            identity.stream
+                        )));
+                    }
+                }
                 *entry.full_since.lock() = entry.is_full().then_some(Instant::now());
                 counters.events_stored.inc();
                 if event.message.is_none() {
@@ -681,6 +850,12 @@ impl RingEventStore {
         };
         if publisher.is_closed() {
             entry.mark_closed();
+            #[cfg(feature = "redis")]
+            if let (Some(log), Some(reason)) = (writer.log.as_mut(), entry.ring.close_reason()) {
+                // Readers on other replicas get every event, then the same end. If Redis cannot
+                // record it, they end when the producer lease lapses (see `remote_resume`).
+                let _ = log.close(reason).await;
+            }
         }
         result.map_err(EventStoreError::from)
     }
@@ -708,12 +883,16 @@ impl EventStore for RingEventStore {
     ///
     /// Cancelling never stores half an event or consumes an id: a cancelled call either stored
     /// the event (its id is lost to the caller, the event stays replayable) or stored nothing.
+    /// With a Redis event log, a call cancelled while Redis is appending leaves the outcome to the
+    /// next event: the producer resends the unconfirmed append first, so ids stay aligned, and if
+    /// they cannot (Redis never received it) the next event ends the stream with an explicit
+    /// error. Until then the event is not sent to any connection.
     async fn store_event(
         &self,
         stream_id: &str,
         event: &ServerSseMessage,
     ) -> Result<String, EventStoreError> {
-        let entry = self.entry_for(stream_id)?;
+        let entry = self.entry_for(stream_id).await?;
         let seq = self.push(&entry, event).await?;
         Ok(entry.identity.event_id(seq).to_string())
     }

@@ -46,6 +46,55 @@ pub(crate) fn broken_frame(
     }))
 }
 
+/// How far a stream's events are durable in its external event log (feature `redis`), or why
+/// the log failed. Connections send no event past `through`.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Durable {
+    through: u64,
+    failed: Option<Arc<str>>,
+}
+
+/// The durable mark of a stream whose events are also written to an external log: a connection
+/// holds each event back until the log acknowledged it, so no client ever sees an id that
+/// another replica could not replay. Streams without an external log have no gate.
+#[derive(Debug, Clone)]
+#[cfg_attr(not(feature = "redis"), allow(dead_code))]
+pub(crate) struct Gate(Arc<tokio::sync::watch::Sender<Durable>>);
+
+#[cfg_attr(not(feature = "redis"), allow(dead_code))]
+impl Gate {
+    pub(crate) fn new() -> Self {
+        Gate(Arc::new(tokio::sync::watch::channel(Durable::default()).0))
+    }
+
+    /// Ids up to `seq` are in the log.
+    pub(crate) fn advance(&self, seq: u64) {
+        self.0.send_if_modified(|d| {
+            let moved = seq > d.through;
+            d.through = d.through.max(seq);
+            moved
+        });
+    }
+
+    /// The log failed: nothing past the durable mark will ever be sent.
+    pub(crate) fn fail(&self, reason: &str) {
+        self.0.send_modify(|d| {
+            d.failed.get_or_insert_with(|| reason.into());
+        });
+    }
+
+    pub(crate) fn subscribe(&self) -> tokio::sync::watch::Receiver<Durable> {
+        self.0.subscribe()
+    }
+}
+
+/// What the gate says about an event.
+enum GateVerdict {
+    Send,
+    Wait,
+    Failed(Arc<str>),
+}
+
 enum State {
     Open,
     /// One last frame to send, then the end.
@@ -72,6 +121,12 @@ pub struct RingStream {
     end_when_caught_up: bool,
     /// Events sent on this connection.
     frames: usize,
+    /// The stream's durable mark, when its events also go to an external log.
+    gate: Option<tokio::sync::watch::Receiver<Durable>>,
+    /// Completes when the durable mark moves (set while an event waits for it).
+    gate_wait: Option<SyncWrapper<Signal>>,
+    /// An event read from the ring that is not durable yet.
+    held: Option<Event<ServerSseMessage>>,
 }
 
 impl std::fmt::Debug for RingStream {
@@ -110,7 +165,11 @@ impl RingStream {
                 std::future::pending::<()>().await;
             }
         });
+        let gate = entry.gate.as_ref().map(Gate::subscribe);
         RingStream {
+            gate,
+            gate_wait: None,
+            held: None,
             entry,
             reader: SyncWrapper::new(reader),
             disconnect: SyncWrapper::new(disconnect),
@@ -160,6 +219,66 @@ impl RingStream {
             retention.release_expired(&self.entry.ring, now);
         }
         retention.cut_verdict(conn).is_some()
+    }
+
+    /// Whether event `id` may be sent now; registers for a wake-up when it has to wait.
+    fn gate_verdict(&mut self, id: u64, cx: &mut Context<'_>) -> GateVerdict {
+        let Some(rx) = self.gate.as_mut() else {
+            return GateVerdict::Send;
+        };
+        loop {
+            {
+                let durable = rx.borrow_and_update();
+                if durable.through >= id {
+                    self.gate_wait = None;
+                    return GateVerdict::Send;
+                }
+                if let Some(reason) = &durable.failed {
+                    return GateVerdict::Failed(reason.clone());
+                }
+            }
+            // The clone has seen the current mark: its `changed` completes on the next move.
+            let wait = self.gate_wait.get_or_insert_with(|| {
+                let mut rx = rx.clone();
+                SyncWrapper::new(Box::pin(async move {
+                    if rx.changed().await.is_err() {
+                        std::future::pending::<()>().await;
+                    }
+                }))
+            });
+            match wait.get_mut().as_mut().poll(cx) {
+                Poll::Ready(()) => self.gate_wait = None,
+                Poll::Pending => return GateVerdict::Wait,
+            }
+        }
+    }
+
+    /// The explicit end when the external event log failed before `id` was durable.
+    fn log_failed(&self, reason: &str) -> ServerSseMessage {
+        let stream = self.entry.identity.stream.to_string();
+        let data = serde_json::json!({
+            "error": "stream_closed", "stream": stream, "reason": reason,
+        });
+        self.broken(format!("event stream {stream} closed: {reason}"), data)
+    }
+
+    /// Sends `event` if the gate allows; else holds it (or ends the connection explicitly).
+    fn gated(
+        &mut self,
+        event: Event<ServerSseMessage>,
+        cx: &mut Context<'_>,
+    ) -> Option<Poll<Option<ServerSseMessage>>> {
+        match self.gate_verdict(event.id, cx) {
+            GateVerdict::Send => Some(Poll::Ready(Some(self.on_event(event)))),
+            GateVerdict::Wait => {
+                self.held = Some(event);
+                Some(Poll::Pending)
+            }
+            GateVerdict::Failed(reason) => {
+                self.state = State::Ending(Some(self.log_failed(&reason)));
+                None
+            }
+        }
     }
 
     fn on_error(&mut self, err: ReadError) -> Option<ServerSseMessage> {
@@ -250,8 +369,24 @@ impl Stream for RingStream {
             if this.disconnect.get_mut().as_mut().poll(cx).is_ready() {
                 this.end_when_caught_up = true;
             }
+            if let Some(event) = this.held.take() {
+                match this.gated(event, cx) {
+                    Some(Poll::Pending) if this.end_when_caught_up => {
+                        // Not durable yet, so not sent: a resume gets it.
+                        this.held = None;
+                        this.store.counters.server_disconnects.inc();
+                        this.state = State::Ending(Some(this.retry_frame()));
+                        continue;
+                    }
+                    Some(poll) => return poll,
+                    None => continue,
+                }
+            }
             return match Pin::new(this.reader.get_mut()).poll_next(cx) {
-                Poll::Ready(Some(Ok(event))) => Poll::Ready(Some(this.on_event(event))),
+                Poll::Ready(Some(Ok(event))) => match this.gated(event, cx) {
+                    Some(poll) => poll,
+                    None => continue,
+                },
                 Poll::Ready(Some(Err(err))) => {
                     this.state = State::Ending(this.on_error(err));
                     continue;

@@ -1,6 +1,7 @@
 //! The demo app over HTTP in-process (no sockets): sessions, POST streams from the ring, resumes,
 //! and the guard's explicit answers — next to rmcp's built-in cache answering an unknown cursor
-//! with an empty 200.
+//! with an empty 200. The guard's tests run twice: on the in-process store and on a store whose
+//! event log is on Redis (a private `redis-server` per test).
 
 use std::time::Duration;
 
@@ -8,11 +9,16 @@ use axum::body::Body;
 use axum::Router;
 use http::{Request, Response, StatusCode};
 use http_body_util::BodyExt;
-use replay_ring_mcp::{RingEventStore, StoreConfig};
-use replay_ring_mcp_demo::{app, Storage};
+use replay_ring_mcp::{RedisEventLog, RingEventStore, StoreConfig};
+use replay_ring_mcp_demo::{app, store_app, Storage};
 use replay_ring_sse::{RetentionConfig, SlowConsumerPolicy};
 use serde_json::{json, Value};
 use tower::ServiceExt;
+
+#[path = "../../redis/tests/common/mod.rs"]
+mod redis_support;
+
+use redis_support::RedisServer;
 
 const LIMIT: Duration = Duration::from_secs(5);
 
@@ -146,13 +152,60 @@ fn long_task(id: u64, n: u64) -> Value {
         "name": "long_task", "arguments": {"n": n}, "_meta": {"progressToken": format!("p{id}")}}})
 }
 
-fn ring_app() -> Router {
-    app(Storage::ReplayRing(StoreConfig::default())).0
+/// Which event log the demo app's store runs on.
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Ring,
+    Redis,
 }
 
-#[tokio::test]
-async fn post_stream_then_resume_replays_exactly_after_the_cursor() {
-    let app = ring_app();
+/// The demo app, its store, and the redis-server its event log is on (stopped on drop).
+struct Fixture {
+    app: Router,
+    store: RingEventStore,
+    _redis: Option<RedisServer>,
+}
+
+async fn app_on(kind: Kind, config: StoreConfig) -> Fixture {
+    match kind {
+        Kind::Ring => {
+            let (app, store) = ring_app_with(config);
+            Fixture {
+                app,
+                store,
+                _redis: None,
+            }
+        }
+        Kind::Redis => {
+            let server = RedisServer::start();
+            let log = RedisEventLog::connect(&server.url(), Default::default())
+                .await
+                .expect("connect to redis");
+            let store = RingEventStore::with_redis(config, log);
+            Fixture {
+                app: store_app(store.clone()),
+                store,
+                _redis: Some(server),
+            }
+        }
+    }
+}
+
+/// Runs each test on both event logs: in process, and on Redis.
+macro_rules! on_both_logs {
+    ($($name:ident),* $(,)?) => {
+        mod ring {
+            $( #[tokio::test] async fn $name() { super::$name(super::Kind::Ring).await } )*
+        }
+        mod redis {
+            $( #[tokio::test] async fn $name() { super::$name(super::Kind::Redis).await } )*
+        }
+    };
+}
+
+async fn post_stream_then_resume_replays_exactly_after_the_cursor(kind: Kind) {
+    let f = app_on(kind, StoreConfig::default()).await;
+    let app = f.app.clone();
     let session = initialize(&app).await;
     let all = events(call(&app, post(Some(&session), long_task(1, 5))).await, 100).await;
     // Priming (id, empty data, retry), 5 progress events, the result: ids 1..=7 of one stream.
@@ -183,9 +236,9 @@ async fn post_stream_then_resume_replays_exactly_after_the_cursor() {
     );
 }
 
-#[tokio::test]
-async fn unreplayable_cursors_get_explicit_json_rpc_errors_never_an_empty_200() {
-    let app = ring_app();
+async fn unreplayable_cursors_get_explicit_json_rpc_errors_never_an_empty_200(kind: Kind) {
+    let f = app_on(kind, StoreConfig::default()).await;
+    let app = f.app.clone();
     let session = initialize(&app).await;
     let other = initialize(&app).await;
     let all = events(call(&app, post(Some(&session), long_task(1, 5))).await, 100).await;
@@ -239,9 +292,9 @@ async fn unreplayable_cursors_get_explicit_json_rpc_errors_never_an_empty_200() 
     }
 }
 
-#[tokio::test]
-async fn standalone_get_primes_with_the_head_and_carries_session_notifications() {
-    let app = ring_app();
+async fn standalone_get_primes_with_the_head_and_carries_session_notifications(kind: Kind) {
+    let f = app_on(kind, StoreConfig::default()).await;
+    let app = f.app.clone();
     let session = initialize(&app).await;
     let resp = call(&app, get(&session, None)).await;
     assert_eq!(resp.status(), StatusCode::OK);
@@ -283,9 +336,9 @@ async fn rmcp_builtin_cache_answers_an_unknown_cursor_with_an_empty_200() {
     assert!(events(resp, 10).await.is_empty());
 }
 
-#[tokio::test]
-async fn a_resume_at_the_final_id_of_a_completed_stream_is_410_stream_complete() {
-    let app = ring_app();
+async fn a_resume_at_the_final_id_of_a_completed_stream_is_410_stream_complete(kind: Kind) {
+    let f = app_on(kind, StoreConfig::default()).await;
+    let app = f.app.clone();
     let session = initialize(&app).await;
     let all = events(call(&app, post(Some(&session), long_task(1, 3))).await, 100).await;
     let last = all.last().unwrap().id.clone().unwrap();
@@ -352,9 +405,9 @@ async fn abandoned_call(app: &Router, session: &str, id: u64, n: u64) -> String 
     priming[0].id.clone().expect("priming id")
 }
 
-#[tokio::test]
-async fn a_request_stream_closed_by_backpressure_ends_with_an_error_for_its_request() {
-    let (app, store) = ring_app_with(small_window(8));
+async fn a_request_stream_closed_by_backpressure_ends_with_an_error_for_its_request(kind: Kind) {
+    let f = app_on(kind, small_window(8)).await;
+    let (app, store) = (f.app.clone(), &f.store);
     let session = initialize(&app).await;
     let priming = abandoned_call(&app, &session, 41, 50).await;
     assert!(
@@ -389,7 +442,16 @@ async fn a_request_stream_closed_by_backpressure_ends_with_an_error_for_its_requ
         store.metrics()
     );
     let resp = call(&app, get(&session, Some(&head))).await;
-    assert_eq!(resp.status(), StatusCode::NOT_FOUND);
+    match kind {
+        // Forgotten in process: nothing is known about the stream any more.
+        Kind::Ring => assert_eq!(resp.status(), StatusCode::NOT_FOUND),
+        // Redis keeps the stream until its TTL: still answered that it ended, from Redis.
+        Kind::Redis => {
+            assert_eq!(resp.status(), StatusCode::GONE);
+            let body = json_body(resp).await;
+            assert_eq!(body["error"]["data"]["error"], "stream_closed", "{body}");
+        }
+    }
 }
 
 /// Resident set size of this process, from /proc (Linux).
@@ -471,9 +533,9 @@ async fn abandoned_tool_calls_are_released_round_after_round() {
     );
 }
 
-#[tokio::test]
-async fn a_repeated_last_event_id_is_refused_as_ambiguous() {
-    let app = ring_app();
+async fn a_repeated_last_event_id_is_refused_as_ambiguous(kind: Kind) {
+    let f = app_on(kind, StoreConfig::default()).await;
+    let app = f.app.clone();
     let session = initialize(&app).await;
     let all = events(call(&app, post(Some(&session), long_task(1, 3))).await, 100).await;
     let (first, second) = (all[1].id.clone().unwrap(), all[2].id.clone().unwrap());
@@ -500,8 +562,7 @@ fn progress_of(e: &Sse) -> Option<u64> {
 /// a second connection. The stalled one would hold the window at its position until the producer
 /// gives up; the slow-consumer policy cuts it after the write timeout, and the resumed connection
 /// gets every event through the result.
-#[tokio::test]
-async fn a_stalled_connection_is_cut_and_the_resumed_one_gets_every_event() {
+async fn a_stalled_connection_is_cut_and_the_resumed_one_gets_every_event(kind: Kind) {
     const N: u64 = 100;
     let config = StoreConfig {
         capacity: 16,
@@ -515,7 +576,8 @@ async fn a_stalled_connection_is_cut_and_the_resumed_one_gets_every_event() {
         },
         ..StoreConfig::default()
     };
-    let (app, store) = ring_app_with(config);
+    let f = app_on(kind, config).await;
+    let (app, store) = (f.app.clone(), &f.store);
     let session = initialize(&app).await;
     let resp = call(&app, post(Some(&session), long_task_paced(7, N, 1))).await;
     assert_eq!(resp.status(), StatusCode::OK);
@@ -634,3 +696,13 @@ async fn metrics_endpoint_publishes_the_store_counters_through_the_facade() {
         series(&before, "streams_created").1 + 1
     );
 }
+
+on_both_logs!(
+    post_stream_then_resume_replays_exactly_after_the_cursor,
+    unreplayable_cursors_get_explicit_json_rpc_errors_never_an_empty_200,
+    standalone_get_primes_with_the_head_and_carries_session_notifications,
+    a_resume_at_the_final_id_of_a_completed_stream_is_410_stream_complete,
+    a_request_stream_closed_by_backpressure_ends_with_an_error_for_its_request,
+    a_repeated_last_event_id_is_refused_as_ambiguous,
+    a_stalled_connection_is_cut_and_the_resumed_one_gets_every_event,
+);

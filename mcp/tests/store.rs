@@ -1,15 +1,23 @@
 //! The store and its streams, without HTTP: ids, replay + live tail, session binding, explicit
 //! refusals, backpressure (bounded, then an explicit error, never a drop), priming.
+//!
+//! Every test runs twice: on the in-process store, and on a store whose event log is on Redis (a
+//! private `redis-server` per test, from `redis/tests/common`), which must behave the same.
 
 use std::time::Duration;
 
 use futures::StreamExt;
 use replay_ring::CloseReason;
-use replay_ring_mcp::{RefusalReason, RingEventStore, StoreConfig};
+use replay_ring_mcp::{RedisEventLog, RefusalReason, RingEventStore, StoreConfig};
 use replay_ring_sse::{Epoch, ResumeDecision, RetentionConfig};
 use rmcp::model::ServerJsonRpcMessage;
 use rmcp::transport::streamable_http_server::session::{EventStore, ServerSseMessage};
 use serde_json::json;
+
+#[path = "../../redis/tests/common/mod.rs"]
+mod redis_support;
+
+use redis_support::RedisServer;
 
 use RefusalReason::Decision;
 
@@ -36,18 +44,62 @@ fn progress_of(m: &ServerSseMessage) -> Option<u64> {
     v["params"]["progress"].as_f64().map(|p| p as u64)
 }
 
-fn store(capacity: usize, backpressure: Duration) -> RingEventStore {
-    RingEventStore::with_epoch(
-        StoreConfig {
-            capacity,
-            retention: RetentionConfig {
-                resumption_window: Duration::from_secs(30),
-                backpressure_timeout: backpressure,
+/// Which event log a test's store runs on.
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Ring,
+    Redis,
+}
+
+/// A store, and the redis-server its event log is on (stopped when the fixture drops).
+struct Fixture {
+    store: RingEventStore,
+    _redis: Option<RedisServer>,
+}
+
+impl Fixture {
+    async fn new(kind: Kind, config: StoreConfig, epoch: Epoch) -> Fixture {
+        match kind {
+            Kind::Ring => Fixture {
+                store: RingEventStore::with_epoch(config, epoch),
+                _redis: None,
             },
-            ..StoreConfig::default()
+            Kind::Redis => {
+                let server = RedisServer::start();
+                let log = RedisEventLog::connect(&server.url(), Default::default())
+                    .await
+                    .expect("connect to redis");
+                Fixture {
+                    store: RingEventStore::with_redis_epoch(config, log, epoch),
+                    _redis: Some(server),
+                }
+            }
+        }
+    }
+}
+
+async fn store(kind: Kind, capacity: usize, backpressure: Duration) -> Fixture {
+    let config = StoreConfig {
+        capacity,
+        retention: RetentionConfig {
+            resumption_window: Duration::from_secs(30),
+            backpressure_timeout: backpressure,
         },
-        Epoch::new(0xabc),
-    )
+        ..StoreConfig::default()
+    };
+    Fixture::new(kind, config, Epoch::new(0xabc)).await
+}
+
+/// Runs each test on both event logs.
+macro_rules! on_both_logs {
+    ($($name:ident),* $(,)?) => {
+        mod ring {
+            $( #[tokio::test] async fn $name() { super::$name(super::Kind::Ring).await } )*
+        }
+        mod redis {
+            $( #[tokio::test] async fn $name() { super::$name(super::Kind::Redis).await } )*
+        }
+    };
 }
 
 async fn next(
@@ -58,9 +110,9 @@ async fn next(
         .expect("stream stalled")
 }
 
-#[tokio::test]
-async fn ids_are_per_stream_wire_ids_and_gap_free() {
-    let s = store(64, LIMIT);
+async fn ids_are_per_stream_wire_ids_and_gap_free(kind: Kind) {
+    let f = store(kind, 64, LIMIT).await;
+    let s = &f.store;
     let a1 = s
         .store_event("req-a", &ServerSseMessage::retry(Duration::from_secs(1)))
         .await
@@ -80,9 +132,11 @@ async fn ids_are_per_stream_wire_ids_and_gap_free() {
     );
 }
 
-#[tokio::test]
-async fn replay_is_strictly_after_the_cursor_on_its_stream_then_live_until_the_response() {
-    let s = store(64, LIMIT);
+async fn replay_is_strictly_after_the_cursor_on_its_stream_then_live_until_the_response(
+    kind: Kind,
+) {
+    let f = store(kind, 64, LIMIT).await;
+    let s = &f.store;
     s.store_event("req-a", &ServerSseMessage::retry(Duration::from_secs(1)))
         .await
         .unwrap();
@@ -120,18 +174,18 @@ async fn replay_is_strictly_after_the_cursor_on_its_stream_then_live_until_the_r
     assert!(s.store_event("req-a", &progress(9)).await.is_err());
 }
 
-#[tokio::test]
-async fn resume_at_head_is_a_no_op_that_continues_live() {
-    let s = store(64, LIMIT);
+async fn resume_at_head_is_a_no_op_that_continues_live(kind: Kind) {
+    let f = store(kind, 64, LIMIT).await;
+    let s = &f.store;
     let id = s.store_event("req-a", &progress(1)).await.unwrap();
     let mut replay = s.replay_events_after(&id).await.unwrap();
     s.store_event("req-a", &progress(2)).await.unwrap();
     assert_eq!(progress_of(&next(&mut replay).await.unwrap()), Some(2));
 }
 
-#[tokio::test]
-async fn refusals_are_typed_below_floor_ahead_malformed_lost() {
-    let s = store(64, LIMIT);
+async fn refusals_are_typed_below_floor_ahead_malformed_lost(kind: Kind) {
+    let f = store(kind, 64, LIMIT).await;
+    let s = &f.store;
     for p in 1..=6 {
         s.store_event("req-a", &progress(p)).await.unwrap();
     }
@@ -180,9 +234,9 @@ async fn refusals_are_typed_below_floor_ahead_malformed_lost() {
     assert_eq!(m.resumes_stream_lost, 2);
 }
 
-#[tokio::test]
-async fn a_resume_is_bound_to_the_session_of_its_stream() {
-    let s = store(64, LIMIT);
+async fn a_resume_is_bound_to_the_session_of_its_stream(kind: Kind) {
+    let f = store(kind, 64, LIMIT).await;
+    let s = &f.store;
     // The GET stream names its session; request streams are bound by the session manager.
     let id = s.store_event("sess-1:common", &progress(1)).await.unwrap();
     s.store_event("sess-1:common", &progress(2)).await.unwrap();
@@ -213,10 +267,10 @@ async fn a_resume_is_bound_to_the_session_of_its_stream() {
     ));
 }
 
-#[tokio::test]
-async fn full_window_backpressures_then_ends_the_stream_explicitly() {
+async fn full_window_backpressures_then_ends_the_stream_explicitly(kind: Kind) {
     let bound = Duration::from_millis(150);
-    let s = store(4, bound);
+    let f = store(kind, 4, bound).await;
+    let s = &f.store;
     // No client ever reads this stream: the bound counts from its creation.
     let started = std::time::Instant::now();
     s.store_event("req-a", &ServerSseMessage::retry(Duration::from_secs(1)))
@@ -263,9 +317,9 @@ async fn full_window_backpressures_then_ends_the_stream_explicitly() {
     assert_eq!(ended.code(), "stream_closed");
 }
 
-#[tokio::test]
-async fn a_resume_at_the_last_id_of_a_completed_stream_is_refused_as_complete() {
-    let s = store(64, LIMIT);
+async fn a_resume_at_the_last_id_of_a_completed_stream_is_refused_as_complete(kind: Kind) {
+    let f = store(kind, 64, LIMIT).await;
+    let s = &f.store;
     s.store_event("req-a", &progress(1)).await.unwrap();
     let last = s.store_event("req-a", &response(7)).await.unwrap();
     // From the middle: replay through the response, then the end.
@@ -302,9 +356,9 @@ async fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     cond()
 }
 
-#[tokio::test]
-async fn ended_streams_of_every_kind_are_forgotten_after_the_ttl() {
-    let s = RingEventStore::with_epoch(
+async fn ended_streams_of_every_kind_are_forgotten_after_the_ttl(kind: Kind) {
+    let f = Fixture::new(
+        kind,
         StoreConfig {
             capacity: 2,
             retention: RetentionConfig {
@@ -315,7 +369,9 @@ async fn ended_streams_of_every_kind_are_forgotten_after_the_ttl() {
             ..StoreConfig::default()
         },
         Epoch::new(0xabc),
-    );
+    )
+    .await;
+    let s = &f.store;
     // One stream completes, one is closed by backpressure, one stays open.
     s.store_event("done", &response(1)).await.unwrap();
     for p in 1..=2 {
@@ -338,14 +394,14 @@ async fn ended_streams_of_every_kind_are_forgotten_after_the_ttl() {
     ));
 }
 
-#[tokio::test]
-async fn streams_that_filled_up_together_time_out_together() {
+async fn streams_that_filled_up_together_time_out_together(kind: Kind) {
     // rmcp's session worker stores one event at a time. Streams that filled up while it waited on
     // another stream have been backpressured all along: their bound runs concurrently, so K
     // stalled streams end after about one bound, not K bounds.
     const K: u64 = 8;
     let bound = Duration::from_millis(300);
-    let s = store(4, bound);
+    let f = store(kind, 4, bound).await;
+    let s = &f.store;
     let started = std::time::Instant::now();
     for k in 0..K {
         for p in 1..=4 {
@@ -370,9 +426,9 @@ async fn streams_that_filled_up_together_time_out_together() {
     assert_eq!(s.metrics().backpressure_timeouts, K);
 }
 
-#[tokio::test]
-async fn an_acknowledging_resume_frees_a_waiting_producer() {
-    let s = store(4, LIMIT);
+async fn an_acknowledging_resume_frees_a_waiting_producer(kind: Kind) {
+    let f = store(kind, 4, LIMIT).await;
+    let s = &f.store;
     for p in 1..=4 {
         s.store_event("req-a", &progress(p)).await.unwrap();
     }
@@ -390,16 +446,18 @@ async fn an_acknowledging_resume_frees_a_waiting_producer() {
     assert_eq!(progress_of(&next(&mut replay).await.unwrap()), Some(5));
 }
 
-#[tokio::test]
-async fn frames_per_connection_ends_each_connection_with_a_retry_hint() {
-    let s = RingEventStore::with_epoch(
+async fn frames_per_connection_ends_each_connection_with_a_retry_hint(kind: Kind) {
+    let f = Fixture::new(
+        kind,
         StoreConfig {
             frames_per_connection: Some(2),
             retry: Duration::from_millis(250),
             ..StoreConfig::default()
         },
         Epoch::new(1),
-    );
+    )
+    .await;
+    let s = &f.store;
     for p in 1..=3 {
         s.store_event("req-a", &progress(p)).await.unwrap();
     }
@@ -415,3 +473,17 @@ async fn frames_per_connection_ends_each_connection_with_a_retry_hint() {
     assert!(next(&mut replay).await.is_none());
     assert_eq!(s.metrics().server_disconnects, 1);
 }
+
+on_both_logs!(
+    ids_are_per_stream_wire_ids_and_gap_free,
+    replay_is_strictly_after_the_cursor_on_its_stream_then_live_until_the_response,
+    resume_at_head_is_a_no_op_that_continues_live,
+    refusals_are_typed_below_floor_ahead_malformed_lost,
+    a_resume_is_bound_to_the_session_of_its_stream,
+    full_window_backpressures_then_ends_the_stream_explicitly,
+    a_resume_at_the_last_id_of_a_completed_stream_is_refused_as_complete,
+    ended_streams_of_every_kind_are_forgotten_after_the_ttl,
+    streams_that_filled_up_together_time_out_together,
+    an_acknowledging_resume_frees_a_waiting_producer,
+    frames_per_connection_ends_each_connection_with_a_retry_hint,
+);

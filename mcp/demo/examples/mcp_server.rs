@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! cargo run -p replay-ring-mcp-demo --example mcp_server -- --port 3000
+//! cargo run -p replay-ring-mcp-demo --example mcp_server -- --port 3001 --redis redis://127.0.0.1:6379/
 //! cargo run -p replay-ring-mcp-demo --example mcp_server -- --help
 //! ```
 //!
@@ -15,13 +16,19 @@
 //! and returns `{"n": n}`; `test_reconnection` closes its own connection after the priming event
 //! (SEP-1699) and returns its result on the resumed stream; plus everything the MCP conformance
 //! suite's server scenarios call (see `docs/mcp.md`).
+//!
+//! With `--redis URL` every stream's events are also kept in Redis (before any connection sends
+//! them): several instances on one Redis serve each other's resumes (`GET` with
+//! `Last-Event-ID`); the `POST`s of an MCP session must still reach the instance that created it
+//! (see "Behind a load balancer" in `docs/mcp.md`).
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use clap::Parser;
-use replay_ring_mcp::StoreConfig;
-use replay_ring_mcp_demo::{app, MetricsEndpoint, Storage};
+use replay_ring_mcp::{RedisEventLog, RingEventStore, StoreConfig};
+use replay_ring_mcp_demo::{app, store_app, MetricsEndpoint, Storage};
+use replay_ring_redis::RedisConfig;
 use replay_ring_sse::axum::{serve, ServeConfig};
 use replay_ring_sse::{RetentionConfig, SlowConsumerPolicy};
 
@@ -63,8 +70,15 @@ struct Args {
     #[arg(long)]
     max_connections: Option<usize>,
     /// Serve the same tools on rmcp's built-in cache instead, for comparison.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "redis")]
     builtin_cache: bool,
+    /// Keep every stream's events in Redis too (`redis://host:port/db`), so that other instances
+    /// on the same Redis can serve this one's resumes.
+    #[arg(long, value_name = "URL")]
+    redis: Option<String>,
+    /// With `--redis`: how long a stream's events stay in Redis after its last write, in seconds.
+    #[arg(long, default_value_t = 3_600)]
+    redis_stream_ttl_s: u64,
 }
 
 impl Args {
@@ -115,7 +129,20 @@ async fn shutdown_signal() {
 #[tokio::main]
 async fn main() -> std::io::Result<()> {
     let args = Args::parse();
-    let (router, store) = app(args.storage());
+    let (router, store) = match (&args.redis, args.storage()) {
+        (Some(url), Storage::ReplayRing(config)) => {
+            let redis_config = RedisConfig {
+                stream_ttl: Duration::from_secs(args.redis_stream_ttl_s),
+                ..RedisConfig::default()
+            };
+            let log = RedisEventLog::connect(url, redis_config)
+                .await
+                .map_err(|e| std::io::Error::other(format!("--redis {url}: {e}")))?;
+            let store = RingEventStore::with_redis(config, log);
+            (store_app(store.clone()), Some(store))
+        }
+        (_, storage) => app(storage),
+    };
     if let Some(store) = store.clone() {
         // Window releases and the expiry of ended streams also happen lazily; this keeps idle
         // streams from holding memory until their next event or resume.
@@ -134,6 +161,8 @@ async fn main() -> std::io::Result<()> {
     println!("listening on http://{addr}");
     let storage = if args.builtin_cache {
         "rmcp built-in cache"
+    } else if args.redis.is_some() {
+        "replay-ring store, event log on Redis"
     } else {
         "replay-ring store"
     };

@@ -494,24 +494,35 @@ pub fn app(storage: Storage) -> (Router, Option<RingEventStore>) {
         }
         Storage::ReplayRing(config) => {
             let store = RingEventStore::new(config);
-            let manager = Arc::new(ReplayRingSessionManager::new(store.clone(), local));
-            let tools = Tools {
-                store: Some(store.clone()),
-            };
-            let service =
-                StreamableHttpService::new(move || Ok(tools.clone()), manager.clone(), http_config);
-            let guarded = tower_layer::Layer::layer(&ResumeGuardLayer::new(manager), service);
-            let metrics = MetricsEndpoint::new(store.clone());
-            let router = Router::new().nest_service("/mcp", guarded).route(
-                "/metrics",
-                get(move || {
-                    let text = metrics.render();
-                    async move { ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text) }
-                }),
-            );
-            (router, Some(store))
+            (store_app(store.clone()), Some(store))
         }
     }
+}
+
+/// The demo app on a given replay-ring store, for example one whose event log is on Redis
+/// (`RingEventStore::with_redis`): MCP at `/mcp`, counters at `/metrics`.
+pub fn store_app(store: RingEventStore) -> Router {
+    let retry = store.config().retry;
+    let http_config = StreamableHttpServerConfig::default()
+        .with_sse_retry(Some(retry))
+        .with_sse_keep_alive(Some(Duration::from_secs(15)));
+    let mut local = LocalSessionManager::default();
+    local.session_config.sse_retry = Some(retry);
+    let manager = Arc::new(ReplayRingSessionManager::new(store.clone(), local));
+    let tools = Tools {
+        store: Some(store.clone()),
+    };
+    let service =
+        StreamableHttpService::new(move || Ok(tools.clone()), manager.clone(), http_config);
+    let guarded = tower_layer::Layer::layer(&ResumeGuardLayer::new(manager), service);
+    let metrics = MetricsEndpoint::new(store);
+    Router::new().nest_service("/mcp", guarded).route(
+        "/metrics",
+        get(move || {
+            let text = metrics.render();
+            async move { ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text) }
+        }),
+    )
 }
 
 /// `/metrics` of one store: its counters published through the `metrics` facade

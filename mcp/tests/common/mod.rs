@@ -36,6 +36,22 @@ pub async fn start_server(storage: Storage) -> Server {
     Server { addr, store, task }
 }
 
+/// Serves `router` on a loopback port (e.g. several demo apps behind one in-process balancer).
+pub async fn serve_router(router: axum::Router) -> Server {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind loopback");
+    let addr = listener.local_addr().expect("local addr");
+    let task = tokio::spawn(async move {
+        let _ = axum::serve(listener, router).await;
+    });
+    Server {
+        addr,
+        store: None,
+        task,
+    }
+}
+
 pub async fn start_proxy(
     upstream: SocketAddr,
     tweak: impl FnOnce(&mut ProxyConfig),

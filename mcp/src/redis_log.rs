@@ -1,0 +1,333 @@
+//! The store's event log on Redis Streams (feature `redis`): every event a stream stores is also
+//! appended, with the same id, to a Redis stream through `replay-ring-redis` before any
+//! connection may send it, so any replica can replay it.
+//!
+//! The in-process ring stays the stream's window on the replica that owns the MCP session: it
+//! assigns the ids, applies backpressure and retention, and feeds that replica's connections
+//! without a copy. Redis holds the same events as the log of record for resumes that land
+//! elsewhere (`RingEventStore::remote_resume`, in `remote.rs`). A connection on the owning replica
+//! is never handed an event before Redis acknowledged it (the *durable* mark, `Gate` in
+//! `stream.rs`).
+//!
+//! Names: the store's stream `s7` of store epoch `9f3a2c1e` is the Redis stream `9f3a2c1e-s7`
+//! (keys `<prefix>:{9f3a2c1e-s7}:…`, one hash tag per stream). Wire ids keep the store's format
+//! `s7.9f3a2c1e.<seq>`, so any replica derives the Redis stream from a `Last-Event-ID`. Each name
+//! is created once, by the one process whose store carries that epoch: a Redis stream that is
+//! gone (expired, flushed, lost in a failover) is never created again under the same name, and a
+//! cursor naming it is answered `404 stream_lost`.
+
+use redis::aio::ConnectionManager;
+use redis::AsyncCommands;
+use replay_ring::CloseReason;
+use replay_ring_redis::{
+    Error as RedisError, RedisBackend, RedisConfig, RedisProducer, RedisStream,
+};
+use replay_ring_sse::{Epoch, StreamId};
+use rmcp::model::RequestId;
+use rmcp::transport::streamable_http_server::session::ServerSseMessage;
+use serde_json::{json, Value};
+
+use crate::stream::Gate;
+
+/// The connection to Redis a [`RingEventStore`](crate::RingEventStore) keeps its event log on.
+/// Cheap to clone.
+///
+/// ```no_run
+/// use replay_ring_mcp::{RedisEventLog, RingEventStore, StoreConfig};
+/// use replay_ring_redis::RedisConfig;
+///
+/// # async fn run() -> Result<(), replay_ring_redis::Error> {
+/// let log = RedisEventLog::connect("redis://127.0.0.1:6379/", RedisConfig::default()).await?;
+/// let store = RingEventStore::with_redis(StoreConfig::default(), log);
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct RedisEventLog {
+    pub(crate) backend: RedisBackend,
+    /// Short commands outside the backend's scripts (the MCP-session owner key).
+    conn: ConnectionManager,
+}
+
+impl std::fmt::Debug for RedisEventLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisEventLog")
+            .field("backend", &self.backend)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisEventLog {
+    /// Connects to `url` (`redis://host:port/db`). `config.stream_ttl` is how long a stream's
+    /// events stay in Redis after its last write (then a resume anywhere is `404 stream_lost`);
+    /// `config.lease` how long a stream whose replica died stays open before other replicas
+    /// end its resumed connections with an explicit error.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a bad URL or configuration, `Unavailable` when Redis cannot be
+    /// reached.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: nothing is created on the server.
+    pub async fn connect(url: &str, config: RedisConfig) -> Result<Self, RedisError> {
+        let response_timeout = config.response_timeout;
+        let backend = RedisBackend::connect(url, config).await?;
+        let client = redis::Client::open(url)
+            .map_err(|_| RedisError::InvalidArgument("not a valid redis URL"))?;
+        let manager = redis::aio::ConnectionManagerConfig::new()
+            .set_response_timeout(Some(response_timeout))
+            .set_number_of_retries(2);
+        let conn = client
+            .get_connection_manager_with_config(manager)
+            .await
+            .map_err(RedisError::Unavailable)?;
+        Ok(RedisEventLog { backend, conn })
+    }
+
+    /// The backend (streams, counters).
+    pub fn backend(&self) -> &RedisBackend {
+        &self.backend
+    }
+
+    /// The Redis stream name of the store's stream `stream` under store epoch `epoch`.
+    pub(crate) fn name(epoch: Epoch, stream: &StreamId) -> Result<StreamId, String> {
+        StreamId::new(&format!("{epoch}-{stream}")).map_err(|e| e.to_string())
+    }
+
+    /// Creates the Redis stream of a new store stream and takes its producer lease.
+    pub(crate) async fn create(
+        &self,
+        epoch: Epoch,
+        stream: &StreamId,
+        capacity: usize,
+    ) -> Result<(RedisStream, RedisProducer), String> {
+        let name = Self::name(epoch, stream)?;
+        let fail = |e: RedisError| format!("event log on Redis: {e}");
+        let created = self
+            .backend
+            .create(&name, capacity as u64)
+            .await
+            .map_err(fail)?;
+        let producer = created.acquire_producer().await.map_err(fail)?;
+        if producer.next_id() != 1 {
+            // The name exists with events: another process uses this store epoch.
+            return Err(format!(
+                "event log on Redis: stream {name} already holds events"
+            ));
+        }
+        Ok((created, producer))
+    }
+
+    /// Opens the Redis stream behind a wire id of another replica (or of a stream this replica
+    /// has forgotten).
+    pub(crate) async fn open(
+        &self,
+        epoch: Epoch,
+        stream: &StreamId,
+    ) -> Result<RedisStream, RedisError> {
+        let name =
+            Self::name(epoch, stream).map_err(|_| RedisError::NotFound { stream: *stream })?;
+        self.backend.open(&name).await
+    }
+
+    fn owner_key(stream: &RedisStream) -> String {
+        let [meta, ..] = stream.key_names();
+        let base = meta.strip_suffix(":meta").unwrap_or(meta);
+        format!("{base}:owner")
+    }
+
+    /// Records which MCP session owns `stream` (and which JSON-RPC request it answers), for the
+    /// session check of resumes on other replicas. Expires with the stream's keys.
+    pub(crate) async fn set_owner(
+        &self,
+        stream: &RedisStream,
+        session: &str,
+        request: Option<&RequestId>,
+    ) -> Result<(), String> {
+        let value = json!({ "session": session, "request": request }).to_string();
+        let ttl = self.backend.config().stream_ttl;
+        let key = Self::owner_key(stream);
+        let mut conn = self.conn.clone();
+        let result: Result<(), redis::RedisError> = if ttl.is_zero() {
+            conn.set(&key, value).await
+        } else {
+            conn.pset_ex(&key, value, ttl.as_millis() as u64).await
+        };
+        result.map_err(|e| format!("event log on Redis: {e}"))
+    }
+
+    /// Forgets the owner of `stream` (its MCP session was deleted): resumes elsewhere are then
+    /// answered as for an unknown session.
+    pub(crate) async fn clear_owner(&self, stream: &RedisStream) -> Result<(), String> {
+        let mut conn = self.conn.clone();
+        conn.del(Self::owner_key(stream))
+            .await
+            .map_err(|e: redis::RedisError| format!("event log on Redis: {e}"))
+    }
+
+    /// The MCP session that owns `stream` and the request it answers, if recorded.
+    pub(crate) async fn owner(&self, stream: &RedisStream) -> Result<Option<Owner>, RedisError> {
+        let mut conn = self.conn.clone();
+        let value: Option<String> = conn
+            .get(Self::owner_key(stream))
+            .await
+            .map_err(RedisError::Unavailable)?;
+        let Some(v) = value.and_then(|v| serde_json::from_str::<Value>(&v).ok()) else {
+            return Ok(None);
+        };
+        let Some(session) = v["session"].as_str() else {
+            return Ok(None);
+        };
+        Ok(Some(Owner {
+            session: session.to_owned(),
+            request: serde_json::from_value(v["request"].clone()).ok(),
+        }))
+    }
+
+    /// Whether a producer still holds `stream`'s lease (its replica is alive).
+    pub(crate) async fn has_producer(&self, stream: &RedisStream) -> Result<bool, RedisError> {
+        let [.., lease] = stream.key_names();
+        let mut conn = self.conn.clone();
+        conn.exists(lease).await.map_err(RedisError::Unavailable)
+    }
+}
+
+/// Who a stream in Redis belongs to.
+#[derive(Debug)]
+pub(crate) struct Owner {
+    pub(crate) session: String,
+    pub(crate) request: Option<RequestId>,
+}
+
+/// The serialized form of an event in Redis: the `ServerSseMessage` without its id (the id is
+/// the entry's), as JSON: `{"message": <JSON-RPC message or null>, "retry": <ms or null>}`.
+pub(crate) fn encode(event: &ServerSseMessage) -> Vec<u8> {
+    let message = event
+        .message
+        .as_deref()
+        .and_then(|m| serde_json::to_value(m).ok())
+        .unwrap_or(Value::Null);
+    let retry = event.retry.map(|r| r.as_millis() as u64);
+    json!({ "message": message, "retry": retry })
+        .to_string()
+        .into_bytes()
+}
+
+/// The Redis side of one stream, owned by the stream's writer.
+pub(crate) struct LogWriter {
+    log: RedisEventLog,
+    stream: RedisStream,
+    producer: Option<RedisProducer>,
+    /// Everything up to here was released in Redis too.
+    released: u64,
+    gate: Gate,
+}
+
+impl LogWriter {
+    pub(crate) fn new(
+        log: RedisEventLog,
+        stream: RedisStream,
+        producer: RedisProducer,
+        gate: Gate,
+    ) -> Self {
+        LogWriter {
+            log,
+            stream,
+            producer: Some(producer),
+            released: 0,
+            gate,
+        }
+    }
+
+    pub(crate) fn stream(&self) -> &RedisStream {
+        &self.stream
+    }
+
+    pub(crate) fn log(&self) -> &RedisEventLog {
+        &self.log
+    }
+
+    /// Appends `event` with id `seq` (the ring's), after releasing in Redis what the ring has
+    /// released (so Redis, whose window has the ring's capacity, has room). On success the id
+    /// becomes durable: connections may send it.
+    ///
+    /// # Errors
+    /// Redis refused or could not be reached: the caller ends the stream explicitly.
+    pub(crate) async fn append(
+        &mut self,
+        seq: u64,
+        event: &ServerSseMessage,
+        ring_floor: u64,
+    ) -> Result<(), String> {
+        self.release(ring_floor.saturating_sub(1)).await?;
+        let payload = encode(event);
+        let producer = self
+            .producer
+            .as_mut()
+            .ok_or_else(|| "event log on Redis: the stream is closed".to_owned())?;
+        let appended = match producer.append(&payload).await {
+            // The lease lapsed (no append or renewal for a whole lease): nobody else can produce
+            // for this name (it is this process's), so take it again, if Redis kept every event.
+            Err(RedisError::Fenced { .. }) => {
+                let again = self.stream.acquire_producer().await;
+                match again {
+                    Ok(p) if p.next_id() == seq => {
+                        let p = self.producer.insert(p);
+                        p.append(&payload).await
+                    }
+                    Ok(p) => Err(RedisError::OutOfSequence {
+                        head: p.next_id() - 1,
+                        id: seq,
+                    }),
+                    Err(e) => Err(e),
+                }
+            }
+            other => other,
+        };
+        match appended {
+            Ok(id) if id == seq => {
+                self.gate.advance(seq);
+                Ok(())
+            }
+            Ok(id) => Err(format!(
+                "event log on Redis: stored as id {id}, expected {seq}"
+            )),
+            Err(e) => Err(format!("event log on Redis: {e}")),
+        }
+    }
+
+    /// Releases in Redis through `through` if the ring got further.
+    pub(crate) async fn release(&mut self, through: u64) -> Result<(), String> {
+        if through <= self.released {
+            return Ok(());
+        }
+        self.stream
+            .release_through(through)
+            .await
+            .map_err(|e| format!("event log on Redis: {e}"))?;
+        self.released = through;
+        Ok(())
+    }
+
+    /// Keeps the lease of an idle producer (the store's maintenance renews every open stream).
+    pub(crate) async fn renew(&self) {
+        if let Some(p) = &self.producer {
+            let _ = p.renew().await;
+        }
+    }
+
+    /// Ends the Redis stream with `reason` (remote readers get everything, then the reason).
+    pub(crate) async fn close(&mut self, reason: CloseReason) -> Result<(), String> {
+        match self.producer.take() {
+            Some(p) => p
+                .close(reason)
+                .await
+                .map_err(|e| format!("event log on Redis: {e}")),
+            None => Ok(()),
+        }
+    }
+
+    /// Refuses every later event: connections end with `reason` after the last durable id.
+    pub(crate) fn fail(&mut self, reason: &str) {
+        self.gate.fail(reason);
+    }
+}

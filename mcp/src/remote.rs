@@ -1,0 +1,402 @@
+//! Resumes served from the Redis event log (feature `redis`): a `GET` with `Last-Event-ID` for a
+//! stream this process does not hold — another replica's, or one it has forgotten — is checked
+//! against the MCP session recorded with the stream in Redis, then answered from Redis: the
+//! events after the cursor, then live ones until the stream ends, or an explicit refusal.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use futures::stream::{self, BoxStream, StreamExt};
+use http::{HeaderValue, Response, StatusCode};
+use http_body_util::{BodyExt, StreamBody};
+use replay_ring::CloseReason;
+use replay_ring_redis::{Error as RedisError, ReadItem, RedisReader, RedisStream};
+use replay_ring_sse::{
+    decide, EventId, Frame, ResumeDecision, StreamIdentity, StreamState, EVENT_STREAM_CONTENT_TYPE,
+};
+use rmcp::model::RequestId;
+use serde_json::Value;
+use sync_wrapper::SyncWrapper;
+
+use crate::layer::{refusal_response, Body};
+use crate::redis_log::RedisEventLog;
+use crate::store::{RefusalReason, RingEventStore, StreamEntry};
+use crate::stream::broken_frame;
+
+/// Idle time after which a resumed connection gets a keep-alive comment and checks that the
+/// stream's producer is still alive (sooner when the lease is shorter).
+const KEEP_ALIVE: Duration = Duration::from_secs(15);
+
+impl RingEventStore {
+    /// Records the MCP session and JSON-RPC request of a request stream in Redis (for the
+    /// session check on other replicas). A failure only means other replicas cannot serve this
+    /// stream's resumes: they answer `404`, and this replica still can.
+    pub(crate) async fn record_owner(&self, entry: &StreamEntry) {
+        let (Some(session), request) = (entry.session(), entry.request()) else {
+            return;
+        };
+        let writer = entry.writer.lock().await;
+        if let Some(log) = writer.log.as_ref() {
+            let _ = log
+                .log()
+                .set_owner(log.stream(), &session, request.as_ref())
+                .await;
+        }
+    }
+
+    /// Ends the Redis stream of a stream whose MCP session was deleted, in the background (the
+    /// caller cannot wait): its owner is forgotten first, so that a resume on another replica is
+    /// answered `404 session_lost` as here, and readers there get the end.
+    pub(crate) fn close_log_later(entry: Arc<StreamEntry>, reason: CloseReason) {
+        if entry.gate.is_none() {
+            return;
+        }
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let mut writer = entry.writer.lock().await;
+                if let Some(log) = writer.log.as_mut() {
+                    let _ = log.log().clear_owner(log.stream()).await;
+                    let _ = log.close(reason).await;
+                }
+            });
+        }
+    }
+
+    /// Runs [`maintain_event_log`](Self::maintain_event_log) every third of the lease, in the
+    /// current tokio runtime (if any), until the store is dropped.
+    pub(crate) fn spawn_log_maintenance(&self) {
+        let (Some(log), Ok(runtime)) = (&self.inner.log, tokio::runtime::Handle::try_current())
+        else {
+            return;
+        };
+        let every = (log.backend().config().lease / 3).max(Duration::from_millis(10));
+        let store = Arc::downgrade(&self.inner);
+        runtime.spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            loop {
+                tick.tick().await;
+                let Some(inner) = store.upgrade() else {
+                    return;
+                };
+                RingEventStore { inner }.maintain_event_log().await;
+            }
+        });
+    }
+
+    /// Housekeeping of the Redis event log (a store made by
+    /// [`with_redis`](Self::with_redis) inside a tokio runtime runs it on its own, every third of
+    /// `RedisConfig::lease`): renews the
+    /// producer lease of every open stream (so other replicas know its producer is alive; a
+    /// lapsed lease is taken again by the next event) and releases in Redis what the rings
+    /// released. Returns how many streams it looked at. Without an event log it does nothing.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: each step is idempotent and the next run continues.
+    pub async fn maintain_event_log(&self) -> usize {
+        if self.inner.log.is_none() {
+            return 0;
+        }
+        let entries = self.entries();
+        for entry in &entries {
+            // A writer that is busy is storing an event, which renews the lease anyway.
+            let Ok(mut writer) = entry.writer.try_lock() else {
+                continue;
+            };
+            if let Some(log) = writer.log.as_mut() {
+                log.renew().await;
+                let _ = log.release(entry.ring.floor().saturating_sub(1)).await;
+            }
+        }
+        entries.len()
+    }
+
+    /// Serves a resume from Redis when the cursor's stream is not held by this process, after
+    /// checking that `session` owns it. `None` when the store has no event log, the cursor does
+    /// not parse, the stream is held here (the local path serves it), or Redis has no such stream
+    /// of this session: the caller then answers as without Redis (a `404`).
+    ///
+    /// The answer is either a `200` event stream (events after the cursor, then live ones until
+    /// the stream ends; the end of a stream that failed is an explicit JSON-RPC error for its
+    /// request) or an explicit refusal: `416`/`409` outside the window, `410` at the last id of a
+    /// stream that has ended (or whose producer is gone), `503` when Redis cannot be reached.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads, except for releasing in Redis the events up to the cursor (a
+    /// resume acknowledges them), which is idempotent.
+    pub async fn remote_resume(
+        &self,
+        session: Option<&str>,
+        last_event_id: &[u8],
+    ) -> Option<Response<Body>> {
+        let log = self.inner.log.as_ref()?;
+        let session = session?;
+        let id = EventId::parse_bytes(last_event_id).ok()?;
+        if id.epoch == self.epoch() && self.entry_by_event_id(&id).is_some() {
+            return None;
+        }
+        let unavailable = |_e: RedisError| Some(self.unavailable_response());
+        let stream = match log.open(id.epoch, &id.stream).await {
+            Ok(s) => s,
+            Err(e) if e.is_stream_lost() || matches!(e, RedisError::Corrupt { .. }) => return None,
+            Err(e) => return unavailable(e),
+        };
+        let owner = match log.owner(&stream).await {
+            Ok(Some(owner)) if owner.session == session => owner,
+            Ok(_) => return None,
+            Err(e) => return unavailable(e),
+        };
+        let state = match stream.state().await {
+            Ok(s) => s,
+            Err(e) if e.is_stream_lost() => return None,
+            Err(e) => return unavailable(e),
+        };
+        // The wire identity: the store stream's name and the owning store's epoch.
+        let identity = StreamIdentity::new(id.stream, id.epoch);
+        let window = StreamState {
+            identity,
+            floor: state.floor,
+            head: state.head,
+        };
+        let decision = decide(Some(&window), Some(last_event_id));
+        if !decision.is_accepted() {
+            return Some(self.refused(RefusalReason::Decision(decision), Some(window)));
+        }
+        if id.seq >= state.head {
+            let ended = match &state.closed {
+                Some(reason) => Some(reason.clone()),
+                None => match log.has_producer(&stream).await {
+                    Ok(true) => None,
+                    Ok(false) => Some(producer_gone()),
+                    Err(e) => return unavailable(e),
+                },
+            };
+            if let Some(reason) = ended {
+                return Some(self.refused(RefusalReason::StreamEnded(reason), Some(window)));
+            }
+        }
+        // A resume with `x` proves the client holds `..= x` (as on the owning replica).
+        let _ = stream.release_through(id.seq).await;
+        let reader = match stream.resume(Some(id.seq)).await {
+            Ok(r) => r,
+            Err(RedisError::Gap {
+                requested,
+                floor,
+                head,
+            }) => {
+                let d = ResumeDecision::Gap {
+                    requested,
+                    floor,
+                    head,
+                };
+                let window = StreamState {
+                    identity,
+                    floor,
+                    head,
+                };
+                return Some(self.refused(RefusalReason::Decision(d), Some(window)));
+            }
+            Err(RedisError::AheadOfHead { requested, head }) => {
+                let d = ResumeDecision::Mismatch { requested, head };
+                return Some(self.refused(RefusalReason::Decision(d), Some(window)));
+            }
+            Err(e) if e.is_stream_lost() => return None,
+            Err(e) => return unavailable(e),
+        };
+        self.inner.counters.remote_resumes.inc();
+        let connection = RemoteConnection {
+            reader,
+            stream,
+            log: log.clone(),
+            identity,
+            request: owner.request,
+            retry: self.config().retry,
+            done: false,
+        };
+        Some(event_stream_response(connection.frames()))
+    }
+
+    fn refused(&self, reason: RefusalReason, state: Option<StreamState>) -> Response<Body> {
+        refusal_response(&self.count_refusal(reason, state))
+    }
+
+    fn unavailable_response(&self) -> Response<Body> {
+        let refusal =
+            self.count_refusal(RefusalReason::Decision(ResumeDecision::Unavailable), None);
+        let mut response = refusal_response(&refusal);
+        let retry = self.config().retry.as_secs().max(1).to_string();
+        if let Ok(v) = HeaderValue::from_str(&retry) {
+            response.headers_mut().insert(http::header::RETRY_AFTER, v);
+        }
+        response
+    }
+}
+
+/// The end of a stream whose producer's lease lapsed without a close: its replica is gone.
+fn producer_gone() -> CloseReason {
+    CloseReason::error("the replica producing the stream is gone")
+}
+
+/// One connection served from Redis.
+struct RemoteConnection {
+    reader: RedisReader,
+    stream: RedisStream,
+    log: RedisEventLog,
+    identity: StreamIdentity,
+    request: Option<RequestId>,
+    retry: Duration,
+    done: bool,
+}
+
+impl RemoteConnection {
+    /// The connection's SSE frames, ending after the stream's end (or an explicit error).
+    fn frames(self) -> BoxStream<'static, Bytes> {
+        stream::unfold(self, |mut c| async move {
+            if c.done {
+                return None;
+            }
+            let frame = c.next_frame().await;
+            Some((frame, c))
+        })
+        .boxed()
+    }
+
+    async fn next_frame(&mut self) -> Bytes {
+        // Check the producer at least once per lease, so a gone one is noticed within a lease.
+        let idle = KEEP_ALIVE.min(self.log.backend().config().lease);
+        match tokio::time::timeout(idle, self.reader.next()).await {
+            Ok(Ok(ReadItem::Events(events))) => {
+                let mut buf = BytesMut::new();
+                for (seq, payload) in events {
+                    if let Err(e) = self.encode(&mut buf, seq, &payload) {
+                        buf.extend_from_slice(&self.broken("stream_failed", &e));
+                        self.done = true;
+                        break;
+                    }
+                }
+                buf.freeze()
+            }
+            Ok(Ok(ReadItem::Closed(CloseReason::Completed))) => {
+                self.done = true;
+                Bytes::new()
+            }
+            Ok(Ok(ReadItem::Closed(reason))) => {
+                self.done = true;
+                self.broken("stream_closed", &reason.to_string())
+            }
+            Ok(Err(RedisError::Gap { floor, .. })) => {
+                self.done = true;
+                let next = self.reader.last_id() + 1;
+                let reason = format!(
+                    "events from {next} were released before they were sent (floor {floor})"
+                );
+                self.broken("replay_gap", &reason)
+            }
+            Ok(Err(e)) if e.is_stream_lost() => {
+                self.done = true;
+                self.broken("stream_closed", &format!("stream lost: {e}"))
+            }
+            // Redis cannot be reached: end this connection with a retry hint; the reconnect
+            // resumes from the last id sent, or is answered 503 while Redis is still down.
+            Ok(Err(_)) => {
+                self.done = true;
+                self.retry_frame()
+            }
+            Err(_idle) => match self.producer_state().await {
+                Some(reason) => {
+                    self.done = true;
+                    self.broken("stream_closed", &reason.to_string())
+                }
+                None => Bytes::from_static(replay_ring_sse::KEEP_ALIVE),
+            },
+        }
+    }
+
+    /// After an idle period: `Some` when the producer is gone without closing the stream.
+    async fn producer_state(&self) -> Option<CloseReason> {
+        let state = self.stream.state().await.ok()?;
+        if state.closed.is_some() || state.head > self.reader.last_id() {
+            // The reader sees the close or the new events on its next read.
+            return None;
+        }
+        match self.log.has_producer(&self.stream).await {
+            Ok(false) => Some(producer_gone()),
+            _ => None,
+        }
+    }
+
+    fn encode(&self, buf: &mut BytesMut, seq: u64, payload: &[u8]) -> Result<(), String> {
+        let v: Value = serde_json::from_slice(payload).map_err(|e| e.to_string())?;
+        let data = match &v["message"] {
+            Value::Null => String::new(),
+            m => m.to_string(),
+        };
+        let mut frame = Frame::new()
+            .id(self.identity.event_id(seq))
+            .data(data.as_bytes());
+        if let Some(ms) = v["retry"].as_u64() {
+            frame = frame.retry(Duration::from_millis(ms));
+        }
+        frame.encode_into(buf).map_err(|e| e.to_string())
+    }
+
+    /// The explicit last frame (a JSON-RPC error for the stream's request, or a retry hint on
+    /// the GET stream), as on the owning replica.
+    fn broken(&self, code: &str, reason: &str) -> Bytes {
+        let stream = self.identity.stream.to_string();
+        let data = serde_json::json!({ "error": code, "stream": stream, "reason": reason });
+        let message = format!("event stream {stream}: {reason}");
+        let frame = broken_frame(self.request.clone(), message, data, self.retry);
+        let mut buf = BytesMut::new();
+        match frame.message.as_deref() {
+            Some(m) => {
+                let json = serde_json::to_string(m).unwrap_or_default();
+                let _ = Frame::new().data(json.as_bytes()).encode_into(&mut buf);
+            }
+            None => return self.retry_frame(),
+        }
+        buf.freeze()
+    }
+
+    fn retry_frame(&self) -> Bytes {
+        let mut buf = BytesMut::new();
+        let _ = Frame::new().retry(self.retry).encode_into(&mut buf);
+        buf.freeze()
+    }
+}
+
+/// A `200 text/event-stream` response carrying `frames`.
+fn event_stream_response(frames: BoxStream<'static, Bytes>) -> Response<Body> {
+    let frames = SyncStream(SyncWrapper::new(frames))
+        .filter(|b| std::future::ready(!b.is_empty()))
+        .map(|b| Ok::<_, Infallible>(http_body::Frame::data(b)));
+    let body = BodyExt::boxed(StreamBody::new(SyncStream(SyncWrapper::new(
+        frames.boxed(),
+    ))));
+    let mut response = Response::new(body);
+    *response.status_mut() = StatusCode::OK;
+    let headers = response.headers_mut();
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static(EVENT_STREAM_CONTENT_TYPE),
+    );
+    headers.insert(
+        http::header::CACHE_CONTROL,
+        HeaderValue::from_static("no-cache"),
+    );
+    response
+}
+
+/// A `Sync` stream (the response body must be) over a stream only ever polled through `&mut`.
+struct SyncStream<S>(SyncWrapper<S>);
+
+impl<S: futures::Stream + Unpin> futures::Stream for SyncStream<S> {
+    type Item = S::Item;
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<S::Item>> {
+        self.0.get_mut().poll_next_unpin(cx)
+    }
+}

@@ -1,0 +1,533 @@
+//! The store with its event log on Redis (feature `redis`), against a real `redis-server` (a
+//! private instance per test, from `redis/tests/common`): events are in Redis with their ids
+//! before any connection sends them; a tool call cut on one replica resumes on another from
+//! Redis, exactly once and in order; the other replica checks the MCP session and answers
+//! unreplayable cursors explicitly; Redis failing ends the stream with an explicit error, never
+//! a silent gap.
+#![cfg(feature = "redis")]
+
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::Router;
+use futures::StreamExt;
+use http::{Request, Response, StatusCode};
+use http_body_util::BodyExt;
+use replay_ring_mcp::{RedisEventLog, RingEventStore, StoreConfig};
+use replay_ring_mcp_demo::store_app;
+use replay_ring_redis::{ReadItem, RedisConfig};
+use replay_ring_sse::{Epoch, StreamId};
+use rmcp::model::ServerJsonRpcMessage;
+use rmcp::transport::streamable_http_server::session::{EventStore, ServerSseMessage};
+use serde_json::{json, Value};
+use tower::ServiceExt;
+
+#[path = "../../redis/tests/common/mod.rs"]
+mod redis_support;
+
+use redis_support::RedisServer;
+
+const LIMIT: Duration = Duration::from_secs(10);
+
+/// Fails fast while Redis is down (the tests kill it).
+fn quick_config() -> RedisConfig {
+    RedisConfig {
+        response_timeout: Duration::from_millis(500),
+        connect_timeout: Duration::from_millis(500),
+        ..RedisConfig::default()
+    }
+}
+
+async fn store_on(server: &RedisServer, epoch: Epoch) -> RingEventStore {
+    let log = RedisEventLog::connect(&server.url(), quick_config())
+        .await
+        .expect("connect to redis");
+    RingEventStore::with_redis_epoch(StoreConfig::default(), log, epoch)
+}
+
+fn progress(p: u64) -> ServerSseMessage {
+    let msg: ServerJsonRpcMessage = serde_json::from_value(json!({
+        "jsonrpc": "2.0", "method": "notifications/progress",
+        "params": {"progressToken": "t", "progress": p}
+    }))
+    .expect("progress notification");
+    ServerSseMessage::from_message(msg)
+}
+
+fn progress_of(m: &ServerSseMessage) -> Option<u64> {
+    let v = serde_json::to_value(m.message.as_deref()?).ok()?;
+    v["params"]["progress"].as_f64().map(|p| p as u64)
+}
+
+#[tokio::test]
+async fn every_event_is_in_redis_with_its_id_and_message() {
+    let server = RedisServer::start();
+    let store = store_on(&server, Epoch::new(0xabc)).await;
+    let priming = ServerSseMessage::retry(Duration::from_millis(700));
+    assert_eq!(
+        store.store_event("req-a", &priming).await.unwrap(),
+        "s1.abc.1"
+    );
+    for p in 1..=3 {
+        store.store_event("req-a", &progress(p)).await.unwrap();
+    }
+    // Read the Redis stream directly, as another replica would.
+    let backend = store.event_log().unwrap().backend();
+    let stream = backend
+        .open(&StreamId::new("abc-s1").unwrap())
+        .await
+        .expect("the stream is in Redis");
+    let mut reader = stream.resume(Some(0)).await.unwrap();
+    let ReadItem::Events(events) = reader.next().await.unwrap() else {
+        panic!("no events in Redis");
+    };
+    let ids: Vec<u64> = events.iter().map(|(id, _)| *id).collect();
+    assert_eq!(ids, [1, 2, 3, 4]);
+    let first: Value = serde_json::from_slice(&events[0].1).unwrap();
+    assert_eq!(first, json!({"message": null, "retry": 700}));
+    for (p, (_, payload)) in (1..=3).zip(&events[1..]) {
+        let v: Value = serde_json::from_slice(payload).unwrap();
+        assert_eq!(v["message"]["params"]["progress"].as_f64(), Some(p as f64));
+    }
+}
+
+#[tokio::test]
+async fn redis_down_ends_the_stream_after_the_last_durable_event_never_a_silent_gap() {
+    let mut server = RedisServer::start();
+    let store = store_on(&server, Epoch::new(0xabc)).await;
+    for p in 1..=3 {
+        store.store_event("req-a", &progress(p)).await.unwrap();
+    }
+    let mut live = store.resume_stream(None, b"s1.abc.0").unwrap();
+    for p in 1..=3 {
+        let m = tokio::time::timeout(LIMIT, live.next())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(progress_of(&m), Some(p));
+    }
+    server.kill();
+    // The ring has room, so the event gets id 4 in the ring, but Redis cannot store it: the
+    // call fails explicitly and the stream ends.
+    let err = store.store_event("req-a", &progress(4)).await.unwrap_err();
+    assert!(err.to_string().contains("Redis"), "{err}");
+    assert!(store.store_event("req-a", &progress(5)).await.is_err());
+    // The live connection never gets id 4 (not durable): it ends explicitly (this stream answers
+    // no request, so with a retry hint; a request stream gets a JSON-RPC error).
+    let last = tokio::time::timeout(LIMIT, live.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        last.message.is_none() && last.event_id.is_none() && last.retry.is_some(),
+        "an event past the last durable one was sent: {last:?}"
+    );
+    assert!(tokio::time::timeout(LIMIT, live.next())
+        .await
+        .unwrap()
+        .is_none());
+    assert_eq!(store.metrics().event_log_failures, 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Two replicas (two demo apps, two stores) on one Redis, over HTTP in-process.
+
+fn post(session: Option<&str>, body: Value) -> Request<Body> {
+    let mut b = Request::post("/mcp")
+        .header("host", "127.0.0.1")
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2025-11-25");
+    if let Some(s) = session {
+        b = b.header("mcp-session-id", s);
+    }
+    b.body(Body::from(body.to_string())).unwrap()
+}
+
+fn get(session: &str, last_event_id: &str) -> Request<Body> {
+    Request::get("/mcp")
+        .header("host", "127.0.0.1")
+        .header("accept", "text/event-stream")
+        .header("mcp-protocol-version", "2025-11-25")
+        .header("mcp-session-id", session)
+        .header("last-event-id", last_event_id)
+        .body(Body::empty())
+        .unwrap()
+}
+
+async fn call(app: &Router, req: Request<Body>) -> Response<Body> {
+    tokio::time::timeout(LIMIT, app.clone().oneshot(req))
+        .await
+        .expect("no response")
+        .unwrap()
+}
+
+/// One SSE event: id and data.
+#[derive(Debug, Default, Clone)]
+struct Sse {
+    id: Option<String>,
+    data: String,
+}
+
+/// Reads events from `body` until it ends or `max` events were read; the body stays usable.
+async fn events_from(body: &mut Body, max: usize) -> Vec<Sse> {
+    let mut buf = String::new();
+    let mut out = Vec::new();
+    while out.len() < max {
+        let Some(frame) = tokio::time::timeout(LIMIT, body.frame())
+            .await
+            .expect("stream stalled")
+        else {
+            break;
+        };
+        if let Ok(data) = frame.unwrap().into_data() {
+            buf.push_str(std::str::from_utf8(&data).unwrap());
+        }
+        while let Some(end) = buf.find("\n\n") {
+            let block: String = buf.drain(..end + 2).collect();
+            let mut ev = Sse::default();
+            let mut any = false;
+            for line in block.lines() {
+                if let Some(v) = line.strip_prefix("id:") {
+                    ev.id = Some(v.trim().to_owned());
+                    any = true;
+                } else if let Some(v) = line.strip_prefix("data:") {
+                    ev.data.push_str(v.trim_start());
+                    any = true;
+                } else if line.starts_with("retry:") {
+                    any = true;
+                }
+            }
+            if any {
+                out.push(ev);
+            }
+        }
+    }
+    out
+}
+
+async fn json_body(resp: Response<Body>) -> Value {
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("not JSON ({e}): {bytes:?}"))
+}
+
+async fn initialize(app: &Router) -> String {
+    let resp = call(
+        app,
+        post(
+            None,
+            json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+                "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}),
+        ),
+    )
+    .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let session = resp.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let mut body = resp.into_body();
+    events_from(&mut body, 2).await;
+    let ack = call(
+        app,
+        post(
+            Some(&session),
+            json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        ),
+    )
+    .await;
+    assert_eq!(ack.status(), StatusCode::ACCEPTED);
+    session
+}
+
+fn long_task(id: u64, n: u64, delay_ms: u64) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+        "name": "long_task", "arguments": {"n": n, "delay_ms": delay_ms},
+        "_meta": {"progressToken": format!("p{id}")}}})
+}
+
+fn seq_of(id: &str) -> u64 {
+    id.rsplit_once('.').unwrap().1.parse().unwrap()
+}
+
+/// The progress value of an event's data, if it is a progress notification.
+fn progress_in(e: &Sse) -> Option<u64> {
+    let v: Value = serde_json::from_str(&e.data).ok()?;
+    v["params"]["progress"].as_f64().map(|p| p as u64)
+}
+
+struct Replicas {
+    server: RedisServer,
+    a: Router,
+    b: Router,
+    store_a: RingEventStore,
+}
+
+async fn replicas() -> Replicas {
+    let server = RedisServer::start();
+    let store_a = store_on(&server, Epoch::generate()).await;
+    let store_b = store_on(&server, Epoch::generate()).await;
+    Replicas {
+        a: store_app(store_a.clone()),
+        b: store_app(store_b),
+        store_a,
+        server,
+    }
+}
+
+#[tokio::test]
+async fn a_tool_call_cut_on_one_replica_resumes_on_another_from_redis_exactly_once_in_order() {
+    const N: u64 = 20;
+    let r = replicas().await;
+    let session = initialize(&r.a).await;
+    let resp = call(&r.a, post(Some(&session), long_task(1, N, 25))).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let mut body = resp.into_body();
+    // The priming event and the first five progress notifications, then the connection is cut.
+    let before = events_from(&mut body, 6).await;
+    drop(body);
+    let seen: Vec<u64> = before.iter().filter_map(progress_in).collect();
+    assert_eq!(seen, [1, 2, 3, 4, 5]);
+    let cursor = before.last().unwrap().id.clone().unwrap();
+    // The reconnect lands on replica B, which has never seen this MCP session.
+    let resumed = call(&r.b, get(&session, &cursor)).await;
+    assert_eq!(resumed.status(), StatusCode::OK);
+    let after = events_from(&mut resumed.into_body(), 1000).await;
+    // Ids continue the cursor exactly, one by one, on the same stream.
+    let prefix = cursor.rsplit_once('.').unwrap().0;
+    for (expected, e) in (seq_of(&cursor) + 1..).zip(&after) {
+        let id = e.id.as_deref().expect("every event has an id");
+        assert_eq!(id.rsplit_once('.').unwrap().0, prefix);
+        assert_eq!(seq_of(id), expected, "ids skipped or repeated: {after:?}");
+    }
+    let progress: Vec<u64> = after.iter().filter_map(progress_in).collect();
+    assert_eq!(progress, (6..=N).collect::<Vec<_>>(), "{after:?}");
+    // The stream ends with the tool's result, and then the connection ends.
+    let result: Value = serde_json::from_str(&after.last().unwrap().data).unwrap();
+    assert_eq!(result["id"], json!(1));
+    assert!(result["result"].is_object(), "{result}");
+    assert_eq!(r.store_a.metrics().event_log_failures, 0);
+
+    // The stream is complete: a resume at its last id is told so, on either replica.
+    let last = after.last().unwrap().id.clone().unwrap();
+    let gone = call(&r.b, get(&session, &last)).await;
+    assert_eq!(gone.status(), StatusCode::GONE);
+    assert_eq!(
+        json_body(gone).await["error"]["data"]["error"],
+        "stream_complete"
+    );
+    let gone = call(&r.a, get(&session, &last)).await;
+    assert_eq!(gone.status(), StatusCode::GONE);
+}
+
+#[tokio::test]
+async fn another_replica_checks_the_session_and_refuses_unreplayable_cursors_explicitly() {
+    let mut r = replicas().await;
+    let session = initialize(&r.a).await;
+    let resp = call(&r.a, post(Some(&session), long_task(1, 4, 0))).await;
+    let events = events_from(&mut resp.into_body(), 100).await;
+    let ids: Vec<String> = events.iter().filter_map(|e| e.id.clone()).collect();
+    assert_eq!(ids.len(), 6, "priming, 4 progress, result: {events:?}");
+    let (first, head) = (ids[0].clone(), seq_of(&ids[5]));
+    let prefix = first.rsplit_once('.').unwrap().0.to_owned();
+
+    // Another MCP session cannot resume this stream: 404, as for an unknown session.
+    let foreign = call(&r.b, get("not-the-owner", &ids[2])).await;
+    assert_eq!(foreign.status(), StatusCode::NOT_FOUND);
+    // Ahead of the head: 409 with the window.
+    let ahead = call(&r.b, get(&session, &format!("{prefix}.{}", head + 3))).await;
+    assert_eq!(ahead.status(), StatusCode::CONFLICT);
+    assert_eq!(ahead.headers()["replay-head"], head.to_string().as_str());
+    // A resume with id 3 acknowledges 1..=3; a later one from 1 is below the floor: 416.
+    let resumed = call(&r.b, get(&session, &ids[2])).await;
+    assert_eq!(resumed.status(), StatusCode::OK);
+    let rest = events_from(&mut resumed.into_body(), 100).await;
+    assert_eq!(rest.len(), 3, "{rest:?}");
+    let gap = call(&r.b, get(&session, &ids[0])).await;
+    assert_eq!(gap.status(), StatusCode::RANGE_NOT_SATISFIABLE);
+    let body = json_body(gap).await;
+    assert_eq!(body["error"]["data"]["error"], "replay_gap");
+    // A stream that never existed in Redis: 404.
+    let unknown = call(&r.b, get(&session, &format!("{prefix}9.1"))).await;
+    assert_eq!(unknown.status(), StatusCode::NOT_FOUND);
+    // The MCP session is deleted on A: B then answers as A does, 404 `session_lost`.
+    let delete = Request::delete("/mcp")
+        .header("host", "127.0.0.1")
+        .header("mcp-protocol-version", "2025-11-25")
+        .header("mcp-session-id", &session)
+        .body(Body::empty())
+        .unwrap();
+    assert!(call(&r.a, delete).await.status().is_success());
+    let mut answers = Vec::new();
+    for _ in 0..100 {
+        // The owner is forgotten in the background, right after the DELETE.
+        let resp = call(&r.b, get(&session, &ids[3])).await;
+        let status = resp.status();
+        answers.push(status);
+        if status == StatusCode::NOT_FOUND {
+            assert_eq!(
+                json_body(resp).await["error"]["data"]["error"],
+                "session_lost"
+            );
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(answers.last(), Some(&StatusCode::NOT_FOUND), "{answers:?}");
+    // Redis down: 503 with Retry-After, never an empty 200.
+    r.server.kill();
+    let down = call(&r.b, get(&session, &ids[3])).await;
+    assert_eq!(down.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(down.headers().contains_key("retry-after"));
+}
+
+#[tokio::test]
+async fn redis_failing_mid_call_ends_the_call_with_a_json_rpc_error_after_the_last_durable_event() {
+    let mut r = replicas().await;
+    let session = initialize(&r.a).await;
+    let resp = call(&r.a, post(Some(&session), long_task(7, 200, 20))).await;
+    let mut body = resp.into_body();
+    let before = events_from(&mut body, 4).await;
+    r.server.kill();
+    let after = events_from(&mut body, 1000).await;
+    let all: Vec<&Sse> = before.iter().chain(&after).collect();
+    // Every event sent has the next id: nothing skipped before the end.
+    let ids: Vec<u64> = all
+        .iter()
+        .filter_map(|e| e.id.as_deref())
+        .map(seq_of)
+        .collect();
+    assert_eq!(ids, (1..=ids.len() as u64).collect::<Vec<_>>());
+    // The call ends with an explicit JSON-RPC error for its request, naming the cause.
+    let last: Value = serde_json::from_str(&all.last().unwrap().data).unwrap();
+    assert_eq!(last["id"], json!(7), "{last}");
+    assert_eq!(last["error"]["data"]["error"], "stream_closed", "{last}");
+    let reason = last["error"]["data"]["reason"].as_str().unwrap();
+    assert!(reason.contains("Redis"), "{reason}");
+    assert!(all.iter().filter_map(|e| progress_in(e)).count() < 200);
+    assert_eq!(r.store_a.metrics().event_log_failures, 1);
+}
+
+#[tokio::test]
+async fn a_stream_whose_replica_is_gone_ends_explicitly_on_the_replica_serving_its_resume() {
+    let server = RedisServer::start();
+    let short_lease = RedisConfig {
+        lease: Duration::from_millis(300),
+        ..quick_config()
+    };
+    let log = RedisEventLog::connect(&server.url(), short_lease.clone())
+        .await
+        .unwrap();
+    let a = RingEventStore::with_redis_epoch(StoreConfig::default(), log, Epoch::new(0xa));
+    let log = RedisEventLog::connect(&server.url(), short_lease)
+        .await
+        .unwrap();
+    let b = RingEventStore::with_redis_epoch(StoreConfig::default(), log, Epoch::new(0xb));
+    // The MCP session's GET stream on replica A (its session is recorded when it is created).
+    for p in 1..=2 {
+        a.store_event("sess-1:common", &progress(p)).await.unwrap();
+    }
+    let resumed = b
+        .remote_resume(Some("sess-1"), b"s1.a.1")
+        .await
+        .expect("served from Redis");
+    assert_eq!(resumed.status(), StatusCode::OK);
+    let mut body = Body::new(resumed.into_body());
+    let replayed = events_from(&mut body, 1).await;
+    assert_eq!(replayed[0].id.as_deref(), Some("s1.a.2"));
+    // While A lives, its store renews the lease: for three lease periods without events, B's
+    // connection carries keep-alive comments only (without the renewals it would end).
+    let alive_until = tokio::time::Instant::now() + Duration::from_millis(900);
+    while let Ok(frame) = tokio::time::timeout_at(alive_until, body.frame()).await {
+        let data = frame.expect("body ended").unwrap().into_data().unwrap();
+        assert!(
+            data.starts_with(b":"),
+            "ended while the producer lives: {data:?}"
+        );
+    }
+    // Replica A dies (its store and producer with it): the lease lapses without a close.
+    drop(a);
+    // B's connection ends explicitly (the GET stream answers no request: a retry hint) ...
+    let rest = events_from(&mut body, 10).await;
+    assert_eq!(rest.len(), 1, "{rest:?}");
+    assert!(rest[0].id.is_none() && rest[0].data.is_empty(), "{rest:?}");
+    // ... and its reconnect at the last id is told the stream ended, and why.
+    let gone = b.remote_resume(Some("sess-1"), b"s1.a.2").await.unwrap();
+    assert_eq!(gone.status(), StatusCode::GONE);
+    let body = json_body(Response::new(Body::new(gone.into_body()))).await;
+    assert_eq!(body["error"]["data"]["error"], "stream_closed", "{body}");
+    let reason = body["error"]["data"]["reason"].as_str().unwrap();
+    assert!(reason.contains("gone"), "{reason}");
+    // Another session is not served at all (the caller answers 404).
+    assert!(b.remote_resume(Some("sess-2"), b"s1.a.1").await.is_none());
+}
+
+#[tokio::test]
+async fn redis_refusing_an_event_out_of_memory_ends_the_stream_explicitly() {
+    let server = RedisServer::start_with(&["--maxmemory", "4mb"]);
+    let store = store_on(&server, Epoch::new(0xabc)).await;
+    let big = "x".repeat(64 * 1024);
+    let event = |p: u64| -> ServerSseMessage {
+        let msg: ServerJsonRpcMessage = serde_json::from_value(json!({
+            "jsonrpc": "2.0", "method": "notifications/progress",
+            "params": {"progressToken": "t", "progress": p, "message": big}
+        }))
+        .unwrap();
+        ServerSseMessage::from_message(msg)
+    };
+    let mut stored = 0;
+    let refusal = loop {
+        // The MCP session's GET stream: its session is recorded with it, so replica B serves it.
+        match store.store_event("sess-1:common", &event(stored + 1)).await {
+            Ok(_) => stored += 1,
+            Err(e) => break e.to_string(),
+        }
+        assert!(stored < 1000, "Redis never refused");
+    };
+    assert!(refusal.contains("Redis"), "{refusal}");
+    assert!(refusal.to_lowercase().contains("memory"), "{refusal}");
+    assert!(stored > 0);
+    // Replica B, resuming from Redis, gets the same events and the same end (Redis recorded the
+    // close), not keep-alives forever.
+    let b = store_on(&server, Epoch::new(0xb)).await;
+    let resumed = b.remote_resume(Some("sess-1"), b"s1.abc.0").await.unwrap();
+    assert_eq!(resumed.status(), StatusCode::OK);
+    let events = events_from(&mut Body::new(resumed.into_body()), 10_000).await;
+    let ids: Vec<u64> = events
+        .iter()
+        .filter_map(|e| e.id.as_deref())
+        .map(seq_of)
+        .collect();
+    assert_eq!(ids, (1..=stored).collect::<Vec<_>>());
+    assert_eq!(events.len() as u64, stored + 1, "ends with a retry hint");
+    assert!(
+        events.last().unwrap().id.is_none(),
+        "ends with a retry hint"
+    );
+    // The stream is over; a reader gets exactly the events Redis took, then the explicit end.
+    assert!(store
+        .store_event("sess-1:common", &progress(0))
+        .await
+        .is_err());
+    let mut replay = store.resume_stream(None, b"s1.abc.0").unwrap();
+    for p in 1..=stored {
+        let m = tokio::time::timeout(LIMIT, replay.next())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(progress_of(&m), Some(p));
+    }
+    let last = tokio::time::timeout(LIMIT, replay.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        last.message.is_none() && last.event_id.is_none(),
+        "{last:?}"
+    );
+    assert!(tokio::time::timeout(LIMIT, replay.next())
+        .await
+        .unwrap()
+        .is_none());
+    assert_eq!(store.metrics().event_log_failures, 1);
+}
