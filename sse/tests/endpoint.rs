@@ -10,7 +10,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use common::{get as http_get, Stream};
 use replay_ring::CloseReason;
-use replay_ring_sse::axum::SseProducer;
+use replay_ring_sse::axum::{SseProducer, MAX_CHUNK_BYTES};
 use replay_ring_sse::client::ContinuityVerifier;
 use replay_ring_sse::RetentionConfig;
 use tokio::net::TcpListener;
@@ -169,19 +169,21 @@ async fn a_failed_write_mid_stream_loses_nothing() {
     let reply = first
         .read_until(|r| r.frames().iter().filter_map(|f| f.event_seq()).count() >= 10)
         .await;
-    common::wait_for("the server read the whole batch", || {
-        stream.stats().frames_written == N
+    let received: Vec<u64> = reply
+        .frames()
+        .iter()
+        .filter_map(|f| f.event_seq())
+        .collect();
+    // The server took the whole backlog from the ring in its first read; wait until it has also
+    // encoded events this client has not received, so the reset below fails writes in flight.
+    common::wait_for("the server encoded more than the client read", || {
+        stream.stats().frames_written > received.len() as u64
     })
     .await;
     // Reset the connection (SO_LINGER 0) with most of the batch still unread: the server's
     // remaining writes fail.
     reset_on_close(&first.socket);
     drop(first);
-    let received: Vec<u64> = reply
-        .frames()
-        .iter()
-        .filter_map(|f| f.event_seq())
-        .collect();
     let cursor = *received.last().unwrap();
     assert!(
         cursor < N,
@@ -202,6 +204,59 @@ async fn a_failed_write_mid_stream_loses_nothing() {
     all.extend(frames.iter().filter_map(|f| f.event_seq()));
     assert_eq!(all, (1..=N).collect::<Vec<_>>(), "every event exactly once");
     assert_eq!(frames.last().unwrap().event.as_deref(), Some("end"));
+}
+
+/// A client that comes back to a large backlog gets it in bounded chunks, in order and complete: a
+/// connection never holds the whole catch-up encoded at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_catch_up_is_sent_in_bounded_chunks() {
+    const N: u64 = 1_000;
+    const PAYLOAD: usize = 1024;
+    let (addr, _stream, mut producer) = start(SseConfig {
+        capacity: 4096,
+        retention: RetentionConfig {
+            resumption_window: Duration::from_secs(60),
+            ..RetentionConfig::default()
+        },
+        ..SseConfig::default()
+    })
+    .await;
+    let payload = Bytes::from(vec![b'x'; PAYLOAD]);
+    for _ in 0..N {
+        producer.send(payload.clone()).await.unwrap();
+    }
+    producer.close(CloseReason::Completed).await.unwrap();
+
+    // The whole backlog is available to the first read: about 1 MiB of encoded events.
+    let mut client =
+        Stream::open(addr, "/events", &[("Last-Event-ID", "events.abc.0")], None).await;
+    let reply = client.read_to_end().await;
+    assert_eq!(reply.status, 200);
+    let ids: Vec<u64> = reply
+        .frames()
+        .iter()
+        .filter_map(|f| f.event_seq())
+        .collect();
+    assert_eq!(
+        ids,
+        (1..=N).collect::<Vec<_>>(),
+        "every event once, in order"
+    );
+
+    // One encoded event: `id: events.abc.NNNN\ndata: <payload>\n\n`.
+    let one_event = PAYLOAD + 64;
+    let sizes = client.chunk_sizes();
+    let largest = sizes.iter().copied().max().unwrap();
+    assert!(
+        largest <= MAX_CHUNK_BYTES + one_event,
+        "a chunk of {largest} bytes (limit {MAX_CHUNK_BYTES} + one event)"
+    );
+    let event_bytes = N as usize * PAYLOAD;
+    assert!(
+        sizes.len() > event_bytes / (MAX_CHUNK_BYTES + one_event),
+        "{} chunks for {event_bytes} bytes of events",
+        sizes.len()
+    );
 }
 
 /// SO_LINGER 0, so that closing sends a reset instead of a graceful end.

@@ -40,6 +40,12 @@ pub const DEFAULT_KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// ```
 pub const DEFAULT_RETRY: Duration = Duration::from_secs(1);
 
+/// Encoded bytes one response chunk stops growing at (it always holds at least one event). A
+/// client that comes back after a long absence is sent its catch-up in chunks of about this size, so
+/// what a connection holds encoded at a time stays bounded however large the window is; the events
+/// not yet encoded wait as reference-counted handles.
+pub const MAX_CHUNK_BYTES: usize = 64 * 1024;
+
 /// Settings of one resumable stream.
 ///
 /// ```
@@ -585,6 +591,7 @@ impl<B: Backend<Payload = Bytes>> SseStream<B> {
             shared: shared.clone(),
             tail,
             batch: Vec::new(),
+            encoded: 0,
             conn: Some(conn),
             buf: BytesMut::with_capacity(16 * 1024),
             handed: None,
@@ -697,6 +704,9 @@ struct Writer<B: Backend> {
     tail: B::Tail,
     /// Reused batch: once it has grown to the largest batch, reading does not allocate.
     batch: Vec<(u64, Bytes)>,
+    /// How many events of `batch` are already encoded: a batch larger than one chunk
+    /// ([`MAX_CHUNK_BYTES`]) is sent over several.
+    encoded: usize,
     conn: Option<ConnectionId>,
     /// Reused encode buffer: each chunk is split off it, so steady state does not allocate.
     buf: BytesMut,
@@ -749,24 +759,20 @@ impl<B: Backend<Payload = Bytes>> Writer<B> {
         Some(chunk)
     }
 
-    /// Waits for events (or the keep-alive interval) and encodes them.
+    /// Encodes the rest of the current batch, or waits for events (or the keep-alive interval)
+    /// and encodes them.
     async fn read_chunk(&mut self) -> Bytes {
-        let identity = self.shared.identity;
+        if self.encoded < self.batch.len() {
+            self.encode_batch();
+            return self.buf.split().freeze();
+        }
         let keep_alive = self.shared.config.keep_alive;
         tokio::select! {
             // Cancel safe (the `Tail` contract): losing to the keep-alive timer takes no event.
             read = self.tail.next_batch(&mut self.batch) => match read {
                 Ok(_) => {
-                    let mut last = 0;
-                    let n = self.batch.len() as u64;
-                    // `drain` keeps the batch's capacity for the next read.
-                    for (id, payload) in self.batch.drain(..) {
-                        // Cannot fail: no event name is given and the id is a validated EventId.
-                        let _ = encode_event(&mut self.buf, identity.event_id(id), None, &payload);
-                        last = id;
-                    }
-                    add(&self.shared.counters.frames_written, n);
-                    self.handed = Some(last);
+                    self.encoded = 0;
+                    self.encode_batch();
                 }
                 Err(err) => {
                     self.finished = true;
@@ -783,6 +789,30 @@ impl<B: Backend<Payload = Bytes>> Writer<B> {
             }
         }
         self.buf.split().freeze()
+    }
+
+    /// Encodes events of `batch` from `encoded` on until the chunk reaches [`MAX_CHUNK_BYTES`].
+    fn encode_batch(&mut self) {
+        let identity = self.shared.identity;
+        let mut last = 0;
+        let mut n = 0;
+        for (id, payload) in &self.batch[self.encoded..] {
+            // Cannot fail: no event name is given and the id is a validated EventId.
+            let _ = encode_event(&mut self.buf, identity.event_id(*id), None, payload);
+            last = *id;
+            n += 1;
+            if self.buf.len() >= MAX_CHUNK_BYTES {
+                break;
+            }
+        }
+        self.encoded += n;
+        if self.encoded == self.batch.len() {
+            // Drops the payload handles now; `clear` keeps the capacity for the next read.
+            self.batch.clear();
+            self.encoded = 0;
+        }
+        add(&self.shared.counters.frames_written, n as u64);
+        self.handed = Some(last);
     }
 }
 

@@ -58,6 +58,7 @@ mod serve;
 
 pub use endpoint::{
     backend_events, events, EndpointStats, SseConfig, SseStream, DEFAULT_KEEP_ALIVE, DEFAULT_RETRY,
+    MAX_CHUNK_BYTES,
 };
 pub use producer::SseProducer;
 pub use serve::{serve, serve_with_shutdown, ServeConfig};

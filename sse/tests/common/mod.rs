@@ -150,6 +150,26 @@ impl Stream {
         }
     }
 
+    /// The sizes of the complete body chunks received so far (chunked transfer encoding: the HTTP
+    /// stack writes each chunk the endpoint hands it as one).
+    pub fn chunk_sizes(&self) -> Vec<usize> {
+        let Some(split) = self.raw.windows(4).position(|w| w == b"\r\n\r\n") else {
+            return Vec::new();
+        };
+        let mut body = &self.raw[split + 4..];
+        let mut sizes = Vec::new();
+        while let Some(eol) = body.windows(2).position(|w| w == b"\r\n") {
+            let line = std::str::from_utf8(&body[..eol]).unwrap().trim();
+            let size = usize::from_str_radix(line, 16).unwrap();
+            if size == 0 || body.len() < eol + 2 + size + 2 {
+                break;
+            }
+            sizes.push(size);
+            body = &body[eol + 2 + size + 2..];
+        }
+        sizes
+    }
+
     /// What arrived so far.
     pub fn reply(&self) -> Option<Reply> {
         parse_reply(&self.raw)
