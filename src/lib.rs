@@ -78,6 +78,7 @@ mod reader;
 mod resume;
 mod ring;
 mod shared;
+mod slots;
 mod sync;
 mod table;
 mod wait;

@@ -46,8 +46,10 @@ pub struct Producer<T> {
     next_id: u64,
     /// Ids below this bound may be written without looking at shared state: their slots' previous
     /// occupants were released and unpinned when it was computed, and stay so (the floor only grows
-    /// and new pins start at or above the floor).
+    /// and new pins start at or above the floor); and their slot segments are allocated.
     write_limit: u64,
+    /// Every slot segment is allocated: `refresh_limit` no longer looks for one to grow.
+    fully_grown: bool,
     /// The first id whose slot already holds a value (`first_id + capacity`): from here on a push
     /// replaces, and drops, the slot's previous occupant.
     first_reuse: u64,
@@ -75,12 +77,21 @@ impl<T> fmt::Debug for Producer<T> {
 impl<T> Producer<T> {
     pub(crate) fn new(shared: Arc<Shared<T>>) -> Self {
         let next_id = shared.first_id;
-        let write_limit = next_id.saturating_add(shared.capacity());
+        let first_reuse = next_id.saturating_add(shared.capacity());
+        let fully_grown = shared.slots.segments() == 1;
+        // Only segment 0 is allocated: a lazy ring starts with the ids whose slots exist (none, if
+        // `first_id` maps past segment 0; the first push then grows).
+        let write_limit = if fully_grown {
+            first_reuse
+        } else {
+            allocated_until(&shared, next_id, first_reuse)
+        };
         Producer {
             shared,
             next_id,
             write_limit,
-            first_reuse: write_limit,
+            fully_grown,
+            first_reuse,
             full: 0,
             waits: 0,
             waiting: false,
@@ -158,7 +169,7 @@ impl<T> Producer<T> {
         if id > LAST_ID {
             return Err(PushError::IdsExhausted(make));
         }
-        if id >= self.write_limit && !self.refresh_limit() {
+        if id >= self.write_limit && !self.refresh_limit(id) {
             self.full += 1;
             // Relaxed: a statistic with a single writer (this producer).
             self.shared.producer_full.store(self.full, Relaxed);
@@ -188,13 +199,15 @@ impl<T> Producer<T> {
         let replaced = id >= self.first_reuse;
         // SAFETY: `index` is masked by `capacity - 1` and `trackers` has `capacity` entries.
         let _track = unsafe { shared.trackers.get_unchecked(index) }.write();
-        // SAFETY: as above, `slots` has `capacity` entries.
-        let cell = unsafe { shared.slots.get_unchecked(index) }.get();
-        // SAFETY: `id < write_limit`, so the slot's previous occupant `id - capacity` was released
+        // `id < write_limit`, so its segment is allocated (by this producer: `refresh_limit`).
+        let cell = shared.slots.slot(id);
+        // SAFETY: `cell` points into an allocated segment, which lives as long as `shared`.
+        // `id < write_limit`, so the slot's previous occupant `id - capacity` was released
         // and no reader pin covers it (see `refresh_limit`); readers only touch ids `<= head`, and
         // `id > head`. So nobody else accesses this slot now. It was initialised iff an earlier id
         // mapped to it (`replaced`).
         unsafe {
+            let cell = (*cell).get();
             let old = replaced.then(|| (*cell).assume_init_read());
             (*cell).write(value);
             old
@@ -255,12 +268,8 @@ impl<T> Producer<T> {
             if id > LAST_ID {
                 break;
             }
-            if id >= run.producer.write_limit {
-                // `refresh_limit` answers for `next_id`, which trails the run: compare `id` itself.
-                run.producer.refresh_limit();
-                if id >= run.producer.write_limit {
-                    break;
-                }
+            if id >= run.producer.write_limit && !run.producer.refresh_limit(id) {
+                break;
             }
             let Some(value) = values.next() else { break };
             let old = run.producer.write_slot(id, value);
@@ -273,9 +282,12 @@ impl<T> Producer<T> {
         (next - first) as usize
     }
 
-    /// Recomputes `write_limit` from the floor and the reader pins. Returns whether the next id fits.
+    /// Recomputes `write_limit` from the floor and the reader pins, and, in a ring that is still
+    /// growing, allocates the slot segment of `id` if the floor and pins leave room for it. Returns
+    /// whether `id` fits (`next_id <= id`; `try_push_many` asks for the id its unpublished run
+    /// reached).
     #[cold]
-    fn refresh_limit(&mut self) -> bool {
+    fn refresh_limit(&mut self, id: u64) -> bool {
         let shared = &*self.shared;
         // Acquire: pairs with the Release half of `release_through`'s `fetch_max`. Belt and braces:
         // the exclusion between a reader's floor check and our pin scan already follows from the
@@ -298,7 +310,16 @@ impl<T> Producer<T> {
         // argument needs its pin.
         let limit = shared.readers.min_pin(floor);
         self.write_limit = limit.saturating_add(shared.capacity());
-        let room = self.next_id < self.write_limit;
+        if !self.fully_grown {
+            if id < self.write_limit {
+                // Allocated before any slot of the segment is written, and so before the `head`
+                // store that publishes one: the ordering argument is in `slots.rs`.
+                shared.slots.grow(shared.slots.segment_of(shared.index(id)));
+            }
+            self.write_limit = allocated_until(shared, self.next_id, self.write_limit);
+            self.fully_grown = (0..shared.slots.segments()).all(|k| shared.slots.is_allocated(k));
+        }
+        let room = id < self.write_limit;
         if room {
             // Also ends a wait whose `ready()` future was dropped while pending.
             self.stop_waiting();
@@ -308,7 +329,10 @@ impl<T> Producer<T> {
 
     /// Ready when one push would be accepted (or ids are exhausted, which `try_push` reports).
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        if self.next_id < self.write_limit || self.next_id > LAST_ID || self.refresh_limit() {
+        if self.next_id < self.write_limit
+            || self.next_id > LAST_ID
+            || self.refresh_limit(self.next_id)
+        {
             return Poll::Ready(());
         }
         let shared = &*self.shared;
@@ -325,7 +349,7 @@ impl<T> Producer<T> {
         // `Shared::wake_producer` (after a release or an unpin). Either that side sees
         // `producer_waiting`, or our re-check below sees its change.
         heavy_fence("no_producer_wait_fence", shared.asymmetric_producer_wakeup);
-        if self.refresh_limit() {
+        if self.refresh_limit(self.next_id) {
             self.stop_waiting();
             return Poll::Ready(());
         }
@@ -507,6 +531,24 @@ impl<T> Producer<T> {
         self.stop_waiting();
         ready.is_some()
     }
+}
+
+/// The first id `>= from` (and `<= limit`) whose slot segment is not allocated yet, or `limit`.
+/// Walks one segment at a time from `from`'s, wrapping to segment 0 after the last one: at most
+/// `segments + 1` steps, on the producer's slow path only.
+fn allocated_until<T>(shared: &Shared<T>, from: u64, limit: u64) -> u64 {
+    let slots = &shared.slots;
+    let mut id = from;
+    while id < limit {
+        let index = slots.index(id);
+        let k = slots.segment_of(index);
+        if !slots.is_allocated(k) {
+            return id;
+        }
+        let left = (slots.segment_start(k) + slots.segment_len(k) - index) as u64;
+        id = id.saturating_add(left);
+    }
+    limit
 }
 
 impl<T> Drop for Producer<T> {
