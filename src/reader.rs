@@ -626,7 +626,12 @@ impl<'a, T> Batch<'a, T> {
         let shared = &*reader.shared;
         let tracks = if cfg!(replay_ring_loom) {
             (first..=last)
-                .map(|id| shared.trackers[shared.index(id)].read())
+                .map(|id| {
+                    // The slot's address first, as `as_slices` computes it: its directory load
+                    // asserts that the segment was published before this id (`slots.rs`).
+                    let _ = shared.slots.slot(id);
+                    shared.trackers[shared.index(id)].read()
+                })
                 .collect()
         } else {
             Vec::new()
