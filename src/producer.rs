@@ -1,6 +1,7 @@
 //! The single producer: assigns ids eagerly, writes slots, publishes `head`, and is backpressured
 //! (never evicts) when the window is full.
 
+use std::cell::UnsafeCell;
 use std::fmt;
 use std::future::poll_fn;
 use std::task::{Context, Poll};
@@ -207,7 +208,7 @@ impl<T> Producer<T> {
         // `id > head`. So nobody else accesses this slot now. It was initialised iff an earlier id
         // mapped to it (`replaced`).
         unsafe {
-            let cell = (*cell).get();
+            let cell = UnsafeCell::raw_get(cell);
             let old = replaced.then(|| (*cell).assume_init_read());
             (*cell).write(value);
             old
