@@ -11,6 +11,7 @@ use std::time::Duration;
 use crate::error::{CloseReason, PushError};
 use crate::ring::ReplayRing;
 use crate::shared::{Shared, LAST_ID};
+use crate::slots::Slot;
 use crate::sync::{
     heavy_fence, lock, ord, seq_cst_fence, Arc,
     Ordering::{Acquire, Relaxed, Release},
@@ -51,6 +52,17 @@ pub struct Producer<T> {
     write_limit: u64,
     /// Every slot segment is allocated: `refresh_limit` no longer looks for one to grow.
     fully_grown: bool,
+    /// `min(write_limit, run_start + run_len)`: the one bound the fast path checks. Ids below it
+    /// have room and a cached slot address; at or above it, `prepare_slow` refreshes whichever of
+    /// the two ran out.
+    fast_limit: u64,
+    /// Address cache for `write_slot`: the slots of ids `run_start .. run_start + run_len` are
+    /// contiguous from `run_base` (the rest of one segment; for a single-segment ring, the rest of
+    /// the array). The producer's ids only grow, so it is recomputed once per segment per lap, on
+    /// the slow path, and the fast path stays one compare and one add, as with a plain array.
+    run_start: u64,
+    run_len: u64,
+    run_base: *mut Slot<T>,
     /// The first id whose slot already holds a value (`first_id + capacity`): from here on a push
     /// replaces, and drops, the slot's previous occupant.
     first_reuse: u64,
@@ -63,8 +75,12 @@ pub struct Producer<T> {
 }
 
 // SAFETY: the producer moves `T` values into slots and drops replaced ones, which needs only
-// `T: Send`; it never hands out `&T`.
+// `T: Send`; it never hands out `&T`. `run_base` points into a slot segment owned by `shared`,
+// which the producer keeps alive, and is used only through `&mut self`.
 unsafe impl<T: Send> Send for Producer<T> {}
+// SAFETY: `&Producer` exposes only `next_id()`, `ring()` and `Debug`, none of which touches a slot
+// or `run_base`; every write needs `&mut self`.
+unsafe impl<T: Send> Sync for Producer<T> {}
 
 impl<T> fmt::Debug for Producer<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -92,6 +108,11 @@ impl<T> Producer<T> {
             next_id,
             write_limit,
             fully_grown,
+            // Empty: the first push takes the slow path and locates its run.
+            fast_limit: next_id,
+            run_start: 0,
+            run_len: 0,
+            run_base: std::ptr::null_mut(),
             first_reuse,
             full: 0,
             waits: 0,
@@ -170,7 +191,7 @@ impl<T> Producer<T> {
         if id > LAST_ID {
             return Err(PushError::IdsExhausted(make));
         }
-        if id >= self.write_limit && !self.refresh_limit(id) {
+        if id >= self.fast_limit && !self.prepare_slow(id) {
             self.full += 1;
             // Relaxed: a statistic with a single writer (this producer).
             self.shared.producer_full.store(self.full, Relaxed);
@@ -195,13 +216,18 @@ impl<T> Producer<T> {
     /// returns the slot's previous occupant, if any.
     #[inline]
     fn write_slot(&mut self, id: u64, value: T) -> Option<T> {
+        // `id < fast_limit` (checked by the caller), so `id < write_limit`, its segment is
+        // allocated (by this producer: `refresh_limit`), and it lies in the cached run.
+        debug_assert!(id < self.fast_limit && id.wrapping_sub(self.run_start) < self.run_len);
+        // SAFETY: `run_start <= id < run_start + run_len` (ids only grow, and the run was located
+        // at an earlier or equal id), so this stays inside the run located by `locate_run`,
+        // within one allocated segment.
+        let cell = unsafe { self.run_base.add((id - self.run_start) as usize) };
         let shared = &*self.shared;
         let index = shared.index(id);
         let replaced = id >= self.first_reuse;
         // SAFETY: `index` is masked by `capacity - 1` and `trackers` has `capacity` entries.
         let _track = unsafe { shared.trackers.get_unchecked(index) }.write();
-        // `id < write_limit`, so its segment is allocated (by this producer: `refresh_limit`).
-        let cell = shared.slots.slot(id);
         // SAFETY: `cell` points into an allocated segment, which lives as long as `shared`.
         // `id < write_limit`, so the slot's previous occupant `id - capacity` was released
         // and no reader pin covers it (see `refresh_limit`); readers only touch ids `<= head`, and
@@ -213,6 +239,30 @@ impl<T> Producer<T> {
             (*cell).write(value);
             old
         }
+    }
+
+    /// `id` reached `fast_limit`: refreshes the window limit if that is what ran out (returning
+    /// whether `id` fits), and points the address cache at `id`'s run if that is what ran out.
+    #[cold]
+    #[inline(never)]
+    fn prepare_slow(&mut self, id: u64) -> bool {
+        if id >= self.write_limit && !self.refresh_limit(id) {
+            return false;
+        }
+        if id.wrapping_sub(self.run_start) >= self.run_len {
+            // `id < write_limit`: its segment is allocated.
+            let (base, len) = self.shared.slots.run(id, u64::MAX);
+            self.run_start = id;
+            self.run_len = len as u64;
+            self.run_base = base;
+        }
+        self.update_fast_limit();
+        true
+    }
+
+    fn update_fast_limit(&mut self) {
+        let run_end = self.run_start.saturating_add(self.run_len);
+        self.fast_limit = self.write_limit.min(run_end);
     }
 
     /// Appends values taken from `values` while there is room, and publishes them all with one
@@ -269,7 +319,7 @@ impl<T> Producer<T> {
             if id > LAST_ID {
                 break;
             }
-            if id >= run.producer.write_limit && !run.producer.refresh_limit(id) {
+            if id >= run.producer.fast_limit && !run.producer.prepare_slow(id) {
                 break;
             }
             let Some(value) = values.next() else { break };
@@ -320,6 +370,8 @@ impl<T> Producer<T> {
             self.write_limit = allocated_until(shared, self.next_id, self.write_limit);
             self.fully_grown = (0..shared.slots.segments()).all(|k| shared.slots.is_allocated(k));
         }
+        // Never above `write_limit`, which may also have dropped (to a segment not grown yet).
+        self.update_fast_limit();
         let room = id < self.write_limit;
         if room {
             // Also ends a wait whose `ready()` future was dropped while pending.
