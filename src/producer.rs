@@ -220,7 +220,7 @@ impl<T> Producer<T> {
         // allocated (by this producer: `refresh_limit`), and it lies in the cached run.
         debug_assert!(id < self.fast_limit && id.wrapping_sub(self.run_start) < self.run_len);
         // SAFETY: `run_start <= id < run_start + run_len` (ids only grow, and the run was located
-        // at an earlier or equal id), so this stays inside the run located by `locate_run`,
+        // at an earlier or equal id, by `prepare_slow`), so this stays inside that run,
         // within one allocated segment.
         let cell = unsafe { self.run_base.add((id - self.run_start) as usize) };
         let shared = &*self.shared;
