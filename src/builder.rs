@@ -109,7 +109,8 @@ impl<T: Send> Builder<T> {
     ///
     /// - a push that first reaches a segment allocates it (the producer's slow path; once every
     ///   segment is allocated, pushes, reads, resumes and waits allocate nothing, as in an eagerly
-    ///   allocated ring);
+    ///   allocated ring). If the allocator refuses a segment, the process aborts, as when a `Vec`
+    ///   grows; only the first segment's failure is reported, by [`build`](Self::build);
     /// - a batch is at most two contiguous runs of slots, and with several segments a run ends at
     ///   a segment boundary, so [`Reader::try_read`](crate::Reader::try_read) may lend a batch that
     ///   ends before the head; the next read continues from there.

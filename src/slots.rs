@@ -17,7 +17,8 @@
 //! the slot of id `i` only for `i <= head` where it loaded `head` with `Acquire`
 //! (`Reader::borrow_available`), so the pointer store happens-before the reader's directory load,
 //! which therefore sees it. The segment's memory itself is uninitialised storage; its contents are
-//! the slot values, ordered by the same `head` pair.
+//! the slot values, ordered by the same `head` pair. The producer, the only writer, reads its own
+//! stores, and caches the address of the run of slots it is filling (`Producer::prepare_slow`).
 
 use std::cell::UnsafeCell;
 use std::mem::MaybeUninit;
