@@ -1,10 +1,8 @@
 //! Configuring and building a ring: [`Builder`], its limits, and the [`WakeupFences`] choice.
 //! The top layer: it creates the shared state and hands out the first two handles.
 
-use std::cell::UnsafeCell;
 use std::fmt;
 use std::marker::PhantomData;
-use std::mem::MaybeUninit;
 
 use crossbeam_utils::CachePadded;
 
@@ -12,6 +10,7 @@ use crate::error::BuildError;
 use crate::producer::Producer;
 use crate::ring::ReplayRing;
 use crate::shared::{Shared, LAST_ID};
+use crate::slots::Slots;
 use crate::sync::{init_fences, Arc, AtomicBool, AtomicU64, AtomicWaker, Mutex, SlotTracker};
 use crate::table::ReaderTable;
 pub use crate::table::MAX_READERS;
@@ -53,6 +52,8 @@ pub enum WakeupFences {
 #[must_use = "a Builder does nothing until `build()` is called"]
 pub struct Builder<T> {
     capacity: usize,
+    /// `None`: the whole capacity up front.
+    initial_slots: Option<usize>,
     max_readers: usize,
     first_id: u64,
     wakeup_fences: WakeupFences,
@@ -63,6 +64,7 @@ impl<T> fmt::Debug for Builder<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Builder")
             .field("capacity", &self.capacity)
+            .field("initial_slots", &self.initial_slots)
             .field("max_readers", &self.max_readers)
             .field("first_id", &self.first_id)
             .field("wakeup_fences", &self.wakeup_fences)
@@ -74,6 +76,7 @@ impl<T> Default for Builder<T> {
     fn default() -> Self {
         Builder {
             capacity: 1024,
+            initial_slots: None,
             max_readers: 16,
             first_id: 1,
             wakeup_fences: WakeupFences::Symmetric,
@@ -91,6 +94,49 @@ impl<T: Send> Builder<T> {
     /// ```
     pub fn capacity(mut self, capacity: usize) -> Self {
         self.capacity = capacity;
+        self
+    }
+
+    /// How many slots are allocated when the ring is built (default: all of them, `capacity`).
+    /// Rounded up to a power of two and clamped to `1..=capacity` (so 0 means 1).
+    ///
+    /// With fewer initial slots than the capacity, the slot array grows on demand: segments that
+    /// double in size (`initial_slots`, `initial_slots`, `2 × initial_slots`, … up to the
+    /// capacity) are allocated by the producer the first time the window reaches them, and kept
+    /// until the ring is dropped. An idle ring then costs `initial_slots × size_of::<T>()` bytes of
+    /// slots instead of `capacity × size_of::<T>()`, which matters when a server keeps many mostly
+    /// idle rings (one per request stream, for example). The price:
+    ///
+    /// - a push that first reaches a segment allocates it (the producer's slow path; once every
+    ///   segment is allocated, pushes, reads, resumes and waits allocate nothing, as in an eagerly
+    ///   allocated ring). If the allocator refuses a segment, the process aborts, as when a `Vec`
+    ///   grows; only the first segment's failure is reported, by [`build`](Self::build);
+    /// - a batch is at most two contiguous runs of slots, and with several segments a run ends at
+    ///   a segment boundary, so [`Reader::try_read`](crate::Reader::try_read) may lend a batch that
+    ///   ends before the head; the next read continues from there.
+    ///
+    /// ```
+    /// use replay_ring::ReplayRing;
+    ///
+    /// let (mut producer, ring) = ReplayRing::<u64>::builder()
+    ///     .capacity(1024)
+    ///     .initial_slots(10) // rounded up to 16: 16 × 8 bytes of slots until the window grows
+    ///     .build()
+    ///     .unwrap();
+    /// assert_eq!(ring.capacity(), 1024); // the window still holds 1024 events
+    /// let mut reader = ring.reader().unwrap();
+    /// for n in 0..40 {
+    ///     producer.try_push(n).unwrap(); // ids 16 and 32 allocate the next segments
+    /// }
+    /// // A read may stop at a segment boundary; reading on yields everything, in order.
+    /// let mut seen = Vec::new();
+    /// while let Some(batch) = reader.try_read().unwrap() {
+    ///     seen.extend(batch.iter().map(|(_, v)| *v));
+    /// }
+    /// assert_eq!(seen, (0..40).collect::<Vec<_>>());
+    /// ```
+    pub fn initial_slots(mut self, initial_slots: usize) -> Self {
+        self.initial_slots = Some(initial_slots);
         self
     }
 
@@ -148,8 +194,9 @@ impl<T: Send> Builder<T> {
         self
     }
 
-    /// Allocates the ring: the slots, the reader table and its wakers. Nothing is allocated after
-    /// this.
+    /// Allocates the ring: the slots (all of them, or the first [`initial_slots`](Self::initial_slots)),
+    /// the reader table and its wakers. Nothing else is allocated after this, except the slot
+    /// segments a ring built with `initial_slots < capacity` grows into.
     ///
     /// # Errors
     ///
@@ -194,20 +241,20 @@ impl<T: Send> Builder<T> {
             return Err(BuildError::InvalidFirstId(self.first_id));
         }
 
+        // Clamped first: `capacity` is a power of two, so rounding up cannot pass it (or overflow).
+        let initial_slots = self
+            .initial_slots
+            .map_or(capacity, |n| n.clamp(1, capacity).next_power_of_two());
+        let slots =
+            Slots::new(capacity, initial_slots).map_err(|_| BuildError::AllocationFailed)?;
         let asymmetric = init_fences();
-        let mut slots = Vec::new();
-        slots
-            .try_reserve_exact(capacity)
-            .map_err(|_| BuildError::AllocationFailed)?;
-        slots.extend((0..capacity).map(|_| UnsafeCell::new(MaybeUninit::uninit())));
         let shared = Arc::new(Shared {
             head: CachePadded::new(AtomicU64::new(self.first_id - 1)),
             floor: CachePadded::new(AtomicU64::new(self.first_id)),
-            slots: slots.into_boxed_slice(),
+            slots,
             // A unit struct outside loom, a loom cell inside it.
             #[allow(clippy::default_constructed_unit_structs)]
             trackers: (0..capacity).map(|_| SlotTracker::default()).collect(),
-            mask: capacity as u64 - 1,
             first_id: self.first_id,
             readers: ReaderTable::new(self.max_readers),
             waiters: WaitList::new(),

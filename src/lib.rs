@@ -22,7 +22,9 @@
 //! - **Bounded waiting.** Waiting producers and readers park wakers allocated with their handles;
 //!   push, read, resume and waits allocate nothing, and a push wakes only the readers that wait.
 //!   Readers register by the hundred thousand (the reader table grows on demand, up to
-//!   [`MAX_READERS`]) without slowing the producer down.
+//!   [`MAX_READERS`]) without slowing the producer down. A ring may also start small and grow its
+//!   slot array as events arrive ([`Builder::initial_slots`]): only the push that first reaches a
+//!   new segment allocates it.
 //! - **Checked.** The protocol is model-checked with loom (`loom-tests/`, `docs/verification.md`).
 //!
 //! # Reading and waiting
@@ -78,6 +80,7 @@ mod reader;
 mod resume;
 mod ring;
 mod shared;
+mod slots;
 mod sync;
 mod table;
 mod wait;

@@ -56,7 +56,7 @@ impl Metrics {
             // grows, so the snapshot keeps `floor <= head + 1`.
             floor: shared.floor.load(Acquire),
             head: shared.head.load(Acquire),
-            capacity: shared.slots.len(),
+            capacity: shared.capacity() as usize,
             // Relaxed: statistics written by the producer alone.
             producer_full: shared.producer_full.load(Relaxed),
             producer_waits: shared.producer_waits.load(Relaxed),

@@ -1,6 +1,7 @@
 //! The single producer: assigns ids eagerly, writes slots, publishes `head`, and is backpressured
 //! (never evicts) when the window is full.
 
+use std::cell::UnsafeCell;
 use std::fmt;
 use std::future::poll_fn;
 use std::task::{Context, Poll};
@@ -10,6 +11,7 @@ use std::time::Duration;
 use crate::error::{CloseReason, PushError};
 use crate::ring::ReplayRing;
 use crate::shared::{Shared, LAST_ID};
+use crate::slots::Slot;
 use crate::sync::{
     heavy_fence, lock, ord, seq_cst_fence, Arc,
     Ordering::{Acquire, Relaxed, Release},
@@ -46,8 +48,21 @@ pub struct Producer<T> {
     next_id: u64,
     /// Ids below this bound may be written without looking at shared state: their slots' previous
     /// occupants were released and unpinned when it was computed, and stay so (the floor only grows
-    /// and new pins start at or above the floor).
+    /// and new pins start at or above the floor); and their slot segments are allocated.
     write_limit: u64,
+    /// Every slot segment is allocated: `refresh_limit` no longer looks for one to grow.
+    fully_grown: bool,
+    /// `min(write_limit, run_start + run_len)`: the one bound the fast path checks. Ids below it
+    /// have room and a cached slot address; at or above it, `prepare_slow` refreshes whichever of
+    /// the two ran out.
+    fast_limit: u64,
+    /// Address cache for `write_slot`: the slots of ids `run_start .. run_start + run_len` are
+    /// contiguous from `run_base` (the rest of one segment; for a single-segment ring, the rest of
+    /// the array). The producer's ids only grow, so it is recomputed once per segment per lap, on
+    /// the slow path, and the fast path stays one compare and one add, as with a plain array.
+    run_start: u64,
+    run_len: u64,
+    run_base: *mut Slot<T>,
     /// The first id whose slot already holds a value (`first_id + capacity`): from here on a push
     /// replaces, and drops, the slot's previous occupant.
     first_reuse: u64,
@@ -60,8 +75,12 @@ pub struct Producer<T> {
 }
 
 // SAFETY: the producer moves `T` values into slots and drops replaced ones, which needs only
-// `T: Send`; it never hands out `&T`.
+// `T: Send`; it never hands out `&T`. `run_base` points into a slot segment owned by `shared`,
+// which the producer keeps alive, and is used only through `&mut self`.
 unsafe impl<T: Send> Send for Producer<T> {}
+// SAFETY: `&Producer` exposes only `next_id()`, `ring()` and `Debug`, none of which touches a slot
+// or `run_base`; every write needs `&mut self`.
+unsafe impl<T: Send> Sync for Producer<T> {}
 
 impl<T> fmt::Debug for Producer<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -75,12 +94,26 @@ impl<T> fmt::Debug for Producer<T> {
 impl<T> Producer<T> {
     pub(crate) fn new(shared: Arc<Shared<T>>) -> Self {
         let next_id = shared.first_id;
-        let write_limit = next_id.saturating_add(shared.capacity());
+        let first_reuse = next_id.saturating_add(shared.capacity());
+        let fully_grown = shared.slots.segments() == 1;
+        // Only segment 0 is allocated: a lazy ring starts with the ids whose slots exist (none, if
+        // `first_id` maps past segment 0; the first push then grows).
+        let write_limit = if fully_grown {
+            first_reuse
+        } else {
+            allocated_until(&shared, next_id, first_reuse)
+        };
         Producer {
             shared,
             next_id,
             write_limit,
-            first_reuse: write_limit,
+            fully_grown,
+            // Empty: the first push takes the slow path and locates its run.
+            fast_limit: next_id,
+            run_start: 0,
+            run_len: 0,
+            run_base: std::ptr::null_mut(),
+            first_reuse,
             full: 0,
             waits: 0,
             waiting: false,
@@ -158,7 +191,7 @@ impl<T> Producer<T> {
         if id > LAST_ID {
             return Err(PushError::IdsExhausted(make));
         }
-        if id >= self.write_limit && !self.refresh_limit() {
+        if id >= self.fast_limit && !self.prepare_slow(id) {
             self.full += 1;
             // Relaxed: a statistic with a single writer (this producer).
             self.shared.producer_full.store(self.full, Relaxed);
@@ -183,22 +216,53 @@ impl<T> Producer<T> {
     /// returns the slot's previous occupant, if any.
     #[inline]
     fn write_slot(&mut self, id: u64, value: T) -> Option<T> {
+        // `id < fast_limit` (checked by the caller), so `id < write_limit`, its segment is
+        // allocated (by this producer: `refresh_limit`), and it lies in the cached run.
+        debug_assert!(id < self.fast_limit && id.wrapping_sub(self.run_start) < self.run_len);
+        // SAFETY: `run_start <= id < run_start + run_len` (ids only grow, and the run was located
+        // at an earlier or equal id, by `prepare_slow`), so this stays inside that run,
+        // within one allocated segment.
+        let cell = unsafe { self.run_base.add((id - self.run_start) as usize) };
         let shared = &*self.shared;
         let index = shared.index(id);
         let replaced = id >= self.first_reuse;
         // SAFETY: `index` is masked by `capacity - 1` and `trackers` has `capacity` entries.
         let _track = unsafe { shared.trackers.get_unchecked(index) }.write();
-        // SAFETY: as above, `slots` has `capacity` entries.
-        let cell = unsafe { shared.slots.get_unchecked(index) }.get();
-        // SAFETY: `id < write_limit`, so the slot's previous occupant `id - capacity` was released
+        // SAFETY: `cell` points into an allocated segment, which lives as long as `shared`.
+        // `id < write_limit`, so the slot's previous occupant `id - capacity` was released
         // and no reader pin covers it (see `refresh_limit`); readers only touch ids `<= head`, and
         // `id > head`. So nobody else accesses this slot now. It was initialised iff an earlier id
         // mapped to it (`replaced`).
         unsafe {
+            let cell = UnsafeCell::raw_get(cell);
             let old = replaced.then(|| (*cell).assume_init_read());
             (*cell).write(value);
             old
         }
+    }
+
+    /// `id` reached `fast_limit`: refreshes the window limit if that is what ran out (returning
+    /// whether `id` fits), and points the address cache at `id`'s run if that is what ran out.
+    #[cold]
+    #[inline(never)]
+    fn prepare_slow(&mut self, id: u64) -> bool {
+        if id >= self.write_limit && !self.refresh_limit(id) {
+            return false;
+        }
+        if id.wrapping_sub(self.run_start) >= self.run_len {
+            // `id < write_limit`: its segment is allocated.
+            let (base, len) = self.shared.slots.run(id, u64::MAX);
+            self.run_start = id;
+            self.run_len = len as u64;
+            self.run_base = base;
+        }
+        self.update_fast_limit();
+        true
+    }
+
+    fn update_fast_limit(&mut self) {
+        let run_end = self.run_start.saturating_add(self.run_len);
+        self.fast_limit = self.write_limit.min(run_end);
     }
 
     /// Appends values taken from `values` while there is room, and publishes them all with one
@@ -255,12 +319,8 @@ impl<T> Producer<T> {
             if id > LAST_ID {
                 break;
             }
-            if id >= run.producer.write_limit {
-                // `refresh_limit` answers for `next_id`, which trails the run: compare `id` itself.
-                run.producer.refresh_limit();
-                if id >= run.producer.write_limit {
-                    break;
-                }
+            if id >= run.producer.fast_limit && !run.producer.prepare_slow(id) {
+                break;
             }
             let Some(value) = values.next() else { break };
             let old = run.producer.write_slot(id, value);
@@ -273,9 +333,12 @@ impl<T> Producer<T> {
         (next - first) as usize
     }
 
-    /// Recomputes `write_limit` from the floor and the reader pins. Returns whether the next id fits.
+    /// Recomputes `write_limit` from the floor and the reader pins, and, in a ring that is still
+    /// growing, allocates the slot segment of `id` if the floor and pins leave room for it. Returns
+    /// whether `id` fits (`next_id <= id`; `try_push_many` asks for the id its unpublished run
+    /// reached).
     #[cold]
-    fn refresh_limit(&mut self) -> bool {
+    fn refresh_limit(&mut self, id: u64) -> bool {
         let shared = &*self.shared;
         // Acquire: pairs with the Release half of `release_through`'s `fetch_max`. Belt and braces:
         // the exclusion between a reader's floor check and our pin scan already follows from the
@@ -298,7 +361,18 @@ impl<T> Producer<T> {
         // argument needs its pin.
         let limit = shared.readers.min_pin(floor);
         self.write_limit = limit.saturating_add(shared.capacity());
-        let room = self.next_id < self.write_limit;
+        if !self.fully_grown {
+            if id < self.write_limit {
+                // Allocated before any slot of the segment is written, and so before the `head`
+                // store that publishes one: the ordering argument is in `slots.rs`.
+                shared.slots.grow(shared.slots.segment_of(shared.index(id)));
+            }
+            self.write_limit = allocated_until(shared, self.next_id, self.write_limit);
+            self.fully_grown = (0..shared.slots.segments()).all(|k| shared.slots.is_allocated(k));
+        }
+        // Never above `write_limit`, which may also have dropped (to a segment not grown yet).
+        self.update_fast_limit();
+        let room = id < self.write_limit;
         if room {
             // Also ends a wait whose `ready()` future was dropped while pending.
             self.stop_waiting();
@@ -308,7 +382,10 @@ impl<T> Producer<T> {
 
     /// Ready when one push would be accepted (or ids are exhausted, which `try_push` reports).
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        if self.next_id < self.write_limit || self.next_id > LAST_ID || self.refresh_limit() {
+        if self.next_id < self.write_limit
+            || self.next_id > LAST_ID
+            || self.refresh_limit(self.next_id)
+        {
             return Poll::Ready(());
         }
         let shared = &*self.shared;
@@ -325,7 +402,7 @@ impl<T> Producer<T> {
         // `Shared::wake_producer` (after a release or an unpin). Either that side sees
         // `producer_waiting`, or our re-check below sees its change.
         heavy_fence("no_producer_wait_fence", shared.asymmetric_producer_wakeup);
-        if self.refresh_limit() {
+        if self.refresh_limit(self.next_id) {
             self.stop_waiting();
             return Poll::Ready(());
         }
@@ -507,6 +584,24 @@ impl<T> Producer<T> {
         self.stop_waiting();
         ready.is_some()
     }
+}
+
+/// The first id `>= from` (and `<= limit`) whose slot segment is not allocated yet, or `limit`.
+/// Walks one segment at a time from `from`'s, wrapping to segment 0 after the last one: at most
+/// `segments + 1` steps, on the producer's slow path only.
+fn allocated_until<T>(shared: &Shared<T>, from: u64, limit: u64) -> u64 {
+    let slots = &shared.slots;
+    let mut id = from;
+    while id < limit {
+        let index = slots.index(id);
+        let k = slots.segment_of(index);
+        if !slots.is_allocated(k) {
+            return id;
+        }
+        let left = (slots.segment_start(k) + slots.segment_len(k) - index) as u64;
+        id = id.saturating_add(left);
+    }
+    limit
 }
 
 impl<T> Drop for Producer<T> {

@@ -242,14 +242,23 @@ impl<T> Reader<T> {
             }
         }
         self.pinned = false;
-        // Acquire: pairs with the producer's Release publish: slots up to `head` are written.
+        // Acquire: pairs with the producer's Release publish: slots up to `head` are written, and
+        // their slot segments' directory entries are stored (`slots.rs`).
         let head = shared.head.load(ord("lend_head_relaxed", Acquire, Relaxed));
         debug_assert!(self.cursor <= head && head - self.cursor < shared.capacity());
-        Ok(Batch::new(self, head))
+        // At most two contiguous runs: a ring with several slot segments may end the batch at a
+        // segment boundary before the head (the next read continues). A single-segment ring's
+        // bound is at least `cursor + capacity - 1 >= head`.
+        let last = head.min(shared.slots.batch_end(self.cursor));
+        Ok(Batch::new(self, last))
     }
 
     /// Lends every event available now, from the cursor to the head, without copying; `Ok(None)` when
     /// the reader has caught up. Dropping the batch marks its events read (see [`Batch`]).
+    ///
+    /// A ring built with [`Builder::initial_slots`](crate::Builder::initial_slots) below its
+    /// capacity may lend a batch that ends before the head, at a slot segment boundary; the next
+    /// read continues from there, so a reader that reads until `Ok(None)` gets everything.
     ///
     /// # Errors
     ///
@@ -344,7 +353,9 @@ impl<T> Reader<T> {
         }
     }
 
-    /// Waits until at least one event is available and lends all available ones.
+    /// Waits until at least one event is available and lends all available ones (or, in a ring
+    /// built with [`Builder::initial_slots`](crate::Builder::initial_slots) below its capacity,
+    /// those up to a slot segment boundary: see [`try_read`](Self::try_read)).
     ///
     /// # Errors
     ///
@@ -434,8 +445,8 @@ impl<T> Reader<T> {
 
 #[cfg(not(replay_ring_loom))]
 impl<T> Reader<T> {
-    /// Blocks the thread up to `timeout` for at least one event and lends all available ones;
-    /// `Ok(None)` on timeout.
+    /// Blocks the thread up to `timeout` for at least one event and lends all available ones (up
+    /// to a slot segment boundary, as [`try_read`](Self::try_read)); `Ok(None)` on timeout.
     /// A `timeout` too large to add to the current time (such as `Duration::MAX`) waits without a
     /// deadline.
     ///
@@ -615,7 +626,12 @@ impl<'a, T> Batch<'a, T> {
         let shared = &*reader.shared;
         let tracks = if cfg!(replay_ring_loom) {
             (first..=last)
-                .map(|id| shared.trackers[shared.index(id)].read())
+                .map(|id| {
+                    // The slot's address first, as `as_slices` computes it: its directory load
+                    // asserts that the segment was published before this id (`slots.rs`).
+                    let _ = shared.slots.slot(id);
+                    shared.trackers[shared.index(id)].read()
+                })
                 .collect()
         } else {
             Vec::new()
@@ -646,7 +662,8 @@ impl<'a, T> Batch<'a, T> {
         self.first
     }
 
-    /// Id of the last event (the head when the batch was lent).
+    /// Id of the last event: the head when the batch was lent, or the last id before a slot
+    /// segment boundary (see [`as_slices`](Self::as_slices)).
     pub fn last_id(&self) -> u64 {
         self.last
     }
@@ -664,6 +681,11 @@ impl<'a, T> Batch<'a, T> {
     /// The events in id order: the first slice starts at `first_id()`, the second (possibly empty)
     /// continues where the ring wrapped around. Zero-copy.
     ///
+    /// In a ring built with [`Builder::initial_slots`](crate::Builder::initial_slots) below its
+    /// capacity, the slots live in segments that double in size, and the second slice continues in
+    /// the segment after the first one's; the batch then ends at that segment's end if the head is
+    /// further on (the next read continues there).
+    ///
     /// ```
     /// let (mut producer, ring) = replay_ring::ReplayRing::<u32>::new(4, 1).unwrap();
     /// for n in 1..=4 {
@@ -678,20 +700,28 @@ impl<'a, T> Batch<'a, T> {
     /// assert_eq!(batch.iter().map(|(id, v)| (id, *v)).collect::<Vec<_>>(), [(3, 3), (4, 4), (5, 5)]);
     /// ```
     pub fn as_slices(&self) -> (&[T], &[T]) {
-        let shared = &*self.reader.shared;
-        let start = shared.index(self.first);
-        let len = self.len();
-        let head_len = len.min(shared.slots.len() - start);
-        let base = shared.slots.as_ptr().cast::<T>();
+        let slots = &self.reader.shared.slots;
+        let len = self.len() as u64;
+        let (first, first_len) = slots.run(self.first, len);
+        // `first_len <= len`, so the id after the first run is at most `last + 1 <= LAST_ID + 1`.
+        let rest = len - first_len as u64;
+        let (second, second_len) = if rest == 0 {
+            (first, 0)
+        } else {
+            slots.run(self.first + first_len as u64, rest)
+        };
+        // `Reader::borrow_available` ends the batch where two runs end.
+        debug_assert_eq!(first_len as u64 + second_len as u64, len);
         // SAFETY: ids `first..=last` were published (`last <= head`, loaded with Acquire) so their
-        // slots are initialised, and this reader's pin at `first` keeps the producer from
-        // overwriting any of them while `self` lives. `UnsafeCell<MaybeUninit<T>>` has `T`'s layout,
-        // the ranges `start..start + head_len` and `0..len - head_len` are in bounds (len <=
-        // capacity), and only shared references are created (readers never write).
+        // slots are initialised and their segments' directory entries are visible (`slots.rs`),
+        // and this reader's pin at `first` keeps the producer from overwriting any of them while
+        // `self` lives. `UnsafeCell<MaybeUninit<T>>` has `T`'s layout; each run lies inside one
+        // allocated segment (`Slots::run`), the two are disjoint (fewer than `capacity`
+        // consecutive ids), and only shared references are created (readers never write).
         unsafe {
             (
-                slice::from_raw_parts(base.add(start), head_len),
-                slice::from_raw_parts(base, len - head_len),
+                slice::from_raw_parts(first.cast::<T>(), first_len),
+                slice::from_raw_parts(second.cast::<T>(), second_len),
             )
         }
     }

@@ -84,9 +84,20 @@ impl<T> ReplayRing<T> {
         self.shared.head.load(Acquire)
     }
 
-    /// The number of events the window can hold (a power of two).
+    /// The number of events the window can hold (a power of two). For a ring built with
+    /// [`Builder::initial_slots`](crate::Builder::initial_slots) below the capacity, this is still
+    /// the full capacity, however many slots are allocated yet.
+    ///
+    /// ```
+    /// let (_p, ring) = replay_ring::ReplayRing::<u8>::builder()
+    ///     .capacity(64)
+    ///     .initial_slots(4)
+    ///     .build()
+    ///     .unwrap();
+    /// assert_eq!(ring.capacity(), 64);
+    /// ```
     pub fn capacity(&self) -> usize {
-        self.shared.slots.len()
+        self.shared.capacity() as usize
     }
 
     /// How many readers may exist at once.

@@ -4,13 +4,12 @@
 //! The protocol is explained once, with a diagram, in `docs/design.md`. The invariants are stated on
 //! the fields they constrain.
 
-use std::cell::UnsafeCell;
-use std::mem::MaybeUninit;
 use std::ptr;
 
 use crossbeam_utils::CachePadded;
 
 use crate::error::{CloseReason, TooManyReaders};
+use crate::slots::Slots;
 use crate::sync::{
     light_fence, lock, AtomicBool, AtomicU64, AtomicWaker, Mutex,
     Ordering::{Acquire, Relaxed},
@@ -50,11 +49,13 @@ pub(crate) struct Shared<T> {
     /// through `release_through`. The producer reuses the slot of id `k` only once `k < floor`
     /// *and* no reader pin is `<= k`.
     pub(crate) floor: CachePadded<AtomicU64>,
-    /// Event storage. Id `k` lives at `k & mask`. A std `UnsafeCell` in every build so a run of slots
-    /// can be lent out as one `&[T]`; loom sees the accesses through `trackers`.
-    pub(crate) slots: Box<[UnsafeCell<MaybeUninit<T>>]>,
+    /// Event storage. Id `k` lives at index `k & (capacity - 1)`, in a directory of segments that
+    /// the producer allocates as the window first reaches them (`slots.rs`). Invariant: a segment
+    /// is allocated before any id in it is published, and freed only with the ring. A std
+    /// `UnsafeCell` per slot in every build so a run of slots can be lent out as one `&[T]`; loom
+    /// sees the accesses through `trackers` (one per index, allocated eagerly: loom builds only).
+    pub(crate) slots: Slots<T>,
     pub(crate) trackers: Box<[SlotTracker]>,
-    pub(crate) mask: u64,
     /// The first id this ring ever assigns (normally 1).
     pub(crate) first_id: u64,
     /// One entry per registered reader; grows on demand up to `max_readers`.
@@ -92,13 +93,13 @@ unsafe impl<T: Send> Sync for Shared<T> {}
 
 impl<T> Shared<T> {
     pub(crate) fn capacity(&self) -> u64 {
-        self.mask + 1
+        self.slots.capacity()
     }
 
     /// Index of the slot holding id `id`.
     #[inline]
     pub(crate) fn index(&self, id: u64) -> usize {
-        (id & self.mask) as usize
+        self.slots.index(id)
     }
 
     /// Wakes every reader that registered for new events. Called after a publish.
@@ -170,35 +171,43 @@ impl<T> Drop for Shared<T> {
             return;
         }
         // Every id that still owns its slot: the newest `capacity` ids, but none before `first_id`.
+        // Their segments are allocated (each was published). The segments' memory is freed after
+        // this, by `Slots::drop`, even if a value's `Drop` panics.
         let oldest = head.saturating_sub(self.capacity() - 1).max(self.first_id);
-        // `head - oldest < capacity`, which fits a `usize` (the slot array exists).
-        let len = (head - oldest + 1) as usize;
-        let start = self.index(oldest);
-        let first_len = len.min(self.slots.len() - start);
-        // `UnsafeCell<MaybeUninit<T>>` has the layout of `T`.
-        let base = self.slots.as_mut_ptr().cast::<T>();
-        // Dropped as two slices, like `Vec` and `VecDeque` do: if one value's `Drop` panics, the
-        // slice drop glue still drops the rest of its slice, and the guard drops the other slice
-        // while unwinding. Nothing is leaked (a second panic during unwinding aborts, as in `Vec`).
-        // SAFETY: `start + first_len <= capacity` and `len - first_len <= start`, so both ranges are
-        // in bounds and disjoint. `&mut self` means no reader or producer exists; each slot in them
-        // holds the value of the id pushed into it last (`oldest..=head`, not overwritten since: the
-        // next writer would be `id + capacity > head`), so it is initialised, and it is dropped
-        // exactly once, here.
-        unsafe {
-            let wrapped = DropSlice(ptr::slice_from_raw_parts_mut(base, len - first_len));
-            ptr::drop_in_place(ptr::slice_from_raw_parts_mut(base.add(start), first_len));
-            drop(wrapped);
-        }
+        drop_runs(&self.slots, oldest, head);
     }
 }
 
-/// Drops the values of a slice when it goes out of scope, including while unwinding.
-struct DropSlice<T>(*mut [T]);
+/// Drops the values of ids `next..=last`, one contiguous run (at most one segment) at a time.
+///
+/// Like `Vec` and `VecDeque`: if one value's `Drop` panics, the slice drop glue still drops the rest
+/// of its run, and the `rest` guard drops the later runs while unwinding. Nothing is leaked (a
+/// second panic during unwinding aborts, as in `Vec`).
+fn drop_runs<T>(slots: &Slots<T>, mut next: u64, last: u64) {
+    while next <= last {
+        let (first, len) = slots.run(next, last - next + 1);
+        // `len >= 1` and `next + len - 1 <= last <= LAST_ID`: no overflow.
+        next += len as u64;
+        let rest = DropRest { slots, next, last };
+        // SAFETY: only called from `Shared::drop` (`&mut`, so no reader or producer exists), over
+        // ids `oldest..=head`: each slot holds the value of the id pushed into it last (not
+        // overwritten since: the next writer would be `id + capacity > head`), so it is
+        // initialised, its segment is allocated, and it is dropped exactly once, here (the runs are
+        // disjoint: fewer than `capacity` consecutive ids). `Slot<T>` has the layout of `T`.
+        unsafe { ptr::drop_in_place(ptr::slice_from_raw_parts_mut(first.cast::<T>(), len)) };
+        std::mem::forget(rest);
+    }
+}
 
-impl<T> Drop for DropSlice<T> {
+/// Drops the values of the runs after a run whose `Drop` panicked (see `drop_runs`).
+struct DropRest<'a, T> {
+    slots: &'a Slots<T>,
+    next: u64,
+    last: u64,
+}
+
+impl<T> Drop for DropRest<'_, T> {
     fn drop(&mut self) {
-        // SAFETY: only built in `Shared::drop`, over initialised values nobody else drops.
-        unsafe { ptr::drop_in_place(self.0) };
+        drop_runs(self.slots, self.next, self.last);
     }
 }

@@ -47,20 +47,29 @@ fn ring_read(
     }))
 }
 
+/// Runs `ops` against a ring and the model. `initial_slots`: `None` builds an eager ring (the
+/// default), `Some(n)` one that grows from `n` slots.
 fn run(
     capacity: usize,
+    initial_slots: Option<usize>,
     max_readers: usize,
     first_id: u64,
     ops: Vec<Op>,
 ) -> Result<(), TestCaseError> {
-    let built: Result<(Producer<u32>, ReplayRing<u32>), BuildError> = ReplayRing::builder()
+    let mut builder = ReplayRing::builder()
         .capacity(capacity)
         .max_readers(max_readers)
-        .first_id(first_id)
-        .build();
+        .first_id(first_id);
+    if let Some(n) = initial_slots {
+        builder = builder.initial_slots(n);
+    }
+    let built: Result<(Producer<u32>, ReplayRing<u32>), BuildError> = builder.build();
     let (producer, ring) = built.expect("valid configuration");
     let mut producer = Some(producer);
     let mut model = Model::new(ring.capacity() as u64, max_readers, first_id);
+    if let Some(n) = initial_slots {
+        model = model.with_initial_slots(n as u64);
+    }
     let mut readers = Vec::new();
 
     for op in ops {
@@ -141,6 +150,20 @@ proptest! {
         first_id in prop_oneof![Just(1u64), Just(1_000u64), Just(u64::MAX - 6)],
         ops in proptest::collection::vec(op(), 1..80),
     ) {
-        run(capacity, max_readers, first_id, ops)?;
+        run(capacity, None, max_readers, first_id, ops)?;
+    }
+
+    /// The same, for rings that grow their slot array: up to five segments, ids that start at
+    /// index 0, mid-array (`first_id` 1,000 and near `u64::MAX`) and windows that wrap around
+    /// across segments. Reads may end at a segment boundary; the model says where.
+    #[test]
+    fn lazy_ring_matches_reference_model(
+        capacity in prop_oneof![Just(2usize), Just(4), Just(8), Just(16)],
+        initial_slots in 0usize..=8,
+        max_readers in 1usize..=3,
+        first_id in prop_oneof![Just(1u64), Just(6), Just(1_003u64), Just(u64::MAX - 13)],
+        ops in proptest::collection::vec(op(), 1..120),
+    ) {
+        run(capacity, Some(initial_slots), max_readers, first_id, ops)?;
     }
 }

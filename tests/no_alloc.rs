@@ -5,7 +5,6 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::future::Future;
 use std::pin::pin;
-use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::task::{Context, Poll, Waker};
 
 use bytes::Bytes;
@@ -13,17 +12,30 @@ use replay_ring::ReplayRing;
 
 struct Counting;
 
-static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
 thread_local! {
-    /// Only this test's thread is counted (the harness's own threads allocate as they please).
+    /// Only this test's thread is counted (the harness's own threads, and the other tests running
+    /// in parallel, allocate as they please).
     static COUNTING: Cell<bool> = const { Cell::new(false) };
+    /// Allocations (and reallocations) counted on this thread.
+    static ALLOCATIONS: Cell<usize> = const { Cell::new(0) };
+    /// Bytes they asked for.
+    static BYTES: Cell<usize> = const { Cell::new(0) };
+}
+
+fn count(bytes: usize) {
+    ALLOCATIONS.with(|a| a.set(a.get() + 1));
+    BYTES.with(|b| b.set(b.get() + bytes));
+}
+
+fn allocations() -> usize {
+    ALLOCATIONS.with(Cell::get)
 }
 
 // SAFETY: forwards to the system allocator; only counts.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         if COUNTING.with(Cell::get) {
-            ALLOCATIONS.fetch_add(1, SeqCst);
+            count(layout.size());
         }
         // SAFETY: same contract as ours.
         unsafe { System.alloc(layout) }
@@ -36,7 +48,7 @@ unsafe impl GlobalAlloc for Counting {
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         if COUNTING.with(Cell::get) {
-            ALLOCATIONS.fetch_add(1, SeqCst);
+            count(new_size);
         }
         // SAFETY: same contract as ours.
         unsafe { System.realloc(ptr, layout, new_size) }
@@ -98,5 +110,87 @@ fn push_read_release_resume_and_waits_allocate_nothing() {
     assert!(!producer.ready_timeout(std::time::Duration::from_micros(1)));
     COUNTING.with(|c| c.set(false));
 
-    assert_eq!(ALLOCATIONS.load(SeqCst), 0, "the hot path allocated");
+    assert_eq!(allocations(), 0, "the hot path allocated");
+}
+
+/// Bytes one `build()` allocates, counted on this thread.
+fn bytes_to_build(initial_slots: Option<usize>) -> usize {
+    let mut builder = ReplayRing::<[u8; 128]>::builder()
+        .capacity(1024)
+        .max_readers(4);
+    if let Some(n) = initial_slots {
+        builder = builder.initial_slots(n);
+    }
+    let before = BYTES.with(Cell::get);
+    COUNTING.with(|c| c.set(true));
+    let built = builder.build().unwrap();
+    COUNTING.with(|c| c.set(false));
+    let bytes = BYTES.with(Cell::get) - before;
+    drop(built);
+    bytes
+}
+
+#[test]
+fn an_idle_lazy_ring_allocates_only_its_first_segment() {
+    let eager = bytes_to_build(None);
+    let lazy = bytes_to_build(Some(16));
+    // The eager ring holds all 1,024 slots of 128 bytes; the lazy one 16 of them, plus a directory
+    // of 7 segment pointers (16, 16, 32, … 512 slots). Everything else is the same.
+    let slot = 128;
+    assert_eq!(eager - lazy, (1024 - 16) * slot - 6 * size_of::<usize>());
+    assert!(lazy < 16 * 1024, "an idle lazy ring took {lazy} bytes");
+}
+
+#[test]
+fn a_fully_grown_lazy_ring_allocates_nothing_on_push_read_resume_and_wait() {
+    let (mut producer, ring) = ReplayRing::<Bytes>::builder()
+        .capacity(64)
+        .initial_slots(2)
+        .max_readers(4)
+        .build()
+        .unwrap();
+    let payload = Bytes::from(vec![7u8; 256]);
+    drop(payload.clone());
+    let mut live = ring.reader().unwrap();
+    // Growing allocates: segments [2,4), [4,8), … [32,64) as the first lap reaches them.
+    COUNTING.with(|c| c.set(true));
+    let before = allocations();
+    for _ in 0..64 {
+        producer.try_push(payload.clone()).unwrap();
+    }
+    let grown = allocations() - before;
+    COUNTING.with(|c| c.set(false));
+    assert_eq!(grown, 5, "one allocation per segment after the first");
+    while let Some(batch) = live.try_read().unwrap() {
+        drop(batch);
+    }
+    ring.release_through(ring.head()).unwrap();
+
+    // After one full lap: nothing allocates any more.
+    let before = allocations();
+    COUNTING.with(|c| c.set(true));
+    for _ in 0..if cfg!(miri) { 3 } else { 500u64 } {
+        for _ in 0..48 {
+            producer.try_push(payload.clone()).unwrap();
+        }
+        let mut read = 0;
+        while let Some(batch) = live.try_read().unwrap() {
+            read += batch.iter().map(|(_, b)| b.len()).sum::<usize>();
+        }
+        assert_eq!(read, 48 * 256);
+        let mut resumed = ring.resume(Some(ring.head() - 40)).unwrap();
+        let mut replayed = 0;
+        while let Some(batch) = resumed.try_read().unwrap() {
+            replayed += batch.len();
+        }
+        assert_eq!(replayed, 40);
+        drop(resumed);
+        ring.release_through(ring.head()).unwrap();
+        assert!(poll_once(live.read()).is_pending());
+    }
+    while producer.try_push(payload.clone()).is_ok() {}
+    assert!(poll_once(producer.ready()).is_pending());
+    assert!(!producer.ready_timeout(std::time::Duration::from_micros(1)));
+    COUNTING.with(|c| c.set(false));
+    assert_eq!(allocations() - before, 0, "the hot path allocated");
 }

@@ -12,7 +12,8 @@
 //! Streams (the MCP pattern, one ring per request stream): the heap of 10,000 concurrent idle
 //! streams at the default capacity (1,024), then after each stream got a request's typical
 //! handful of events (8), for replay-ring (reader tables of 4, the MCP store's default, and 16,
-//! the ring's) against a lazily growing `Mutex<VecDeque>` log and a tokio broadcast channel of the
+//! the ring's; the whole window allocated up front, and grown from 16 slots, the MCP store's
+//! `initial_slots` default) against a lazily growing `Mutex<VecDeque>` log and a tokio broadcast channel of the
 //! same capacity. Payloads: `Bytes` (a 32-byte handle) and a 128-byte message. Results go to
 //! `<results>/memory-streams.jsonl`.
 
@@ -380,16 +381,22 @@ fn stream_rows<T: Clone + std::fmt::Debug + Send + Sync + 'static>(
     value: T,
 ) {
     const CAPACITY: usize = 1024;
-    let ring = |readers: usize| {
+    // `initial_slots`: `None` allocates the whole window up front (the ring's default), `Some(n)`
+    // grows it from `n` slots as events arrive (the MCP store's default is 16).
+    let ring = |readers: usize, initial_slots: Option<usize>| {
         let value = value.clone();
         per_stream(
             streams,
             move || {
-                ReplayRing::<T>::builder()
+                let builder = ReplayRing::<T>::builder()
                     .capacity(CAPACITY)
-                    .max_readers(readers)
-                    .build()
-                    .unwrap()
+                    .max_readers(readers);
+                match initial_slots {
+                    Some(n) => builder.initial_slots(n),
+                    None => builder,
+                }
+                .build()
+                .unwrap()
             },
             move |(p, _), _| {
                 p.try_push(value.clone()).unwrap();
@@ -397,8 +404,16 @@ fn stream_rows<T: Clone + std::fmt::Debug + Send + Sync + 'static>(
         )
     };
     let rows = [
-        ("replay-ring (max_readers 4)", ring(4)),
-        ("replay-ring (max_readers 16)", ring(16)),
+        ("replay-ring (max_readers 4)", ring(4, None)),
+        ("replay-ring (max_readers 16)", ring(16, None)),
+        (
+            "replay-ring (max_readers 4, initial_slots 16)",
+            ring(4, Some(16)),
+        ),
+        (
+            "replay-ring (max_readers 16, initial_slots 16)",
+            ring(16, Some(16)),
+        ),
         ("naive-log (VecDeque::new)", {
             let value = value.clone();
             per_stream(

@@ -68,6 +68,6 @@ pub use metrics::StoreMetrics;
 pub use redis_log::RedisEventLog;
 pub use store::{
     RefusalReason, ResumeRefusal, RingEventStore, StoreConfig, DEFAULT_CAPACITY,
-    DEFAULT_COMPLETED_TTL, DEFAULT_MAX_READERS, DEFAULT_RETRY,
+    DEFAULT_COMPLETED_TTL, DEFAULT_INITIAL_SLOTS, DEFAULT_MAX_READERS, DEFAULT_RETRY,
 };
 pub use stream::{RingStream, STREAM_BROKEN_CODE};

@@ -35,6 +35,8 @@ use crate::stream::{Gate, RingStream};
 
 /// Default events retained per stream.
 pub const DEFAULT_CAPACITY: usize = 1024;
+/// Default slots a stream's ring allocates up front (see [`StoreConfig::initial_slots`]).
+pub const DEFAULT_INITIAL_SLOTS: usize = 16;
 /// Default simultaneous connections (readers) per stream.
 pub const DEFAULT_MAX_READERS: usize = 4;
 /// Default time a completed request stream stays resumable (rmcp's own cache keeps 60 s too).
@@ -47,6 +49,14 @@ pub const DEFAULT_RETRY: Duration = Duration::from_secs(3);
 pub struct StoreConfig {
     /// Events retained per stream (rounded up to a power of two by the ring).
     pub capacity: usize,
+    /// Slots each stream's ring allocates when the stream is created (rounded up to a power of
+    /// two, at most `capacity`); the ring grows, in segments that double, up to `capacity` as
+    /// events arrive ([`replay_ring::Builder::initial_slots`]). The default, 16, holds a typical
+    /// request stream (a few progress notifications and the result) without growing, so an idle
+    /// or short stream costs 16 slots instead of `capacity` (with the default 1,024, about 60
+    /// times less slot memory); a long stream pays a few allocations on the producer's slow path
+    /// as it first reaches 32, 64, … events. Set it to `capacity` to allocate everything up front.
+    pub initial_slots: usize,
     /// Simultaneous connections per stream (reader slots).
     pub max_readers: usize,
     /// Resumption window and backpressure bound, shared with every replay-ring SSE server.
@@ -70,6 +80,7 @@ impl Default for StoreConfig {
     fn default() -> Self {
         StoreConfig {
             capacity: DEFAULT_CAPACITY,
+            initial_slots: DEFAULT_INITIAL_SLOTS,
             max_readers: DEFAULT_MAX_READERS,
             retention: RetentionConfig::default(),
             completed_ttl: DEFAULT_COMPLETED_TTL,
@@ -471,6 +482,7 @@ impl RingEventStore {
         let name = StreamId::new(&format!("s{n}")).map_err(|e| Box::new(e) as EventStoreError)?;
         let (producer, ring) = ReplayRing::<ServerSseMessage>::builder()
             .capacity(cfg.capacity)
+            .initial_slots(cfg.initial_slots)
             .max_readers(cfg.max_readers)
             .build()
             .map_err(|e| Box::new(e) as EventStoreError)?;

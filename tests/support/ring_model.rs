@@ -43,6 +43,9 @@ pub struct ModelReader {
 pub struct Model {
     /// Ring capacity.
     pub capacity: u64,
+    /// Slots allocated up front (`Builder::initial_slots`, rounded and clamped as the builder
+    /// does): a read lends at most two slot segments (see `read`). `capacity` for an eager ring.
+    pub initial_slots: u64,
     /// Reader slots.
     pub max_readers: usize,
     /// The id of the first event.
@@ -66,6 +69,7 @@ impl Model {
     pub fn new(capacity: u64, max_readers: usize, first_id: u64) -> Self {
         Model {
             capacity,
+            initial_slots: capacity,
             max_readers,
             first_id,
             values: Vec::new(),
@@ -75,6 +79,35 @@ impl Model {
             full: 0,
             resumes: [0; 4],
         }
+    }
+
+    /// A ring built with `initial_slots(n)`: the slot segments are `[0, S0)`, `[S0, 2 S0)`,
+    /// `[2 S0, 4 S0)`, … `[capacity / 2, capacity)` with `S0 = n` rounded up to a power of two and
+    /// clamped to `1..=capacity`.
+    pub fn with_initial_slots(mut self, n: u64) -> Self {
+        self.initial_slots = n.clamp(1, self.capacity).next_power_of_two();
+        self
+    }
+
+    /// The last id a read starting at `first` may lend: the rest of the slot segment of `first`
+    /// and the whole segment after it (segment 0 after the last one). Written from the segment
+    /// list, not from the ring's arithmetic.
+    pub fn batch_end(&self, first: u64) -> u64 {
+        let mut bounds = vec![0];
+        let mut end = self.initial_slots;
+        while end <= self.capacity {
+            bounds.push(end);
+            end *= 2;
+        }
+        let index = first % self.capacity;
+        let seg = bounds.iter().rposition(|&b| b <= index).unwrap();
+        let seg_end = bounds[seg + 1];
+        let next_len = if seg_end == self.capacity {
+            bounds[1]
+        } else {
+            bounds[seg + 2] - bounds[seg + 1]
+        };
+        first.saturating_add(seg_end - index + next_len - 1)
     }
 
     /// The last id pushed (`first_id - 1` before the first push).
@@ -194,10 +227,12 @@ impl Model {
         }
         reader.pinned = false;
         let first = reader.cursor;
-        let read = mark.map_or(head - first + 1, |n| (n as u64).min(head - first + 1));
+        let last = head.min(self.batch_end(first));
+        let reader = &mut self.readers[r];
+        let read = mark.map_or(last - first + 1, |n| (n as u64).min(last - first + 1));
         reader.cursor = first + read;
         Ok(Some(
-            (first..=head).map(|id| (id, self.value(id))).collect(),
+            (first..=last).map(|id| (id, self.value(id))).collect(),
         ))
     }
 }

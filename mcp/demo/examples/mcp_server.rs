@@ -43,6 +43,9 @@ struct Args {
     /// Events retained per stream (rounded up to a power of two).
     #[arg(long, default_value_t = replay_ring_mcp::DEFAULT_CAPACITY)]
     capacity: usize,
+    /// Slots each stream allocates up front; the ring grows up to `--capacity` as events arrive.
+    #[arg(long, default_value_t = replay_ring_mcp::DEFAULT_INITIAL_SLOTS)]
+    initial_slots: usize,
     /// Simultaneous connections per stream.
     #[arg(long, default_value_t = replay_ring_mcp::DEFAULT_MAX_READERS)]
     max_readers: usize,
@@ -89,6 +92,7 @@ impl Args {
         }
         Storage::ReplayRing(StoreConfig {
             capacity: self.capacity,
+            initial_slots: self.initial_slots,
             max_readers: self.max_readers,
             retention: RetentionConfig {
                 resumption_window: Duration::from_millis(self.resumption_window_ms),
