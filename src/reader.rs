@@ -19,6 +19,8 @@ use crate::sync::{
 };
 use crate::table::ReaderEntry;
 
+mod drain;
+
 /// Pins `next` in entry `index`, then checks it is still retained. On `Err(floor)` the entry is
 /// unpinned again. A fixed number of steps: (after a park) the two active-bit RMWs, one store, one
 /// fence, one load — no retry loop.
@@ -137,6 +139,9 @@ pub struct Reader<T> {
     registered: bool,
     /// A `Gap` or `Closed` already reported: the reader is finished.
     done: bool,
+    /// Inside [`drain`](Self::drain): a dropped batch leaves the pin to the drain, which advances it
+    /// or (through its guard) clears it.
+    draining: bool,
 }
 
 // SAFETY: a reader lends `&T` to whichever thread owns it while the producer moves `T`s in on
@@ -173,6 +178,7 @@ impl<T> Reader<T> {
             waiting: false,
             registered: false,
             done: false,
+            draining: false,
         }
     }
 
@@ -763,6 +769,8 @@ impl<T> Drop for Batch<'_, T> {
         self.tracks.clear();
         // `first + consumed <= last + 1 <= LAST_ID + 1`: no overflow.
         self.reader.cursor = self.first + self.consumed();
-        unpin(&self.reader.shared, self.reader.slot());
+        if !self.reader.draining {
+            unpin(&self.reader.shared, self.reader.slot());
+        }
     }
 }
