@@ -93,6 +93,8 @@ pub struct Event<T> {
 ///
 /// - zero-copy batches: [`try_read`](Self::try_read), [`read`](Self::read),
 ///   [`read_timeout`](Self::read_timeout) lend every available event as a [`Batch`];
+///   [`drain`](Self::drain) lends batch after batch until the reader has caught up, paying the
+///   pin's fence once instead of per batch (for readers that poll a busy stream);
 /// - one event at a time, cloned out: [`try_recv`](Self::try_recv), [`recv`](Self::recv),
 ///   [`recv_timeout`](Self::recv_timeout), and the `futures_core::Stream` impl (feature `stream`).
 ///
