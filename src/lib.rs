@@ -37,6 +37,7 @@
 //! | push | [`Producer::try_push`] | [`Producer::push`] | [`Producer::push_timeout`] |
 //! | wait for space | — | [`Producer::ready`] | [`Producer::ready_timeout`] |
 //! | lend every available event (zero-copy) | [`Reader::try_read`] | [`Reader::read`] | [`Reader::read_timeout`] |
+//! | lend batch after batch until caught up, under one pin (busy polling) | [`Reader::drain`] | — | — |
 //! | clone one event out | [`Reader::try_recv`] | [`Reader::recv`] | [`Reader::recv_timeout`] |
 //!
 //! # Example

@@ -19,6 +19,8 @@ use crate::sync::{
 };
 use crate::table::ReaderEntry;
 
+mod drain;
+
 /// Pins `next` in entry `index`, then checks it is still retained. On `Err(floor)` the entry is
 /// unpinned again. A fixed number of steps: (after a park) the two active-bit RMWs, one store, one
 /// fence, one load — no retry loop.
@@ -91,6 +93,8 @@ pub struct Event<T> {
 ///
 /// - zero-copy batches: [`try_read`](Self::try_read), [`read`](Self::read),
 ///   [`read_timeout`](Self::read_timeout) lend every available event as a [`Batch`];
+///   [`drain`](Self::drain) lends batch after batch until the reader has caught up, paying the
+///   pin's fence once instead of per batch (for readers that poll a busy stream);
 /// - one event at a time, cloned out: [`try_recv`](Self::try_recv), [`recv`](Self::recv),
 ///   [`recv_timeout`](Self::recv_timeout), and the `futures_core::Stream` impl (feature `stream`).
 ///
@@ -137,6 +141,9 @@ pub struct Reader<T> {
     registered: bool,
     /// A `Gap` or `Closed` already reported: the reader is finished.
     done: bool,
+    /// Inside [`drain`](Self::drain): a dropped batch leaves the pin to the drain, which advances it
+    /// or (through its guard) clears it.
+    draining: bool,
 }
 
 // SAFETY: a reader lends `&T` to whichever thread owns it while the producer moves `T`s in on
@@ -173,6 +180,7 @@ impl<T> Reader<T> {
             waiting: false,
             registered: false,
             done: false,
+            draining: false,
         }
     }
 
@@ -226,10 +234,11 @@ impl<T> Reader<T> {
         error
     }
 
-    /// Pins and lends `cursor..=head`. Requires `available()` to have returned `Ok(true)`.
-    fn borrow_available(&mut self) -> Result<Batch<'_, T>, ReadError> {
-        let shared = &*self.shared;
+    /// Pins the cursor and checks it against the floor (unless a resume already did), so that the
+    /// next batch may be lent. Ends the reader with [`ReadError::Gap`] if the cursor was released.
+    fn pin_cursor(&mut self) -> Result<(), ReadError> {
         if !self.pinned {
+            let shared = &*self.shared;
             if let Err(floor) = pin_and_check(shared, self.index, &mut self.active, self.cursor) {
                 // Acquire: pairs with the producer's Release publish; for the error's content only.
                 let head = shared.head.load(Acquire);
@@ -242,14 +251,25 @@ impl<T> Reader<T> {
             }
         }
         self.pinned = false;
+        Ok(())
+    }
+
+    /// The last id of a batch lent from the cursor with the head at `head`: the head, or an earlier
+    /// slot segment boundary so that the batch is at most two contiguous runs (a single-segment
+    /// ring's bound is at least `cursor + capacity - 1 >= head`; the next read continues).
+    fn batch_last(&self, head: u64) -> u64 {
+        debug_assert!(self.cursor <= head && head - self.cursor < self.shared.capacity());
+        head.min(self.shared.slots.batch_end(self.cursor))
+    }
+
+    /// Pins and lends `cursor..=head`. Requires `available()` to have returned `Ok(true)`.
+    fn borrow_available(&mut self) -> Result<Batch<'_, T>, ReadError> {
+        self.pin_cursor()?;
+        let shared = &*self.shared;
         // Acquire: pairs with the producer's Release publish: slots up to `head` are written, and
         // their slot segments' directory entries are stored (`slots.rs`).
         let head = shared.head.load(ord("lend_head_relaxed", Acquire, Relaxed));
-        debug_assert!(self.cursor <= head && head - self.cursor < shared.capacity());
-        // At most two contiguous runs: a ring with several slot segments may end the batch at a
-        // segment boundary before the head (the next read continues). A single-segment ring's
-        // bound is at least `cursor + capacity - 1 >= head`.
-        let last = head.min(shared.slots.batch_end(self.cursor));
+        let last = self.batch_last(head);
         Ok(Batch::new(self, last))
     }
 
@@ -793,6 +813,8 @@ impl<T> Drop for Batch<'_, T> {
         self.tracks.clear();
         // `first + consumed <= last + 1 <= LAST_ID + 1`: no overflow.
         self.reader.cursor = self.first + self.consumed();
-        unpin(&self.reader.shared, self.reader.slot());
+        if !self.reader.draining {
+            unpin(&self.reader.shared, self.reader.slot());
+        }
     }
 }

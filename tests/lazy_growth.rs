@@ -156,6 +156,25 @@ fn a_batch_ends_at_a_segment_boundary_and_the_next_read_continues() {
     }
 }
 
+#[test]
+fn a_drain_crosses_segment_boundaries_batch_by_batch() {
+    let (mut producer, ring) = lazy::<u64>(64, 4, 1);
+    let mut reader = ring.reader().unwrap();
+    push_ids(&mut producer, 40);
+    let mut lent = Vec::new();
+    let read = reader.drain(|batch| {
+        let (a, b) = batch.as_slices();
+        assert_eq!(a.len() + b.len(), batch.len());
+        assert!(batch.iter().all(|(id, v)| *v == id), "slot holds another id");
+        lent.push((batch.first_id(), batch.last_id()));
+        std::ops::ControlFlow::Continue(())
+    });
+    // The same segment-bounded batches as `try_read` lends, all under one drain.
+    assert_eq!(read, Ok(40));
+    assert_eq!(lent, [(1, 7), (8, 31), (32, 40)]);
+    assert_eq!(reader.cursor(), 41);
+}
+
 /// Counts its drops; the one with `panic` set panics in `drop` (unless already unwinding).
 struct Counted {
     drops: Arc<AtomicUsize>,

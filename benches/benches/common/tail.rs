@@ -7,6 +7,7 @@
 //! `k`; reader 0 subtracts it when it sees event `k` (all peers here are FIFO and lossless, so the
 //! k-th event a reader sees is event k).
 
+use std::ops::ControlFlow;
 use std::sync::atomic::{
     AtomicU64,
     Ordering::{Relaxed, SeqCst},
@@ -24,8 +25,8 @@ use super::{now_ns, wait_until, Backoff, NaiveLog, Payload, CAPACITY};
 /// The implementations compared in the live-tail scenarios.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Peer {
-    /// replay-ring, `try_push` / `try_read` (batch) in spin-then-yield loops, built with
-    /// `WakeupFences::Asymmetric` (the crate's setting for readers that poll).
+    /// replay-ring, `try_push` / `drain` (consecutive batches under one pin) in spin-then-yield
+    /// loops, built with `WakeupFences::Asymmetric` (the crate's setting for readers that poll).
     ReplayRingSpin,
     /// replay-ring, `push().await` / `read().await` (batch), one current-thread tokio runtime per
     /// thread: waiting threads park. Default `WakeupFences::Symmetric`.
@@ -474,18 +475,22 @@ fn replay_ring_run<T: Payload>(
                     }
                 });
             } else {
+                // `drain` keeps the pin across the consecutive batches of a reader that keeps up
+                // (one pin fence per drain instead of one per batch of 1-3 events).
                 let mut backoff = Backoff::default();
                 while rec.count < n {
-                    match r.try_read().unwrap() {
-                        Some(batch) => {
+                    let read = r
+                        .drain(|batch| {
                             let (a, b) = batch.as_slices();
                             a.iter().chain(b).for_each(|v| rec.seen(v));
-                            let last = batch.last_id();
-                            drop(batch);
-                            after_batch(last);
-                            backoff.reset();
-                        }
-                        None => backoff.snooze(),
+                            after_batch(batch.last_id());
+                            ControlFlow::Continue(())
+                        })
+                        .unwrap();
+                    if read == 0 {
+                        backoff.snooze();
+                    } else {
+                        backoff.reset();
                     }
                 }
             }

@@ -1,0 +1,100 @@
+//! Race 2a: a reader drains consecutive batches under one pin, which it advances between batches
+//! without a fence, while the producer releases and reuses the slots behind it.
+#![cfg(replay_ring_loom)]
+
+use std::ops::ControlFlow;
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+
+use loom::thread;
+use replay_ring::ReadError;
+use replay_ring_loom_tests::{
+    check_batch, check_cursors, drop_and_check_ledger, maker, model, ring_with, Bound, Ledger,
+};
+
+/// Executions in which one drain lent two or more batches (so it advanced its pin). A ghost
+/// counter outside loom's view: it only proves, after the model, that the advance was explored.
+static ADVANCING_DRAINS: AtomicUsize = AtomicUsize::new(0);
+
+/// Capacity 2. Before the threads start: id 1 pushed, and the reader resumed after id 0 (pinned at
+/// 1). Producer thread: push 2 (a fresh slot), release 1, push 3 into id 1's slot (refused while
+/// the pin is still 1); if that was accepted, release 2 and push 4 into id 2's slot (refused while
+/// the pin is <= 2). Reader (main thread): two drains. The first lends id 1, and, when id 2 is
+/// already published, advances its pin to 2 and lends id 2 as a second batch, which lets the push
+/// of 3 reuse id 1's slot while the drain is still running. The second drain pins and checks the
+/// floor afresh, and may find its next id released (`Gap`). Checked: every lent slot holds its own
+/// id, batches continue the reader's sequence, and loom reports any reuse of a slot not ordered
+/// after the reads of it.
+#[test]
+fn drain_vs_reuse_behind_the_advancing_pin() {
+    model(
+        "drain_vs_reuse_behind_the_advancing_pin",
+        Bound::Preemptions(5),
+        || {
+            let ledger = Ledger::new(4);
+            let (mut producer, ring) = ring_with(&ledger, 2, 1, 1);
+            let mut reader = ring.resume(Some(0)).unwrap();
+
+            let producer_thread = {
+                let ledger = ledger.clone();
+                let ring = ring.clone();
+                thread::spawn(move || {
+                    // A slot that never held a value: cannot be refused.
+                    assert_eq!(producer.try_push_with(maker(&ledger)).ok(), Some(2));
+                    assert_eq!(ring.release_through(1), Ok(2));
+                    check_cursors(&ring);
+                    if producer.try_push_with(maker(&ledger)).is_ok() {
+                        assert_eq!(ring.release_through(2), Ok(3));
+                        check_cursors(&ring);
+                        // Either outcome is legal; accepted only once no pin is <= 2.
+                        let _ = producer.try_push_with(maker(&ledger));
+                    }
+                    producer
+                })
+            };
+
+            let mut next = 1;
+            for drain in 0..2 {
+                let start = next;
+                let mut batches = 0;
+                let result = reader.drain(|batch| {
+                    next = check_batch(batch, next) + 1;
+                    batches += 1;
+                    ControlFlow::Continue(())
+                });
+                check_cursors(&ring);
+                match result {
+                    Ok(read) => assert_eq!(read, next - start, "drain miscounted"),
+                    Err(ReadError::Gap {
+                        next: gap_at,
+                        floor,
+                        head,
+                    }) => {
+                        assert!(drain == 1, "the first drain was pinned by the resume");
+                        assert!(
+                            gap_at == next && next < floor && floor <= head + 1,
+                            "wrong gap: next {gap_at} (expected {next}), floor {floor}, head {head}"
+                        );
+                        break;
+                    }
+                    Err(e) => panic!("unexpected {e:?}"),
+                }
+                if batches >= 2 {
+                    // SeqCst on a ghost counter: schedule order only.
+                    ADVANCING_DRAINS.fetch_add(1, SeqCst);
+                }
+            }
+            assert!(next >= 2, "the replay pinned by the resume was not lent");
+
+            drop(reader);
+            let producer = producer_thread.join().unwrap();
+            check_cursors(&ring);
+            let head = ring.head();
+            drop_and_check_ledger(&ledger, head, Some(producer), ring);
+        },
+    );
+    assert!(
+        // SeqCst on a ghost counter: schedule order only.
+        ADVANCING_DRAINS.load(SeqCst) > 0,
+        "no execution lent two batches in one drain: the model never advanced a pin"
+    );
+}
