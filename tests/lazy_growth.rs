@@ -165,7 +165,10 @@ fn a_drain_crosses_segment_boundaries_batch_by_batch() {
     let read = reader.drain(|batch| {
         let (a, b) = batch.as_slices();
         assert_eq!(a.len() + b.len(), batch.len());
-        assert!(batch.iter().all(|(id, v)| *v == id), "slot holds another id");
+        assert!(
+            batch.iter().all(|(id, v)| *v == id),
+            "slot holds another id"
+        );
         lent.push((batch.first_id(), batch.last_id()));
         std::ops::ControlFlow::Continue(())
     });
