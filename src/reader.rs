@@ -258,8 +258,9 @@ impl<T> Reader<T> {
     /// slot segment boundary so that the batch is at most two contiguous runs (a single-segment
     /// ring's bound is at least `cursor + capacity - 1 >= head`; the next read continues).
     fn batch_last(&self, head: u64) -> u64 {
-        debug_assert!(self.cursor <= head && head - self.cursor < self.shared.capacity());
-        head.min(self.shared.slots.batch_end(self.cursor))
+        let shared = &*self.shared;
+        debug_assert!(self.cursor <= head && head - self.cursor < shared.capacity());
+        head.min(shared.slots.batch_end(self.cursor))
     }
 
     /// Pins and lends `cursor..=head`. Requires `available()` to have returned `Ok(true)`.
