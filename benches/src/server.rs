@@ -10,7 +10,7 @@ use std::time::Duration;
 /// Which server implementation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ServerKind {
-    /// `replay-ring-sse`'s example server (`sse/examples/sse_server`).
+    /// The demo server (`sse/demo`: `replay-ring-sse`'s example server plus load-test flags).
     ReplayRing,
     /// The `sse-baseline` bin: axum `Sse` over `tokio::sync::broadcast`.
     Baseline,

@@ -1,5 +1,5 @@
 //! The end-to-end HTTP scenario as a correctness test: C = 100 SSE connections to the replay-ring
-//! example server, every connection must get every event of its stream with gap-free ids and the
+//! demo server, every connection must get every event of its stream with gap-free ids and the
 //! payload's id matching the frame's; and the same harness against the tokio-broadcast baseline with
 //! a channel larger than the whole stream (so it cannot lag), which checks the harness itself on
 //! both servers. The stream lasts ~3 s, so all connections join while it flows.
@@ -60,10 +60,10 @@ fn assert_every_event_delivered(report: &LoadReport) {
 
 #[test]
 fn replay_ring_server_delivers_every_event_to_100_connections() {
-    let bin = replay_ring_e2e::server::example_binary().expect("build the example server");
+    let bin = replay_ring_e2e::server::server_binary().expect("build the demo sse_server");
     let report = run(ServerKind::ReplayRing, bin, None);
     assert_every_event_delivered(&report);
-    // The example server stamps its payloads: latency is measured.
+    // The demo server stamps its payloads: latency is measured.
     assert!(
         report.latency_samples > 0 && report.p99_ns.is_some(),
         "{report:?}"
@@ -91,7 +91,7 @@ fn started_after_all_connected_both_servers_send_every_connection_the_whole_stre
     let servers = [
         (
             ServerKind::ReplayRing,
-            replay_ring_e2e::server::example_binary().expect("build the example server"),
+            replay_ring_e2e::server::server_binary().expect("build the demo sse_server"),
         ),
         (
             ServerKind::Baseline,

@@ -1,7 +1,7 @@
-//! Launching `sse/examples/sse_server` for the e2e tests, plus a tiny loopback HTTP GET client for
-//! `/metrics` and direct probes.
+//! Launching the demo SSE server (`sse/demo`: the `sse_server` example plus Redis and load-test
+//! flags) for the e2e tests, plus a tiny loopback HTTP GET client for `/metrics` and direct probes.
 //!
-//! Contract with the example: `--port 0` makes it print `listening on http://127.0.0.1:PORT` as its
+//! Contract with the server: `--port 0` makes it print `listening on http://127.0.0.1:PORT` as its
 //! first stdout line; `--capacity`, `--rate`, `--events`, `--resumption-window-ms`,
 //! `--backpressure-timeout-ms` configure it; `/metrics` is Prometheus text.
 
@@ -19,25 +19,26 @@ use tokio::process::{Child, Command};
 
 use crate::http::{Buffered, ChunkedDecoder};
 
-/// Upper bound for the example to print its address.
+/// Upper bound for the server to print its address.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Builds `sse/examples/sse_server` once per process and returns the executable.
+/// Builds the demo server (`sse/demo`, binary `sse_server`) once per process and returns the
+/// executable.
 ///
 /// `REPLAY_RING_SSE_SERVER` overrides the path (skips the build).
-pub fn example_binary() -> io::Result<PathBuf> {
+pub fn server_binary() -> io::Result<PathBuf> {
     static BIN: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     BIN.get_or_init(|| {
         if let Ok(p) = std::env::var("REPLAY_RING_SSE_SERVER") {
             return Ok(PathBuf::from(p));
         }
-        build_example().map_err(|e| e.to_string())
+        build_server().map_err(|e| e.to_string())
     })
     .clone()
     .map_err(io::Error::other)
 }
 
-fn build_example() -> io::Result<PathBuf> {
+fn build_server() -> io::Result<PathBuf> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     let out = std::process::Command::new(cargo)
@@ -45,19 +46,17 @@ fn build_example() -> io::Result<PathBuf> {
         .args([
             "build",
             "-p",
-            "replay-ring-sse",
-            "--features",
-            "axum,metrics",
-            "--example",
+            "replay-ring-sse-demo",
+            "--bin",
             "sse_server",
             "--message-format=json-render-diagnostics",
         ])
         .stderr(Stdio::inherit())
         .output()?;
     if !out.status.success() {
-        return Err(io::Error::other("cargo build --example sse_server failed"));
+        return Err(io::Error::other("cargo build --bin sse_server failed"));
     }
-    // The compiler-artifact message for the example names the executable exactly, wherever
+    // The compiler-artifact message for the binary names the executable exactly, wherever
     // CARGO_TARGET_DIR or the workspace config put it.
     String::from_utf8_lossy(&out.stdout)
         .lines()
@@ -67,7 +66,7 @@ fn build_example() -> io::Result<PathBuf> {
         .ok_or_else(|| io::Error::other("no sse_server executable in cargo output"))
 }
 
-/// Flags for the example server; `None` leaves the example's default.
+/// Flags for the demo server; `None` leaves the server's default.
 #[derive(Debug, Clone, Default)]
 pub struct ServerOptions {
     /// `--capacity`
@@ -109,16 +108,16 @@ impl ServerOptions {
     }
 }
 
-/// A running example server; killed on drop.
-pub struct ExampleServer {
+/// A running demo server; killed on drop.
+pub struct DemoServer {
     child: Child,
     addr: SocketAddr,
 }
 
-impl ExampleServer {
-    /// Builds (once) and starts the example; its stderr and later stdout go to `log`.
+impl DemoServer {
+    /// Builds (once) and starts the server; its stderr and later stdout go to `log`.
     pub async fn spawn(opts: &ServerOptions, log: &std::path::Path) -> io::Result<Self> {
-        let bin = example_binary()?;
+        let bin = server_binary()?;
         let log = std::fs::File::create(log)?;
         let mut child = Command::new(bin)
             .args(opts.args())

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use common::mock_sse::{self, MockOptions};
 use replay_ring_e2e::browser::{artifacts_dir, seq_of_str, Browser, PageState};
-use replay_ring_e2e::server::{ExampleServer, Metrics, ServerOptions};
+use replay_ring_e2e::server::{DemoServer, Metrics, ServerOptions};
 use replay_ring_e2e::{ChaosProxy, Outcome, ProxyConfig, ProxyHandle, RequestLog};
 
 const IGNORE: &str = "needs chromium; run by scripts/test-all";
@@ -27,11 +27,11 @@ async fn launch(name: &str) -> Browser {
         .unwrap_or_else(|e| panic!("launch chromium ({e}); did scripts/e2e-setup run?"))
 }
 
-async fn spawn_server(name: &str, opts: ServerOptions) -> ExampleServer {
+async fn spawn_server(name: &str, opts: ServerOptions) -> DemoServer {
     let log = artifacts_dir().join(format!("{name}-server.log"));
-    ExampleServer::spawn(&opts, &log)
+    DemoServer::spawn(&opts, &log)
         .await
-        .unwrap_or_else(|e| panic!("start examples/sse_server: {e}"))
+        .unwrap_or_else(|e| panic!("start the demo sse_server: {e}"))
 }
 
 /// The example's defaults, except that the page reconnects 50 ms after a cut.
@@ -62,13 +62,13 @@ async fn start_all(
     name: &str,
     opts: ServerOptions,
     proxy: impl FnOnce(ProxyConfig) -> ProxyConfig,
-) -> (ExampleServer, ProxyHandle, Browser) {
+) -> (DemoServer, ProxyHandle, Browser) {
     let server = spawn_server(name, opts).await;
     let (proxy, b) = open_through_proxy(name, server.addr(), proxy).await;
     (server, proxy, b)
 }
 
-async fn metrics(server: &ExampleServer) -> Metrics {
+async fn metrics(server: &DemoServer) -> Metrics {
     server.metrics().await.expect("GET /metrics")
 }
 
@@ -78,11 +78,7 @@ fn metric(m: &Metrics, name: &str) -> f64 {
 }
 
 /// Polls `/metrics` (directly, not through the proxy) until `pred` holds.
-async fn wait_metrics(
-    server: &ExampleServer,
-    what: &str,
-    pred: impl Fn(&Metrics) -> bool,
-) -> Metrics {
+async fn wait_metrics(server: &DemoServer, what: &str, pred: impl Fn(&Metrics) -> bool) -> Metrics {
     let deadline = Instant::now() + LONG;
     loop {
         let m = metrics(server).await;

@@ -1,4 +1,4 @@
-//! Several SSE server processes (the `sse_server` example with `--redis`) on one Redis: a client
+//! Several SSE server processes (the demo `sse_server` with `--redis`) on one Redis: a client
 //! whose reconnects land on another replica, or whose replica crashes, still gets every id exactly
 //! once.
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use replay_ring_sse::axum::{serve, ServeConfig};
-use replay_ring_sse::{Epoch, StreamId};
+use replay_ring_sse::Epoch;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
@@ -31,7 +31,9 @@ async fn start(config: app::Args) -> Server {
     let port = listener.local_addr().unwrap().port();
     let router = app::router(app.clone());
     tokio::spawn(async move { serve(listener, router, ServeConfig::default()).await });
-    let producer = tokio::spawn(app::run_producer(producer, config));
+    // The example's payload (`main.rs`).
+    let payload = |id| bytes::Bytes::from(format!("{{\"n\":{id}}}"));
+    let producer = tokio::spawn(async move { app::run_producer(producer, &config, payload).await });
     Server {
         port,
         app,
@@ -45,7 +47,6 @@ fn config() -> app::Args {
         rate: 0.0,
         events: Some(20),
         epoch: Some(Epoch::new(EPOCH)),
-        stream: StreamId::new("events").unwrap(),
         eager: true,
         resumption_window_ms: 60_000,
         backpressure_timeout_ms: 60_000,
@@ -422,44 +423,6 @@ async fn page_and_metrics_are_served() {
     assert!(metrics
         .text()
         .contains("\nreplay_ring_resumes_below_floor_total{stream=\"events\"} 0\n"));
-}
-
-#[tokio::test]
-async fn payloads_are_padded_to_the_requested_size_and_the_heap_is_reported() {
-    let mut server = start(app::Args {
-        events: Some(3),
-        payload_bytes: 600,
-        ..config()
-    })
-    .await;
-    finished(&mut server).await;
-    let reply = get(server.port, "/events", Some("events.abc.0")).await;
-    assert_eq!(reply.status, 200);
-    let frames = parse_frames(reply.text());
-    let events: Vec<&Frame> = frames
-        .iter()
-        .filter(|f| f.event.is_none())
-        .skip(1)
-        .collect();
-    assert_eq!(events.len(), 3);
-    for f in events {
-        let data = f.data.as_deref().unwrap();
-        assert_eq!(data.len(), 600, "{data}");
-        let json: serde_json::Value = serde_json::from_str(data).unwrap();
-        assert_eq!(json["n"], seq_of(f.id.as_deref().unwrap()));
-        assert!(json["pad"].as_str().unwrap().bytes().all(|b| b == b'.'));
-    }
-    let metrics = get(server.port, "/metrics", None).await;
-    if cfg!(all(target_os = "linux", target_env = "gnu")) {
-        let heap: f64 = metrics
-            .text()
-            .lines()
-            .find_map(|l| l.strip_prefix("sse_server_heap_bytes "))
-            .expect("sse_server_heap_bytes gauge")
-            .parse()
-            .unwrap();
-        assert!(heap > 0.0, "{heap}");
-    }
 }
 
 /// Reads a stream response until a complete frame with id `>= until` arrived, then hangs up.

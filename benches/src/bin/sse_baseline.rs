@@ -1,7 +1,7 @@
 //! `sse-baseline`: the comparison server of the HTTP scenario, written the way SSE fan-out is
 //! usually written today: one `tokio::sync::broadcast` channel, each connection an axum
 //! `Sse` response over its own receiver. The same flags, payload and start rule as the replay-ring
-//! example server (publishing starts at the first `GET /events`, or at the `--start-after`-th; after `--events` events every
+//! demo server (publishing starts at the first `GET /events`, or at the `--start-after`-th; after `--events` events every
 //! stream ends with `event: end`). A receiver that falls more than `--capacity` events behind
 //! loses the oldest ones (`RecvError::Lagged`): the server skips them, as such servers do, and
 //! counts them (`GET /metrics`); the load client sees the gap.
@@ -118,7 +118,7 @@ async fn publish(
 ) {
     state.start.notified().await;
     if let Some(streams) = start_after {
-        // As the replay-ring example server: look every millisecond.
+        // As the replay-ring demo server: look every millisecond.
         let mut look = tokio::time::interval(Duration::from_millis(1));
         while tx.receiver_count() < streams {
             look.tick().await;

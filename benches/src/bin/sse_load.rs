@@ -1,9 +1,9 @@
-//! `sse-load`: starts an SSE server (the replay-ring example server or the tokio-broadcast
+//! `sse-load`: starts an SSE server (the replay-ring demo server or the tokio-broadcast
 //! baseline), opens C connections to it and prints one JSON line of measurements (appended to
 //! `--out` too). See `replay_ring_benches::load` for what is measured and checked.
 //!
 //! ```text
-//! sse-load --server replay-ring --server-bin target/release/examples/sse_server \
+//! sse-load --server replay-ring --server-bin target/release/sse_server \
 //!          --connections 1000 --rate 100 --events 500 --out target/bench-results/http.jsonl
 //! ```
 //!

@@ -127,7 +127,7 @@ fn parse_frame(raw: &[u8]) -> Option<SseFrame> {
     any.then_some(frame)
 }
 
-/// A replica process of the example server (`sse/examples/sse_server` with `--redis`).
+/// A replica process of the demo server (`sse/demo`'s `sse_server` with `--redis`).
 pub struct Replica {
     pub addr: SocketAddr,
     child: Child,
@@ -136,7 +136,7 @@ pub struct Replica {
 impl Replica {
     /// Builds (once) and starts `sse_server` with `args`; waits for its `listening on` line.
     pub async fn start<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> Replica {
-        let exe = replay_ring_e2e::server::example_binary().expect("build sse_server");
+        let exe = replay_ring_e2e::server::server_binary().expect("build sse_server");
         let mut child = Command::new(exe)
             .args(args)
             .args(["--port", "0"])

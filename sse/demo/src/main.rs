@@ -1,0 +1,211 @@
+//! The server the end-to-end tests, the soak and the HTTP benchmarks run: replay-ring-sse's example
+//! server (`sse/examples/sse_server`, included as is) plus what those runs need on top:
+//!
+//! - `--redis URL [--serve-only]`: the stream in Redis Streams, shared by replicas (one produces,
+//!   the others serve; `docs/scaling.md`);
+//! - `--start-after C`: publish once C streams are open (servers compared on the same stream);
+//! - `--timestamps`, `--payload-bytes N`: payloads that carry their publish time or load sockets;
+//! - the `sse_server_heap_bytes` gauge in `/metrics` (tells a leak from allocator fragmentation).
+//!
+//! ```text
+//! cargo run -p replay-ring-sse-demo --bin sse_server -- --help
+//! ```
+
+#[allow(dead_code)]
+#[path = "../../examples/sse_server/app.rs"]
+mod app;
+
+use std::time::Duration;
+
+use axum::extract::Request;
+use bytes::Bytes;
+use clap::Parser;
+use replay_ring_redis::{RedisBackend, RedisConfig, RedisStream};
+use replay_ring_sse::axum::{serve, ServeConfig, SseProducer, SseStream};
+use replay_ring_sse::backend::Backend;
+use replay_ring_sse::StreamId;
+
+type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+/// A resumable server-sent event stream of `{"n":<id>}` events on 127.0.0.1, held in this
+/// process or, with `--redis`, in Redis Streams shared by every replica.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "sse_server")]
+struct DemoArgs {
+    #[command(flatten)]
+    example: app::Args,
+    /// Keep the stream in Redis (`redis://host:port/db`), so that any replica can serve it
+    #[arg(long, value_name = "URL", conflicts_with = "epoch")]
+    redis: Option<String>,
+    /// Serve the stream without producing into it (another replica produces)
+    #[arg(long, requires = "redis")]
+    serve_only: bool,
+    /// Stream name in event ids and Redis keys [default: events]
+    #[arg(long, requires = "redis", value_parser = |s: &str| StreamId::new(s).map_err(|e| e.to_string()))]
+    stream: Option<StreamId>,
+    /// Start producing once this many event streams are open, not at the first (for benchmarks
+    /// that compare servers on the same stream)
+    #[arg(long, conflicts_with = "eager")]
+    start_after: Option<usize>,
+    /// Add the publish time to each payload, `{"n":<id>,"t":<Unix ns>}` (for latency measurements)
+    #[arg(long)]
+    timestamps: bool,
+    /// Pad each payload to at least this many bytes with a `"pad"` field (to load the sockets)
+    #[arg(long, default_value_t = 0)]
+    payload_bytes: usize,
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let args = DemoArgs::parse();
+    let window_events = args.example.rate * args.example.resumption_window_ms as f64 / 1000.0;
+    if window_events > args.example.capacity as f64 {
+        eprintln!("note: capacity < rate × resumption window: the producer will wait for events to age out");
+    }
+    match args.redis.clone() {
+        None => {
+            let (app, producer) = app::build(&args.example)?;
+            run(app, Some(producer), args).await
+        }
+        Some(url) => {
+            // Display, not Debug: e.g. "producer lease held by token 1 …" (use --serve-only).
+            let (app, producer) = build_redis(&args, &url).await.map_err(|e| e.to_string())?;
+            run(app, producer, args).await
+        }
+    }
+}
+
+/// Builds the stream in Redis at `url`: creates it (or opens it when another replica did) and,
+/// unless `serve_only`, takes the producer lease, kept alive while the producer idles.
+async fn build_redis(
+    args: &DemoArgs,
+    url: &str,
+) -> std::result::Result<
+    (app::App<RedisStream>, Option<SseProducer<RedisStream>>),
+    replay_ring_redis::Error,
+> {
+    let backend = RedisBackend::connect(url, RedisConfig::default()).await?;
+    let name = args
+        .stream
+        .unwrap_or(StreamId::new("events").expect("a valid name"));
+    let capacity = args.example.capacity.next_power_of_two() as u64;
+    let stream = backend.create(&name, capacity).await?;
+    let stream = stream.with_max_readers(args.example.max_readers);
+    let (identity, config) = (stream.identity(), args.example.sse_config());
+    if args.serve_only {
+        let stream = SseStream::without_producer(stream, identity, config);
+        return Ok((app::App::new(stream), None));
+    }
+    let producer = stream.acquire_producer().await?;
+    tokio::spawn(producer.lease_keeper().run());
+    let (stream, producer) = SseStream::with_backend(producer, identity, config);
+    Ok((app::App::new(stream), Some(producer)))
+}
+
+/// Serves `app` (and runs its producer, if this process has it) on either backend.
+async fn run<B>(app: app::App<B>, producer: Option<SseProducer<B>>, args: DemoArgs) -> Result<()>
+where
+    B: Backend<Payload = Bytes, Producer: Sync>,
+{
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", args.example.port)).await?;
+    // Stdout is line-buffered: the line is out before the first request can arrive.
+    println!("listening on http://{}", listener.local_addr()?);
+    let me = app.stream.identity();
+    let capacity = app.stream.backend().capacity();
+    eprintln!("stream {}.{}, capacity {capacity}", me.stream, me.epoch);
+    // The example's `/metrics` plus the heap gauge, recorded as the request comes in.
+    let recorder = app.recorder.clone();
+    let heap_gauge = move |request: Request| {
+        if request.uri().path() == "/metrics" {
+            metrics::with_local_recorder(&*recorder, record_heap);
+        }
+        std::future::ready(request)
+    };
+    let router = app::router(app).layer(axum::middleware::map_request(heap_gauge));
+    if let Some(producer) = producer {
+        tokio::spawn(produce(producer, args));
+    }
+    serve(listener, router, ServeConfig::default()).await?;
+    Ok(())
+}
+
+/// The example's producer, started at the `start_after`-th stream if set, with this server's
+/// payloads.
+async fn produce<B>(producer: SseProducer<B>, args: DemoArgs)
+where
+    B: Backend<Payload = Bytes, Producer: Sync>,
+{
+    if let Some(streams) = args.start_after {
+        // Opened streams are not signalled one by one; a millisecond's look is precise enough
+        // for a start line.
+        let mut look = tokio::time::interval(Duration::from_millis(1));
+        while producer.stream().with_retention(|r| r.live_connections()) < streams {
+            look.tick().await;
+        }
+    }
+    let payload = |id| payload(&args, id);
+    app::run_producer(producer, &args.example, payload).await;
+}
+
+/// `{"n":id}`, `{"n":id,"t":unix_ns}` with `timestamps`; a `"pad"` field fills it up to
+/// `payload_bytes`.
+fn payload(args: &DemoArgs, id: u64) -> Bytes {
+    let mut json = match args.timestamps {
+        true => format!("{{\"n\":{id},\"t\":{}", unix_ns()),
+        false => format!("{{\"n\":{id}"),
+    };
+    // `,"pad":""` and the closing brace take 10 bytes.
+    let pad = args.payload_bytes.saturating_sub(json.len() + 10);
+    if pad > 0 {
+        json.reserve_exact(pad + 10);
+        json.push_str(",\"pad\":\"");
+        json.extend(std::iter::repeat_n('.', pad));
+        json.push('"');
+    }
+    json.push('}');
+    Bytes::from(json)
+}
+
+/// Nanoseconds since the Unix epoch (the publish time in timestamped payloads).
+fn unix_ns() -> u128 {
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    since.map_or(0, |d| d.as_nanos())
+}
+
+/// `sse_server_heap_bytes`: bytes the allocator has handed out and not got back (glibc's
+/// `mallinfo2`: in-use arena chunks plus mmapped blocks). Unlike the resident set size, it does not
+/// include memory the allocator keeps after a free, so it tells a leak from fragmentation.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn record_heap() {
+    // SAFETY: mallinfo2 takes no arguments and returns its statistics by value.
+    let info = unsafe { libc::mallinfo2() };
+    metrics::gauge!("sse_server_heap_bytes").set((info.uordblks + info.hblkhd) as f64);
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn record_heap() {}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::DemoArgs;
+
+    #[test]
+    fn the_flags_are_consistent() {
+        DemoArgs::command().debug_assert();
+    }
+
+    #[test]
+    fn payloads_are_padded_to_at_least_payload_bytes() {
+        use clap::Parser;
+        let args = DemoArgs::parse_from(["sse_server", "--payload-bytes", "64", "--timestamps"]);
+        let json = super::payload(&args, 7);
+        assert_eq!(json.len(), 64);
+        let text = std::str::from_utf8(&json).unwrap();
+        assert!(
+            text.starts_with("{\"n\":7,\"t\":") && text.ends_with("\"}"),
+            "{text}"
+        );
+    }
+}
