@@ -73,6 +73,8 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 #![warn(rust_2018_idioms, unreachable_pub)]
 
+#[cfg(not(replay_ring_loom))]
+mod blocking;
 mod builder;
 mod error;
 mod metrics;

@@ -71,7 +71,7 @@ pub struct Producer<T> {
     waiting: bool,
     closed: bool,
     #[cfg(not(replay_ring_loom))]
-    thread_waker: crate::wait::ThreadWaker,
+    thread_waker: crate::blocking::ThreadWaker,
 }
 
 // SAFETY: the producer moves `T` values into slots and drops replaced ones, which needs only
@@ -119,7 +119,7 @@ impl<T> Producer<T> {
             waiting: false,
             closed: false,
             #[cfg(not(replay_ring_loom))]
-            thread_waker: crate::wait::ThreadWaker::new(),
+            thread_waker: crate::blocking::ThreadWaker::new(),
         }
     }
 
@@ -578,9 +578,9 @@ impl<T> Producer<T> {
     /// ```
     #[must_use = "the window may still be full when this returns false"]
     pub fn ready_timeout(&mut self, timeout: Duration) -> bool {
-        let deadline = crate::wait::deadline_after(timeout);
+        let deadline = crate::blocking::deadline_after(timeout);
         let waker = self.thread_waker.bind();
-        let ready = crate::wait::block_on_deadline(waker, deadline, |cx| self.poll_ready(cx));
+        let ready = crate::blocking::block_on_deadline(waker, deadline, |cx| self.poll_ready(cx));
         self.stop_waiting();
         ready.is_some()
     }

@@ -11,13 +11,14 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use crate::error::ReadError;
-use crate::shared::{Shared, UNPINNED};
+use crate::shared::Shared;
 use crate::sync::{
     heavy_fence, lock, ord, seq_cst_fence, Arc,
     Ordering::{Acquire, Relaxed, Release},
     ReadTrack,
 };
 use crate::table::ReaderEntry;
+use crate::table::UNPINNED;
 
 mod drain;
 
@@ -488,9 +489,9 @@ impl<T> Reader<T> {
     /// assert_eq!(batch.as_slices().0, &[5]);
     /// ```
     pub fn read_timeout(&mut self, timeout: Duration) -> Result<Option<Batch<'_, T>>, ReadError> {
-        let deadline = crate::wait::deadline_after(timeout);
+        let deadline = crate::blocking::deadline_after(timeout);
         let waker = self.slot().thread_waker.bind();
-        let ready = crate::wait::block_on_deadline(waker, deadline, |cx| self.poll_ready(cx));
+        let ready = crate::blocking::block_on_deadline(waker, deadline, |cx| self.poll_ready(cx));
         match ready {
             None => {
                 self.abandon_wait();

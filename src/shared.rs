@@ -21,25 +21,6 @@ use crate::wait::WaitList;
 /// Ids stop one short of `u64::MAX` so that `head + 1` (the floor of an empty window) always fits.
 pub(crate) const LAST_ID: u64 = u64::MAX - 1;
 
-/// `pin` value of a reader that borrows nothing.
-pub(crate) const UNPINNED: u64 = 0;
-
-/// Resume outcomes of one reader-table entry, written only by its current owner.
-#[derive(Debug, Default)]
-pub(crate) struct ReaderCounters {
-    pub(crate) resumes_ok: AtomicU64,
-    pub(crate) resumes_noop: AtomicU64,
-}
-
-impl ReaderCounters {
-    /// Single-writer increment: a load and a store, no RMW.
-    pub(crate) fn count(&self, counter: &AtomicU64) {
-        // Relaxed: statistics only; the entry's owner is the only writer, and snapshots tolerate a
-        // value that is one behind.
-        counter.store(counter.load(Relaxed) + 1, Relaxed);
-    }
-}
-
 /// Everything the producer, the readers and the handles share.
 pub(crate) struct Shared<T> {
     /// Newest published id; `first_id - 1` before the first push. Written only by the producer, with

@@ -20,11 +20,29 @@ use std::ptr::{self, NonNull};
 
 use crossbeam_utils::CachePadded;
 
-use crate::shared::{ReaderCounters, UNPINNED};
 use crate::sync::{
     AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, AtomicWaker,
     Ordering::{Acquire, Relaxed, Release},
 };
+
+/// `pin` value of a reader that borrows nothing.
+pub(crate) const UNPINNED: u64 = 0;
+
+/// Resume outcomes of one reader-table entry, written only by its current owner.
+#[derive(Debug, Default)]
+pub(crate) struct ReaderCounters {
+    pub(crate) resumes_ok: AtomicU64,
+    pub(crate) resumes_noop: AtomicU64,
+}
+
+impl ReaderCounters {
+    /// Single-writer increment: a load and a store, no RMW.
+    pub(crate) fn count(&self, counter: &AtomicU64) {
+        // Relaxed: statistics only; the entry's owner is the only writer, and snapshots tolerate a
+        // value that is one behind.
+        counter.store(counter.load(Relaxed) + 1, Relaxed);
+    }
+}
 
 /// The largest reader table [`Builder::max_readers`](crate::Builder::max_readers) accepts.
 pub const MAX_READERS: usize = 1 << 24;
@@ -69,7 +87,7 @@ pub(crate) struct ReaderEntry {
     /// The waker of the owner's blocking waits, allocated with the entry so that neither a resume
     /// (which reuses a freed entry) nor a wait allocates.
     #[cfg(not(replay_ring_loom))]
-    pub(crate) thread_waker: crate::wait::ThreadWaker,
+    pub(crate) thread_waker: crate::blocking::ThreadWaker,
 }
 
 impl ReaderEntry {
@@ -83,7 +101,7 @@ impl ReaderEntry {
             claimed: AtomicBool::new(false),
             counters: ReaderCounters::default(),
             #[cfg(not(replay_ring_loom))]
-            thread_waker: crate::wait::ThreadWaker::new(),
+            thread_waker: crate::blocking::ThreadWaker::new(),
         }
     }
 }
