@@ -1,6 +1,7 @@
 //! Server-Sent Events on top of a [`ReplayRing`](replay_ring::ReplayRing): the wire format, the resume
-//! decision and its HTTP mapping, a retention policy, and a client-side continuity verifier. No
-//! HTTP framework is involved; `sse/examples/sse_server` wires it into axum. The protocol is
+//! decision and its HTTP mapping, a retention policy, and a client-side continuity verifier. The core
+//! is framework-free; feature `axum` adds a drop-in endpoint (module `axum`: the
+//! event-stream responder, a producer, and `serve` with connection timeouts). The protocol is
 //! specified in `docs/protocol.md`.
 //!
 //! - [`EventId`]: `<stream>.<epoch>.<seq>` ids, and strict parsing of an untrusted

@@ -305,9 +305,12 @@ async fn serve_connection(
 
 /// Answers an over-the-cap connection with a 503 and closes it.
 async fn refuse_connection(tcp: TcpStream, limit: usize, _permit: OwnedSemaphorePermit) {
-    let body = format!(
-        r#"{{"error":"too_many_connections","limit":{limit},"message":"the server is at its connection limit; retry later"}}"#
-    );
+    let body = serde_json::json!({
+        "error": "too_many_connections",
+        "limit": limit,
+        "message": "the server is at its connection limit; retry later",
+    })
+    .to_string();
     let service = hyper::service::service_fn(move |_request: Request<Incoming>| {
         let mut response = Response::new(Body::from(body.clone()));
         *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
