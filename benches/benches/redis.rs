@@ -259,7 +259,7 @@ fn resume(c: &mut Criterion, s: &mut Setup) {
                     let mut reader = target.resume(Some(from)).await.unwrap();
                     let mut n = 0;
                     while n < w {
-                        match reader.next().await.unwrap() {
+                        match reader.recv().await.unwrap() {
                             ReadItem::Events(events) => n += events.len() as u64,
                             ReadItem::Closed(_) => unreachable!("not closed"),
                         }
@@ -310,7 +310,7 @@ fn tail_latency(c: &mut Criterion, s: &mut Setup) {
     let (seen_tx, mut seen_rx) = tokio::sync::mpsc::unbounded_channel::<Instant>();
     let mut reader = s.rt.block_on(target.resume(None)).unwrap();
     s.rt.spawn(async move {
-        while let Ok(ReadItem::Events(events)) = reader.next().await {
+        while let Ok(ReadItem::Events(events)) = reader.recv().await {
             let now = Instant::now();
             for _ in events {
                 if seen_tx.send(now).is_err() {

@@ -265,7 +265,7 @@ impl RemoteConnection {
     async fn next_frame(&mut self) -> Bytes {
         // Check the producer at least once per lease, so a gone one is noticed within a lease.
         let idle = KEEP_ALIVE.min(self.log.backend().config().lease);
-        match tokio::time::timeout(idle, self.reader.next()).await {
+        match tokio::time::timeout(idle, self.reader.recv()).await {
             Ok(Ok(ReadItem::Events(events))) => {
                 let mut buf = BytesMut::new();
                 for (seq, payload) in events {

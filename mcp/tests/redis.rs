@@ -78,7 +78,7 @@ async fn every_event_is_in_redis_with_its_id_and_message() {
         .await
         .expect("the stream is in Redis");
     let mut reader = stream.resume(Some(0)).await.unwrap();
-    let ReadItem::Events(events) = reader.next().await.unwrap() else {
+    let ReadItem::Events(events) = reader.recv().await.unwrap() else {
         panic!("no events in Redis");
     };
     let ids: Vec<u64> = events.iter().map(|(id, _)| *id).collect();

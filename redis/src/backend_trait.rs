@@ -199,7 +199,7 @@ impl Tail for RedisReader {
     }
 
     async fn next_batch(&mut self, out: &mut Vec<(u64, Bytes)>) -> Result<usize, TailError> {
-        match self.next().await {
+        match self.recv().await {
             Ok(ReadItem::Events(events)) => {
                 out.clear();
                 out.extend(events);

@@ -39,8 +39,8 @@
 //!
 //! // …any replica serves a client that reconnects with Last-Event-ID seq 1.
 //! let mut reader = stream.resume(Some(1)).await?;
-//! assert_eq!(reader.next().await?, ReadItem::Events(vec![(2, "world".into())]));
-//! assert_eq!(reader.next().await?, ReadItem::Closed(CloseReason::Completed));
+//! assert_eq!(reader.recv().await?, ReadItem::Events(vec![(2, "world".into())]));
+//! assert_eq!(reader.recv().await?, ReadItem::Closed(CloseReason::Completed));
 //!
 //! // The client acknowledged 2: release it.
 //! stream.release_through(2).await?;

@@ -12,7 +12,7 @@ use crate::error::Error;
 use crate::scripts;
 use crate::stream::{ReaderPlace, RedisStream};
 
-/// What [`RedisReader::next`] yields.
+/// What [`RedisReader::recv`] yields.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ReadItem {
     /// The next events, in id order, gap-free from the reader's cursor + 1.
@@ -36,7 +36,7 @@ pub struct RedisReader {
     /// wakes the XREAD.
     ctl_mark: String,
     /// Whether the next read must re-read the stream's state (the READ script) before it may
-    /// block: see [`RedisReader::next`] for when it may skip it.
+    /// block: see [`RedisReader::recv`] for when it may skip it.
     recheck: bool,
     closed: Option<CloseReason>,
     head: u64,
@@ -109,7 +109,7 @@ impl RedisReader {
     /// # Cancel safety
     /// Cancel safe: the cursor only moves when events are returned, so a cancelled call loses
     /// nothing; the next call continues from the same cursor.
-    pub async fn next(&mut self) -> Result<ReadItem, Error> {
+    pub async fn recv(&mut self) -> Result<ReadItem, Error> {
         if let Some(first) = self.first.take() {
             if !first.is_empty() {
                 return self.deliver(first);

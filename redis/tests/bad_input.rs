@@ -91,7 +91,7 @@ async fn garbage_epoch_reason_and_key_types_are_corrupt() {
     let mut r = stream.resume(Some(0)).await;
     if let Ok(reader) = &mut r {
         // The reason is read with the first page: a reader must never report a garbage reason.
-        assert_corrupt("next", reader.next().await);
+        assert_corrupt("recv", reader.recv().await);
     } else {
         assert_corrupt("resume", r.map(|_| ()));
     }
@@ -138,7 +138,7 @@ async fn foreign_log_entries_are_corrupt() {
     hset(&server, stream.key_names()[0], "head", "3");
     let mut reader = stream.resume(Some(2)).await;
     match &mut reader {
-        Ok(r) => assert_corrupt("next", r.next().await),
+        Ok(r) => assert_corrupt("recv", r.recv().await),
         Err(_) => assert_corrupt("resume", reader.map(|_| ())),
     }
     // An entry id not of our form.
@@ -162,7 +162,7 @@ async fn a_stream_deleted_externally_is_lost_for_everyone() {
     let stream = with_events(&backend, "gone", 3).await;
     let mut p = stream.acquire_producer().await.unwrap();
     let mut reader = stream.resume(Some(3)).await.unwrap();
-    let waiting = tokio::spawn(async move { reader.next().await });
+    let waiting = tokio::spawn(async move { reader.recv().await });
 
     // Only the log disappears: entries the window promises are missing.
     let _: () = redis::cmd("DEL")
@@ -224,7 +224,7 @@ async fn out_of_memory_is_a_typed_error_and_release_still_works() {
     let state = stream.state().await.unwrap();
     assert_eq!(state.head, appended);
     let mut r = stream.resume(Some(appended - 1)).await.unwrap();
-    assert!(matches!(r.next().await.unwrap(), ReadItem::Events(e) if e.len() == 1));
+    assert!(matches!(r.recv().await.unwrap(), ReadItem::Events(e) if e.len() == 1));
     // Releasing frees memory, then appends succeed again with the next id.
     stream.release_through(appended).await.unwrap();
     assert_eq!(p.append(b"small").await.unwrap(), appended + 1);
@@ -240,9 +240,9 @@ async fn a_tailing_reader_never_reads_a_recreated_stream() {
     let backend = server.backend().await;
     let stream = with_events(&backend, "again", 3).await;
     let mut reader = stream.resume(Some(0)).await.unwrap();
-    assert!(matches!(reader.next().await.unwrap(), ReadItem::Events(e) if e.len() == 3));
+    assert!(matches!(reader.recv().await.unwrap(), ReadItem::Events(e) if e.len() == 3));
     // Caught up at 3: the next read blocks in XREAD.
-    let waiting = tokio::spawn(async move { reader.next().await });
+    let waiting = tokio::spawn(async move { reader.recv().await });
 
     stream.delete().await.unwrap();
     let again = backend.create(&sid("again"), 8).await.unwrap();

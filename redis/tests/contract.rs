@@ -25,7 +25,7 @@ fn payload(id: u64) -> Vec<u8> {
 async fn read_through(reader: &mut RedisReader, through: u64) -> Vec<u64> {
     let mut ids = Vec::new();
     while reader.last_id() < through {
-        match tokio::time::timeout(Duration::from_secs(10), reader.next())
+        match tokio::time::timeout(Duration::from_secs(10), reader.recv())
             .await
             .expect("reader stalled")
             .expect("read")
@@ -74,7 +74,7 @@ async fn resume_table_every_row() {
     let mut at_head = stream.resume(Some(10)).await.unwrap();
     assert_eq!(at_head.last_id(), 10);
     assert!(
-        tokio::time::timeout(Duration::from_millis(200), at_head.next())
+        tokio::time::timeout(Duration::from_millis(200), at_head.recv())
             .await
             .is_err()
     );
@@ -243,7 +243,7 @@ async fn readers_get_every_event_then_the_close_reason() {
     let waiting = tokio::spawn(async move {
         let mut got = Vec::new();
         loop {
-            match early.next().await.unwrap() {
+            match early.recv().await.unwrap() {
                 ReadItem::Events(e) => got.extend(e.into_iter().map(|(id, _)| id)),
                 ReadItem::Closed(reason) => return (got, reason),
             }
@@ -264,12 +264,12 @@ async fn readers_get_every_event_then_the_close_reason() {
     let mut late = stream.resume(Some(1)).await.unwrap();
     assert_eq!(read_through(&mut late, 3).await, vec![2, 3]);
     assert_eq!(
-        late.next().await.unwrap(),
+        late.recv().await.unwrap(),
         ReadItem::Closed(CloseReason::error("tool crashed"))
     );
     let mut at_head = stream.resume(Some(3)).await.unwrap();
     assert_eq!(
-        at_head.next().await.unwrap(),
+        at_head.recv().await.unwrap(),
         ReadItem::Closed(CloseReason::error("tool crashed"))
     );
     // Nothing can be appended after close, and a new producer is told why.
@@ -288,7 +288,7 @@ async fn a_blocked_reader_is_woken_by_an_append_in_another_connection() {
     let server = RedisServer::start();
     let stream = stream_with(&server, "wake", 16, 0).await;
     let mut reader = stream.resume(Some(0)).await.unwrap();
-    let task = tokio::spawn(async move { reader.next().await });
+    let task = tokio::spawn(async move { reader.recv().await });
     // Give the reader time to block, observed through the server's own client list.
     let mut raw = server.raw();
     common::eventually(Duration::from_secs(10), "reader blocked in XREAD", || {
@@ -363,7 +363,7 @@ async fn concurrent_producer_readers_and_releaser() {
         readers.push(tokio::spawn(async move {
             let mut expect = 1;
             loop {
-                match reader.next().await.unwrap() {
+                match reader.recv().await.unwrap() {
                     ReadItem::Events(events) => {
                         for (id, data) in events {
                             assert_eq!(id, expect, "reader {r}: ids in order, none skipped");
@@ -493,7 +493,7 @@ async fn ids_are_exact_up_to_2_pow_53_minus_1_and_then_exhausted() {
     assert!(matches!(p.append(b"over").await, Err(Error::IdsExhausted)));
     let mut r = stream.resume(Some(below)).await.unwrap();
     assert_eq!(
-        r.next().await.unwrap(),
+        r.recv().await.unwrap(),
         ReadItem::Events(vec![(
             replay_ring_redis::MAX_ID,
             Bytes::from_static(b"last")

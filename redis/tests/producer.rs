@@ -298,7 +298,7 @@ async fn a_resend_with_another_payload_is_a_conflict() {
     assert!(p.has_pending(), "still unresolved");
     let mut reader = stream.resume(Some(1)).await.unwrap();
     assert_eq!(
-        reader.next().await.unwrap(),
+        reader.recv().await.unwrap(),
         ReadItem::Events(vec![(2, Bytes::from_static(b"other"))])
     );
 }

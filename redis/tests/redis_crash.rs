@@ -37,7 +37,7 @@ async fn acknowledged_appends_survive_kill_9_and_the_stream_continues() {
     let acked = Arc::new(AtomicU64::new(0));
     let errors = Arc::new(AtomicU64::new(0));
 
-    // A reader on its own backend (another replica), tolerant of outages: it retries `next` on
+    // A reader on its own backend (another replica), tolerant of outages: it retries `recv` on
     // Unavailable with the same cursor, and checks every id and payload.
     let reader_backend = server.backend_with(config.clone()).await;
     let reader_stream = reader_backend
@@ -50,7 +50,7 @@ async fn acknowledged_appends_survive_kill_9_and_the_stream_continues() {
     let reader_task = tokio::spawn(async move {
         let mut expect = 1;
         loop {
-            match reader.next().await {
+            match reader.recv().await {
                 Ok(ReadItem::Events(events)) => {
                     for (id, data) in events {
                         assert_eq!(id, expect, "reader: gap-free across the crash");
@@ -151,7 +151,7 @@ async fn acknowledged_appends_survive_kill_9_and_the_stream_continues() {
     assert_eq!((state.floor, state.head), (1, N));
     let mut r = fresh.resume(Some(0)).await.unwrap();
     let mut expect = 1;
-    while let ReadItem::Events(events) = r.next().await.unwrap() {
+    while let ReadItem::Events(events) = r.recv().await.unwrap() {
         for (id, data) in events {
             assert_eq!((id, data), (expect, payload(expect)));
             expect += 1;
