@@ -6,7 +6,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
 
-use replay_ring::{Producer, Reader, ReplayRing};
+use replay_ring::{Batch, Producer, Reader, ReplayRing};
 
 fn lazy<T: Send>(capacity: usize, initial: usize, first_id: u64) -> (Producer<T>, ReplayRing<T>) {
     ReplayRing::builder()
@@ -23,15 +23,21 @@ fn lazy<T: Send>(capacity: usize, initial: usize, first_id: u64) -> (Producer<T>
 fn batches(reader: &mut Reader<u64>) -> Vec<(u64, u64)> {
     let mut out = Vec::new();
     while let Some(batch) = reader.try_read().unwrap() {
-        let (a, b) = batch.as_slices();
-        assert_eq!(a.len() + b.len(), batch.len());
-        assert!(
-            batch.iter().all(|(id, v)| *v == id),
-            "slot holds another id"
-        );
-        out.push((batch.first_id(), batch.last_id()));
+        out.push(checked_span(&batch));
     }
     out
+}
+
+/// A batch's `(first_id, last_id)`, after checking that its slices cover it and that each value is
+/// its own id.
+fn checked_span(batch: &Batch<'_, u64>) -> (u64, u64) {
+    let (a, b) = batch.as_slices();
+    assert_eq!(a.len() + b.len(), batch.len());
+    assert!(
+        batch.iter().all(|(id, v)| *v == id),
+        "slot holds another id"
+    );
+    (batch.first_id(), batch.last_id())
 }
 
 fn push_ids(producer: &mut Producer<u64>, through: u64) {
@@ -163,13 +169,7 @@ fn a_drain_crosses_segment_boundaries_batch_by_batch() {
     push_ids(&mut producer, 40);
     let mut lent = Vec::new();
     let read = reader.drain(|batch| {
-        let (a, b) = batch.as_slices();
-        assert_eq!(a.len() + b.len(), batch.len());
-        assert!(
-            batch.iter().all(|(id, v)| *v == id),
-            "slot holds another id"
-        );
-        lent.push((batch.first_id(), batch.last_id()));
+        lent.push(checked_span(batch));
         std::ops::ControlFlow::Continue(())
     });
     // The same segment-bounded batches as `try_read` lends, all under one drain.

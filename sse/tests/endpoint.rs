@@ -137,20 +137,25 @@ async fn a_full_reader_table_is_an_explicit_503_and_keep_alives_flow_while_idle(
     assert!(stats.keep_alives >= 1);
 }
 
-/// A connection cut mid-stream, after the server read a batch it could not deliver, loses
-/// nothing: the client resumes with the last id it received and gets the rest exactly once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failed_write_mid_stream_loses_nothing() {
-    const N: u64 = 2_000;
-    let (addr, stream, mut producer) = start(SseConfig {
+/// A window of 4,096 events kept replayable for a minute: everything a test publishes stays
+/// replayable while it runs.
+fn long_window() -> SseConfig {
+    SseConfig {
         capacity: 4096,
         retention: RetentionConfig {
             resumption_window: Duration::from_secs(60),
             ..RetentionConfig::default()
         },
         ..SseConfig::default()
-    })
-    .await;
+    }
+}
+
+/// A connection cut mid-stream, after the server read a batch it could not deliver, loses
+/// nothing: the client resumes with the last id it received and gets the rest exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_write_mid_stream_loses_nothing() {
+    const N: u64 = 2_000;
+    let (addr, stream, mut producer) = start(long_window()).await;
     // 2,000 events of 1 KiB are published before anyone connects: the first read lends them all
     // as one batch, far more than the client's small receive buffer takes.
     let payload = Bytes::from(vec![b'x'; 1024]);
@@ -212,15 +217,7 @@ async fn a_failed_write_mid_stream_loses_nothing() {
 async fn a_large_catch_up_is_sent_in_bounded_chunks() {
     const N: u64 = 1_000;
     const PAYLOAD: usize = 1024;
-    let (addr, _stream, mut producer) = start(SseConfig {
-        capacity: 4096,
-        retention: RetentionConfig {
-            resumption_window: Duration::from_secs(60),
-            ..RetentionConfig::default()
-        },
-        ..SseConfig::default()
-    })
-    .await;
+    let (addr, _stream, mut producer) = start(long_window()).await;
     let payload = Bytes::from(vec![b'x'; PAYLOAD]);
     for _ in 0..N {
         producer.send(payload.clone()).await.unwrap();
