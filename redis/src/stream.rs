@@ -140,6 +140,7 @@ impl RedisStream {
     /// assert_eq!(s.max_readers(), 64);
     /// # }
     /// ```
+    #[must_use = "the limit is set on the returned handle; the original is consumed"]
     pub fn with_max_readers(mut self, limit: usize) -> RedisStream {
         self.readers = ReaderPlaces::new(limit);
         self

@@ -1,4 +1,4 @@
-//! Client side (seed 000): prove continuity instead of trusting a 200.
+//! Client side: prove continuity instead of trusting a 200.
 //!
 //! [`ContinuityVerifier`] checks that a reconnect's first event is `cursor + 1` and every later
 //! one is the previous + 1. [`classify`] decides what a stalled stream means: keep waiting
@@ -20,6 +20,7 @@ use crate::event_id::{Epoch, EventId, StreamId};
 /// assert_eq!(v.on_event(130), Err(ContinuityError::Gap { expected: 42, got: 130, after_reconnect: true }));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ContinuityError {
     /// Ids `expected ..= got - 1` were skipped.
     Gap {
@@ -171,6 +172,10 @@ impl ContinuityVerifier {
 
     /// A priming event (id, empty data). With a cursor, its id must equal the cursor.
     ///
+    /// # Errors
+    /// [`ContinuityError::PrimingMismatch`] when a cursor is set and `id` differs from it (the
+    /// server is not resuming from where the client asked); the cursor is left unchanged.
+    ///
     /// ```
     /// use replay_ring_sse::client::{ContinuityError, ContinuityVerifier};
     /// let mut v = ContinuityVerifier::with_cursor(41);
@@ -188,6 +193,12 @@ impl ContinuityVerifier {
     }
 
     /// A dispatched event with sequence number `id`.
+    ///
+    /// # Errors
+    /// - [`ContinuityError::Duplicate`] when `id` is at or below the cursor (the cursor stays).
+    /// - [`ContinuityError::Gap`] when `id` is above `cursor + 1` (the cursor moves to `id`, so
+    ///   the gap is reported once); `after_reconnect` says whether it was the first event after
+    ///   [`on_reconnect`](Self::on_reconnect).
     ///
     /// ```
     /// use replay_ring_sse::client::{ContinuityError, ContinuityVerifier};
@@ -223,6 +234,12 @@ impl ContinuityVerifier {
 
     /// [`on_event`](Self::on_event) for a wire id: also checks that stream and epoch never change.
     ///
+    /// # Errors
+    /// [`ContinuityError::StreamChanged`] when the id's stream or epoch differs from the first id
+    /// seen (the sequence number is then not checked); otherwise the errors of
+    /// [`on_event`](Self::on_event) ([`Duplicate`](ContinuityError::Duplicate),
+    /// [`Gap`](ContinuityError::Gap)).
+    ///
     /// ```
     /// use replay_ring_sse::client::{ContinuityError, ContinuityVerifier};
     /// use replay_ring_sse::EventId;
@@ -237,6 +254,11 @@ impl ContinuityVerifier {
     }
 
     /// [`on_priming`](Self::on_priming) for a wire id.
+    ///
+    /// # Errors
+    /// [`ContinuityError::StreamChanged`] when the id's stream or epoch differs from the first id
+    /// seen; otherwise [`ContinuityError::PrimingMismatch`] as for
+    /// [`on_priming`](Self::on_priming).
     ///
     /// ```
     /// use replay_ring_sse::client::{ContinuityVerifier};
@@ -410,12 +432,16 @@ pub enum StallClass {
     Reconnect,
 }
 
-/// Classifies a stalled stream (seed 000's decision boundary).
+/// Classifies a stalled stream. This is the decision boundary between waiting and giving up: an
+/// open connection whose keep-alives still arrive is waited on; after a reconnect, waiting
+/// ([`StallClass::Delayed`]) requires a replay proof (an event `cursor + 1`, or an advertised
+/// floor `<= cursor + 1`), never a 200 alone. Anything else means reconnect, escalate or
+/// re-initialise.
 ///
 /// ```
 /// use replay_ring_sse::client::{classify, BodyState, Observation, Reconnect, ResumptionFailure, StallClass};
 ///
-/// // The recorded incident: 200 OK, first event 130 after cursor 41.
+/// // A resume that starts at the head: 200 OK, but the first event is 130 after cursor 41.
 /// let seen = Reconnect {
 ///     cursor: 41, status: 200, replay_floor: None, replay_head: None,
 ///     session_durable: true, first_event: Some(130), body: BodyState::OpenAlive,

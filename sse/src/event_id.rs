@@ -63,6 +63,7 @@ pub struct StreamId {
 /// assert_eq!(StreamId::new("a b"), Err(StreamIdError::InvalidByte { position: 1 }));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum StreamIdError {
     /// The name is empty.
     Empty,
@@ -104,6 +105,11 @@ fn is_stream_byte(b: u8) -> bool {
 
 impl StreamId {
     /// Validates and stores a stream name.
+    ///
+    /// # Errors
+    /// - [`StreamIdError::Empty`] for an empty name.
+    /// - [`StreamIdError::TooLong`] for a name longer than [`MAX_STREAM_LEN`] bytes.
+    /// - [`StreamIdError::InvalidByte`] for a byte outside `[A-Za-z0-9_-]` (with its offset).
     ///
     /// ```
     /// use replay_ring_sse::{StreamId, StreamIdError};
@@ -273,6 +279,7 @@ impl fmt::Display for IdField {
 /// assert_eq!(Malformed::MissingSeparator.to_string(), "expected <stream>.<epoch>.<seq>");
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Malformed {
     /// Fewer than two `.` separators.
     MissingSeparator,
@@ -478,6 +485,15 @@ impl EventId {
     /// Parses an untrusted `Last-Event-ID` value. Never panics; see [`LastEventIdError`] for the
     /// refusals. Checks are ordered cheapest first: empty, length, ASCII, then the grammar.
     ///
+    /// # Errors
+    /// Only syntax errors (this checks no stream or epoch):
+    /// - [`LastEventIdError::Empty`] for an empty value.
+    /// - [`LastEventIdError::TooLong`] for a value longer than [`MAX_EVENT_ID_LEN`] bytes.
+    /// - [`LastEventIdError::NonAscii`] for a byte >= 0x80.
+    /// - [`LastEventIdError::Malformed`] when the value is not `<stream>.<epoch>.<seq>` in its one
+    ///   canonical spelling (the [`Malformed`] reason and the offset say where and why).
+    /// - [`LastEventIdError::Overflow`] when the epoch or the sequence number exceeds `u64`.
+    ///
     /// ```
     /// use replay_ring_sse::{EventId, IdField, LastEventIdError, Malformed};
     ///
@@ -492,6 +508,12 @@ impl EventId {
     }
 
     /// [`parse`](Self::parse) for raw header bytes (HTTP header values need not be UTF-8).
+    ///
+    /// # Errors
+    /// The same as [`parse`](Self::parse): [`Empty`](LastEventIdError::Empty),
+    /// [`TooLong`](LastEventIdError::TooLong), [`NonAscii`](LastEventIdError::NonAscii) (also for
+    /// bytes that are not UTF-8), [`Malformed`](LastEventIdError::Malformed) and
+    /// [`Overflow`](LastEventIdError::Overflow).
     ///
     /// ```
     /// use replay_ring_sse::{EventId, LastEventIdError};
@@ -763,6 +785,11 @@ impl StreamIdentity {
 
     /// Checks that a parsed id belongs to this stream and incarnation, returning its sequence.
     ///
+    /// # Errors
+    /// - [`LastEventIdError::UnknownStream`] when the id names another stream.
+    /// - [`LastEventIdError::UnknownEpoch`] when it names this stream but another epoch (an
+    ///   earlier incarnation, typically from before a server restart).
+    ///
     /// ```
     /// use replay_ring_sse::{Epoch, EventId, StreamId, StreamIdentity};
     /// let me = StreamIdentity::new(StreamId::new("s").unwrap(), Epoch::new(1));
@@ -784,6 +811,13 @@ impl StreamIdentity {
 
     /// Parses an untrusted header value and checks it against this stream: all seven
     /// [`LastEventIdError`]s in one call.
+    ///
+    /// # Errors
+    /// The syntax errors of [`EventId::parse_bytes`] ([`Empty`](LastEventIdError::Empty),
+    /// [`TooLong`](LastEventIdError::TooLong), [`NonAscii`](LastEventIdError::NonAscii),
+    /// [`Malformed`](LastEventIdError::Malformed), [`Overflow`](LastEventIdError::Overflow)), then
+    /// those of [`check`](Self::check) ([`UnknownStream`](LastEventIdError::UnknownStream),
+    /// [`UnknownEpoch`](LastEventIdError::UnknownEpoch)).
     ///
     /// ```
     /// use replay_ring_sse::{Epoch, LastEventIdError, StreamId, StreamIdentity};

@@ -50,6 +50,7 @@ impl fmt::Display for FrameField {
 /// assert_eq!(err.to_string(), "event field has forbidden byte 0x0a at offset 1 (CR, LF and NUL are never passed through)");
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum FrameError {
     /// CR or LF (which would end the line and inject fields or frames) or NUL (which makes
     /// parsers ignore an `id`) inside an `id`, `event` or comment value.
@@ -120,6 +121,7 @@ enum FrameId<'a> {
 /// );
 /// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[must_use = "a frame does nothing until it is encoded"]
 pub struct Frame<'a> {
     comment: Option<&'a str>,
     id: Option<FrameId<'a>>,
@@ -230,6 +232,13 @@ impl<'a> Frame<'a> {
 
     /// Appends the encoded frame to `buf`. On error nothing is appended.
     ///
+    /// # Errors
+    /// Checked before anything is written, field by field (comment, id, event); the first problem
+    /// is returned:
+    /// - [`FrameError::ForbiddenByte`] when the comment, a [raw id](Self::raw_id) or the event name
+    ///   contains CR, LF or NUL (the error names the field, offset and byte).
+    /// - [`FrameError::EmptyEventName`] when the event name is empty.
+    ///
     /// ```
     /// use bytes::BytesMut;
     /// use replay_ring_sse::Frame;
@@ -269,6 +278,11 @@ impl<'a> Frame<'a> {
     }
 
     /// Encodes into a fresh `Bytes` (one allocation, sized up front).
+    ///
+    /// # Errors
+    /// The same as [`encode_into`](Self::encode_into): [`FrameError::ForbiddenByte`] for CR, LF or
+    /// NUL in the comment, a raw id or the event name; [`FrameError::EmptyEventName`] for an empty
+    /// event name.
     ///
     /// ```
     /// use replay_ring_sse::Frame;
@@ -406,6 +420,11 @@ pub fn encode_priming(buf: &mut BytesMut, id: EventId, retry: Option<Duration>) 
 }
 
 /// Appends one ring event, the hot path: `id`, optional `event`, `data` lines.
+///
+/// # Errors
+/// Only for the event name (the id is a validated [`EventId`] and any payload is valid):
+/// [`FrameError::EmptyEventName`] for `Some("")`, [`FrameError::ForbiddenByte`] for a name with
+/// CR, LF or NUL. On error nothing is appended.
 ///
 /// ```
 /// use bytes::BytesMut;

@@ -317,6 +317,17 @@ pub struct Refused {
 /// checks stream and epoch, and registers the reader with the ring, which is the authority on
 /// floor and head (a snapshot decision could race with the producer or a release).
 ///
+/// # Errors
+/// A [`Refused`] (with the stream's floor and head at the time) whose
+/// [`decision`](Refused::decision) says why:
+/// - [`ResumeDecision::InvalidCursor`] when the header is not a valid event id (see
+///   [`EventId::parse_bytes`]).
+/// - [`ResumeDecision::StreamLost`] when it names another stream or epoch (see
+///   [`StreamIdentity::check`]).
+/// - [`ResumeDecision::Gap`] when events after the cursor were already released.
+/// - [`ResumeDecision::Mismatch`] when the cursor is ahead of the head.
+/// - [`ResumeDecision::Busy`] when every reader slot is taken.
+///
 /// ```
 /// use replay_ring_sse::{resume, Epoch, ResumeDecision, StreamId, StreamIdentity};
 /// use replay_ring::ReplayRing;

@@ -268,6 +268,7 @@ impl Retention {
     /// let r = Retention::new(Default::default(), 1).with_slow_consumer_policy(SlowConsumerPolicy::disabled());
     /// assert_eq!(r.slow_consumer_policy(), &SlowConsumerPolicy::disabled());
     /// ```
+    #[must_use = "the policy is set on the returned Retention; the original is consumed"]
     pub fn with_slow_consumer_policy(mut self, policy: SlowConsumerPolicy) -> Self {
         self.policy = policy;
         self
@@ -351,6 +352,7 @@ impl Retention {
     /// let _a = r.connect(0).unwrap();
     /// assert!(r.connect(0).is_none());
     /// ```
+    #[must_use = "a connection that is never disconnected holds back releases"]
     pub fn connect(&mut self, written_through: u64) -> Option<ConnectionId> {
         match self.indexes.free.min() {
             Some(i) => {
@@ -755,6 +757,10 @@ impl Retention {
     /// at the slowest other live connection). Call after the resuming reader is registered.
     /// Returns the floor.
     ///
+    /// # Errors
+    /// [`ReleaseError::AheadOfHead`] when `acked` is newer than the ring's head (the client's
+    /// cursor is not from this stream); nothing is released then.
+    ///
     /// ```
     /// use replay_ring::{ReleaseError, ReplayRing};
     /// let (mut p, ring) = ReplayRing::<u8>::new(8, 2).unwrap();
@@ -819,6 +825,10 @@ impl BackpressureClock {
 
     /// The producer found the window full at `now`. `Ok(deadline)` to keep waiting until at most
     /// `deadline`; `Err` with the close reason once the bound is reached.
+    ///
+    /// # Errors
+    /// [`CloseReason::BackpressureTimeout`] (with the time waited) once the current episode has
+    /// lasted at least the bound; the producer should close the stream with it.
     ///
     /// ```
     /// use std::time::{Duration, Instant};
