@@ -17,8 +17,7 @@ use crate::sync::{
     Ordering::{Acquire, Relaxed, Release},
     ReadTrack,
 };
-use crate::table::ReaderEntry;
-use crate::table::UNPINNED;
+use crate::table::{ReaderEntry, UNPINNED};
 
 mod drain;
 
@@ -229,6 +228,15 @@ impl<T> Reader<T> {
         Ok(false)
     }
 
+    /// Whether an event is ready to lend (`Ok(false)`: caught up). A finished reader reports its
+    /// terminal error again.
+    fn has_next(&mut self) -> Result<bool, ReadError> {
+        if self.done {
+            return Err(self.terminal_error());
+        }
+        self.available()
+    }
+
     fn finish(&mut self, error: ReadError) -> ReadError {
         self.done = true;
         self.waiting = false;
@@ -300,10 +308,7 @@ impl<T> Reader<T> {
     /// assert_eq!(reader.cursor(), 3);
     /// ```
     pub fn try_read(&mut self) -> Result<Option<Batch<'_, T>>, ReadError> {
-        if self.done {
-            return Err(self.terminal_error());
-        }
-        if !self.available()? {
+        if !self.has_next()? {
             return Ok(None);
         }
         self.borrow_available().map(Some)
@@ -327,10 +332,7 @@ impl<T> Reader<T> {
 
     /// Ready when a read would not return `Ok(None)`.
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ReadError>> {
-        if self.done {
-            return Poll::Ready(Err(self.terminal_error()));
-        }
-        if self.available()? {
+        if self.has_next()? {
             self.waiting = false;
             return Poll::Ready(Ok(()));
         }

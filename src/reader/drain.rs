@@ -91,10 +91,7 @@ impl<T> Reader<T> {
     where
         F: FnMut(&mut Batch<'_, T>) -> ControlFlow<()>,
     {
-        if self.done {
-            return Err(self.terminal_error());
-        }
-        if !self.available()? {
+        if !self.has_next()? {
             return Ok(0);
         }
         // The first batch pins and checks the floor exactly as `borrow_available` does.
@@ -102,7 +99,8 @@ impl<T> Reader<T> {
         let start = self.cursor;
         let draining = Draining::new(self);
         let reader = &mut *draining.reader;
-        // Acquire: pairs with the producer's Release publish: slots up to `head` are written.
+        // Acquire: pairs with the producer's Release publish: slots up to `head` are written, and
+        // their slot segments' directory entries are stored (`slots.rs`).
         let mut head = reader
             .shared
             .head
