@@ -156,10 +156,16 @@ impl Entry {
 
 /// Indexes over the connection table, kept in step with it by [`Retention::set_entry`]: each
 /// answers one question the per-batch calls ask in O(1), and is updated in O(log connections).
+///
+/// The lag rule's three indexes (`fastest`, `within_grace`, `past_grace`) are kept only while the
+/// policy has a lag rule (`lag_rule`): a per-batch update touches each index's tree, and a policy
+/// without the rule would pay for three of the five on every write for nothing.
 #[derive(Debug)]
 struct Indexes {
     /// Number of live entries.
     live: usize,
+    /// Whether the lag rule's indexes are maintained (they are empty otherwise).
+    lag_rule: bool,
     /// Free entries, keyed by their own index: the smallest is the one `connect` takes.
     free: MinTree<usize>,
     /// Live connections' written-through ids: the smallest caps every release.
@@ -176,9 +182,10 @@ struct Indexes {
 }
 
 impl Indexes {
-    fn new(max_connections: usize) -> Self {
+    fn new(max_connections: usize, lag_rule: bool) -> Self {
         Indexes {
             live: 0,
+            lag_rule,
             free: MinTree::from_fn(max_connections, Some),
             slowest: MinTree::new(max_connections),
             fastest: MinTree::new(max_connections),
@@ -243,7 +250,10 @@ impl Retention {
             config,
             policy: SlowConsumerPolicy::default(),
             connections: vec![Entry::Free; max_connections],
-            indexes: Indexes::new(max_connections),
+            indexes: Indexes::new(
+                max_connections,
+                SlowConsumerPolicy::default().max_lag_percent.is_some(),
+            ),
             checkpoints: VecDeque::with_capacity(SLOTS),
             pending: None,
             recorded: 0,
@@ -271,6 +281,18 @@ impl Retention {
     #[must_use = "the policy is set on the returned Retention; the original is consumed"]
     pub fn with_slow_consumer_policy(mut self, policy: SlowConsumerPolicy) -> Self {
         self.policy = policy;
+        let lag_rule = policy.max_lag_percent.is_some();
+        if lag_rule != self.indexes.lag_rule {
+            // Rebuild every index for the new policy from the table (normally still empty here).
+            let n = self.connections.len();
+            let entries = std::mem::replace(&mut self.connections, vec![Entry::Free; n]);
+            self.indexes = Indexes::new(n, lag_rule);
+            for (i, entry) in entries.into_iter().enumerate() {
+                if !matches!(entry, Entry::Free) {
+                    self.set_entry(i, entry);
+                }
+            }
+        }
         self
     }
 
@@ -310,6 +332,7 @@ impl Retention {
     /// Replaces entry `i` and updates every index to match.
     fn set_entry(&mut self, i: usize, entry: Entry) {
         let was_live = matches!(self.connections[i], Entry::Live { .. });
+        let was_free = matches!(self.connections[i], Entry::Free);
         let (written, since, past_grace) = match entry {
             Entry::Live {
                 progress,
@@ -336,12 +359,17 @@ impl Retention {
             (true, false) => ix.live -= 1,
             _ => {}
         }
-        ix.free.set(i, matches!(entry, Entry::Free).then_some(i));
+        let is_free = matches!(entry, Entry::Free);
+        if is_free != was_free {
+            ix.free.set(i, is_free.then_some(i));
+        }
         ix.slowest.set(i, written);
-        ix.fastest.set(i, written.map(Reverse));
         ix.pending.set(i, since);
-        ix.within_grace.set(i, since.filter(|_| !past_grace));
-        ix.past_grace.set(i, written.filter(|_| past_grace));
+        if ix.lag_rule {
+            ix.fastest.set(i, written.map(Reverse));
+            ix.within_grace.set(i, since.filter(|_| !past_grace));
+            ix.past_grace.set(i, written.filter(|_| past_grace));
+        }
     }
 
     /// Registers a connection whose reader starts after `written_through` (its cursor, or the
@@ -483,7 +511,8 @@ impl Retention {
     /// [`cut_slow_consumers`](Self::cut_slow_consumers) against a window snapshot of any backend.
     pub(crate) fn cut_slow_consumers_in(&mut self, window: Window, now: Instant) -> usize {
         // Every verdict is taken against the table as it was before this look (as if all
-        // connections were judged at once), so the fastest connection is read first.
+        // connections were judged at once), so the fastest connection is read first. Without a
+        // lag rule the index is empty and `others` is `None`, which only the lag rule reads.
         let fastest = self.indexes.fastest.min().map(|Reverse(id)| id);
         // The smallest lag among a connection's others, for every connection `judge` may cut:
         // the fastest's (see the lag rule below; the write-timeout rule does not read it).

@@ -217,6 +217,16 @@ impl<B: Backend> Shared<B> {
             return false;
         };
         let target = self.retention().release_target(window, now);
+        self.release_planned(window, target).await
+    }
+
+    /// Releases through `target` (planned by `Retention::release_target` against `window`), if
+    /// any, and counts it if the floor moved. Returns whether it did.
+    async fn release_planned(
+        &self,
+        window: crate::slow_consumer::Window,
+        target: Option<u64>,
+    ) -> bool {
         let Some(target) = target else {
             return false;
         };
@@ -724,15 +734,24 @@ impl<B: Backend<Payload = Bytes>> Writer<B> {
         }
         let shared = self.shared.clone();
         let conn = self.conn.as_ref()?;
-        if let Some(through) = self.handed.take() {
-            shared
-                .retention()
-                .on_written(conn, through, Instant::now().into_std());
+        let now = Instant::now().into_std();
+        let window = shared.policy_window().await;
+        // One look at the retention state per chunk (every connection of the stream takes this
+        // lock): record the chunk written, apply the slow-consumer policy and plan what expired
+        // (as `release_due`), and read this connection's verdict after that.
+        let (target, cut) = {
+            let mut retention = shared.retention();
+            if let Some(through) = self.handed.take() {
+                retention.on_written(conn, through, now);
+            }
+            // No window: the backend cannot answer now; the checkpoints stay for the next look.
+            let target = window.and_then(|window| retention.release_target(window, now));
+            (target, retention.cut_verdict(conn))
+        };
+        // A release wakes a producer waiting for room.
+        if let Some(window) = window {
+            shared.release_planned(window, target).await;
         }
-        // Releases what expired and applies the slow-consumer policy; a release wakes a producer
-        // waiting for room.
-        shared.release_due(Instant::now().into_std()).await;
-        let cut = shared.retention().cut_verdict(conn);
         // A permit is stored if the publisher is not waiting yet, so the wake-up is never lost
         // (at worst it costs one extra look at the retention state).
         shared.progress.notify_one();
