@@ -189,11 +189,12 @@ async fn lost_replies_are_resent_without_duplicates_or_gaps() {
                 assert_eq!(id, next);
                 assert!(p.has_pending());
                 unknown += 1;
-                // Did the command run before the connection dropped? Ask Redis directly.
-                // (A lost request never runs; a lost reply usually did, unless what was lost was
-                // the NOSCRIPT answer to the first EVALSHA.)
+                // Did the command run before the connection dropped? Ask Redis directly. A lost
+                // reply usually did (unless what was lost was the NOSCRIPT answer to the first
+                // EVALSHA); a lost request normally did not, but on a stalled machine the client
+                // may give up before its request even reached the proxy and send it after the
+                // proxy passes again. Either way the resend below must recognise exactly what ran.
                 let ran = log(&server, &stream).iter().any(|(i, _)| *i == next);
-                assert!(!ran || mode == Mode::LoseReply, "{mode:?} of {next} ran");
                 ran_count += u64::from(ran);
                 let dups = backend.stats().duplicates_resolved;
                 assert_eq!(
