@@ -1,6 +1,7 @@
 //! The event-stream responder: one GET in, one response out (a 200 stream or an explicit refusal).
 
 use std::convert::Infallible;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -13,7 +14,7 @@ use bytes::{Bytes, BytesMut};
 use futures_util::FutureExt;
 use replay_ring::{BuildError, Producer, ReplayRing};
 use tokio::sync::Notify;
-use tokio::time::{sleep, Instant};
+use tokio::time::{sleep_until, Instant, Sleep};
 
 use super::frames::{encode_cut, encode_terminal};
 use super::producer::SseProducer;
@@ -607,6 +608,8 @@ impl<B: Backend<Payload = Bytes>> SseStream<B> {
             handed: None,
             first: Some(first.freeze()),
             finished: false,
+            keep_alive: None,
+            last_handed: Instant::now(),
         };
         let body = futures_util::stream::unfold(writer, |mut w| async move {
             let chunk = w.next_chunk().await?;
@@ -725,6 +728,12 @@ struct Writer<B: Backend> {
     handed: Option<u64>,
     first: Option<Bytes>,
     finished: bool,
+    /// The keep-alive timer, armed for `last_handed + keep_alive` at most once per interval: a
+    /// timer set and cancelled per chunk would cost two timer-wheel updates per event and
+    /// connection. Created at the first wait (a timer needs the runtime the body is polled on).
+    keep_alive: Option<Pin<Box<Sleep>>>,
+    /// When the last chunk was handed to the HTTP stack.
+    last_handed: Instant,
 }
 
 impl<B: Backend<Payload = Bytes>> Writer<B> {
@@ -770,10 +779,11 @@ impl<B: Backend<Payload = Bytes>> Writer<B> {
             }
             None => self.read_chunk().await,
         };
+        self.last_handed = Instant::now();
         if let (false, Some(conn)) = (self.finished, &self.conn) {
             shared
                 .retention()
-                .on_write_pending(conn, Instant::now().into_std());
+                .on_write_pending(conn, self.last_handed.into_std());
         }
         Some(chunk)
     }
@@ -785,26 +795,40 @@ impl<B: Backend<Payload = Bytes>> Writer<B> {
             self.encode_batch();
             return self.buf.split().freeze();
         }
-        let keep_alive = self.shared.config.keep_alive;
-        tokio::select! {
-            // Cancel safe (the `Tail` contract): losing to the keep-alive timer takes no event.
-            read = self.tail.next_batch(&mut self.batch) => match read {
-                Ok(_) => {
-                    self.encoded = 0;
-                    self.encode_batch();
-                }
-                Err(err) => {
-                    self.finished = true;
-                    if matches!(err, TailError::Unavailable(_)) {
-                        add(&self.shared.counters.backend_unavailable_frames, 1);
+        let due = self.last_handed + self.shared.config.keep_alive;
+        let timer = self
+            .keep_alive
+            .get_or_insert_with(|| Box::pin(sleep_until(due)));
+        loop {
+            tokio::select! {
+                // Cancel safe (the `Tail` contract): losing to the keep-alive timer takes no event.
+                read = self.tail.next_batch(&mut self.batch) => {
+                    match read {
+                        Ok(_) => {
+                            self.encoded = 0;
+                            self.encode_batch();
+                        }
+                        Err(err) => {
+                            self.finished = true;
+                            if matches!(err, TailError::Unavailable(_)) {
+                                add(&self.shared.counters.backend_unavailable_frames, 1);
+                            }
+                            encode_terminal(&mut self.buf, &err);
+                        }
                     }
-                    encode_terminal(&mut self.buf, &err);
+                    break;
                 }
-            },
-            _ = sleep(keep_alive) => {
-                add(&self.shared.counters.keep_alives, 1);
-                encode_keep_alive(&mut self.buf);
-                self.handed = Some(0);
+                () = timer.as_mut() => {
+                    if Instant::now() < due {
+                        // Set for an earlier chunk's deadline: move it to this one's and wait on.
+                        timer.as_mut().reset(due);
+                        continue;
+                    }
+                    add(&self.shared.counters.keep_alives, 1);
+                    encode_keep_alive(&mut self.buf);
+                    self.handed = Some(0);
+                    break;
+                }
             }
         }
         self.buf.split().freeze()

@@ -1,0 +1,63 @@
+//! Keep-alive comments on an event-stream body, in virtual time: one goes out only after a whole
+//! `keep_alive` interval without a chunk, however many events flowed before it.
+
+use std::time::Duration;
+
+use ::axum::http::HeaderMap;
+use futures_util::StreamExt;
+use replay_ring_sse::axum::{SseConfig, SseStream};
+use replay_ring_sse::{Epoch, StreamId, StreamIdentity};
+use tokio::time::{sleep, Instant};
+
+const KEEP_ALIVE: Duration = Duration::from_millis(100);
+
+#[tokio::test(start_paused = true)]
+async fn keep_alives_come_only_after_a_silent_interval() {
+    let me = StreamIdentity::new(StreamId::new("ka").unwrap(), Epoch::new(7));
+    let config = SseConfig {
+        keep_alive: KEEP_ALIVE,
+        ..SseConfig::default()
+    };
+    let (stream, mut producer) = SseStream::new(me, config).unwrap();
+    let mut body = stream
+        .respond(&HeaderMap::new())
+        .into_body()
+        .into_data_stream();
+    let priming = body.next().await.unwrap().unwrap();
+    assert!(std::str::from_utf8(&priming).unwrap().starts_with("id: "));
+
+    // Events 60 ms apart, for ten keep-alive intervals' worth of waits: each wait is shorter than
+    // the interval, so no keep-alive goes out between them (the timer armed for an earlier chunk
+    // must be moved, not fired).
+    for n in 1..=17u32 {
+        sleep(Duration::from_millis(60)).await;
+        let id = producer.send(format!("e{n}")).await.unwrap();
+        let chunk = body.next().await.unwrap().unwrap();
+        let text = std::str::from_utf8(&chunk).unwrap();
+        assert!(
+            text.contains(&format!("data: e{n}\n")),
+            "event {id} expected, got {text:?}"
+        );
+        assert!(
+            !text.contains(": keep-alive"),
+            "keep-alive mid-flow: {text:?}"
+        );
+    }
+    assert_eq!(stream.stats().keep_alives, 0);
+
+    // Silence: a keep-alive exactly one interval after the last chunk, then one per interval.
+    for k in 1..=3u64 {
+        let before = Instant::now();
+        let chunk = body.next().await.unwrap().unwrap();
+        assert_eq!(&chunk[..], b": keep-alive\n\n");
+        assert_eq!(before.elapsed(), KEEP_ALIVE, "keep-alive {k}");
+        assert_eq!(stream.stats().keep_alives, k);
+    }
+
+    // An event after the keep-alives arrives as itself.
+    producer.send("late").await.unwrap();
+    let chunk = body.next().await.unwrap().unwrap();
+    assert!(std::str::from_utf8(&chunk)
+        .unwrap()
+        .contains("data: late\n"));
+}
