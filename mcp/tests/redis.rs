@@ -39,7 +39,11 @@ fn quick_config() -> RedisConfig {
 }
 
 async fn store_on(server: &RedisServer, epoch: Epoch) -> RingEventStore {
-    let log = RedisEventLog::connect(&server.url(), quick_config())
+    store_with(server, epoch, quick_config()).await
+}
+
+async fn store_with(server: &RedisServer, epoch: Epoch, config: RedisConfig) -> RingEventStore {
+    let log = RedisEventLog::connect(&server.url(), config)
         .await
         .expect("connect to redis");
     RingEventStore::with_redis_epoch(StoreConfig::default(), log, epoch)
@@ -410,9 +414,13 @@ async fn redis_failing_mid_call_ends_the_call_with_a_json_rpc_error_after_the_la
 
 #[tokio::test]
 async fn a_stream_whose_replica_is_gone_ends_explicitly_on_the_replica_serving_its_resume() {
+    // Short enough to lapse quickly once A is gone, long enough that a loaded machine stalling
+    // the test's runtime for a few hundred milliseconds does not let it lapse while A lives (the
+    // store renews every third of it).
+    const LEASE: Duration = Duration::from_millis(1000);
     let server = RedisServer::start();
     let short_lease = RedisConfig {
-        lease: Duration::from_millis(300),
+        lease: LEASE,
         ..quick_config()
     };
     let log = RedisEventLog::connect(&server.url(), short_lease.clone())
@@ -437,7 +445,7 @@ async fn a_stream_whose_replica_is_gone_ends_explicitly_on_the_replica_serving_i
     assert_eq!(replayed[0].id.as_deref(), Some("s1.a.2"));
     // While A lives, its store renews the lease: for three lease periods without events, B's
     // connection carries keep-alive comments only (without the renewals it would end).
-    let alive_until = tokio::time::Instant::now() + Duration::from_millis(900);
+    let alive_until = tokio::time::Instant::now() + 3 * LEASE;
     while let Ok(frame) = tokio::time::timeout_at(alive_until, body.frame()).await {
         let data = frame.expect("body ended").unwrap().into_data().unwrap();
         assert!(
@@ -465,7 +473,9 @@ async fn a_stream_whose_replica_is_gone_ends_explicitly_on_the_replica_serving_i
 #[tokio::test]
 async fn redis_refusing_an_event_out_of_memory_ends_the_stream_explicitly() {
     let server = RedisServer::start_with(&["--maxmemory", "4mb"]);
-    let store = store_on(&server, Epoch::new(0xabc)).await;
+    // Redis answers the refusal at once; the default reply timeout keeps a stalled machine from
+    // turning a slow append reply into a timeout, which is a different test.
+    let store = store_with(&server, Epoch::new(0xabc), RedisConfig::default()).await;
     let big = "x".repeat(64 * 1024);
     let event = |p: u64| -> ServerSseMessage {
         let msg: ServerJsonRpcMessage = serde_json::from_value(json!({
