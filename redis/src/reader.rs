@@ -151,6 +151,39 @@ impl RedisReader {
         }
     }
 
+    /// The reader as a [`Stream`](futures_core::Stream) of what [`recv`](Self::recv) returns, for
+    /// `StreamExt` combinators and `select!` loops. It ends after yielding
+    /// [`ReadItem::Closed`] or an error that ends the reader ([`Error::Gap`], a lost stream); a
+    /// transient error ([`Error::is_transient`], e.g. Redis unavailable) is yielded and the stream
+    /// goes on from the same cursor, so a consumer that wants to stop on it simply stops polling.
+    ///
+    /// ```no_run
+    /// use futures_util::StreamExt;
+    /// use replay_ring_redis::ReadItem;
+    /// # async fn f(reader: replay_ring_redis::RedisReader) {
+    /// let mut events = std::pin::pin!(reader.into_stream());
+    /// while let Some(item) = events.next().await {
+    ///     match item {
+    ///         Ok(ReadItem::Events(batch)) => println!("{} events", batch.len()),
+    ///         Ok(ReadItem::Closed(reason)) => println!("closed: {reason}"),
+    ///         Err(e) => eprintln!("{e}"),
+    ///     }
+    /// }
+    /// # }
+    /// ```
+    pub fn into_stream(self) -> impl futures_core::Stream<Item = Result<ReadItem, Error>> + Send {
+        futures_util::stream::unfold(Some(self), |reader| async move {
+            let mut reader = reader?;
+            let item = reader.recv().await;
+            let goes_on = match &item {
+                Ok(ReadItem::Events(_)) => true,
+                Ok(ReadItem::Closed(_)) => false,
+                Err(e) => e.is_transient(),
+            };
+            Some((item, goes_on.then_some(reader)))
+        })
+    }
+
     /// Checks that `events` continue the cursor exactly, then advances it.
     fn deliver(&mut self, events: Vec<(u64, Bytes)>) -> Result<ReadItem, Error> {
         let mut expect = self.cursor + 1;
