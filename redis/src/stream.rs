@@ -245,6 +245,46 @@ impl RedisStream {
         }
     }
 
+    /// Takes the producer lease as soon as it is free: a standby replica's call. While another
+    /// producer holds the lease this waits until it would expire (the holder's remaining time, as
+    /// Redis reports it) and tries again, so it returns when the holder gives the lease up or
+    /// stops renewing it (a crashed replica) — and never while a live holder keeps renewing. Bound
+    /// the wait with `tokio::time::timeout` or a `select!` if the caller must.
+    ///
+    /// # Errors
+    /// As [`acquire_producer`](Self::acquire_producer), except [`Error::LeaseHeld`], which is
+    /// waited out. A transient error ([`Error::Unavailable`]) is returned, not retried.
+    ///
+    /// # Cancel safety
+    /// As [`acquire_producer`](Self::acquire_producer): cancelled while waiting, nothing is held;
+    /// cancelled just after Redis granted the lease, the lease stays taken until it expires.
+    ///
+    /// ```no_run
+    /// # async fn f(stream: replay_ring_redis::RedisStream) -> Result<(), replay_ring_redis::Error> {
+    /// // Serve readers meanwhile; produce once the active replica is gone.
+    /// let producer = stream.acquire_producer_when_free().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn acquire_producer_when_free(&self) -> Result<RedisProducer, Error> {
+        let lease = self.backend.config().lease;
+        loop {
+            match self.acquire_producer().await {
+                Err(Error::LeaseHeld { expires_in_ms, .. }) => {
+                    let wait = match u64::try_from(expires_in_ms) {
+                        // Until the holder's lease would lapse (at most one of our leases, in
+                        // case the holder was configured with a longer one).
+                        Ok(ms) if ms > 0 => Duration::from_millis(ms).min(lease),
+                        // No TTL to go by (expiring this instant, or none reported): look again
+                        // after a third of a lease, the holders' renewal period.
+                        _ => (lease / 3).max(Duration::from_millis(1)),
+                    };
+                    tokio::time::sleep(wait).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
     /// Resumes after `after` (the client's `Last-Event-ID` seq), or from the head if `None` (a new
     /// subscription). The window check and the first page of the replay are one atomic script, so
     /// no release can slip in between. The reader yields exactly `after+1 ..= head`, then live

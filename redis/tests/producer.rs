@@ -336,3 +336,75 @@ async fn a_lease_keeper_holds_an_idle_producers_lease_until_the_close() {
         .unwrap();
     assert!(matches!(ended, Error::Fenced { .. }), "{ended:?}");
 }
+
+/// A standby replica's `acquire_producer_when_free` waits while the active producer keeps its
+/// lease, takes over at once when the lease is handed back, and after a crash (no renewal) once
+/// the lease lapses; each new producer is fenced above the last and continues at the head.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_takes_the_lease_when_it_is_handed_back_or_lapses() {
+    let server = RedisServer::start();
+    // As in the lease-keeper test: room for a scheduling stall before a kept lease lapses.
+    let lease = Duration::from_millis(500);
+    let config = RedisConfig {
+        lease,
+        ..RedisConfig::default()
+    };
+    let active = server.backend_with(config.clone()).await;
+    let stream = active.create(&sid("standby"), 64).await.unwrap();
+    let mut first = stream.acquire_producer().await.unwrap();
+    let keeper = tokio::spawn(first.lease_keeper().run());
+    assert_eq!(first.append(b"a1").await.unwrap(), 1);
+
+    let standby = server
+        .backend_with(config.clone())
+        .await
+        .open(&sid("standby"))
+        .await
+        .unwrap();
+    let waiting = {
+        let standby = standby.clone();
+        tokio::spawn(async move { standby.acquire_producer_when_free().await })
+    };
+    // Four lease periods with the active producer alive: the standby keeps waiting.
+    tokio::time::sleep(lease * 4).await;
+    assert!(!waiting.is_finished(), "took a lease that was being kept");
+    assert_eq!(first.append(b"a2").await.unwrap(), 2);
+
+    // Handed back (a planned switch-over): the standby takes it within about one lease.
+    let token = first.fencing_token();
+    keeper.abort();
+    first.release_lease().await.unwrap();
+    let mut second = tokio::time::timeout(lease * 4, waiting)
+        .await
+        .expect("taken after the hand-back")
+        .unwrap()
+        .unwrap();
+    assert!(second.fencing_token() > token);
+    assert_eq!(second.append(b"b3").await.unwrap(), 3);
+
+    // The new producer's replica crashes: no release, no renewal. A third replica takes over
+    // once the lease lapses.
+    let token = second.fencing_token();
+    drop(second);
+    let third = server
+        .backend_with(config)
+        .await
+        .open(&sid("standby"))
+        .await
+        .unwrap();
+    let mut third = tokio::time::timeout(lease * 4, third.acquire_producer_when_free())
+        .await
+        .expect("taken after the lapse")
+        .unwrap();
+    assert!(third.fencing_token() > token);
+    assert_eq!(third.append(b"c4").await.unwrap(), 4);
+    assert_eq!(
+        log(&server, &stream),
+        [
+            (1, b"a1".to_vec()),
+            (2, b"a2".to_vec()),
+            (3, b"b3".to_vec()),
+            (4, b"c4".to_vec())
+        ]
+    );
+}
