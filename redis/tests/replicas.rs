@@ -217,3 +217,43 @@ async fn a_client_survives_the_crash_of_its_replica() {
         client.stream_errors
     );
 }
+
+/// Failover of the producer: replica B starts with the producing flags while A holds the lease,
+/// so it serves as a standby. A client follows the stream on B; A is killed mid-stream; once A's
+/// lease lapses B takes over and produces from the head on. The client, never reconnecting, sees
+/// every id exactly once and the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_replica_takes_over_producing_when_the_producer_crashes() {
+    const N: u64 = 400;
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut args = producer_args(&url, N);
+    args.extend(["--lease-ms".to_string(), "1000".to_string()]);
+    let a = Mutex::new(Some(Replica::start(&args).await));
+    let b = Replica::start(&args).await;
+
+    let mut client = Client::new();
+    let attempt = get_events(b.addr, None, Duration::from_secs(60), |f| {
+        client.on_frame(f);
+        if client.ids.len() == 50 {
+            if let Some(mut producer) = a.lock().unwrap().take() {
+                producer.kill();
+            }
+        }
+    })
+    .await
+    .expect("the stream on B");
+    assert_eq!(attempt.status, 200);
+    assert!(a.lock().unwrap().is_none(), "A was killed mid-stream");
+    assert!(client.ended, "B produced to the end and closed the stream");
+    assert_eq!(
+        client.ids,
+        client.expected(N),
+        "every id exactly once, in order, across the take-over"
+    );
+    assert!(
+        client.stream_errors.is_empty(),
+        "{:?}",
+        client.stream_errors
+    );
+}

@@ -2,7 +2,7 @@
 //! server (`sse/examples/sse_server`, included as is) plus what those runs need on top:
 //!
 //! - `--redis URL [--serve-only]`: the stream in Redis Streams, shared by replicas (one produces,
-//!   the others serve; `docs/scaling.md`);
+//!   the others serve, and take over producing when it stops; `docs/scaling.md`);
 //! - `--start-after C`: publish once C streams are open (servers compared on the same stream);
 //! - `--timestamps`, `--payload-bytes N`: payloads that carry their publish time or load sockets;
 //! - the `sse_server_heap_bytes` gauge in `/metrics` (tells a leak from allocator fragmentation).
@@ -37,9 +37,15 @@ struct DemoArgs {
     /// Keep the stream in Redis (`redis://host:port/db`), so that any replica can serve it
     #[arg(long, value_name = "URL", conflicts_with = "epoch")]
     redis: Option<String>,
-    /// Serve the stream without producing into it (another replica produces)
+    /// Serve the stream without producing into it (another replica produces). Without it, a
+    /// replica that finds the producer lease held serves as a standby and takes over producing
+    /// once the lease is free
     #[arg(long, requires = "redis")]
     serve_only: bool,
+    /// How long the producer lease lasts without a renewal: how soon a standby replica takes over
+    /// from a producer that crashed [default: 10000]
+    #[arg(long, requires = "redis", value_parser = clap::value_parser!(u64).range(1..))]
+    lease_ms: Option<u64>,
     /// Stream name in event ids and Redis keys [default: events]
     #[arg(long, requires = "redis", value_parser = |s: &str| StreamId::new(s).map_err(|e| e.to_string()))]
     stream: Option<StreamId>,
@@ -68,7 +74,7 @@ async fn main() -> Result<()> {
             run(app, Some(producer), args).await
         }
         Some(url) => {
-            // Display, not Debug: e.g. "producer lease held by token 1 …" (use --serve-only).
+            // Display, not Debug: e.g. "stream not found …".
             let (app, producer) = build_redis(&args, &url).await.map_err(|e| e.to_string())?;
             run(app, producer, args).await
         }
@@ -76,7 +82,9 @@ async fn main() -> Result<()> {
 }
 
 /// Builds the stream in Redis at `url`: creates it (or opens it when another replica did) and,
-/// unless `serve_only`, takes the producer lease, kept alive while the producer idles.
+/// unless `serve_only`, takes the producer lease, kept alive while the producer idles. If another
+/// replica holds the lease, this one serves as a standby and produces once the lease is free
+/// (handed back, or lapsed because its holder stopped).
 async fn build_redis(
     args: &DemoArgs,
     url: &str,
@@ -84,7 +92,11 @@ async fn build_redis(
     (app::App<RedisStream>, Option<SseProducer<RedisStream>>),
     replay_ring_redis::Error,
 > {
-    let backend = RedisBackend::connect(url, RedisConfig::default()).await?;
+    let mut redis_config = RedisConfig::default();
+    if let Some(ms) = args.lease_ms {
+        redis_config.lease = Duration::from_millis(ms);
+    }
+    let backend = RedisBackend::connect(url, redis_config).await?;
     let name = args
         .stream
         .unwrap_or(StreamId::new("events").expect("a valid name"));
@@ -96,10 +108,37 @@ async fn build_redis(
         let stream = SseStream::without_producer(stream, identity, config);
         return Ok((app::App::new(stream), None));
     }
-    let producer = stream.acquire_producer().await?;
+    let producer = match stream.acquire_producer().await {
+        Ok(producer) => producer,
+        Err(replay_ring_redis::Error::LeaseHeld { holder, .. }) => {
+            eprintln!(
+                "producer lease held by token {holder}: serving as a standby until it is free"
+            );
+            let sse = SseStream::without_producer(stream.clone(), identity, config);
+            tokio::spawn(take_over(stream, sse.clone(), args.clone()));
+            return Ok((app::App::new(sse), None));
+        }
+        Err(e) => return Err(e),
+    };
     tokio::spawn(producer.lease_keeper().run());
     let (stream, producer) = SseStream::with_backend(producer, identity, config);
     Ok((app::App::new(stream), Some(producer)))
+}
+
+/// A standby replica's producer: waits for the lease, then publishes into the stream it serves.
+async fn take_over(stream: RedisStream, sse: SseStream<RedisStream>, args: DemoArgs) {
+    match stream.acquire_producer_when_free().await {
+        Ok(producer) => {
+            eprintln!(
+                "took the producer lease (token {}): producing from id {}",
+                producer.fencing_token(),
+                producer.next_id()
+            );
+            tokio::spawn(producer.lease_keeper().run());
+            produce(sse.attach_producer(producer), args).await;
+        }
+        Err(e) => eprintln!("standby: cannot take the producer lease: {e}"),
+    }
 }
 
 /// Serves `app` (and runs its producer, if this process has it) on either backend.

@@ -409,6 +409,35 @@ impl<B: Backend<Payload = Bytes>> SseStream<B> {
         }
     }
 
+    /// The producer for a stream built [`without_producer`](Self::without_producer) that starts
+    /// producing later: a standby replica that took the producer lease once the active one gave it
+    /// up or crashed (for Redis, `RedisStream::acquire_producer_when_free`). `producer` must
+    /// publish into this stream's backend, as for [`with_backend`](Self::with_backend); a backend
+    /// admits one producer at a time (the ring's `Producer` is unique, Redis fences a second
+    /// lease holder), so a stream never has two that publish.
+    ///
+    /// ```
+    /// use bytes::Bytes;
+    /// use replay_ring::ReplayRing;
+    /// use replay_ring_sse::axum::{SseConfig, SseStream};
+    /// use replay_ring_sse::{Epoch, StreamId, StreamIdentity};
+    ///
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+    /// let (producer, ring) = ReplayRing::<Bytes>::new(64, 4).unwrap();
+    /// let me = StreamIdentity::new(StreamId::new("events").unwrap(), Epoch::new(1));
+    /// let stream = SseStream::without_producer(ring, me, SseConfig::default());
+    /// // ... serving resumes meanwhile; then this process becomes the producer:
+    /// let mut publisher = stream.attach_producer(producer);
+    /// assert_eq!(publisher.send("first").await.unwrap(), 1);
+    /// # });
+    /// ```
+    pub fn attach_producer(&self, producer: B::Producer) -> SseProducer<B>
+    where
+        B: Backend<Payload = Bytes>,
+    {
+        SseProducer::new(producer, self.clone())
+    }
+
     /// The backend holding the stream's window.
     ///
     /// ```
