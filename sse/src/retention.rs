@@ -98,6 +98,10 @@ impl Default for RetentionConfig {
     }
 }
 
+/// Entries a retention table starts with (fewer if its `max_connections` is smaller); it doubles
+/// as connections arrive.
+const INITIAL_CONNECTIONS: usize = if cfg!(test) { 1 } else { 64 };
+
 /// A live connection's entry in a [`Retention`] table (not `Clone`: one per connection).
 ///
 /// ```
@@ -223,9 +227,12 @@ impl Indexes {
 pub struct Retention {
     config: RetentionConfig,
     policy: SlowConsumerPolicy,
-    /// Written-through position per connection. Fixed length. Changed only through
-    /// [`set_entry`](Self::set_entry), which keeps `indexes` in step.
+    /// Written-through position per connection. Grows (doubling, up to `max_connections`) when a
+    /// connection finds no free entry. Changed only through [`set_entry`](Self::set_entry), which
+    /// keeps `indexes` in step.
     connections: Vec<Entry>,
+    /// The most connections the table takes; `connect` refuses one more.
+    max_connections: usize,
     indexes: Indexes,
     /// `(id, instant)`: every id `<= id` had been written to every live connection at `instant`.
     /// Ids and instants increase front to back. Never grows past `SLOTS` (no reallocation).
@@ -246,12 +253,16 @@ impl Retention {
     /// assert_eq!(r.live_connections(), 0);
     /// ```
     pub fn new(config: RetentionConfig, max_connections: usize) -> Self {
+        // The table grows with the connections actually open, so a backend without a reader limit
+        // (`usize::MAX`) costs what its connections use, not what it would allow.
+        let initial = max_connections.min(INITIAL_CONNECTIONS);
         Retention {
             config,
             policy: SlowConsumerPolicy::default(),
-            connections: vec![Entry::Free; max_connections],
+            connections: vec![Entry::Free; initial],
+            max_connections,
             indexes: Indexes::new(
-                max_connections,
+                initial,
                 SlowConsumerPolicy::default().max_lag_percent.is_some(),
             ),
             checkpoints: VecDeque::with_capacity(SLOTS),
@@ -284,16 +295,22 @@ impl Retention {
         let lag_rule = policy.max_lag_percent.is_some();
         if lag_rule != self.indexes.lag_rule {
             // Rebuild every index for the new policy from the table (normally still empty here).
-            let n = self.connections.len();
-            let entries = std::mem::replace(&mut self.connections, vec![Entry::Free; n]);
-            self.indexes = Indexes::new(n, lag_rule);
-            for (i, entry) in entries.into_iter().enumerate() {
-                if !matches!(entry, Entry::Free) {
-                    self.set_entry(i, entry);
-                }
-            }
+            self.rebuild(self.connections.len(), lag_rule);
         }
         self
+    }
+
+    /// Rebuilds the table at `len` entries (the same or more) and every index from its entries.
+    /// O(len log len); only when the policy's lag rule is switched or the table grows.
+    fn rebuild(&mut self, len: usize, lag_rule: bool) {
+        debug_assert!(len >= self.connections.len());
+        let entries = std::mem::replace(&mut self.connections, vec![Entry::Free; len]);
+        self.indexes = Indexes::new(len, lag_rule);
+        for (i, entry) in entries.into_iter().enumerate() {
+            if !matches!(entry, Entry::Free) {
+                self.set_entry(i, entry);
+            }
+        }
     }
 
     /// The slow-consumer policy in force.
@@ -382,6 +399,13 @@ impl Retention {
     /// ```
     #[must_use = "a connection that is never disconnected holds back releases"]
     pub fn connect(&mut self, written_through: u64) -> Option<ConnectionId> {
+        let len = self.connections.len();
+        if self.indexes.free.min().is_none() && len < self.max_connections {
+            // Full but allowed more: double (the free entries keep the smallest-index-first order
+            // a fixed table of `max_connections` would have, so ids do not depend on the growth).
+            let grown = len.saturating_mul(2).clamp(1, self.max_connections);
+            self.rebuild(grown, self.indexes.lag_rule);
+        }
         match self.indexes.free.min() {
             Some(i) => {
                 self.set_entry(
