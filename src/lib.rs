@@ -20,9 +20,10 @@
 //!   no CAS loop) and lend the events as at most two slices ([`Batch::as_slices`]); the producer
 //!   cannot overwrite them while they are lent.
 //! - **Bounded waiting.** Waiting producers and readers park wakers allocated with their handles;
-//!   push, read, resume and waits allocate nothing, and a push wakes only the readers that wait.
-//!   Readers register by the hundred thousand (the reader table grows on demand, up to
-//!   [`MAX_READERS`]) without slowing the producer down. A ring may also start small and grow its
+//!   push, read and waits allocate nothing, and a push wakes only the readers that wait. Readers
+//!   register by the hundred thousand (the reader table grows on demand, up to [`MAX_READERS`])
+//!   without slowing the producer down; a registration ([`ReplayRing::reader`] or
+//!   [`ReplayRing::resume`]) allocates only when it opens a new segment of the table. A ring may also start small and grow its
 //!   slot array as events arrive ([`Builder::initial_slots`]): only the push that first reaches a
 //!   new segment allocates it.
 //! - **Checked.** The protocol is model-checked with loom (`loom-tests/`, `docs/verification.md`).

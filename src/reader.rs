@@ -389,8 +389,9 @@ impl<T> Reader<T> {
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe: nothing is consumed until the batch is returned, so dropping the future loses
-    /// no event; the next read starts at the same cursor.
+    /// Cancel safe: dropping the future before it completes consumes nothing (the cursor does not
+    /// move, so the next read starts at the same event) and releases its waker, so no later push
+    /// wakes the dropped task.
     ///
     /// ```
     /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
@@ -401,11 +402,6 @@ impl<T> Reader<T> {
     /// assert_eq!((batch.first_id(), batch.as_slices().0), (1, &[9][..]));
     /// # });
     /// ```
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: dropping the future before it completes consumes nothing (the cursor does not
-    /// move) and releases its waker, so no later push wakes the dropped task.
     pub async fn read(&mut self) -> Result<Batch<'_, T>, ReadError> {
         WaitReady { reader: self }.await?;
         self.borrow_available()

@@ -52,7 +52,9 @@ pub const MAX_READERS: usize = 1 << 24;
 const SEGMENTS: usize = 25;
 
 /// Entries in segment 0 at most: small tables (a few readers) allocate only what they ask for.
-const MAX_BASE: usize = 64;
+/// Under loom, 2: a four-entry table then has a second segment (entries 2 to 5), so a small model
+/// exercises registrations racing into a segment that another one is installing.
+const MAX_BASE: usize = if cfg!(replay_ring_loom) { 2 } else { 64 };
 
 /// Bits used per bitmap word. Under loom, 2: a four-entry table then has two leaf words and a
 /// summary word, so a small model exercises both levels of the bitmap (the logic is the same for
@@ -269,6 +271,18 @@ impl ReaderTable {
     }
 
     fn claimed(&self, index: usize) -> usize {
+        let seg = self.locate(index).0;
+        if seg > 0 && !crate::sync::mutant("grown_by_installer_only") {
+            // Every claim in segment `seg` raises `grown` itself, before its owner can set the
+            // entry's active bit and pin: an RMW sequenced before the owner's `fence(SeqCst)` in
+            // `pin_and_check`, so a producer whose scan fence follows that fence reads `grown >=
+            // seg` and visits the entry (race 2 in docs/design.md). The installer's own raise
+            // is not enough: another registration can find the segment installed and pin before
+            // the installer's `fetch_max` lands, and an entry reused from the free list was
+            // installed by someone else entirely. Release: pairs with the Acquire load in
+            // `min_pin` (the segment pointer itself is loaded with Acquire there too).
+            self.grown.fetch_max(seg, Release);
+        }
         // Relaxed: only metrics read it.
         self.entry(index).claimed.store(true, Relaxed);
         index
@@ -286,8 +300,10 @@ impl ReaderTable {
         // Release: pairs with the Acquire load in `segment`, publishing the initialised entries.
         match self.more[seg - 1].compare_exchange(ptr::null_mut(), new, Release, Relaxed) {
             Ok(_) => {
-                // Release: pairs with the Acquire load in `for_each_segment`.
-                self.grown.fetch_max(seg, Release);
+                if crate::sync::mutant("grown_by_installer_only") {
+                    // The mutant: only the installer raises `grown` (see `claimed`).
+                    self.grown.fetch_max(seg, Release);
+                }
             }
             // SAFETY: `new` came from `Box::into_raw` above and was never shared.
             Err(_) => drop(unsafe { Box::from_raw(new) }),
@@ -372,7 +388,8 @@ impl ReaderTable {
             }
         };
         scan(&self.first);
-        // Acquire: pairs with the Release `fetch_max` in `install`.
+        // Acquire: pairs with the Release `fetch_max` in `claimed`. Read after our fence: every
+        // reader whose pin fence precedes it raised `grown` to its segment before that fence.
         let grown = self.grown.load(Acquire);
         for seg in 1..=grown {
             if let Some(segment) = self.segment(seg) {

@@ -72,12 +72,15 @@ impl WaitList {
         self.head.load(Relaxed) == 0
     }
 
-    /// Takes every parked reader off the list and wakes it.
+    /// Takes every parked reader off the list and wakes it. If a waker panics (wakers are user
+    /// code), the rest of the list is still woken and the first panic is resumed afterwards: a
+    /// reader left behind would keep its `queued` flag set and never be listed, or woken, again.
     #[cold]
     pub(crate) fn wake_all(&self, table: &ReaderTable) {
         // Acquire: pairs with the Release CAS in `enqueue` (and, through the release sequence of
         // CASes, with every reader pushed before).
         let mut next = self.head.swap(0, Acquire);
+        let mut panic = None;
         while next != 0 {
             let entry = table.entry(next as usize - 1);
             // Relaxed: written before the Release CAS our swap synchronized with.
@@ -86,10 +89,28 @@ impl WaitList {
             // pairs with a reader's `swap(true)` that found the entry still listed, so the wake
             // below sees the waker it registered.
             entry.queued.swap(false, AcqRel);
-            entry.waker.wake();
+            if let Err(payload) = wake_catching_panic(entry) {
+                panic.get_or_insert(payload);
+            }
             if crate::sync::mutant("wake_first_only") {
                 return;
             }
         }
+        if let Some(payload) = panic {
+            std::panic::resume_unwind(payload);
+        }
     }
+}
+
+/// Wakes `entry`'s registered waker, returning its panic instead of unwinding through the list.
+#[cfg(not(replay_ring_loom))]
+fn wake_catching_panic(entry: &ReaderEntry) -> std::thread::Result<()> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| entry.waker.wake()))
+}
+
+/// Under loom a panic is the model checker reporting a failure: let it through.
+#[cfg(replay_ring_loom)]
+fn wake_catching_panic(entry: &ReaderEntry) -> std::thread::Result<()> {
+    entry.waker.wake();
+    Ok(())
 }

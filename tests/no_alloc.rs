@@ -194,3 +194,29 @@ fn a_fully_grown_lazy_ring_allocates_nothing_on_push_read_resume_and_wait() {
     COUNTING.with(|c| c.set(false));
     assert_eq!(allocations() - before, 0, "the hot path allocated");
 }
+
+/// What registered readers cost in heap: the figure `docs/design.md` gives ("Memory per registered
+/// reader"). Segments double, so up to about twice the registered entries are allocated; each
+/// entry is a 128-byte cache-padded slot plus its blocking-wait waker.
+#[test]
+fn a_registered_reader_costs_at_most_256_bytes_of_heap() {
+    const READERS: usize = if cfg!(miri) { 1_000 } else { 100_000 };
+    let (_producer, ring) = ReplayRing::<u64>::builder()
+        .capacity(64)
+        .max_readers(READERS)
+        .build()
+        .unwrap();
+    let mut readers = Vec::with_capacity(READERS);
+    let before = BYTES.with(Cell::get);
+    COUNTING.with(|c| c.set(true));
+    for _ in 0..READERS {
+        readers.push(ring.reader().unwrap());
+    }
+    COUNTING.with(|c| c.set(false));
+    let per_reader = (BYTES.with(Cell::get) - before) / READERS;
+    eprintln!("{READERS} readers: {per_reader} bytes of heap each");
+    assert!(
+        per_reader <= 256,
+        "{per_reader} bytes per registered reader"
+    );
+}

@@ -229,3 +229,110 @@ fn registration_churn_from_many_threads() {
     assert_eq!(ring.metrics().readers_active, THREADS);
     drop(all);
 }
+
+/// A waker that panics when woken (a bug in someone's executor).
+struct PanickingWaker;
+
+impl Wake for PanickingWaker {
+    fn wake(self: Arc<Self>) {
+        panic!("this waker panics");
+    }
+}
+
+#[test]
+fn a_panicking_waker_does_not_cost_the_other_parked_readers_their_wake_ups() {
+    let (mut producer, ring) = ReplayRing::<u32>::new(16, 3).unwrap();
+    let mut before = ring.reader().unwrap();
+    let mut faulty = ring.reader().unwrap();
+    let mut after = ring.reader().unwrap();
+    let (before_count, before_waker) = CountingWaker::new();
+    let (after_count, after_waker) = CountingWaker::new();
+    let panicking = Waker::from(Arc::new(PanickingWaker));
+    // Parked in this order, so the faulty reader sits between the two others on the wait list.
+    let mut read_before = Box::pin(before.read());
+    let mut read_faulty = Box::pin(faulty.read());
+    let mut read_after = Box::pin(after.read());
+    assert!(poll(read_before.as_mut(), &before_waker).is_pending());
+    assert!(poll(read_faulty.as_mut(), &panicking).is_pending());
+    assert!(poll(read_after.as_mut(), &after_waker).is_pending());
+
+    // The push publishes, wakes everyone else, then reports the waker's panic.
+    let pushed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| producer.try_push(1)));
+    assert!(pushed.is_err(), "the waker's panic reaches the pusher");
+    assert_eq!(
+        ring.head(),
+        1,
+        "the event was published before the wake-ups"
+    );
+    assert_eq!((before_count.wakes(), after_count.wakes()), (1, 1));
+    for read in [&mut read_before, &mut read_after] {
+        let Poll::Ready(Ok(batch)) = poll(read.as_mut(), &before_waker) else {
+            panic!("woken with an event available")
+        };
+        assert_eq!(batch.first_id(), 1);
+    }
+    drop((read_before, read_after, read_faulty));
+
+    // Nobody is left marked as listed: each reader parks and is woken again.
+    let mut reads: Vec<_> = [&mut before, &mut faulty, &mut after]
+        .into_iter()
+        .map(|r| Box::pin(r.read()))
+        .collect();
+    let counters: Vec<_> = (0..3).map(|_| CountingWaker::new()).collect();
+    for (read, (_, waker)) in reads.iter_mut().zip(&counters) {
+        // `before` and `after` still have event 1 to read; their next wait needs it read first.
+        if let Poll::Ready(batch) = poll(read.as_mut(), waker) {
+            drop(batch);
+        }
+    }
+    drop(reads);
+    for reader in [&mut before, &mut faulty, &mut after] {
+        while let Ok(Some(batch)) = reader.try_read() {
+            drop(batch);
+        }
+    }
+    let mut reads: Vec<_> = [&mut before, &mut faulty, &mut after]
+        .into_iter()
+        .map(|r| Box::pin(r.read()))
+        .collect();
+    for (read, (_, waker)) in reads.iter_mut().zip(&counters) {
+        assert!(poll(read.as_mut(), waker).is_pending());
+    }
+    producer.try_push(2).unwrap();
+    for (counter, _) in &counters {
+        assert_eq!(
+            counter.wakes(),
+            1,
+            "every parked reader is woken by the next push"
+        );
+    }
+}
+
+#[test]
+fn thousands_of_parked_readers_are_each_woken_exactly_once() {
+    const PARKED: usize = if cfg!(miri) { 100 } else { 5_000 };
+    let (mut producer, ring) = ReplayRing::<u64>::builder()
+        .capacity(64)
+        .max_readers(PARKED)
+        .build()
+        .unwrap();
+    let mut readers: Vec<_> = (0..PARKED).map(|_| ring.reader().unwrap()).collect();
+    let counters: Vec<_> = (0..PARKED).map(|_| CountingWaker::new()).collect();
+    for round in 1..=3u64 {
+        let mut reads: Vec<_> = readers.iter_mut().map(|r| Box::pin(r.read())).collect();
+        for (read, (_, waker)) in reads.iter_mut().zip(&counters) {
+            assert!(poll(read.as_mut(), waker).is_pending());
+        }
+        let id = producer.try_push(round).unwrap();
+        producer.try_push(round).unwrap();
+        for (read, (counter, waker)) in reads.iter_mut().zip(&counters) {
+            assert_eq!(counter.wakes() as u64, round, "one wake per wait");
+            let Poll::Ready(Ok(batch)) = poll(read.as_mut(), waker) else {
+                panic!("a woken reader has events")
+            };
+            assert_eq!((batch.first_id(), batch.len()), (id, 2));
+        }
+        drop(reads);
+        ring.release_through(id + 1).unwrap();
+    }
+}

@@ -17,7 +17,7 @@ use replay_ring_loom_tests::{
 #[test]
 fn release_vs_replay_at_floor() {
     model("release_vs_replay_at_floor", Bound::Preemptions(4), || {
-        hazard(1, 0, 1)
+        hazard(1, 0, 1, false)
     });
 }
 
@@ -30,13 +30,28 @@ fn release_vs_replay_at_floor_behind_summary() {
     model(
         "release_vs_replay_at_floor_behind_summary",
         Bound::Preemptions(3),
-        || hazard(4, 2, 2),
+        || hazard(4, 2, 2, false),
     );
 }
 
-/// `max_readers` entries, `idle` readers registered (and kept) before the threads start, and
-/// `attempts` push attempts by the producer.
-fn hazard(max_readers: usize, idle: usize, attempts: usize) {
+/// The same race with the replaying reader in the table's second segment (loom builds put two
+/// entries in segment 0; entries 0 and 1 belong to idle readers) while another thread registers a
+/// reader too: whichever of the two registrations comes first installs segment 1, and the other
+/// may find it installed and pin before the installer has raised the producer's scan bound. Each
+/// registration raises the bound itself, so the producer's pin scan visits the replaying reader.
+#[test]
+fn release_vs_replay_in_a_segment_another_registration_installs() {
+    model(
+        "release_vs_replay_in_a_segment_another_registration_installs",
+        Bound::Preemptions(3),
+        || hazard(4, 2, 1, true),
+    );
+}
+
+/// `max_readers` entries, `idle` readers registered (and kept) before the threads start,
+/// `attempts` push attempts by the producer, and with `registrant` one more thread that registers
+/// a reader while the others run.
+fn hazard(max_readers: usize, idle: usize, attempts: usize, registrant: bool) {
     {
         let ledger = Ledger::new(3);
         let (mut producer, ring) = ring_with(&ledger, 2, max_readers, 2);
@@ -64,6 +79,10 @@ fn hazard(max_readers: usize, idle: usize, attempts: usize) {
                 producer
             })
         };
+        let registrant = registrant.then(|| {
+            let ring = ring.clone();
+            thread::spawn(move || ring.reader().unwrap())
+        });
         let started_after_release = released_1.get();
         match ring.resume(Some(0)) {
             Ok(mut reader) => {
@@ -97,8 +116,9 @@ fn hazard(max_readers: usize, idle: usize, attempts: usize) {
 
         releaser.join().unwrap();
         let producer = producer_thread.join().unwrap();
+        let registered = registrant.map(|t| t.join().unwrap());
         let head = ring.head();
-        drop(_idle);
+        drop((_idle, registered));
         drop_and_check_ledger(&ledger, head, Some(producer), ring);
     }
 }
