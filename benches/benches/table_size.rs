@@ -4,6 +4,11 @@
 //! drains what was pushed, the window is released and the reader parks again, as a caught-up
 //! reader does. The push cost should not depend on how many table entries are empty.
 //!
+//! `replay-ring-registered`: the same, with the rest of the table (`table - 1` entries) held by
+//! registered readers that have read an event and then gone quiet the way a caught-up connection
+//! does (their wait was woken, or dropped): every segment of the table is allocated and every entry
+//! claimed, but only the measured reader waits. The push cost should not depend on them either.
+//!
 //! `u64` payload, default (symmetric) wake-up fences. A table size the ring refuses to build is
 //! skipped and noted in `<results>/table-size-notes.jsonl`.
 
@@ -22,14 +27,38 @@ use common::{js, record, reset_results, CAPACITY};
 const TABLES: [usize; 4] = [1, 64, 4_096, 65_536];
 const HALF: u64 = (CAPACITY / 2) as u64;
 
-/// Times `iters` pushes with one parked reader in a table of `table` entries.
-fn parked_pushes(table: usize, iters: u64) -> Result<Duration, BuildError> {
+/// Times `iters` pushes with one parked reader in a table of `table` entries; with `fill`, the
+/// other `table - 1` entries are held by quiet readers (see the module docs).
+fn parked_pushes(table: usize, fill: bool, iters: u64) -> Result<Duration, BuildError> {
     let (mut producer, ring) = ReplayRing::<u64>::builder()
         .capacity(CAPACITY)
         .max_readers(table)
         .build()?;
     let mut reader = ring.reader().unwrap();
     let mut cx = Context::from_waker(Waker::noop());
+    let mut quiet = Vec::new();
+    if fill {
+        let head = producer.try_push(0).unwrap();
+        for _ in 1..table {
+            let mut r = ring.resume(Some(head - 1)).unwrap();
+            assert_eq!(r.try_read().unwrap().unwrap().last_id(), head);
+            // Caught up: the wait registers (and leaves the pin scan); then it is dropped.
+            assert!(pin!(r.read()).as_mut().poll(&mut cx).is_pending());
+            quiet.push(r);
+        }
+        drop(reader.try_read().unwrap());
+        ring.release_through(head).unwrap();
+        // One lap of the window before the clock starts: its first push takes the dropped waits
+        // off the wait list, and its first pin scan clears the summary bits the quiet readers
+        // left when they parked (a one-time cost after a mass registration, about 0.1 ms at
+        // 65,536, that would otherwise be spread over however few pushes a sample has).
+        for _ in 0..CAPACITY {
+            let head = producer.try_push(0).unwrap();
+            drop(reader.try_read().unwrap());
+            ring.release_through(head).unwrap();
+        }
+    }
+    let base = producer.next_id() - 1;
     let mut elapsed = Duration::ZERO;
     let mut pushed = 0;
     while pushed < iters {
@@ -40,7 +69,7 @@ fn parked_pushes(table: usize, iters: u64) -> Result<Duration, BuildError> {
             let n = HALF.min(iters - pushed);
             let t0 = Instant::now();
             for i in pushed + 1..=pushed + n {
-                assert!(producer.try_push(i).is_ok());
+                assert!(producer.try_push(base + i).is_ok());
             }
             elapsed += t0.elapsed();
             pushed += n;
@@ -49,20 +78,33 @@ fn parked_pushes(table: usize, iters: u64) -> Result<Duration, BuildError> {
         let batch = reader.try_read().unwrap().unwrap();
         assert_eq!(
             (batch.first_id(), batch.last_id()),
-            (pushed - (pushed - 1) % HALF, pushed)
+            (base + pushed - (pushed - 1) % HALF, base + pushed)
         );
         drop(batch);
-        ring.release_through(pushed).unwrap();
+        ring.release_through(base + pushed).unwrap();
     }
+    drop(quiet);
     Ok(elapsed)
 }
+
+/// Pushes at least [`MIN_PUSHES`] per ring (criterion asks for few iterations when building the
+/// ring takes long, as with 65,536 readers, and the clock's own cost would dominate), and scales
+/// the time to `iters` pushes.
+fn per_push(table: usize, fill: bool, iters: u64) -> Duration {
+    let pushes = iters.max(MIN_PUSHES);
+    let elapsed = parked_pushes(table, fill, pushes).unwrap();
+    elapsed.mul_f64(iters as f64 / pushes as f64)
+}
+
+/// 64 park-and-push rounds.
+const MIN_PUSHES: u64 = 64 * HALF;
 
 fn table_size(c: &mut Criterion) {
     reset_results("table-size-notes.jsonl");
     let mut g = c.benchmark_group("s8_table/u64");
     g.throughput(Throughput::Elements(1));
     for table in TABLES {
-        if let Err(e) = parked_pushes(table, 1) {
+        if let Err(e) = parked_pushes(table, false, 1) {
             record(
                 "table-size-notes.jsonl",
                 &[
@@ -73,8 +115,13 @@ fn table_size(c: &mut Criterion) {
             continue;
         }
         g.bench_function(BenchmarkId::new("replay-ring", table), |b| {
-            b.iter_custom(|iters| parked_pushes(table, iters).unwrap())
+            b.iter_custom(|iters| per_push(table, false, iters))
         });
+        if table > 1 {
+            g.bench_function(BenchmarkId::new("replay-ring-registered", table), |b| {
+                b.iter_custom(|iters| per_push(table, true, iters))
+            });
+        }
     }
     g.finish();
 }
