@@ -199,7 +199,10 @@ fn a_fully_grown_lazy_ring_allocates_nothing_on_push_read_resume_and_wait() {
 /// reader"). Segments double, so up to about twice the registered entries are allocated; each
 /// entry is a 128-byte cache-padded slot plus its blocking-wait waker.
 #[test]
-#[cfg_attr(miri, ignore = "a size measurement at 100,000 readers: too slow under Miri")]
+#[cfg_attr(
+    miri,
+    ignore = "a size measurement at 100,000 readers: too slow under Miri"
+)]
 fn a_registered_reader_costs_at_most_256_bytes_of_heap() {
     const READERS: usize = 100_000;
     let (_producer, ring) = ReplayRing::<u64>::builder()
