@@ -23,9 +23,9 @@
 //!   push, read and waits allocate nothing, and a push wakes only the readers that wait. Readers
 //!   register by the hundred thousand (the reader table grows on demand, up to [`MAX_READERS`])
 //!   without slowing the producer down; a registration ([`ReplayRing::reader`] or
-//!   [`ReplayRing::resume`]) allocates only when it opens a new segment of the table. A ring may also start small and grow its
-//!   slot array as events arrive ([`Builder::initial_slots`]): only the push that first reaches a
-//!   new segment allocates it.
+//!   [`ReplayRing::resume`]) allocates only when it opens a new segment of the table. A ring may
+//!   also start small and grow its slot array as events arrive ([`Builder::initial_slots`]): only
+//!   the push that first reaches a new segment allocates it.
 //! - **Checked.** The protocol is model-checked with loom (`loom-tests/`, `docs/verification.md`).
 //!
 //! # Reading and waiting
