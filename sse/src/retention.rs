@@ -187,15 +187,17 @@ struct Indexes {
 
 impl Indexes {
     fn new(max_connections: usize, lag_rule: bool) -> Self {
+        // Without a lag rule its indexes stay empty (no slots: `min` and `find` answer `None`).
+        let lag_slots = if lag_rule { max_connections } else { 0 };
         Indexes {
             live: 0,
             lag_rule,
             free: MinTree::from_fn(max_connections, Some),
             slowest: MinTree::new(max_connections),
-            fastest: MinTree::new(max_connections),
+            fastest: MinTree::new(lag_slots),
             pending: MinTree::new(max_connections),
-            within_grace: MinTree::new(max_connections),
-            past_grace: MinTree::new(max_connections),
+            within_grace: MinTree::new(lag_slots),
+            past_grace: MinTree::new(lag_slots),
         }
     }
 }
