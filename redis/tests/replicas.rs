@@ -47,6 +47,13 @@ impl Client {
         (start + 1..=n).collect()
     }
 
+    /// The stream ended with every id from the subscription on, exactly once and in order, and
+    /// no error frame.
+    fn assert_complete(&self, n: u64, what: &str) {
+        assert_eq!(self.ids, self.expected(n), "{what}");
+        assert!(self.stream_errors.is_empty(), "{:?}", self.stream_errors);
+    }
+
     fn on_frame(&mut self, frame: &SseFrame) {
         match (&frame.event, &frame.id) {
             (Some(e), _) if e == "end" => self.ended = true,
@@ -136,16 +143,7 @@ async fn reconnects_alternate_between_two_replicas_through_the_chaos_proxy() {
         .expect("attempt");
         assert_eq!(attempt.status, 200, "attempt {attempts} after {last:?}");
     }
-    assert_eq!(
-        client.ids,
-        client.expected(N),
-        "every id exactly once, in order"
-    );
-    assert!(
-        client.stream_errors.is_empty(),
-        "{:?}",
-        client.stream_errors
-    );
+    client.assert_complete(N, "every id exactly once, in order");
     // Both replicas served resumes (a Last-Event-ID minted by the other one).
     for (i, proxy) in proxies.iter().enumerate() {
         let resumes = proxy
@@ -206,16 +204,7 @@ async fn a_client_survives_the_crash_of_its_replica() {
         .expect("attempt on A");
         assert_eq!(attempt.status, 200);
     }
-    assert_eq!(
-        client.ids,
-        client.expected(N),
-        "nothing lost, nothing twice"
-    );
-    assert!(
-        client.stream_errors.is_empty(),
-        "{:?}",
-        client.stream_errors
-    );
+    client.assert_complete(N, "nothing lost, nothing twice");
 }
 
 /// Failover of the producer: replica B starts with the producing flags while A holds the lease,
@@ -246,14 +235,5 @@ async fn a_standby_replica_takes_over_producing_when_the_producer_crashes() {
     assert_eq!(attempt.status, 200);
     assert!(a.lock().unwrap().is_none(), "A was killed mid-stream");
     assert!(client.ended, "B produced to the end and closed the stream");
-    assert_eq!(
-        client.ids,
-        client.expected(N),
-        "every id exactly once, in order, across the take-over"
-    );
-    assert!(
-        client.stream_errors.is_empty(),
-        "{:?}",
-        client.stream_errors
-    );
+    client.assert_complete(N, "every id exactly once, in order, across the take-over");
 }

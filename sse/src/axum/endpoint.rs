@@ -373,7 +373,7 @@ impl<B: Backend<Payload = Bytes>> SseStream<B> {
         B: Backend<Producer = P>,
     {
         let stream = SseStream::without_producer(producer.backend(), identity, config);
-        let producer = SseProducer::new(producer, stream.clone());
+        let producer = stream.attach_producer(producer);
         (stream, producer)
     }
 
