@@ -41,6 +41,13 @@
 //! | lend batch after batch until caught up, under one pin (busy polling) | [`Reader::drain`] | — | — |
 //! | clone one event out | [`Reader::try_recv`] | [`Reader::recv`] | [`Reader::recv_timeout`] |
 //!
+//! # Features
+//!
+//! - `stream` (default): `futures_core::Stream` for [`Reader`] (events cloned out one at a time).
+//! - `tokio`: a [`Reader::read`] that keeps finding events without parking yields once to the tokio
+//!   scheduler when it catches up, before it parks, so that a task chasing a busy producer reads
+//!   larger batches (see [`Reader::read`]). Without it the crate depends on no runtime.
+//!
 //! # Example
 //!
 //! ```

@@ -141,6 +141,9 @@ pub struct Reader<T> {
     registered: bool,
     /// A `Gap` or `Closed` already reported: the reader is finished.
     done: bool,
+    /// The last wait ended without parking: the reader is keeping up with a busy producer, so
+    /// once caught up it yields to the scheduler before parking (feature `tokio`, see `read`).
+    chasing: bool,
     /// Inside [`drain`](Self::drain): a dropped batch leaves the pin to the drain, which advances it
     /// or (through its guard) clears it.
     draining: bool,
@@ -180,6 +183,7 @@ impl<T> Reader<T> {
             waiting: false,
             registered: false,
             done: false,
+            chasing: false,
             draining: false,
         }
     }
@@ -333,6 +337,9 @@ impl<T> Reader<T> {
     /// Ready when a read would not return `Ok(None)`.
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ReadError>> {
         if self.has_next()? {
+            // Woken after parking: the producer is not outpacing us, so the next read need not
+            // yield before it parks.
+            self.chasing = !self.waiting;
             self.waiting = false;
             return Poll::Ready(Ok(()));
         }
@@ -360,6 +367,8 @@ impl<T> Reader<T> {
             shared.waiters.enqueue(self.index, entry);
         }
         if self.available()? {
+            // The producer published while we registered: we never slept.
+            self.chasing = true;
             self.waiting = false;
             return Poll::Ready(Ok(()));
         }
@@ -393,6 +402,15 @@ impl<T> Reader<T> {
     /// move, so the next read starts at the same event) and releases its waker, so no later push
     /// wakes the dropped task.
     ///
+    /// # Batching under load (feature `tokio`)
+    ///
+    /// With the `tokio` feature, a reader whose previous read found events without parking, and
+    /// that has now caught up, yields to the tokio scheduler once before it parks. A task chasing
+    /// a busy producer then reads a few larger batches instead of many batches of one or two
+    /// events, each paying a fence. An idle stream's readers, woken from a park, never yield. Outside
+    /// a tokio runtime the yield is an immediate self-wake. Scenario 7 in `docs/benchmarks.md`
+    /// measures the effect.
+    ///
     /// ```
     /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
     /// let (mut producer, ring) = replay_ring::ReplayRing::<u8>::new(4, 1).unwrap();
@@ -403,6 +421,16 @@ impl<T> Reader<T> {
     /// # });
     /// ```
     pub async fn read(&mut self) -> Result<Batch<'_, T>, ReadError> {
+        #[cfg(all(feature = "tokio", not(replay_ring_loom)))]
+        if self.chasing && !self.has_next()? {
+            // A reader that keeps finding events without parking is chasing a busy producer. Read
+            // at once, it would take a batch of one or two events per read and pay the pin's fence
+            // and a hand-off of the `head` cache line for each. Yielding once (tokio polls the task
+            // again after its other ready tasks and a poll of its I/O driver, a microsecond or so)
+            // lets the producer get ahead, so the next read lends a larger batch. If there is still
+            // nothing, the wait below parks, and the read after that wake-up does not yield.
+            tokio::task::yield_now().await;
+        }
         WaitReady { reader: self }.await?;
         self.borrow_available()
     }

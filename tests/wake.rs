@@ -336,3 +336,134 @@ fn thousands_of_parked_readers_are_each_woken_exactly_once() {
         ring.release_through(id + 1).unwrap();
     }
 }
+
+/// Polls `reader.read()` once; the length and first id of the batch it lends, if any.
+#[cfg(feature = "tokio")]
+fn read_once(reader: &mut replay_ring::Reader<u32>, waker: &Waker) -> Option<(usize, u64)> {
+    let mut read = pin!(reader.read());
+    match poll(read.as_mut(), waker) {
+        Poll::Ready(batch) => {
+            let batch = batch.unwrap();
+            Some((batch.len(), batch.first_id()))
+        }
+        Poll::Pending => None,
+    }
+}
+
+/// With the `tokio` feature a reader that keeps up with the producer yields once before it parks
+/// (outside a runtime, the yield is a self-wake); a reader woken from a park does not.
+#[cfg(feature = "tokio")]
+#[test]
+fn a_reader_keeping_up_yields_once_before_parking_and_a_woken_one_does_not() {
+    let (mut producer, ring) = ReplayRing::<u32>::new(16, 1).unwrap();
+    let mut reader = ring.reader().unwrap();
+    let (counter, waker) = CountingWaker::new();
+
+    producer.try_push(1).unwrap();
+    assert_eq!(read_once(&mut reader, &waker), Some((1, 1)));
+    assert_eq!(counter.wakes(), 0, "events were there: no yield");
+
+    // Caught up after a read that did not park: the first poll yields and is not on the wait list.
+    {
+        let mut read = pin!(reader.read());
+        assert!(poll(read.as_mut(), &waker).is_pending());
+        assert_eq!(counter.wakes(), 1, "the yield wakes its own task");
+        producer.try_push(2).unwrap();
+        producer.try_push(3).unwrap();
+        assert_eq!(
+            counter.wakes(),
+            1,
+            "a yielding reader is not parked: pushes wake nobody"
+        );
+        let Poll::Ready(batch) = poll(read.as_mut(), &waker) else {
+            panic!("the events pushed during the yield are there")
+        };
+        let batch = batch.unwrap();
+        assert_eq!((batch.len(), batch.first_id()), (2, 2));
+    }
+
+    // Still keeping up; caught up again and nothing arrives: one yield, then it parks.
+    {
+        let mut read = pin!(reader.read());
+        assert!(poll(read.as_mut(), &waker).is_pending());
+        assert_eq!(counter.wakes(), 2, "yielded once");
+        assert!(poll(read.as_mut(), &waker).is_pending());
+        assert_eq!(
+            counter.wakes(),
+            2,
+            "the second poll parks instead of yielding again"
+        );
+        producer.try_push(4).unwrap();
+        assert_eq!(counter.wakes(), 3, "the push wakes the parked reader");
+        let Poll::Ready(batch) = poll(read.as_mut(), &waker) else {
+            panic!("woken with an event available")
+        };
+        assert_eq!(batch.unwrap().first_id(), 4);
+    }
+
+    // Woken from a park: the next wait parks at once.
+    let mut read = pin!(reader.read());
+    assert!(poll(read.as_mut(), &waker).is_pending());
+    assert_eq!(counter.wakes(), 3, "no yield after a park");
+    producer.try_push(5).unwrap();
+    assert_eq!(
+        counter.wakes(),
+        4,
+        "parked on the first poll, woken by the push"
+    );
+    let Poll::Ready(batch) = poll(read.as_mut(), &waker) else {
+        panic!("woken with an event available")
+    };
+    assert_eq!(batch.unwrap().first_id(), 5);
+}
+
+/// A read dropped during its yield consumes nothing: the next read lends the same events.
+#[cfg(feature = "tokio")]
+#[test]
+fn a_read_dropped_while_yielding_loses_nothing() {
+    let (mut producer, ring) = ReplayRing::<u32>::new(16, 1).unwrap();
+    let mut reader = ring.reader().unwrap();
+    let (counter, waker) = CountingWaker::new();
+    producer.try_push(1).unwrap();
+    assert_eq!(read_once(&mut reader, &waker), Some((1, 1)));
+    assert_eq!(read_once(&mut reader, &waker), None, "yields");
+    assert_eq!(counter.wakes(), 1);
+    producer.try_push(2).unwrap();
+    producer.try_push(3).unwrap();
+    assert_eq!(read_once(&mut reader, &waker), Some((2, 2)));
+}
+
+/// A tokio task chasing a producer on another thread gets every event once, in order, in batches.
+#[cfg(feature = "tokio")]
+#[test]
+fn a_chasing_task_on_a_multi_thread_runtime_gets_every_event_in_order() {
+    const EVENTS: u64 = 200_000;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .build()
+        .unwrap();
+    let (mut producer, ring) = ReplayRing::<u64>::new(64, 1).unwrap();
+    let mut reader = ring.reader().unwrap();
+    let releaser = ring.clone();
+    let task = rt.spawn(async move {
+        let (mut next, mut reads) = (1, 0u64);
+        while next <= EVENTS {
+            let batch = reader.read().await.unwrap();
+            for (id, v) in batch.iter() {
+                assert_eq!((id, *v), (next, next * 3));
+                next += 1;
+            }
+            drop(batch);
+            releaser.release_through(next - 1).unwrap();
+            reads += 1;
+        }
+        reads
+    });
+    rt.block_on(async {
+        for i in 1..=EVENTS {
+            assert_eq!(producer.push(i * 3).await.unwrap(), i);
+        }
+    });
+    let reads = rt.block_on(task).unwrap();
+    assert!(reads <= EVENTS);
+}
