@@ -367,9 +367,11 @@ impl<T> Reader<T> {
             shared.waiters.enqueue(self.index, entry);
         }
         if self.available()? {
-            // The producer published while we registered: we never slept.
+            // The producer published while we registered: we never slept. Take the waker back,
+            // as an abandoned wait does, so that the push which still finds the entry listed
+            // wakes nobody instead of scheduling this task again for nothing.
             self.chasing = true;
-            self.waiting = false;
+            self.abandon_wait();
             return Poll::Ready(Ok(()));
         }
         Poll::Pending

@@ -44,7 +44,7 @@ impl WaitList {
     pub(crate) fn enqueue(&self, index: usize, entry: &ReaderEntry) {
         // AcqRel: the Release half publishes the waker registered before; the Acquire half pairs
         // with the producer's `swap(false)`, which read `wait_next` before it.
-        if entry.queued.swap(true, AcqRel) {
+        if entry.queued.swap(true, AcqRel) && !crate::sync::mutant("requeue_while_listed") {
             return;
         }
         // Relaxed: a stale head only makes the CAS below fail and retry.
@@ -83,12 +83,18 @@ impl WaitList {
         let mut panic = None;
         while next != 0 {
             let entry = table.entry(next as usize - 1);
+            let clear_first = crate::sync::mutant("clear_queued_before_next");
+            if clear_first {
+                entry.queued.swap(false, AcqRel);
+            }
             // Relaxed: written before the Release CAS our swap synchronized with.
             next = entry.wait_next.load(Relaxed);
             // AcqRel: Release orders our `wait_next` load before the reader's next push; Acquire
             // pairs with a reader's `swap(true)` that found the entry still listed, so the wake
             // below sees the waker it registered.
-            entry.queued.swap(false, AcqRel);
+            if !clear_first {
+                entry.queued.swap(false, AcqRel);
+            }
             if let Err(payload) = wake_catching_panic(entry) {
                 panic.get_or_insert(payload);
             }

@@ -467,3 +467,72 @@ fn a_chasing_task_on_a_multi_thread_runtime_gets_every_event_in_order() {
     let reads = rt.block_on(task).unwrap();
     assert!(reads <= EVENTS);
 }
+
+/// A waker that, when the reader registers it (the wait list clones it), first has the producer
+/// publish an event: the wait then ends on its own re-check, with its entry already listed.
+struct PushOnRegister {
+    producer: std::sync::Mutex<replay_ring::Producer<u32>>,
+    armed: std::sync::atomic::AtomicBool,
+    wakes: AtomicUsize,
+}
+
+static PUSH_ON_REGISTER: std::task::RawWakerVTable = std::task::RawWakerVTable::new(
+    push_on_register_clone,
+    push_on_register_wake,
+    push_on_register_wake,
+    |_| {},
+);
+
+fn push_on_register(state: &'static PushOnRegister) -> std::task::RawWaker {
+    std::task::RawWaker::new(std::ptr::from_ref(state).cast(), &PUSH_ON_REGISTER)
+}
+
+/// SAFETY (for the callers): `data` comes from `push_on_register`, a `&'static PushOnRegister`.
+unsafe fn push_on_register_clone(data: *const ()) -> std::task::RawWaker {
+    // SAFETY: see the function's contract; the state is leaked, so it outlives every waker.
+    let state: &'static PushOnRegister = unsafe { &*data.cast() };
+    if state.armed.swap(false, SeqCst) {
+        state.producer.lock().unwrap().try_push(1).unwrap();
+    }
+    push_on_register(state)
+}
+
+/// SAFETY (for the callers): as for `push_on_register_clone`.
+unsafe fn push_on_register_wake(data: *const ()) {
+    // SAFETY: as in `push_on_register_clone`.
+    let state: &PushOnRegister = unsafe { &*data.cast() };
+    state.wakes.fetch_add(1, SeqCst);
+}
+
+#[test]
+fn a_wait_that_ends_on_its_re_check_is_not_woken_by_the_next_push() {
+    let (producer, ring) = ReplayRing::<u32>::new(16, 1).unwrap();
+    let mut reader = ring.reader().unwrap();
+    let state: &'static PushOnRegister = Box::leak(Box::new(PushOnRegister {
+        producer: std::sync::Mutex::new(producer),
+        armed: std::sync::atomic::AtomicBool::new(true),
+        wakes: AtomicUsize::new(0),
+    }));
+    // SAFETY: the vtable's functions uphold the `RawWaker` contract for a `'static` state.
+    let waker = unsafe { Waker::from_raw(push_on_register(state)) };
+    {
+        let mut read = pin!(reader.read());
+        let Poll::Ready(batch) = poll(read.as_mut(), &waker) else {
+            panic!("the event published while the reader registered is found on the re-check")
+        };
+        assert_eq!(batch.unwrap().first_id(), 1);
+    }
+    assert!(!state.armed.load(SeqCst), "the reader registered its waker");
+    state.producer.lock().unwrap().try_push(2).unwrap();
+    assert_eq!(
+        state.wakes.load(SeqCst),
+        0,
+        "the push that finds the entry still listed wakes nobody"
+    );
+    // The entry is off the list now and the reader parks and is woken as usual.
+    let mut read = pin!(reader.read());
+    let Poll::Ready(batch) = poll(read.as_mut(), &waker) else {
+        panic!("id 2 is available")
+    };
+    assert_eq!(batch.unwrap().first_id(), 2);
+}
