@@ -9,12 +9,19 @@
 //!
 //! Run: `cargo run --example resume_demo`
 
+// A `--cfg replay_ring_loom` build has no blocking API: there the example is an empty program.
+#![cfg_attr(replay_ring_loom, allow(unused))]
+
 use std::time::Duration;
 
 use replay_ring::{CloseReason, ReadError, ReplayRing, ResumeError};
 
 const EVENTS: u64 = 130;
 
+#[cfg(replay_ring_loom)]
+fn main() {}
+
+#[cfg(not(replay_ring_loom))]
 fn main() {
     let (mut tool, ring) = ReplayRing::<String>::builder()
         .capacity(64)

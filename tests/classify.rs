@@ -1,6 +1,10 @@
 //! `classify_resume` is the resume decision as a pure function; `ReplayRing::resume` must make the
 //! same decision on every window and every cursor, including windows near the end of the id space.
 
+// Ordinary builds only: a `--cfg replay_ring_loom` build swaps in loom atomics and drops the
+// blocking API; its checks are the models in `loom-tests/`.
+#![cfg(not(replay_ring_loom))]
+
 use proptest::prelude::*;
 use replay_ring::{classify_resume, ReplayRing, ResumeError, Resumption};
 

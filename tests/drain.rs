@@ -1,6 +1,10 @@
 //! `Reader::drain`: consecutive batches under one pin that advances with the cursor, released when
 //! the drain returns (also when the closure panics).
 
+// Ordinary builds only: a `--cfg replay_ring_loom` build swaps in loom atomics and drops the
+// blocking API; its checks are the models in `loom-tests/`.
+#![cfg(not(replay_ring_loom))]
+
 use std::ops::ControlFlow::{self, Break, Continue};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};

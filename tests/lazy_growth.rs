@@ -2,6 +2,10 @@
 //! segments (`initial_slots`, `initial_slots`, `2 × initial_slots`, …) as the window first reaches
 //! them. Batches end at segment boundaries, everything else behaves as in an eager ring.
 
+// Ordinary builds only: a `--cfg replay_ring_loom` build swaps in loom atomics and drops the
+// blocking API; its checks are the models in `loom-tests/`.
+#![cfg(not(replay_ring_loom))]
+
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;

@@ -6,6 +6,9 @@
 //! Each case re-runs this test binary as a child process (selected by an environment variable),
 //! which builds a ring, installs the filter, and waits; the parent checks that the child died of
 //! `SIGABRT` with the documented message.
+// Ordinary builds only: a `--cfg replay_ring_loom` build swaps in loom atomics and drops the
+// blocking API; its checks are the models in `loom-tests/`.
+#![cfg(not(replay_ring_loom))]
 #![cfg(target_os = "linux")]
 
 use std::os::unix::process::ExitStatusExt;

@@ -2,6 +2,10 @@
 //! against the ring and against a small sequential reference model of an event log (where a refused
 //! push burns no id). Every result and error must match.
 
+// Ordinary builds only: a `--cfg replay_ring_loom` build swaps in loom atomics and drops the
+// blocking API; its checks are the models in `loom-tests/`.
+#![cfg(not(replay_ring_loom))]
+
 use proptest::prelude::*;
 use replay_ring::{BuildError, CloseReason, Producer, ReadError, ReplayRing};
 

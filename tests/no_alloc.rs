@@ -1,6 +1,10 @@
 //! After construction, push, read, release, resume and both kinds of wait allocate nothing.
 //! Counted with a global allocator, on the test's own thread only.
 
+// Ordinary builds only: a `--cfg replay_ring_loom` build swaps in loom atomics and drops the
+// blocking API; its checks are the models in `loom-tests/`.
+#![cfg(not(replay_ring_loom))]
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::future::Future;

@@ -1,6 +1,10 @@
 //! Misuse and failure in user code must not cost the stream anything: a leaked batch, a panicking
 //! `Clone` or `Drop`, a batch at the very end of the id space, an unbounded timeout.
 
+// Ordinary builds only: a `--cfg replay_ring_loom` build swaps in loom atomics and drops the
+// blocking API; its checks are the models in `loom-tests/`.
+#![cfg(not(replay_ring_loom))]
+
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;

@@ -2,6 +2,10 @@
 //! releases its waker, and readers by the hundred thousand neither slow the producer down nor miss
 //! a wake-up.
 
+// Ordinary builds only: a `--cfg replay_ring_loom` build swaps in loom atomics and drops the
+// blocking API; its checks are the models in `loom-tests/`.
+#![cfg(not(replay_ring_loom))]
+
 use std::future::Future;
 use std::pin::pin;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
