@@ -44,9 +44,9 @@
 //! # Features
 //!
 //! - `stream` (default): `futures_core::Stream` for [`Reader`] (events cloned out one at a time).
-//! - `tokio`: a [`Reader::read`] that keeps finding events without parking yields once to the tokio
-//!   scheduler when it catches up, before it parks, so that a task chasing a busy producer reads
-//!   larger batches (see [`Reader::read`]). Without it the crate depends on no runtime.
+//! - `tokio`: `Reader::read_coalesced`, a [`Reader::read`] for tokio tasks that, once caught up
+//!   after reads that never parked, yields to the scheduler before it waits, so that a task chasing
+//!   a busy producer reads larger batches. Without it the crate depends on no runtime.
 //!
 //! # Example
 //!

@@ -141,8 +141,8 @@ pub struct Reader<T> {
     registered: bool,
     /// A `Gap` or `Closed` already reported: the reader is finished.
     done: bool,
-    /// The last wait ended without parking: the reader is keeping up with a busy producer, so
-    /// once caught up it yields to the scheduler before parking (feature `tokio`, see `read`).
+    /// The last wait ended without parking: the reader is keeping up with a busy producer, so once
+    /// caught up `read_coalesced` yields to the scheduler before it waits.
     chasing: bool,
     /// Inside [`drain`](Self::drain): a dropped batch leaves the pin to the drain, which advances it
     /// or (through its guard) clears it.
@@ -374,6 +374,9 @@ impl<T> Reader<T> {
             self.abandon_wait();
             return Poll::Ready(Ok(()));
         }
+        // Parked: if this wait is dropped (a `select!` that timed out), the next read must not
+        // count as chasing.
+        self.chasing = false;
         Poll::Pending
     }
 
@@ -404,14 +407,8 @@ impl<T> Reader<T> {
     /// move, so the next read starts at the same event) and releases its waker, so no later push
     /// wakes the dropped task.
     ///
-    /// # Batching under load (feature `tokio`)
-    ///
-    /// With the `tokio` feature, a reader whose previous read found events without parking, and
-    /// that has now caught up, yields to the tokio scheduler once before it parks. A task chasing
-    /// a busy producer then reads a few larger batches instead of many batches of one or two
-    /// events, each paying a fence. An idle stream's readers, woken from a park, never yield. Outside
-    /// a tokio runtime the yield is an immediate self-wake. Scenario 7 in `docs/benchmarks.md`
-    /// measures the effect.
+    /// A reader task that keeps up with a busy producer reads batches of one or two events this way;
+    /// with the `tokio` feature, [`read_coalesced`](Self::read_coalesced) reads larger ones.
     ///
     /// ```
     /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
@@ -423,18 +420,51 @@ impl<T> Reader<T> {
     /// # });
     /// ```
     pub async fn read(&mut self) -> Result<Batch<'_, T>, ReadError> {
-        #[cfg(all(feature = "tokio", not(replay_ring_loom)))]
-        if self.chasing && !self.has_next()? {
-            // A reader that keeps finding events without parking is chasing a busy producer. Read
-            // at once, it would take a batch of one or two events per read and pay the pin's fence
-            // and a hand-off of the `head` cache line for each. Yielding once (tokio polls the task
-            // again after its other ready tasks and a poll of its I/O driver, a microsecond or so)
-            // lets the producer get ahead, so the next read lends a larger batch. If there is still
-            // nothing, the wait below parks, and the read after that wake-up does not yield.
-            tokio::task::yield_now().await;
-        }
         WaitReady { reader: self }.await?;
         self.borrow_available()
+    }
+
+    /// [`read`](Self::read) for a reader task that chases a busy producer: when the previous read
+    /// found its events without parking and the reader has now caught up, it yields to the tokio
+    /// scheduler once before it waits. Read at once, such a reader lends batches of one or two
+    /// events, each paying the pin's fence and a hand-off of the `head` cache line; the yield lets
+    /// the producer get ahead, so the next batch is larger. A reader woken from a park (an idle or
+    /// slow stream) waits at once, as `read` does. Same errors and cancel safety as `read`.
+    ///
+    /// Scenario 7 in `docs/benchmarks.md` measures it: one reader task, 256-byte `Bytes`, about
+    /// twice `read`'s deliveries per second.
+    ///
+    /// Only for futures polled by a tokio task. tokio delivers the yield's wake-up from its
+    /// scheduler once that has run its other ready tasks (or polled 61 of them) and its I/O driver;
+    /// a read polled by another executor on a thread where a tokio scheduler is running (say
+    /// `futures::executor::block_on` inside a tokio task) would block that scheduler and never be
+    /// woken. Outside any tokio runtime the yield is an immediate self-wake.
+    ///
+    /// ```
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+    /// // A window that holds the whole run, so nothing needs releasing.
+    /// let (mut producer, ring) = replay_ring::ReplayRing::<u64>::new(16_384, 1).unwrap();
+    /// let mut reader = ring.reader().unwrap();
+    /// let task = tokio::spawn(async move {
+    ///     let mut next = 1;
+    ///     while next <= 10_000 {
+    ///         let batch = reader.read_coalesced().await.unwrap();
+    ///         assert_eq!(batch.first_id(), next);
+    ///         next = batch.last_id() + 1;
+    ///     }
+    /// });
+    /// for n in 1..=10_000 {
+    ///     producer.push(n).await.unwrap();
+    /// }
+    /// task.await.unwrap();
+    /// # });
+    /// ```
+    #[cfg(all(feature = "tokio", not(replay_ring_loom)))]
+    pub async fn read_coalesced(&mut self) -> Result<Batch<'_, T>, ReadError> {
+        if self.chasing && !self.has_next()? {
+            tokio::task::yield_now().await;
+        }
+        self.read().await
     }
 
     /// Clones the next event out, if any. One pin per event: for throughput prefer

@@ -85,6 +85,7 @@ impl WaitList {
             let entry = table.entry(next as usize - 1);
             let clear_first = crate::sync::mutant("clear_queued_before_next");
             if clear_first {
+                // The mutant's step, with the real one's ordering (see below): only its place moves.
                 entry.queued.swap(false, AcqRel);
             }
             // Relaxed: written before the Release CAS our swap synchronized with.

@@ -341,10 +341,13 @@ fn thousands_of_parked_readers_are_each_woken_exactly_once() {
     }
 }
 
-/// Polls `reader.read()` once; the length and first id of the batch it lends, if any.
+/// Polls `reader.read_coalesced()` once; the length and first id of the batch it lends, if any.
 #[cfg(feature = "tokio")]
-fn read_once(reader: &mut replay_ring::Reader<u32>, waker: &Waker) -> Option<(usize, u64)> {
-    let mut read = pin!(reader.read());
+fn read_coalesced_once(
+    reader: &mut replay_ring::Reader<u32>,
+    waker: &Waker,
+) -> Option<(usize, u64)> {
+    let mut read = pin!(reader.read_coalesced());
     match poll(read.as_mut(), waker) {
         Poll::Ready(batch) => {
             let batch = batch.unwrap();
@@ -354,22 +357,22 @@ fn read_once(reader: &mut replay_ring::Reader<u32>, waker: &Waker) -> Option<(us
     }
 }
 
-/// With the `tokio` feature a reader that keeps up with the producer yields once before it parks
+/// `read_coalesced`: a reader that keeps up with the producer yields once before it parks
 /// (outside a runtime, the yield is a self-wake); a reader woken from a park does not.
 #[cfg(feature = "tokio")]
 #[test]
-fn a_reader_keeping_up_yields_once_before_parking_and_a_woken_one_does_not() {
+fn read_coalesced_yields_once_when_keeping_up_and_not_after_a_park() {
     let (mut producer, ring) = ReplayRing::<u32>::new(16, 1).unwrap();
     let mut reader = ring.reader().unwrap();
     let (counter, waker) = CountingWaker::new();
 
     producer.try_push(1).unwrap();
-    assert_eq!(read_once(&mut reader, &waker), Some((1, 1)));
+    assert_eq!(read_coalesced_once(&mut reader, &waker), Some((1, 1)));
     assert_eq!(counter.wakes(), 0, "events were there: no yield");
 
     // Caught up after a read that did not park: the first poll yields and is not on the wait list.
     {
-        let mut read = pin!(reader.read());
+        let mut read = pin!(reader.read_coalesced());
         assert!(poll(read.as_mut(), &waker).is_pending());
         assert_eq!(counter.wakes(), 1, "the yield wakes its own task");
         producer.try_push(2).unwrap();
@@ -388,7 +391,7 @@ fn a_reader_keeping_up_yields_once_before_parking_and_a_woken_one_does_not() {
 
     // Still keeping up; caught up again and nothing arrives: one yield, then it parks.
     {
-        let mut read = pin!(reader.read());
+        let mut read = pin!(reader.read_coalesced());
         assert!(poll(read.as_mut(), &waker).is_pending());
         assert_eq!(counter.wakes(), 2, "yielded once");
         assert!(poll(read.as_mut(), &waker).is_pending());
@@ -406,7 +409,7 @@ fn a_reader_keeping_up_yields_once_before_parking_and_a_woken_one_does_not() {
     }
 
     // Woken from a park: the next wait parks at once.
-    let mut read = pin!(reader.read());
+    let mut read = pin!(reader.read_coalesced());
     assert!(poll(read.as_mut(), &waker).is_pending());
     assert_eq!(counter.wakes(), 3, "no yield after a park");
     producer.try_push(5).unwrap();
@@ -421,6 +424,44 @@ fn a_reader_keeping_up_yields_once_before_parking_and_a_woken_one_does_not() {
     assert_eq!(batch.unwrap().first_id(), 5);
 }
 
+/// A wait that parked and was then dropped (a `select!` whose other branch won) does not make the
+/// next `read_coalesced` yield: only reads that never parked count as keeping up.
+#[cfg(feature = "tokio")]
+#[test]
+fn read_coalesced_after_a_dropped_parked_wait_parks_at_once() {
+    let (mut producer, ring) = ReplayRing::<u32>::new(16, 1).unwrap();
+    let mut reader = ring.reader().unwrap();
+    let (counter, waker) = CountingWaker::new();
+    producer.try_push(1).unwrap();
+    assert_eq!(read_coalesced_once(&mut reader, &waker), Some((1, 1)));
+    {
+        let mut read = pin!(reader.read_coalesced());
+        assert!(poll(read.as_mut(), &waker).is_pending(), "yields");
+        assert!(poll(read.as_mut(), &waker).is_pending(), "parks");
+    }
+    assert_eq!(counter.wakes(), 1, "only the yield woke the task");
+    assert_eq!(read_coalesced_once(&mut reader, &waker), None);
+    assert_eq!(counter.wakes(), 1, "parked at once: no second yield");
+}
+
+/// Plain `read` never yields, also for a reader that keeps up.
+#[test]
+fn read_parks_at_once_even_when_keeping_up() {
+    let (mut producer, ring) = ReplayRing::<u32>::new(16, 1).unwrap();
+    let mut reader = ring.reader().unwrap();
+    let (counter, waker) = CountingWaker::new();
+    producer.try_push(1).unwrap();
+    {
+        let mut read = pin!(reader.read());
+        assert!(poll(read.as_mut(), &waker).is_ready());
+    }
+    let mut read = pin!(reader.read());
+    assert!(poll(read.as_mut(), &waker).is_pending());
+    assert_eq!(counter.wakes(), 0, "registered, not yielded");
+    producer.try_push(2).unwrap();
+    assert_eq!(counter.wakes(), 1, "the push wakes the parked reader");
+}
+
 /// A read dropped during its yield consumes nothing: the next read lends the same events.
 #[cfg(feature = "tokio")]
 #[test]
@@ -429,15 +470,16 @@ fn a_read_dropped_while_yielding_loses_nothing() {
     let mut reader = ring.reader().unwrap();
     let (counter, waker) = CountingWaker::new();
     producer.try_push(1).unwrap();
-    assert_eq!(read_once(&mut reader, &waker), Some((1, 1)));
-    assert_eq!(read_once(&mut reader, &waker), None, "yields");
+    assert_eq!(read_coalesced_once(&mut reader, &waker), Some((1, 1)));
+    assert_eq!(read_coalesced_once(&mut reader, &waker), None, "yields");
     assert_eq!(counter.wakes(), 1);
     producer.try_push(2).unwrap();
     producer.try_push(3).unwrap();
-    assert_eq!(read_once(&mut reader, &waker), Some((2, 2)));
+    assert_eq!(read_coalesced_once(&mut reader, &waker), Some((2, 2)));
 }
 
-/// A tokio task chasing a producer on another thread gets every event once, in order, in batches.
+/// A tokio task chasing a producer on another thread with `read_coalesced` gets every event
+/// exactly once, in order.
 #[cfg(feature = "tokio")]
 #[test]
 fn a_chasing_task_on_a_multi_thread_runtime_gets_every_event_in_order() {
@@ -450,26 +492,24 @@ fn a_chasing_task_on_a_multi_thread_runtime_gets_every_event_in_order() {
     let mut reader = ring.reader().unwrap();
     let releaser = ring.clone();
     let task = rt.spawn(async move {
-        let (mut next, mut reads) = (1, 0u64);
+        let mut next = 1;
         while next <= EVENTS {
-            let batch = reader.read().await.unwrap();
+            let batch = reader.read_coalesced().await.unwrap();
             for (id, v) in batch.iter() {
                 assert_eq!((id, *v), (next, next * 3));
                 next += 1;
             }
             drop(batch);
             releaser.release_through(next - 1).unwrap();
-            reads += 1;
         }
-        reads
+        next - 1
     });
     rt.block_on(async {
         for i in 1..=EVENTS {
             assert_eq!(producer.push(i * 3).await.unwrap(), i);
         }
     });
-    let reads = rt.block_on(task).unwrap();
-    assert!(reads <= EVENTS);
+    assert_eq!(rt.block_on(task).unwrap(), EVENTS);
 }
 
 /// A waker that, when the reader registers it (the wait list clones it), first has the producer
@@ -491,7 +531,9 @@ fn push_on_register(state: &'static PushOnRegister) -> std::task::RawWaker {
     std::task::RawWaker::new(std::ptr::from_ref(state).cast(), &PUSH_ON_REGISTER)
 }
 
-/// SAFETY (for the callers): `data` comes from `push_on_register`, a `&'static PushOnRegister`.
+/// # Safety
+///
+/// `data` must come from `push_on_register`: a `&'static PushOnRegister`.
 unsafe fn push_on_register_clone(data: *const ()) -> std::task::RawWaker {
     // SAFETY: see the function's contract; the state is leaked, so it outlives every waker.
     let state: &'static PushOnRegister = unsafe { &*data.cast() };
@@ -501,7 +543,9 @@ unsafe fn push_on_register_clone(data: *const ()) -> std::task::RawWaker {
     push_on_register(state)
 }
 
-/// SAFETY (for the callers): as for `push_on_register_clone`.
+/// # Safety
+///
+/// As for `push_on_register_clone`.
 unsafe fn push_on_register_wake(data: *const ()) {
     // SAFETY: as in `push_on_register_clone`.
     let state: &PushOnRegister = unsafe { &*data.cast() };
@@ -533,10 +577,20 @@ fn a_wait_that_ends_on_its_re_check_is_not_woken_by_the_next_push() {
         0,
         "the push that finds the entry still listed wakes nobody"
     );
-    // The entry is off the list now and the reader parks and is woken as usual.
+    {
+        let mut read = pin!(reader.read());
+        let Poll::Ready(batch) = poll(read.as_mut(), &waker) else {
+            panic!("id 2 is available")
+        };
+        assert_eq!(batch.unwrap().first_id(), 2);
+    }
+    // The entry is off the list now: the reader parks, lists itself again and is woken as usual.
     let mut read = pin!(reader.read());
+    assert!(poll(read.as_mut(), &waker).is_pending());
+    state.producer.lock().unwrap().try_push(3).unwrap();
+    assert_eq!(state.wakes.load(SeqCst), 1, "the parked reader is woken");
     let Poll::Ready(batch) = poll(read.as_mut(), &waker) else {
-        panic!("id 2 is available")
+        panic!("id 3 is available")
     };
-    assert_eq!(batch.unwrap().first_id(), 2);
+    assert_eq!(batch.unwrap().first_id(), 3);
 }

@@ -2,8 +2,8 @@
 //! runtime (one worker per core), every reader sees every event, nothing is lost.
 //!
 //! - **replay-ring**: the producer `push().await`s on a current-thread runtime (it waits when the
-//!   window is full); each reader task `read().await`s a batch (zero-copy slices) and acknowledges
-//!   it. The window is released in steps of a quarter of the capacity once every reader has read a
+//!   window is full); each reader task `read_coalesced().await`s a batch (zero-copy slices) and
+//!   acknowledges it. The window is released in steps of a quarter of the capacity once every reader has read a
 //!   step ([`StepAcks`]: one shared counter per step, O(1) per reader and step, whatever `R`).
 //! - **tokio-broadcast**: `send` from the producer thread; `send` never waits (it overwrites), so
 //!   the producer keeps it lossless by waiting, after every `CAPACITY/2` sends, until
@@ -34,7 +34,7 @@ use super::{now_ns, wait_until, Backoff, Payload, CAPACITY};
 /// The implementations compared in the async fan-out scenario.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AsyncPeer {
-    /// replay-ring: `push().await`, `read().await` (batches), step releases.
+    /// replay-ring: `push().await`, `read_coalesced().await` (batches), step releases.
     ReplayRing,
     /// `tokio::sync::broadcast`, kept lossless by the producer waiting on `len()`.
     TokioBroadcast,
@@ -344,7 +344,7 @@ fn ring_run<T: Payload>(
                 mark_started(&started);
                 let mut prev = 0;
                 while !check.done() {
-                    let batch = reader.read().await.unwrap();
+                    let batch = reader.read_coalesced().await.unwrap();
                     assert_eq!(
                         batch.first_id(),
                         check.next,

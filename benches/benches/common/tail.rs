@@ -28,8 +28,8 @@ pub enum Peer {
     /// replay-ring, `try_push` / `drain` (consecutive batches under one pin) in spin-then-yield
     /// loops, built with `WakeupFences::Asymmetric` (the crate's setting for readers that poll).
     ReplayRingSpin,
-    /// replay-ring, `push().await` / `read().await` (batch), one current-thread tokio runtime per
-    /// thread: waiting threads park. Default `WakeupFences::Symmetric`.
+    /// replay-ring, `push().await` / `read_coalesced().await` (batch), one current-thread tokio
+    /// runtime per thread: waiting threads park. Default `WakeupFences::Symmetric`.
     ReplayRingAsync,
     /// `tokio::sync::broadcast`: `send` from a plain thread, `recv().await` on a current-thread
     /// runtime. `send` never waits (it overwrites); the producer keeps it lossless by waiting,
@@ -466,7 +466,7 @@ fn replay_ring_run<T: Payload>(
             if is_async {
                 current_thread_rt().block_on(async {
                     while rec.count < n {
-                        let batch = r.read().await.unwrap();
+                        let batch = r.read_coalesced().await.unwrap();
                         let (a, b) = batch.as_slices();
                         a.iter().chain(b).for_each(|v| rec.seen(v));
                         let last = batch.last_id();
