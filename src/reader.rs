@@ -337,8 +337,8 @@ impl<T> Reader<T> {
     /// Ready when a read would not return `Ok(None)`.
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ReadError>> {
         if self.has_next()? {
-            // Woken after parking: the producer is not outpacing us, so the next read need not
-            // yield before it parks.
+            // Found without parking: the reader is keeping up with a busy producer. Woken after
+            // parking: the producer is not outpacing it, so the next read need not yield first.
             self.chasing = !self.waiting;
             self.waiting = false;
             return Poll::Ready(Ok(()));
