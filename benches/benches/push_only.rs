@@ -4,7 +4,9 @@
 //! require, inside the timed loop, every `CAPACITY/2` pushes:
 //! - replay-ring and the naive log: `release_through(head)` (they retain until released);
 //!   replay-ring is measured with the default `WakeupFences::Symmetric` (a full fence per push so
-//!   that parked readers are woken) and with `WakeupFences::Asymmetric` (`replay-ring-asym`);
+//!   that parked readers are woken), with `WakeupFences::Asymmetric` (`replay-ring-asym`), and with
+//!   the default fences publishing runs of [`RUN`] events per `try_push_many` (`replay-ring-many`:
+//!   one `head` store and one fence per run; the time is per event);
 //! - rtrb, crossbeam channel / ArrayQueue, disruptor (event poller): the same thread drains what is
 //!   queued (dropping the values, as replay-ring drops a value when its slot is reused);
 //! - tokio broadcast and async-broadcast (overflow mode): one receiver that never reads, so each
@@ -24,6 +26,9 @@ use replay_ring::{ReplayRing, WakeupFences};
 use common::{NaiveLog, Payload, CAPACITY};
 
 const HALF: u64 = (CAPACITY / 2) as u64;
+
+/// Events per `try_push_many` in `replay-ring-many` (as in the coalesced wake-up benchmark).
+const RUN: u64 = 16;
 
 /// Times `iters` pushes through `push(i)`, calling `drain(i)` every `HALF` pushes.
 #[inline(always)]
@@ -63,6 +68,26 @@ fn bench<T: Payload>(g: &mut BenchmarkGroup<'_, WallTime>) {
             })
         });
     }
+    peer(g, "replay-ring-many", |iters| {
+        let (mut p, ring) = ReplayRing::<T>::builder()
+            .capacity(CAPACITY)
+            .max_readers(1)
+            .build()
+            .unwrap();
+        let t0 = Instant::now();
+        let mut next = 1;
+        while next <= iters {
+            let last = (next + RUN - 1).min(iters);
+            let mut run = (next..=last).map(|i| T::make(&src, i));
+            assert_eq!(p.try_push_many(&mut run) as u64, last - next + 1);
+            // Released every HALF events, as the single-push peers are.
+            if last / HALF > (next - 1) / HALF {
+                ring.release_through(last / HALF * HALF).unwrap();
+            }
+            next = last + 1;
+        }
+        t0.elapsed()
+    });
     peer(g, "rtrb", |iters| {
         let (mut p, mut c) = rtrb::RingBuffer::<T>::new(CAPACITY);
         timed(
