@@ -357,18 +357,30 @@ fn read_coalesced_once(
     }
 }
 
+/// A one-reader ring whose reader has read id 1 with `read_coalesced` without parking (so it
+/// counts as keeping up), and a counting waker that nothing has woken yet.
+#[cfg(feature = "tokio")]
+fn keeping_up_reader() -> (
+    replay_ring::Producer<u32>,
+    replay_ring::Reader<u32>,
+    Arc<CountingWaker>,
+    Waker,
+) {
+    let (mut producer, ring) = ReplayRing::<u32>::new(16, 1).unwrap();
+    let mut reader = ring.reader().unwrap();
+    let (counter, waker) = CountingWaker::new();
+    producer.try_push(1).unwrap();
+    assert_eq!(read_coalesced_once(&mut reader, &waker), Some((1, 1)));
+    assert_eq!(counter.wakes(), 0, "events were there: no yield");
+    (producer, reader, counter, waker)
+}
+
 /// `read_coalesced`: a reader that keeps up with the producer yields once before it parks
 /// (outside a runtime, the yield is a self-wake); a reader woken from a park does not.
 #[cfg(feature = "tokio")]
 #[test]
 fn read_coalesced_yields_once_when_keeping_up_and_not_after_a_park() {
-    let (mut producer, ring) = ReplayRing::<u32>::new(16, 1).unwrap();
-    let mut reader = ring.reader().unwrap();
-    let (counter, waker) = CountingWaker::new();
-
-    producer.try_push(1).unwrap();
-    assert_eq!(read_coalesced_once(&mut reader, &waker), Some((1, 1)));
-    assert_eq!(counter.wakes(), 0, "events were there: no yield");
+    let (mut producer, mut reader, counter, waker) = keeping_up_reader();
 
     // Caught up after a read that did not park: the first poll yields and is not on the wait list.
     {
@@ -429,11 +441,7 @@ fn read_coalesced_yields_once_when_keeping_up_and_not_after_a_park() {
 #[cfg(feature = "tokio")]
 #[test]
 fn read_coalesced_after_a_dropped_parked_wait_parks_at_once() {
-    let (mut producer, ring) = ReplayRing::<u32>::new(16, 1).unwrap();
-    let mut reader = ring.reader().unwrap();
-    let (counter, waker) = CountingWaker::new();
-    producer.try_push(1).unwrap();
-    assert_eq!(read_coalesced_once(&mut reader, &waker), Some((1, 1)));
+    let (_producer, mut reader, counter, waker) = keeping_up_reader();
     {
         let mut read = pin!(reader.read_coalesced());
         assert!(poll(read.as_mut(), &waker).is_pending(), "yields");
@@ -466,11 +474,7 @@ fn read_parks_at_once_even_when_keeping_up() {
 #[cfg(feature = "tokio")]
 #[test]
 fn a_read_dropped_while_yielding_loses_nothing() {
-    let (mut producer, ring) = ReplayRing::<u32>::new(16, 1).unwrap();
-    let mut reader = ring.reader().unwrap();
-    let (counter, waker) = CountingWaker::new();
-    producer.try_push(1).unwrap();
-    assert_eq!(read_coalesced_once(&mut reader, &waker), Some((1, 1)));
+    let (mut producer, mut reader, counter, waker) = keeping_up_reader();
     assert_eq!(read_coalesced_once(&mut reader, &waker), None, "yields");
     assert_eq!(counter.wakes(), 1);
     producer.try_push(2).unwrap();
