@@ -29,15 +29,18 @@ impl Drop for DropFlag {
 
 struct Flags {
     body_dropped: Arc<AtomicBool>,
+    ticks_dropped: Arc<AtomicBool>,
     handler_dropped: Arc<AtomicBool>,
 }
 
 async fn start(config: ServeConfig) -> (SocketAddr, Flags) {
     let flags = Flags {
         body_dropped: Arc::new(AtomicBool::new(false)),
+        ticks_dropped: Arc::new(AtomicBool::new(false)),
         handler_dropped: Arc::new(AtomicBool::new(false)),
     };
     let (body_flag, handler_flag) = (flags.body_dropped.clone(), flags.handler_dropped.clone());
+    let ticks_flag = flags.ticks_dropped.clone();
     let app = Router::new()
         .route("/", get(|| async { "ok" }))
         // An endless body: only a client that reads keeps it moving.
@@ -49,6 +52,21 @@ async fn start(config: ServeConfig) -> (SocketAddr, Flags) {
                 let body = futures_util::stream::repeat_with(move || {
                     let _keep = &guard;
                     Ok::<_, std::convert::Infallible>(chunk.clone())
+                });
+                async move { Body::from_stream(body) }
+            }),
+        )
+        // A small chunk every 20 ms: a response that keeps moving without filling the socket.
+        .route(
+            "/ticks",
+            get(move || {
+                let guard = DropFlag(ticks_flag.clone());
+                let body = futures_util::stream::unfold(guard, |guard| async move {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    Some((
+                        Ok::<_, std::convert::Infallible>(Bytes::from("tick\n")),
+                        guard,
+                    ))
                 });
                 async move { Body::from_stream(body) }
             }),
@@ -218,6 +236,37 @@ async fn a_connection_that_moves_no_byte_is_closed_after_the_idle_timeout() {
     assert!(
         flags.handler_dropped.load(Ordering::Acquire),
         "the pending handler was dropped"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_response_that_keeps_moving_outlives_the_idle_timeout() {
+    let idle = Duration::from_millis(200);
+    let (addr, flags) = start(ServeConfig {
+        idle_timeout: idle,
+        ..ServeConfig::default()
+    })
+    .await;
+    let mut client = TcpStream::connect(addr).await.unwrap();
+    client
+        .write_all(b"GET /ticks HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        .await
+        .unwrap();
+    // Five idle timeouts of small writes: they are the only bytes that move, and each must count
+    // as activity (none waits on the socket, so only the idle timeout could close the connection).
+    let start = Instant::now();
+    let mut buf = [0u8; 4096];
+    while start.elapsed() < idle * 5 {
+        let n = tokio::time::timeout(Duration::from_secs(5), client.read(&mut buf))
+            .await
+            .expect("the stream keeps sending")
+            .unwrap();
+        assert_ne!(n, 0, "closed after {:?} while bytes moved", start.elapsed());
+    }
+    // Acquire: pairs with DropFlag's Release store.
+    assert!(
+        !flags.ticks_dropped.load(Ordering::Acquire),
+        "the moving response was dropped"
     );
 }
 

@@ -55,6 +55,8 @@ mod frames;
 mod metrics;
 mod producer;
 mod serve;
+mod side_wake;
+mod watchdog;
 
 pub use endpoint::{
     backend_events, events, EndpointStats, SseConfig, SseStream, DEFAULT_KEEP_ALIVE, DEFAULT_RETRY,

@@ -11,10 +11,7 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::io;
-use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use ::axum::body::Body;
@@ -24,10 +21,12 @@ use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
-use tokio::time::{sleep, sleep_until, Instant};
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+use tokio::time::sleep;
+
+use super::side_wake::{First, SideWake, Supervised};
+use super::watchdog::{Action, Activity, Tracked, Watchdog};
 
 /// Connections over the cap that are still answered with a 503 at the same time; beyond that an
 /// excess connection is closed at once.
@@ -44,7 +43,7 @@ const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(50);
 /// |---|---|---|
 /// | [`header_read_timeout`](Self::header_read_timeout) | 10 s | has not sent a complete request head this long after it opened or its previous response ended (half-sent headers, silent or idle keep-alive connections) |
 /// | [`write_timeout`](Self::write_timeout) | 10 s | has had response bytes waiting that its socket did not accept for this long (a client that stopped reading) |
-/// | [`idle_timeout`](Self::idle_timeout) | 60 s | moved no byte in either direction for this long (a stalled request body, a handler that never answers); event streams stay alive with their keep-alive comments, so keep [`SseConfig::keep_alive`](crate::axum::SseConfig::keep_alive) below it |
+/// | [`idle_timeout`](Self::idle_timeout) | 60 s | moved no byte in either direction for this long (a stalled request body, a handler that never answers; checked every quarter of the timeout, so closed up to a quarter later); event streams stay alive with their keep-alive comments, so keep [`SseConfig::keep_alive`](crate::axum::SseConfig::keep_alive) below it |
 /// | [`max_connections`](Self::max_connections) | half the file-descriptor limit (32..=16384; 512 where unknown) | would exceed the cap: it gets `503 Service Unavailable` with `Retry-After: 1` and a JSON body, then is closed |
 /// | [`shutdown_grace`](Self::shutdown_grace) | 5 s | is still open this long after [`serve_with_shutdown`]'s signal (an event stream never finishes by itself: its client resumes elsewhere with `Last-Event-ID`) |
 ///
@@ -64,7 +63,8 @@ pub struct ServeConfig {
     pub header_read_timeout: Duration,
     /// Time response bytes may wait for a socket that accepts none.
     pub write_timeout: Duration,
-    /// Time a connection may move no byte in either direction.
+    /// Time a connection may move no byte in either direction. The watchdog checks every quarter
+    /// of it, so an idle connection is closed between this and a quarter more after its last byte.
     pub idle_timeout: Duration,
     /// Connections served at once; more get an explicit 503. Values above `u32::MAX` count as
     /// `u32::MAX`.
@@ -250,13 +250,10 @@ async fn serve_connection(
     router: Router,
     config: ServeConfig,
     _permit: OwnedSemaphorePermit,
-    mut stopping: watch::Receiver<bool>,
+    stopping: watch::Receiver<bool>,
 ) {
     let activity = Arc::new(Activity::new());
-    let io = TokioIo::new(Tracked {
-        inner: tcp,
-        activity: activity.clone(),
-    });
+    let io = TokioIo::new(Tracked::new(tcp, activity.clone()));
     let service = TowerToHyperService::new(router);
     let connection = http1::Builder::new()
         .timer(TokioTimer::new())
@@ -264,40 +261,21 @@ async fn serve_connection(
         .serve_connection(io, service)
         .with_upgrades();
     tokio::pin!(connection);
-    // Set once the server shuts down: the connection closes by then at the latest.
-    let mut drain_until: Option<Instant> = None;
-    // Cleared when the server future is gone without a shutdown: nothing more to watch for.
-    let mut watching = true;
+    let mut watchdog = Watchdog::new(activity, config, stopping);
+    let wake = SideWake::new();
     loop {
-        let deadline = match drain_until {
-            Some(drain) => drain.min(activity.deadline(&config)),
-            None => activity.deadline(&config),
-        };
-        tokio::select! {
+        let next = std::pin::pin!(watchdog.next_action());
+        wake.arm();
+        match Supervised::new(&wake, connection.as_mut(), next).await {
             // Ends on completion, on a hyper error, and on hyper's header-read timeout.
-            _ = &mut connection => return,
-            // A write started waiting: recompute the deadline.
-            _ = activity.blocked.notified() => {}
-            changed = stopping.changed(), if watching && drain_until.is_none() => {
-                if changed.is_ok() && *stopping.borrow_and_update() {
-                    // Finish the response in progress, then close instead of reading another.
-                    connection.as_mut().graceful_shutdown();
-                    drain_until = Some(Instant::now() + config.shutdown_grace);
-                } else if changed.is_err() {
-                    watching = false;
-                }
-            }
-            _ = sleep_until(deadline) => {
-                if drain_until.is_some_and(|drain| Instant::now() >= drain) {
-                    count("replay_ring_http_closed_at_shutdown_total");
-                    return;
-                }
-                if let Some(reason) = activity.expired(&config, Instant::now()) {
-                    count(reason);
-                    // Dropping the connection closes the socket; a response body being written is
-                    // dropped with it (an event stream then disconnects like any closed client).
-                    return;
-                }
+            First::Main(_) => return,
+            // Finish the response in progress, then close instead of reading another.
+            First::Side(Action::Drain) => connection.as_mut().graceful_shutdown(),
+            First::Side(Action::Close(reason)) => {
+                count(reason);
+                // Dropping the connection closes the socket; a response body being written is
+                // dropped with it (an event stream then disconnects like any closed client).
+                return;
             }
         }
     }
@@ -329,141 +307,4 @@ async fn refuse_connection(tcp: TcpStream, limit: usize, _permit: OwnedSemaphore
         .keep_alive(false)
         .serve_connection(TokioIo::new(tcp), service);
     let _ = tokio::time::timeout(OVERFLOW_TIMEOUT, connection).await;
-}
-
-/// When a connection last moved a byte, and since when a write has been waiting. Milliseconds
-/// since `base`, so the socket side only does relaxed stores.
-#[derive(Debug)]
-struct Activity {
-    base: Instant,
-    last_ms: AtomicU64,
-    /// `u64::MAX`: no write waiting.
-    blocked_since_ms: AtomicU64,
-    /// Wakes the watchdog when a write starts waiting (its deadline moves closer).
-    blocked: Notify,
-}
-
-const NOT_BLOCKED: u64 = u64::MAX;
-
-impl Activity {
-    fn new() -> Self {
-        Activity {
-            base: Instant::now(),
-            last_ms: AtomicU64::new(0),
-            blocked_since_ms: AtomicU64::new(NOT_BLOCKED),
-            blocked: Notify::new(),
-        }
-    }
-
-    fn now_ms(&self) -> u64 {
-        u64::try_from(self.base.elapsed().as_millis()).unwrap_or(u64::MAX - 1)
-    }
-
-    fn at(&self, ms: u64) -> Instant {
-        self.base + Duration::from_millis(ms)
-    }
-
-    // Relaxed throughout: these are timestamps the watchdog compares with the clock; they publish
-    // no other data, and a stale read only delays a check to the next deadline, which re-reads.
-    fn moved(&self) {
-        self.last_ms.store(self.now_ms(), Ordering::Relaxed);
-    }
-
-    fn wrote(&self) {
-        self.moved();
-        self.blocked_since_ms.store(NOT_BLOCKED, Ordering::Relaxed);
-    }
-
-    fn write_blocked(&self) {
-        if self.blocked_since_ms.load(Ordering::Relaxed) == NOT_BLOCKED {
-            self.blocked_since_ms
-                .store(self.now_ms(), Ordering::Relaxed);
-            // Stores a permit if the watchdog is not waiting yet: it recomputes its deadline.
-            self.blocked.notify_one();
-        }
-    }
-
-    fn deadline(&self, config: &ServeConfig) -> Instant {
-        let idle = self.at(self.last_ms.load(Ordering::Relaxed)) + config.idle_timeout;
-        match self.blocked_since_ms.load(Ordering::Relaxed) {
-            NOT_BLOCKED => idle,
-            since => idle.min(self.at(since) + config.write_timeout),
-        }
-    }
-
-    /// Which timeout expired at `now`, as the counter to bump, if one did.
-    fn expired(&self, config: &ServeConfig, now: Instant) -> Option<&'static str> {
-        let since = self.blocked_since_ms.load(Ordering::Relaxed);
-        if since != NOT_BLOCKED && now >= self.at(since) + config.write_timeout {
-            return Some("replay_ring_http_write_timeouts_total");
-        }
-        let last = self.last_ms.load(Ordering::Relaxed);
-        (now >= self.at(last) + config.idle_timeout)
-            .then_some("replay_ring_http_idle_timeouts_total")
-    }
-}
-
-/// The socket, reporting progress to the connection's [`Activity`].
-struct Tracked {
-    inner: TcpStream,
-    activity: Arc<Activity>,
-}
-
-impl Tracked {
-    fn after_write(&self, result: &Poll<io::Result<usize>>) {
-        match result {
-            Poll::Ready(Ok(n)) if *n > 0 => self.activity.wrote(),
-            Poll::Pending => self.activity.write_blocked(),
-            _ => {}
-        }
-    }
-}
-
-impl AsyncRead for Tracked {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let before = buf.filled().len();
-        let result = Pin::new(&mut self.inner).poll_read(cx, buf);
-        if matches!(result, Poll::Ready(Ok(()))) && buf.filled().len() > before {
-            self.activity.moved();
-        }
-        result
-    }
-}
-
-impl AsyncWrite for Tracked {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        let result = Pin::new(&mut self.inner).poll_write(cx, buf);
-        self.after_write(&result);
-        result
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        let result = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
-        self.after_write(&result);
-        result
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
 }
