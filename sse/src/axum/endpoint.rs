@@ -2,7 +2,7 @@
 
 use std::convert::Infallible;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -18,6 +18,7 @@ use tokio::time::{sleep_until, Instant, Sleep};
 
 use super::frames::{encode_cut, encode_terminal};
 use super::producer::SseProducer;
+use super::side_wake::{First, SideWake, Supervised};
 use crate::backend::{Backend, BackendProducer, OpenError, Tail, TailError, Window};
 use crate::{
     encode_event, encode_keep_alive, encode_priming, last_event_id, ConnectionId, EventId,
@@ -189,14 +190,40 @@ pub(crate) struct Shared<B> {
     pub(crate) counters: Counters,
     /// Notified when the first stream opens (see [`SseProducer::first_subscriber`]).
     pub(crate) subscribed: Notify,
-    /// Notified when a writer reported progress: a waiting publisher recomputes its wake-up.
+    /// Notified when a writer reported progress while the publisher waits for it: the publisher
+    /// then recomputes its wake-up.
     pub(crate) progress: Notify,
+    /// Set by the publisher before it computes its wake-up from the retention state, taken by the
+    /// first writer that reports progress after that (which then notifies `progress`). Read and
+    /// written only while the retention lock is held, so a writer either updates the state before
+    /// the publisher reads it or sees the flag: the publisher never sleeps past a change. Most
+    /// chunks then skip `progress`, whose state word every connection would otherwise update.
+    publisher_waiting: AtomicBool,
 }
 
 impl<B: Backend> Shared<B> {
     pub(crate) fn retention(&self) -> MutexGuard<'_, Retention> {
         // A panic while holding the lock leaves plain data behind; keep serving.
         self.retention.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The publisher is about to wait: the next writer to report progress notifies `progress`.
+    /// Takes the guard to prove the retention lock is held.
+    pub(crate) fn set_publisher_waiting(&self, _held: &MutexGuard<'_, Retention>) {
+        // Relaxed: the retention lock orders every access (see the field).
+        self.publisher_waiting.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the publisher asked to be notified, clearing the request. Takes the guard to prove
+    /// the retention lock is held.
+    fn take_publisher_waiting(&self, _held: &MutexGuard<'_, Retention>) -> bool {
+        // Relaxed: the retention lock orders every access (see the field). A load first: most
+        // chunks find the flag clear and leave its cache line shared.
+        let waiting = self.publisher_waiting.load(Ordering::Relaxed);
+        if waiting {
+            self.publisher_waiting.store(false, Ordering::Relaxed);
+        }
+        waiting
     }
 
     /// The slow-consumer window (floor, head, capacity) for the retention state.
@@ -405,6 +432,7 @@ impl<B: Backend<Payload = Bytes>> SseStream<B> {
                 counters: Counters::default(),
                 subscribed: Notify::new(),
                 progress: Notify::new(),
+                publisher_waiting: AtomicBool::new(false),
             }),
         }
     }
@@ -638,6 +666,7 @@ impl<B: Backend<Payload = Bytes>> SseStream<B> {
             first: Some(first.freeze()),
             finished: false,
             keep_alive: None,
+            timer_wake: SideWake::new(),
             last_handed: Instant::now(),
         };
         let body = futures_util::stream::unfold(writer, |mut w| async move {
@@ -761,6 +790,8 @@ struct Writer<B: Backend> {
     /// timer set and cancelled per chunk would cost two timer-wheel updates per event and
     /// connection. Created at the first wait (a timer needs the runtime the body is polled on).
     keep_alive: Option<Pin<Box<Sleep>>>,
+    /// The keep-alive timer's own waker: the timer is polled when it fired, not on every wake-up.
+    timer_wake: SideWake,
     /// When the last chunk was handed to the HTTP stack.
     last_handed: Instant,
 }
@@ -770,29 +801,34 @@ impl<B: Backend<Payload = Bytes>> Writer<B> {
         if self.finished {
             return None;
         }
-        let shared = self.shared.clone();
+        // Borrowed, not cloned: every connection's writer runs this per chunk, and cloning the
+        // `Arc` would bounce its count between the worker threads twice per chunk.
+        let shared = &*self.shared;
         let conn = self.conn.as_ref()?;
         let now = Instant::now().into_std();
         let window = shared.policy_window().await;
         // One look at the retention state per chunk (every connection of the stream takes this
         // lock): record the chunk written, apply the slow-consumer policy and plan what expired
         // (as `release_due`), and read this connection's verdict after that.
-        let (target, cut) = {
+        let (target, cut, publisher_waits) = {
             let mut retention = shared.retention();
             if let Some(through) = self.handed.take() {
                 retention.on_written(conn, through, now);
             }
             // No window: the backend cannot answer now; the checkpoints stay for the next look.
             let target = window.and_then(|window| retention.release_target(window, now));
-            (target, retention.cut_verdict(conn))
+            let publisher_waits = shared.take_publisher_waiting(&retention);
+            (target, retention.cut_verdict(conn), publisher_waits)
         };
         // A release wakes a producer waiting for room.
         if let Some(window) = window {
             shared.release_planned(window, target).await;
         }
-        // A permit is stored if the publisher is not waiting yet, so the wake-up is never lost
-        // (at worst it costs one extra look at the retention state).
-        shared.progress.notify_one();
+        if publisher_waits {
+            // A permit is stored if the publisher is not waiting yet, so the wake-up is never
+            // lost (at worst it costs the publisher one extra look at the retention state).
+            shared.progress.notify_one();
+        }
         if let Some(verdict) = cut {
             // Cut by the slow-consumer policy: say so where the socket still takes a frame, and
             // end. The client resumes with its Last-Event-ID like after any disconnect.
@@ -810,7 +846,7 @@ impl<B: Backend<Payload = Bytes>> Writer<B> {
         };
         self.last_handed = Instant::now();
         if let (false, Some(conn)) = (self.finished, &self.conn) {
-            shared
+            self.shared
                 .retention()
                 .on_write_pending(conn, self.last_handed.into_std());
         }
@@ -825,40 +861,42 @@ impl<B: Backend<Payload = Bytes>> Writer<B> {
             return self.buf.split().freeze();
         }
         let due = self.last_handed + self.shared.config.keep_alive;
-        let timer = self
-            .keep_alive
-            .get_or_insert_with(|| Box::pin(sleep_until(due)));
+        let timer = self.keep_alive.get_or_insert_with(|| {
+            self.timer_wake.arm();
+            Box::pin(sleep_until(due))
+        });
         loop {
-            tokio::select! {
-                // Cancel safe (the `Tail` contract): losing to the keep-alive timer takes no event.
-                read = self.tail.next_batch(&mut self.batch) => {
-                    match read {
-                        Ok(_) => {
-                            self.encoded = 0;
-                            self.encode_batch();
-                        }
-                        Err(err) => {
-                            self.finished = true;
-                            if matches!(err, TailError::Unavailable(_)) {
-                                add(&self.shared.counters.backend_unavailable_frames, 1);
-                            }
-                            encode_terminal(&mut self.buf, &err);
-                        }
-                    }
-                    break;
+            // The timer is polled only when it fired, not on every event's wake-up. Cancel safe
+            // (the `Tail` contract): losing to the keep-alive timer takes no event.
+            let first = {
+                let read = std::pin::pin!(self.tail.next_batch(&mut self.batch));
+                Supervised::new(&self.timer_wake, read, timer.as_mut()).await
+            };
+            match first {
+                First::Main(Ok(_)) => {
+                    self.encoded = 0;
+                    self.encode_batch();
                 }
-                () = timer.as_mut() => {
+                First::Main(Err(err)) => {
+                    self.finished = true;
+                    if matches!(err, TailError::Unavailable(_)) {
+                        add(&self.shared.counters.backend_unavailable_frames, 1);
+                    }
+                    encode_terminal(&mut self.buf, &err);
+                }
+                First::Side(()) => {
                     if Instant::now() < due {
                         // Set for an earlier chunk's deadline: move it to this one's and wait on.
                         timer.as_mut().reset(due);
+                        self.timer_wake.arm();
                         continue;
                     }
                     add(&self.shared.counters.keep_alives, 1);
                     encode_keep_alive(&mut self.buf);
                     self.handed = Some(0);
-                    break;
                 }
             }
+            break;
         }
         self.buf.split().freeze()
     }

@@ -35,12 +35,17 @@ impl<B: Backend<Payload = Bytes>> RetentionPolicy<B> for StreamRetention<B> {
     }
 
     fn next_due(&self) -> Option<Instant> {
-        self.0.with_retention(|r| r.next_expiry())
+        // The publisher asks just before it waits: the next writer to report a write notifies
+        // `changed` (one writer, not every chunk of every connection).
+        let shared = &self.0.shared;
+        let retention = shared.retention();
+        shared.set_publisher_waiting(&retention);
+        retention.next_expiry()
     }
 
     fn changed(&self) -> impl Future<Output = ()> + Send {
-        // Writers notify after every reported write (a new checkpoint or a slow-consumer deadline
-        // may now come sooner than the publisher's computed wake-up).
+        // Completes once a writer reported a write after the last `next_due` (a new checkpoint or
+        // a slow-consumer deadline may now come sooner than the publisher's computed wake-up).
         self.0.shared.progress.notified()
     }
 }
