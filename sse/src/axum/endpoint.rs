@@ -870,7 +870,7 @@ impl<B: Backend<Payload = Bytes>> Writer<B> {
             // (the `Tail` contract): losing to the keep-alive timer takes no event.
             let first = {
                 let read = std::pin::pin!(self.tail.next_batch(&mut self.batch));
-                Supervised::new(&self.timer_wake, read, timer.as_mut()).await
+                Supervised::new(&mut self.timer_wake, read, timer.as_mut()).await
             };
             match first {
                 First::Main(Ok(_)) => {

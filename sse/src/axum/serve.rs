@@ -262,11 +262,11 @@ async fn serve_connection(
         .with_upgrades();
     tokio::pin!(connection);
     let mut watchdog = Watchdog::new(activity, config, stopping);
-    let wake = SideWake::new();
+    let mut wake = SideWake::new();
     loop {
         let next = std::pin::pin!(watchdog.next_action());
         wake.arm();
-        match Supervised::new(&wake, connection.as_mut(), next).await {
+        match Supervised::new(&mut wake, connection.as_mut(), next).await {
             // Ends on completion, on a hyper error, and on hyper's header-read timeout.
             First::Main(_) => return,
             // Finish the response in progress, then close instead of reading another.

@@ -19,6 +19,10 @@ use futures_util::task::AtomicWaker;
 pub(crate) struct SideWake {
     signal: Arc<Signal>,
     waker: Waker,
+    /// The task waker `signal.task` holds, as far as this task knows: registering costs two
+    /// read-modify-writes, so a poll registers only when the task's waker changed or a side
+    /// wake-up took it out.
+    registered: Option<Waker>,
 }
 
 struct Signal {
@@ -49,6 +53,15 @@ impl SideWake {
         SideWake {
             waker: Waker::from(signal.clone()),
             signal,
+            registered: None,
+        }
+    }
+
+    /// Registers the task's waker for side wake-ups, unless it is already there.
+    fn register(&mut self, task: &Waker, taken: bool) {
+        if taken || !self.registered.as_ref().is_some_and(|w| w.will_wake(task)) {
+            self.signal.task.register(task);
+            self.registered = Some(task.clone());
         }
     }
 
@@ -65,7 +78,7 @@ impl SideWake {
 pub(crate) struct Supervised<'a, M, S> {
     main: M,
     side: S,
-    wake: &'a SideWake,
+    wake: &'a mut SideWake,
 }
 
 /// Which future of a [`Supervised`] pair completed.
@@ -75,7 +88,7 @@ pub(crate) enum First<A, B> {
 }
 
 impl<'a, M: Future + Unpin, S: Future + Unpin> Supervised<'a, M, S> {
-    pub(crate) fn new(wake: &'a SideWake, main: M, side: S) -> Self {
+    pub(crate) fn new(wake: &'a mut SideWake, main: M, side: S) -> Self {
         Supervised { main, side, wake }
     }
 }
@@ -85,20 +98,141 @@ impl<M: Future + Unpin, S: Future + Unpin> Future for Supervised<'_, M, S> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
-        let signal = &this.wake.signal;
         // Registered before the flag is read: a side wake-up after the read wakes this task again.
-        signal.task.register(cx.waker());
+        this.wake.register(cx.waker(), false);
         if let Poll::Ready(out) = Pin::new(&mut this.main).poll(cx) {
             return Poll::Ready(First::Main(out));
         }
         // A load first: most wake-ups are the main future's and leave the flag's line shared.
         // Acquire: pairs with the Release store in `Signal::wake_by_ref`.
+        let signal = &this.wake.signal;
         if signal.fired.load(Ordering::Relaxed) && signal.fired.swap(false, Ordering::Acquire) {
+            // The wake-up that set the flag took the task's waker out of `signal.task` (unless
+            // `arm` set it): register it again before the side future can fire once more.
+            this.wake.register(cx.waker(), true);
             let mut side_cx = Context::from_waker(&this.wake.waker);
             if let Poll::Ready(out) = Pin::new(&mut this.side).poll(&mut side_cx) {
                 return Poll::Ready(First::Side(out));
             }
+            // A firing between the swap and the registration found no waker but set the flag
+            // (as does a side future that yields for tokio's cooperative budget): be polled again
+            // rather than loop here.
+            if this.wake.signal.fired.load(Ordering::Relaxed) {
+                cx.waker().wake_by_ref();
+            }
         }
         Poll::Pending
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::{pending, Future};
+    use std::pin::pin;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::task::{Context, Poll, Wake, Waker};
+    use std::time::Duration;
+
+    use super::{First, SideWake, Supervised};
+
+    /// Counts the polls of a future that never completes; wakes its waker on every poll if
+    /// `self_wake` (as a tokio resource out of cooperative budget does).
+    struct CountPolls {
+        polls: Arc<AtomicUsize>,
+        self_wake: bool,
+    }
+
+    impl Future for CountPolls {
+        type Output = ();
+        fn poll(self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+            self.polls.fetch_add(1, Ordering::Relaxed);
+            if self.self_wake {
+                cx.waker().wake_by_ref();
+            }
+            Poll::Pending
+        }
+    }
+
+    struct CountWakes(AtomicUsize);
+
+    impl Wake for CountWakes {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    #[test]
+    fn the_side_is_polled_once_when_armed_and_not_on_the_tasks_other_wake_ups() {
+        let polls = Arc::new(AtomicUsize::new(0));
+        let side = CountPolls {
+            polls: polls.clone(),
+            self_wake: false,
+        };
+        let mut wake = SideWake::new();
+        let main = pin!(pending::<()>());
+        let mut sup = pin!(Supervised::new(&mut wake, main, side));
+        let waker = Waker::from(Arc::new(CountWakes(AtomicUsize::new(0))));
+        let mut cx = Context::from_waker(&waker);
+        for _ in 0..10 {
+            assert!(sup.as_mut().poll(&mut cx).is_pending());
+        }
+        assert_eq!(polls.load(Ordering::Relaxed), 1, "polled only when armed");
+    }
+
+    #[test]
+    fn a_side_that_wakes_itself_while_pending_asks_for_a_later_poll_instead_of_looping() {
+        let polls = Arc::new(AtomicUsize::new(0));
+        let side = CountPolls {
+            polls: polls.clone(),
+            self_wake: true,
+        };
+        let mut wake = SideWake::new();
+        let main = pin!(pending::<()>());
+        let mut sup = pin!(Supervised::new(&mut wake, main, side));
+        let wakes = Arc::new(CountWakes(AtomicUsize::new(0)));
+        let waker = Waker::from(wakes.clone());
+        let mut cx = Context::from_waker(&waker);
+        for round in 1..=3 {
+            assert!(sup.as_mut().poll(&mut cx).is_pending());
+            assert_eq!(polls.load(Ordering::Relaxed), round, "one side poll per task poll");
+            assert!(
+                wakes.0.load(Ordering::Relaxed) >= round,
+                "the task asks to be polled again"
+            );
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn side_wake_ups_from_another_thread_are_never_lost() {
+        // The side is a Notify notified from another thread, many times over, while the main
+        // future stays pending: every round must complete with `Side`.
+        let notify = Arc::new(tokio::sync::Notify::new());
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let notifier = {
+            let notify = notify.clone();
+            std::thread::spawn(move || {
+                while go_rx.recv().is_ok() {
+                    notify.notify_waiters();
+                }
+            })
+        };
+        let mut wake = SideWake::new();
+        for _ in 0..2_000 {
+            let mut notified = pin!(notify.notified());
+            // Registered with the Notify before the other thread is asked to notify.
+            notified.as_mut().enable();
+            wake.arm();
+            go_tx.send(()).unwrap();
+            let first = tokio::time::timeout(
+                Duration::from_secs(10),
+                Supervised::new(&mut wake, pin!(pending::<()>()), notified),
+            )
+            .await
+            .expect("the side wake-up reached the task");
+            assert!(matches!(first, First::Side(())));
+        }
+        drop(go_tx);
+        notifier.join().unwrap();
     }
 }
