@@ -195,7 +195,11 @@ mod tests {
         let mut cx = Context::from_waker(&waker);
         for round in 1..=3 {
             assert!(sup.as_mut().poll(&mut cx).is_pending());
-            assert_eq!(polls.load(Ordering::Relaxed), round, "one side poll per task poll");
+            assert_eq!(
+                polls.load(Ordering::Relaxed),
+                round,
+                "one side poll per task poll"
+            );
             assert!(
                 wakes.0.load(Ordering::Relaxed) >= round,
                 "the task asks to be polled again"
