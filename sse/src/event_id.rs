@@ -585,17 +585,9 @@ impl EventId {
     /// assert_eq!(id.encode().as_str(), "a.0.0");
     /// ```
     pub fn encode(&self) -> EventIdBuf {
-        let mut buf = EventIdBuf {
-            len: 0,
-            bytes: [0; MAX_EVENT_ID_LEN],
-        };
-        buf.push(self.stream.as_str().as_bytes());
-        buf.push(b".");
-        let mut digits = [0u8; 20];
-        buf.push(render(self.epoch.0, 16, &mut digits));
-        buf.push(b".");
-        buf.push(render(self.seq, 10, &mut digits));
-        buf
+        StreamIdentity::new(self.stream, self.epoch)
+            .id_prefix()
+            .with_seq(self.seq)
     }
 }
 
@@ -632,6 +624,14 @@ impl EventIdBuf {
         let start = self.len as usize;
         self.bytes[start..start + part.len()].copy_from_slice(part);
         self.len += part.len() as u8;
+    }
+
+    /// This buffer, holding an [`id_prefix`](StreamIdentity::id_prefix), completed with `seq`
+    /// into a whole id.
+    pub(crate) fn with_seq(mut self, seq: u64) -> Self {
+        let mut digits = [0u8; 20];
+        self.push(render(seq, 10, &mut digits));
+        self
     }
 
     /// The encoded id.
@@ -781,6 +781,22 @@ impl StreamIdentity {
     /// ```
     pub const fn event_id(&self, seq: u64) -> EventId {
         EventId::new(self.stream, self.epoch, seq)
+    }
+
+    /// What every id of this stream starts with, `<stream>.<epoch in hex>.`: the id of event `seq`
+    /// is this followed by `seq` in decimal ([`EventIdBuf::with_seq`]). A writer renders it once
+    /// instead of rendering the epoch again for every event.
+    pub(crate) fn id_prefix(&self) -> EventIdBuf {
+        let mut buf = EventIdBuf {
+            len: 0,
+            bytes: [0; MAX_EVENT_ID_LEN],
+        };
+        buf.push(self.stream.as_str().as_bytes());
+        buf.push(b".");
+        let mut digits = [0u8; 20];
+        buf.push(render(self.epoch.0, 16, &mut digits));
+        buf.push(b".");
+        buf
     }
 
     /// Checks that a parsed id belongs to this stream and incarnation, returning its sequence.

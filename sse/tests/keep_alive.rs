@@ -11,6 +11,20 @@ use tokio::time::{sleep, Instant};
 
 const KEEP_ALIVE: Duration = Duration::from_millis(100);
 
+/// The body's next chunk, failing (in virtual time) instead of hanging if none comes: a keep-alive
+/// timer that is never polled again would leave the body pending forever.
+async fn next_chunk<S, E>(body: &mut S) -> bytes::Bytes
+where
+    S: futures_util::Stream<Item = Result<bytes::Bytes, E>> + Unpin,
+    E: std::fmt::Debug,
+{
+    tokio::time::timeout(KEEP_ALIVE * 10, body.next())
+        .await
+        .expect("a chunk within ten keep-alive intervals")
+        .expect("the body goes on")
+        .unwrap()
+}
+
 #[tokio::test(start_paused = true)]
 async fn keep_alives_come_only_after_a_silent_interval() {
     let me = StreamIdentity::new(StreamId::new("ka").unwrap(), Epoch::new(7));
@@ -23,7 +37,7 @@ async fn keep_alives_come_only_after_a_silent_interval() {
         .respond(&HeaderMap::new())
         .into_body()
         .into_data_stream();
-    let priming = body.next().await.unwrap().unwrap();
+    let priming = next_chunk(&mut body).await;
     assert!(std::str::from_utf8(&priming).unwrap().starts_with("id: "));
 
     // Events 60 ms apart, for ten keep-alive intervals' worth of waits: each wait is shorter than
@@ -32,7 +46,7 @@ async fn keep_alives_come_only_after_a_silent_interval() {
     for n in 1..=17u32 {
         sleep(Duration::from_millis(60)).await;
         let id = producer.send(format!("e{n}")).await.unwrap();
-        let chunk = body.next().await.unwrap().unwrap();
+        let chunk = next_chunk(&mut body).await;
         let text = std::str::from_utf8(&chunk).unwrap();
         assert!(
             text.contains(&format!("data: e{n}\n")),
@@ -48,7 +62,7 @@ async fn keep_alives_come_only_after_a_silent_interval() {
     // Silence: a keep-alive exactly one interval after the last chunk, then one per interval.
     for k in 1..=3u64 {
         let before = Instant::now();
-        let chunk = body.next().await.unwrap().unwrap();
+        let chunk = next_chunk(&mut body).await;
         assert_eq!(&chunk[..], b": keep-alive\n\n");
         assert_eq!(before.elapsed(), KEEP_ALIVE, "keep-alive {k}");
         assert_eq!(stream.stats().keep_alives, k);
@@ -56,7 +70,7 @@ async fn keep_alives_come_only_after_a_silent_interval() {
 
     // An event after the keep-alives arrives as itself.
     producer.send("late").await.unwrap();
-    let chunk = body.next().await.unwrap().unwrap();
+    let chunk = next_chunk(&mut body).await;
     assert!(std::str::from_utf8(&chunk)
         .unwrap()
         .contains("data: late\n"));

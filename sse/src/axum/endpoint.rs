@@ -20,8 +20,9 @@ use super::frames::{encode_cut, encode_terminal};
 use super::producer::SseProducer;
 use super::side_wake::{First, SideWake, Supervised};
 use crate::backend::{Backend, BackendProducer, OpenError, Tail, TailError, Window};
+use crate::frame::encode_stream_event;
 use crate::{
-    encode_event, encode_keep_alive, encode_priming, last_event_id, ConnectionId, EventId,
+    encode_keep_alive, encode_priming, last_event_id, ConnectionId, EventId, EventIdBuf,
     HttpResponse, Refused, ResumeDecision, Retention, RetentionConfig, SlowConsumerPolicy,
     StreamIdentity, StreamState, LAST_EVENT_ID_HEADER,
 };
@@ -668,6 +669,7 @@ impl<B: Backend<Payload = Bytes>> SseStream<B> {
             keep_alive: None,
             timer_wake: SideWake::new(),
             last_handed: Instant::now(),
+            id_prefix: shared.identity.id_prefix(),
         };
         let body = futures_util::stream::unfold(writer, |mut w| async move {
             let chunk = w.next_chunk().await?;
@@ -794,6 +796,8 @@ struct Writer<B: Backend> {
     timer_wake: SideWake,
     /// When the last chunk was handed to the HTTP stack.
     last_handed: Instant,
+    /// The stream's ids up to the sequence number, rendered once.
+    id_prefix: EventIdBuf,
 }
 
 impl<B: Backend<Payload = Bytes>> Writer<B> {
@@ -894,6 +898,9 @@ impl<B: Backend<Payload = Bytes>> Writer<B> {
                     add(&self.shared.counters.keep_alives, 1);
                     encode_keep_alive(&mut self.buf);
                     self.handed = Some(0);
+                    // The timer has fired and fires no more: the next wait polls it first, which
+                    // moves it to that wait's deadline (the branch above).
+                    self.timer_wake.arm();
                 }
             }
             break;
@@ -903,12 +910,10 @@ impl<B: Backend<Payload = Bytes>> Writer<B> {
 
     /// Encodes events of `batch` from `encoded` on until the chunk reaches [`MAX_CHUNK_BYTES`].
     fn encode_batch(&mut self) {
-        let identity = self.shared.identity;
         let mut last = 0;
         let mut n = 0;
         for (id, payload) in &self.batch[self.encoded..] {
-            // Cannot fail: no event name is given and the id is a validated EventId.
-            let _ = encode_event(&mut self.buf, identity.event_id(*id), None, payload);
+            encode_stream_event(&mut self.buf, self.id_prefix, *id, payload);
             last = *id;
             n += 1;
             if self.buf.len() >= MAX_CHUNK_BYTES {
