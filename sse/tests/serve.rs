@@ -270,6 +270,65 @@ async fn a_response_that_keeps_moving_outlives_the_idle_timeout() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_response_always_ready_to_write_is_still_closed_at_the_shutdown_grace() {
+    // A body that is always ready, read as fast as loopback goes: hyper's write loop then ends
+    // each poll by using up tokio's cooperative budget, and the watchdog must still get its turn.
+    let app = Router::new().route(
+        "/endless",
+        get(|| async {
+            let chunk = Bytes::from(vec![b'x'; 1024]);
+            Body::from_stream(futures_util::stream::repeat_with(move || {
+                Ok::<_, std::convert::Infallible>(chunk.clone())
+            }))
+        }),
+    );
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (signal_tx, signal_rx) = tokio::sync::oneshot::channel::<()>();
+    let grace = Duration::from_millis(300);
+    let config = ServeConfig {
+        shutdown_grace: grace,
+        ..ServeConfig::default()
+    };
+    let server = tokio::spawn(replay_ring_sse::axum::serve_with_shutdown(
+        listener,
+        app,
+        config,
+        async {
+            let _ = signal_rx.await;
+        },
+    ));
+    let mut client = TcpStream::connect(addr).await.unwrap();
+    client
+        .write_all(b"GET /endless HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        .await
+        .unwrap();
+    let reader = tokio::spawn(async move {
+        let mut buf = vec![0u8; 1 << 20];
+        let mut total = 0usize;
+        loop {
+            match client.read(&mut buf).await {
+                Ok(0) | Err(_) => return total,
+                Ok(n) => total += n,
+            }
+        }
+    });
+    // Flowing at full speed before the signal.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    signal_tx.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(10), server)
+        .await
+        .expect("the busy connection closed after the grace, and the server returned")
+        .unwrap()
+        .unwrap();
+    let total = tokio::time::timeout(Duration::from_secs(10), reader)
+        .await
+        .expect("the client saw the close")
+        .unwrap();
+    assert!(total > 0, "the response flowed before the signal");
+}
+
 /// Reads from `socket` until the server closes it; returns everything it sent.
 async fn read_to_close(socket: &mut TcpStream, limit: Duration) -> Vec<u8> {
     let mut all = Vec::new();

@@ -824,14 +824,16 @@ impl<B: Backend<Payload = Bytes>> Writer<B> {
             let publisher_waits = shared.take_publisher_waiting(&retention);
             (target, retention.cut_verdict(conn), publisher_waits)
         };
+        if publisher_waits {
+            // Before any await: this writer took the request, so a writer dropped during the
+            // release below must not swallow it. A permit is stored if the publisher is not
+            // waiting yet, so the wake-up is never lost (at worst it costs the publisher one
+            // extra look at the retention state).
+            shared.progress.notify_one();
+        }
         // A release wakes a producer waiting for room.
         if let Some(window) = window {
             shared.release_planned(window, target).await;
-        }
-        if publisher_waits {
-            // A permit is stored if the publisher is not waiting yet, so the wake-up is never
-            // lost (at worst it costs the publisher one extra look at the retention state).
-            shared.progress.notify_one();
         }
         if let Some(verdict) = cut {
             // Cut by the slow-consumer policy: say so where the socket still takes a frame, and

@@ -74,7 +74,7 @@ impl SideWake {
 }
 
 /// Polls `main` on every wake-up of the task and `side` only when `side`'s waker fired (or was
-/// armed). Completes with whichever finishes first; the other is left as it is.
+/// armed), the side first. Completes with whichever finishes first; the other is left as it is.
 pub(crate) struct Supervised<'a, M, S> {
     main: M,
     side: S,
@@ -100,9 +100,6 @@ impl<M: Future + Unpin, S: Future + Unpin> Future for Supervised<'_, M, S> {
         let this = &mut *self;
         // Registered before the flag is read: a side wake-up after the read wakes this task again.
         this.wake.register(cx.waker(), false);
-        if let Poll::Ready(out) = Pin::new(&mut this.main).poll(cx) {
-            return Poll::Ready(First::Main(out));
-        }
         // A load first: most wake-ups are the main future's and leave the flag's line shared.
         // Acquire: pairs with the Release store in `Signal::wake_by_ref`.
         let signal = &this.wake.signal;
@@ -120,6 +117,12 @@ impl<M: Future + Unpin, S: Future + Unpin> Future for Supervised<'_, M, S> {
             if this.wake.signal.fired.load(Ordering::Relaxed) {
                 cx.waker().wake_by_ref();
             }
+        }
+        // The side first: a main future that uses up tokio's cooperative budget on every poll (a
+        // response always ready to write to a fast reader) would otherwise leave the side none,
+        // and a side resource out of budget only wakes itself and waits for the next poll.
+        if let Poll::Ready(out) = Pin::new(&mut this.main).poll(cx) {
+            return Poll::Ready(First::Main(out));
         }
         Poll::Pending
     }
