@@ -88,6 +88,34 @@ async fn start(config: ServeConfig) -> (SocketAddr, Flags) {
     (addr, flags)
 }
 
+/// Serves `app` with `serve_with_shutdown` and the given grace; the sender is the shutdown signal,
+/// the handle completes when the server has returned.
+async fn start_with_shutdown(
+    app: Router,
+    grace: Duration,
+) -> (
+    SocketAddr,
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<std::io::Result<()>>,
+) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (signal_tx, signal_rx) = tokio::sync::oneshot::channel::<()>();
+    let config = ServeConfig {
+        shutdown_grace: grace,
+        ..ServeConfig::default()
+    };
+    let server = tokio::spawn(replay_ring_sse::axum::serve_with_shutdown(
+        listener,
+        app,
+        config,
+        async {
+            let _ = signal_rx.await;
+        },
+    ));
+    (addr, signal_tx, server)
+}
+
 /// Waits for the server to close `socket` (end of stream or reset), discarding what it sent.
 /// Returns how long that took.
 async fn closed_within(socket: &mut TcpStream, limit: Duration) -> Duration {
@@ -283,22 +311,7 @@ async fn a_response_always_ready_to_write_is_still_closed_at_the_shutdown_grace(
             }))
         }),
     );
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (signal_tx, signal_rx) = tokio::sync::oneshot::channel::<()>();
-    let grace = Duration::from_millis(300);
-    let config = ServeConfig {
-        shutdown_grace: grace,
-        ..ServeConfig::default()
-    };
-    let server = tokio::spawn(replay_ring_sse::axum::serve_with_shutdown(
-        listener,
-        app,
-        config,
-        async {
-            let _ = signal_rx.await;
-        },
-    ));
+    let (addr, signal_tx, server) = start_with_shutdown(app, Duration::from_millis(300)).await;
     let mut client = TcpStream::connect(addr).await.unwrap();
     client
         .write_all(b"GET /endless HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
@@ -373,21 +386,7 @@ async fn shutdown_refuses_new_connections_finishes_responses_and_closes_streams_
                 Body::from_stream(body)
             }),
         );
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (signal_tx, signal_rx) = tokio::sync::oneshot::channel::<()>();
-    let config = ServeConfig {
-        shutdown_grace: grace,
-        ..ServeConfig::default()
-    };
-    let server = tokio::spawn(replay_ring_sse::axum::serve_with_shutdown(
-        listener,
-        app,
-        config,
-        async {
-            let _ = signal_rx.await;
-        },
-    ));
+    let (addr, signal_tx, server) = start_with_shutdown(app, grace).await;
 
     // An idle keep-alive connection (one request answered), a stream being read, a request in
     // progress.
