@@ -429,7 +429,16 @@ impl<T> Reader<T> {
     /// scheduler once before it waits. Read at once, such a reader lends batches of one or two
     /// events, each paying the pin's fence and a hand-off of the `head` cache line; the yield lets
     /// the producer get ahead, so the next batch is larger. A reader woken from a park (an idle or
-    /// slow stream) waits at once, as `read` does. Same errors and cancel safety as `read`.
+    /// slow stream) waits at once, as `read` does.
+    ///
+    /// # Errors
+    ///
+    /// As [`read`](Self::read): [`ReadError::Gap`] and [`ReadError::Closed`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as `read`: a future dropped during its yield or its wait consumes nothing and
+    /// leaves no waker registered.
     ///
     /// Scenario 7 in `docs/benchmarks.md` measures it: one reader task, 256-byte `Bytes`, about
     /// twice `read`'s deliveries per second.
