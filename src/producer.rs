@@ -426,8 +426,8 @@ impl<T> Producer<T> {
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe: dropping the future before it completes loses nothing, and a later call waits
-    /// afresh. This is the building block for a push that must survive cancellation (for example
+    /// Cancel safe: dropping the future before it completes loses nothing and releases the task's
+    /// waker (the next release wakes nobody), and a later call waits afresh. This is the building block for a push that must survive cancellation (for example
     /// inside `tokio::select!`): `producer.ready().await; producer.try_push(value)`.
     ///
     /// ```
@@ -440,8 +440,23 @@ impl<T> Producer<T> {
     /// # });
     /// ```
     pub async fn ready(&mut self) {
-        poll_fn(|cx| self.poll_ready(cx)).await;
-        self.stop_waiting();
+        /// Ends the wait however the future ends. Dropped while pending, it lowers the flag and
+        /// releases the task's waker, so the next release does not wake (or keep alive) a task
+        /// that no longer waits.
+        struct EndWait<'a, T>(&'a mut Producer<T>);
+        impl<T> Drop for EndWait<'_, T> {
+            fn drop(&mut self) {
+                let producer = &mut *self.0;
+                // Only a wait that registered has a waker to release: the fast path (room at the
+                // first poll) costs no atomic operation here.
+                if producer.waiting {
+                    producer.stop_waiting();
+                    drop(producer.shared.producer_waker.take());
+                }
+            }
+        }
+        let wait = EndWait(self);
+        poll_fn(|cx| wait.0.poll_ready(cx)).await;
     }
 
     /// Appends `value`, waiting for space if the window is full.

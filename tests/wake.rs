@@ -1,5 +1,5 @@
-//! Who gets woken, and how often: a parked reader is woken once per wait, a dropped wait or reader
-//! releases its waker, and readers by the hundred thousand neither slow the producer down nor miss
+//! Who gets woken, and how often: a parked reader is woken once per wait, a dropped wait (a
+//! reader's or the producer's) or reader releases its waker, and readers by the hundred thousand neither slow the producer down nor miss
 //! a wake-up.
 
 // Ordinary builds only: a `--cfg replay_ring_loom` build swaps in loom atomics and drops the
@@ -102,6 +102,42 @@ fn a_read_future_dropped_while_pending_releases_its_waker() {
     assert!(poll(read.as_mut(), &waker).is_pending());
     producer.try_push(2).unwrap();
     assert_eq!(again.wakes(), 1);
+    assert_eq!(counter.wakes(), 0);
+}
+
+#[test]
+fn a_ready_future_dropped_while_pending_releases_its_waker() {
+    let (mut producer, ring) = ReplayRing::<u32>::new(1, 1).unwrap();
+    producer.try_push(1).unwrap();
+    let (counter, waker) = CountingWaker::new();
+    {
+        let mut ready = pin!(producer.ready());
+        assert!(
+            poll(ready.as_mut(), &waker).is_pending(),
+            "the window is full"
+        );
+        assert_eq!(
+            Arc::strong_count(&counter),
+            3,
+            "ours, `waker`, the ring's clone"
+        );
+    }
+    assert_eq!(
+        Arc::strong_count(&counter),
+        2,
+        "the ring released the waker"
+    );
+    ring.release_through(1).unwrap();
+    assert_eq!(counter.wakes(), 0, "the abandoned wait is not woken");
+
+    // A later wait waits afresh and is woken by the next release.
+    producer.try_push(2).unwrap();
+    let (again, waker) = CountingWaker::new();
+    let mut ready = pin!(producer.ready());
+    assert!(poll(ready.as_mut(), &waker).is_pending());
+    ring.release_through(2).unwrap();
+    assert_eq!(again.wakes(), 1);
+    assert!(poll(ready.as_mut(), &waker).is_ready());
     assert_eq!(counter.wakes(), 0);
 }
 
