@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use crate::event_id::{EventId, EventIdBuf, MAX_EVENT_ID_LEN};
+use crate::event_id::{EventId, EventIdBuf};
 
 /// Which frame field held a forbidden byte.
 ///
@@ -420,6 +420,13 @@ pub fn encode_priming(buf: &mut BytesMut, id: EventId, retry: Option<Duration>) 
     let _ = frame.encode_into(buf);
 }
 
+/// The bytes [`encode_stream_event`] appends for an id of `id_len` bytes and a payload of
+/// `data_len` bytes without a line break (each break adds `data: `, 6 bytes, at most).
+pub(crate) fn stream_event_len_hint(id_len: usize, data_len: usize) -> usize {
+    // `id: <id>\n`, `data: <data>\n`, the blank line.
+    4 + id_len + 1 + 6 + data_len + 1 + 1
+}
+
 /// Appends the frame of event `seq` of the stream whose ids start with `id_prefix`
 /// ([`StreamIdentity::id_prefix`](crate::StreamIdentity)): the same bytes as [`encode_event`] with
 /// that stream's id and no event name, without rendering the stream and epoch again.
@@ -429,8 +436,9 @@ pub(crate) fn encode_stream_event(
     seq: u64,
     data: &[u8],
 ) {
-    buf.reserve(MAX_EVENT_ID_LEN + 5 + data.len() + 7 + 1);
-    put_field(buf, b"id", id_prefix.with_seq(seq).as_bytes());
+    let id = id_prefix.with_seq(seq);
+    buf.reserve(stream_event_len_hint(id.as_bytes().len(), data.len()));
+    put_field(buf, b"id", id.as_bytes());
     for line in DataLines::new(data) {
         put_field(buf, b"data", line);
     }

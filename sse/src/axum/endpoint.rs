@@ -20,7 +20,7 @@ use super::frames::{encode_cut, encode_terminal};
 use super::producer::SseProducer;
 use super::side_wake::{First, SideWake, Supervised};
 use crate::backend::{Backend, BackendProducer, OpenError, Tail, TailError, Window};
-use crate::frame::encode_stream_event;
+use crate::frame::{encode_stream_event, stream_event_len_hint};
 use crate::{
     encode_keep_alive, encode_priming, last_event_id, ConnectionId, EventId, EventIdBuf,
     HttpResponse, Refused, ResumeDecision, Retention, RetentionConfig, SlowConsumerPolicy,
@@ -48,6 +48,9 @@ pub const DEFAULT_RETRY: Duration = Duration::from_secs(1);
 /// what a connection holds encoded at a time stays bounded however large the window is; the events
 /// not yet encoded wait as reference-counted handles.
 pub const MAX_CHUNK_BYTES: usize = 64 * 1024;
+
+/// Decimal digits of the largest sequence number (`u64::MAX`).
+const MAX_SEQ_DIGITS: usize = 20;
 
 /// Settings of one resumable stream.
 ///
@@ -662,7 +665,7 @@ impl<B: Backend<Payload = Bytes>> SseStream<B> {
             batch: Vec::new(),
             encoded: 0,
             conn: Some(conn),
-            buf: BytesMut::with_capacity(16 * 1024),
+            buf: BytesMut::new(),
             handed: None,
             first: Some(first.freeze()),
             finished: false,
@@ -781,7 +784,7 @@ struct Writer<B: Backend> {
     /// ([`MAX_CHUNK_BYTES`]) is sent over several.
     encoded: usize,
     conn: Option<ConnectionId>,
-    /// Reused encode buffer: each chunk is split off it, so steady state does not allocate.
+    /// The chunk being encoded, allocated per chunk (see [`take_chunk`](Self::take_chunk)).
     buf: BytesMut,
     /// The chunk handed to the HTTP stack and not yet taken: `Some(last id in it)` (0 for a chunk
     /// without events). The stack asking for the next chunk means it took this one.
@@ -841,7 +844,7 @@ impl<B: Backend<Payload = Bytes>> Writer<B> {
             self.finished = true;
             add(&shared.counters.slow_consumer_frames, 1);
             encode_cut(&mut self.buf, &verdict);
-            return Some(self.buf.split().freeze());
+            return Some(self.take_chunk());
         }
         let chunk = match self.first.take() {
             Some(first) => {
@@ -864,7 +867,7 @@ impl<B: Backend<Payload = Bytes>> Writer<B> {
     async fn read_chunk(&mut self) -> Bytes {
         if self.encoded < self.batch.len() {
             self.encode_batch();
-            return self.buf.split().freeze();
+            return self.take_chunk();
         }
         let due = self.last_handed + self.shared.config.keep_alive;
         let timer = self.keep_alive.get_or_insert_with(|| {
@@ -907,11 +910,32 @@ impl<B: Backend<Payload = Bytes>> Writer<B> {
             }
             break;
         }
-        self.buf.split().freeze()
+        self.take_chunk()
+    }
+
+    /// The encoded chunk, handed over whole: each chunk is its own allocation. One buffer per
+    /// connection that chunks are split off would write every event to bytes of that connection's
+    /// buffer not touched since its previous events, which with thousands of connections are out
+    /// of the cache (and, the first time, a page fault). A fresh allocation of the size the chunk
+    /// needs is memory the worker's allocator just got back from an earlier chunk, hot in its
+    /// cache; and a connection between chunks holds no buffer at all.
+    fn take_chunk(&mut self) -> Bytes {
+        std::mem::take(&mut self.buf).freeze()
     }
 
     /// Encodes events of `batch` from `encoded` on until the chunk reaches [`MAX_CHUNK_BYTES`].
     fn encode_batch(&mut self) {
+        // One allocation for the chunk: its size from the payloads it will hold (one line each,
+        // the sequence number at its longest).
+        let id_len = self.id_prefix.as_bytes().len() + MAX_SEQ_DIGITS;
+        let mut size = 0;
+        for (_, payload) in &self.batch[self.encoded..] {
+            size += stream_event_len_hint(id_len, payload.len());
+            if size >= MAX_CHUNK_BYTES {
+                break;
+            }
+        }
+        self.buf.reserve(size);
         let mut last = 0;
         let mut n = 0;
         for (id, payload) in &self.batch[self.encoded..] {
