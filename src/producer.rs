@@ -440,23 +440,27 @@ impl<T> Producer<T> {
     /// # });
     /// ```
     pub async fn ready(&mut self) {
-        /// Ends the wait however the future ends. Dropped while pending, it lowers the flag and
-        /// releases the task's waker, so the next release does not wake (or keep alive) a task
-        /// that no longer waits.
+        /// Dropped while pending, lowers the flag and releases the task's waker, so the next
+        /// release does not wake (or keep alive) a task that no longer waits.
         struct EndWait<'a, T>(&'a mut Producer<T>);
         impl<T> Drop for EndWait<'_, T> {
             fn drop(&mut self) {
                 let producer = &mut *self.0;
                 // Only a wait that registered has a waker to release: the fast path (room at the
-                // first poll) costs no atomic operation here.
+                // first poll) costs no atomic operation here. `waiting` stays set: a `ready()`
+                // polled again before there is room continues the same wait (`producer_waits`
+                // counts full windows, not futures), and the push that finds room ends it.
                 if producer.waiting {
-                    producer.stop_waiting();
+                    // Relaxed: no one waits now; the next `poll_ready` raises it again before its
+                    // fence and re-check.
+                    producer.shared.producer_waiting.store(false, Relaxed);
                     drop(producer.shared.producer_waker.take());
                 }
             }
         }
         let wait = EndWait(self);
         poll_fn(|cx| wait.0.poll_ready(cx)).await;
+        wait.0.stop_waiting();
     }
 
     /// Appends `value`, waiting for space if the window is full.
