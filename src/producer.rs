@@ -427,8 +427,9 @@ impl<T> Producer<T> {
     /// # Cancel safety
     ///
     /// Cancel safe: dropping the future before it completes loses nothing and releases the task's
-    /// waker (the next release wakes nobody), and a later call waits afresh. This is the building block for a push that must survive cancellation (for example
-    /// inside `tokio::select!`): `producer.ready().await; producer.try_push(value)`.
+    /// waker (the next release wakes nobody), and a later call waits afresh. This is the building
+    /// block for a push that must survive cancellation (for example inside `tokio::select!`):
+    /// `producer.ready().await; producer.try_push(value)`.
     ///
     /// ```
     /// # tokio::runtime::Runtime::new().unwrap().block_on(async {

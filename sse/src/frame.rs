@@ -420,8 +420,9 @@ pub fn encode_priming(buf: &mut BytesMut, id: EventId, retry: Option<Duration>) 
     let _ = frame.encode_into(buf);
 }
 
-/// The bytes [`encode_stream_event`] appends for an id of `id_len` bytes and a payload of
-/// `data_len` bytes without a line break (each break adds `data: `, 6 bytes, at most).
+/// The bytes [`encode_stream_event`] appends for an id of `id_len` bytes and a non-empty payload
+/// of `data_len` bytes without a line break (an empty one takes a byte less, and each line break
+/// adds a `data: ` field).
 pub(crate) fn stream_event_len_hint(id_len: usize, data_len: usize) -> usize {
     // `id: <id>\n`, `data: <data>\n`, the blank line.
     4 + id_len + 1 + 6 + data_len + 1 + 1
@@ -478,7 +479,7 @@ mod tests {
     use bytes::BytesMut;
     use proptest::prelude::*;
 
-    use super::{encode_event, encode_stream_event};
+    use super::{encode_event, encode_stream_event, stream_event_len_hint};
     use crate::{Epoch, StreamId, StreamIdentity};
 
     proptest! {
@@ -501,6 +502,11 @@ mod tests {
             let mut endpoint = BytesMut::from(&b"earlier frames\n\n"[..]);
             encode_stream_event(&mut endpoint, identity.id_prefix(), seq, &data);
             prop_assert_eq!(&endpoint[16..], &public[..]);
+            // The size hint is exact for a non-empty payload without line breaks.
+            if !data.is_empty() && !data.iter().any(|&b| b == b'\n' || b == b'\r') {
+                let id_len = identity.event_id(seq).encode().as_str().len();
+                prop_assert_eq!(public.len(), stream_event_len_hint(id_len, data.len()));
+            }
         }
     }
 }

@@ -49,9 +49,6 @@ pub const DEFAULT_RETRY: Duration = Duration::from_secs(1);
 /// not yet encoded wait as reference-counted handles.
 pub const MAX_CHUNK_BYTES: usize = 64 * 1024;
 
-/// Decimal digits of the largest sequence number (`u64::MAX`).
-const MAX_SEQ_DIGITS: usize = 20;
-
 /// Settings of one resumable stream.
 ///
 /// ```
@@ -925,12 +922,12 @@ impl<B: Backend<Payload = Bytes>> Writer<B> {
 
     /// Encodes events of `batch` from `encoded` on until the chunk reaches [`MAX_CHUNK_BYTES`].
     fn encode_batch(&mut self) {
-        // One allocation for the chunk: its size from the payloads it will hold (one line each,
-        // the sequence number at its longest).
-        let id_len = self.id_prefix.as_bytes().len() + MAX_SEQ_DIGITS;
+        // One allocation for the chunk, of the size its events take (exactly, for one-line
+        // payloads: a `Bytes` made from a full allocation needs no second one for its count).
+        let prefix_len = self.id_prefix.as_bytes().len();
         let mut size = 0;
-        for (_, payload) in &self.batch[self.encoded..] {
-            size += stream_event_len_hint(id_len, payload.len());
+        for (id, payload) in &self.batch[self.encoded..] {
+            size += stream_event_len_hint(prefix_len + decimal_digits(*id), payload.len());
             if size >= MAX_CHUNK_BYTES {
                 break;
             }
@@ -957,12 +954,40 @@ impl<B: Backend<Payload = Bytes>> Writer<B> {
     }
 }
 
+/// Digits of `n` in decimal (as event ids render their sequence number).
+fn decimal_digits(n: u64) -> usize {
+    n.checked_ilog10().map_or(1, |d| d as usize + 1)
+}
+
 impl<B: Backend> Drop for Writer<B> {
     fn drop(&mut self) {
         if let Some(conn) = self.conn.take() {
             self.shared
                 .retention()
                 .disconnect(conn, Instant::now().into_std());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::decimal_digits;
+
+    #[test]
+    fn decimal_digits_counts_what_an_id_renders() {
+        for n in [
+            0,
+            1,
+            9,
+            10,
+            99,
+            100,
+            999_999,
+            1_000_000,
+            u64::MAX / 10,
+            u64::MAX,
+        ] {
+            assert_eq!(decimal_digits(n), n.to_string().len(), "{n}");
         }
     }
 }
