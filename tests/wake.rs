@@ -42,6 +42,21 @@ fn poll<F: Future + ?Sized>(future: std::pin::Pin<&mut F>, waker: &Waker) -> Pol
     future.poll(&mut Context::from_waker(waker))
 }
 
+/// Polls `wait` once (it must park), then drops it: the ring holds a clone of `waker` while it
+/// waits and releases it with the future.
+fn park_then_drop<F: Future>(wait: F, counter: &Arc<CountingWaker>, waker: &Waker) {
+    {
+        let mut wait = pin!(wait);
+        assert!(poll(wait.as_mut(), waker).is_pending(), "the wait parks");
+        assert_eq!(
+            Arc::strong_count(counter),
+            3,
+            "ours, `waker`, the ring's clone"
+        );
+    }
+    assert_eq!(Arc::strong_count(counter), 2, "the ring released the waker");
+}
+
 #[test]
 fn a_parked_reader_is_woken_once_per_wait() {
     let (mut producer, ring) = ReplayRing::<u32>::new(16, 2).unwrap();
@@ -77,20 +92,7 @@ fn a_read_future_dropped_while_pending_releases_its_waker() {
     let (mut producer, ring) = ReplayRing::<u32>::new(16, 2).unwrap();
     let mut reader = ring.reader().unwrap();
     let (counter, waker) = CountingWaker::new();
-    {
-        let mut read = pin!(reader.read());
-        assert!(poll(read.as_mut(), &waker).is_pending());
-        assert_eq!(
-            Arc::strong_count(&counter),
-            3,
-            "ours, `waker`, the ring's clone"
-        );
-    }
-    assert_eq!(
-        Arc::strong_count(&counter),
-        2,
-        "the ring released the waker"
-    );
+    park_then_drop(reader.read(), &counter, &waker);
     producer.try_push(1).unwrap();
     assert_eq!(counter.wakes(), 0, "the abandoned wait is not woken");
 
@@ -110,23 +112,7 @@ fn a_ready_future_dropped_while_pending_releases_its_waker() {
     let (mut producer, ring) = ReplayRing::<u32>::new(1, 1).unwrap();
     producer.try_push(1).unwrap();
     let (counter, waker) = CountingWaker::new();
-    {
-        let mut ready = pin!(producer.ready());
-        assert!(
-            poll(ready.as_mut(), &waker).is_pending(),
-            "the window is full"
-        );
-        assert_eq!(
-            Arc::strong_count(&counter),
-            3,
-            "ours, `waker`, the ring's clone"
-        );
-    }
-    assert_eq!(
-        Arc::strong_count(&counter),
-        2,
-        "the ring released the waker"
-    );
+    park_then_drop(producer.ready(), &counter, &waker);
     // Waiting again before there is room continues the same wait: one full window, one wait.
     assert!(poll(pin!(producer.ready()).as_mut(), &waker).is_pending());
     assert_eq!(ring.metrics().producer_waits, 1);
