@@ -634,6 +634,12 @@ impl EventIdBuf {
         self
     }
 
+    /// The length of [`with_seq(seq)`](Self::with_seq)'s id, without rendering it.
+    pub(crate) fn len_with_seq(&self, seq: u64) -> usize {
+        let digits = seq.checked_ilog10().map_or(1, |d| d as usize + 1);
+        self.len as usize + digits
+    }
+
     /// The encoded id.
     ///
     /// ```
@@ -842,5 +848,34 @@ impl StreamIdentity {
     /// ```
     pub fn parse_last_event_id(&self, value: &[u8]) -> Result<u64, LastEventIdError> {
         self.check(&EventId::parse_bytes(value)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Epoch, StreamId, StreamIdentity};
+
+    #[test]
+    fn len_with_seq_is_the_length_with_seq_renders() {
+        let prefix =
+            StreamIdentity::new(StreamId::new("events").unwrap(), Epoch::new(0xabc)).id_prefix();
+        for seq in [
+            0,
+            1,
+            9,
+            10,
+            99,
+            100,
+            999_999,
+            1_000_000,
+            u64::MAX / 10,
+            u64::MAX,
+        ] {
+            assert_eq!(
+                prefix.len_with_seq(seq),
+                prefix.with_seq(seq).as_bytes().len(),
+                "{seq}"
+            );
+        }
     }
 }

@@ -924,10 +924,9 @@ impl<B: Backend<Payload = Bytes>> Writer<B> {
     fn encode_batch(&mut self) {
         // One allocation for the chunk, of the size its events take (exactly, for one-line
         // payloads: a `Bytes` made from a full allocation needs no second one for its count).
-        let prefix_len = self.id_prefix.as_bytes().len();
         let mut size = 0;
         for (id, payload) in &self.batch[self.encoded..] {
-            size += stream_event_len_hint(prefix_len + decimal_digits(*id), payload.len());
+            size += stream_event_len_hint(self.id_prefix.len_with_seq(*id), payload.len());
             if size >= MAX_CHUNK_BYTES {
                 break;
             }
@@ -954,40 +953,12 @@ impl<B: Backend<Payload = Bytes>> Writer<B> {
     }
 }
 
-/// Digits of `n` in decimal (as event ids render their sequence number).
-fn decimal_digits(n: u64) -> usize {
-    n.checked_ilog10().map_or(1, |d| d as usize + 1)
-}
-
 impl<B: Backend> Drop for Writer<B> {
     fn drop(&mut self) {
         if let Some(conn) = self.conn.take() {
             self.shared
                 .retention()
                 .disconnect(conn, Instant::now().into_std());
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::decimal_digits;
-
-    #[test]
-    fn decimal_digits_counts_what_an_id_renders() {
-        for n in [
-            0,
-            1,
-            9,
-            10,
-            99,
-            100,
-            999_999,
-            1_000_000,
-            u64::MAX / 10,
-            u64::MAX,
-        ] {
-            assert_eq!(decimal_digits(n), n.to_string().len(), "{n}");
         }
     }
 }
