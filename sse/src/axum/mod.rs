@@ -49,18 +49,21 @@
 //! code is driven over real HTTP by the crate's tests):
 #![doc = concat!("```\n", include_str!("snippet.rs"), "```")]
 
+mod config;
 mod endpoint;
 mod frames;
 #[cfg(feature = "metrics")]
 mod metrics;
 mod producer;
 mod serve;
+mod shared;
 mod side_wake;
 mod watchdog;
+mod writer;
 
-pub use endpoint::{
-    backend_events, events, EndpointStats, SseConfig, SseStream, DEFAULT_KEEP_ALIVE, DEFAULT_RETRY,
-    MAX_CHUNK_BYTES,
-};
+pub use config::{SseConfig, DEFAULT_KEEP_ALIVE, DEFAULT_RETRY};
+pub use endpoint::{backend_events, events, SseStream};
 pub use producer::SseProducer;
 pub use serve::{serve, serve_with_shutdown, ServeConfig};
+pub use shared::EndpointStats;
+pub use writer::MAX_CHUNK_BYTES;

@@ -9,7 +9,8 @@ use std::time::Instant;
 use bytes::Bytes;
 use replay_ring::{CloseReason, ReplayRing};
 
-use super::endpoint::{add, SseStream};
+use super::endpoint::SseStream;
+use super::shared::add;
 use crate::backend::{Backend, ReleaseError};
 use crate::{PublishError, Publisher, RetentionPolicy};
 

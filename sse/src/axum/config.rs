@@ -1,0 +1,69 @@
+//! The settings of one resumable stream, and their defaults.
+
+use std::time::Duration;
+
+use crate::{RetentionConfig, SlowConsumerPolicy};
+
+/// Default [`SseConfig::keep_alive`]: 15 s, as in the MCP SDKs.
+///
+/// ```
+/// use replay_ring_sse::axum::{SseConfig, DEFAULT_KEEP_ALIVE};
+/// assert_eq!(SseConfig::default().keep_alive, DEFAULT_KEEP_ALIVE);
+/// ```
+pub const DEFAULT_KEEP_ALIVE: Duration = Duration::from_secs(15);
+
+/// Default [`SseConfig::retry`]: 1 s.
+///
+/// ```
+/// use replay_ring_sse::axum::{SseConfig, DEFAULT_RETRY};
+/// assert_eq!(SseConfig::default().retry, Some(DEFAULT_RETRY));
+/// ```
+pub const DEFAULT_RETRY: Duration = Duration::from_secs(1);
+
+/// Settings of one resumable stream.
+///
+/// ```
+/// use replay_ring_sse::axum::SseConfig;
+/// let c = SseConfig { capacity: 4096, ..SseConfig::default() };
+/// assert_eq!(c.max_connections, 64);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SseConfig {
+    /// Events the window holds (rounded up to a power of two). Size it for
+    /// `event rate × resumption window`, or the producer waits for events to age out. Used by
+    /// [`SseStream::new`](super::SseStream::new); a backend passed to [`SseStream::with_backend`](super::SseStream::with_backend) has its own capacity.
+    pub capacity: usize,
+    /// Simultaneous event-stream responses (ring readers); one more is refused with 503. Used by
+    /// [`SseStream::new`](super::SseStream::new); with [`SseStream::with_backend`](super::SseStream::with_backend) the backend's
+    /// [`max_readers`](crate::backend::Backend::max_readers) is the limit.
+    pub max_connections: usize,
+    /// When events leave the window, and how long the producer may wait for space.
+    pub retention: RetentionConfig,
+    /// When one connection may no longer hold the stream back.
+    pub slow_consumer: SlowConsumerPolicy,
+    /// Idle time after which a `: keep-alive` comment is written.
+    pub keep_alive: Duration,
+    /// Reconnection delay announced in the priming event (`None`: leave the client's default).
+    pub retry: Option<Duration>,
+    /// Whether a resume with `Last-Event-ID = x` releases `..= x` at once (capped at the slowest
+    /// live connection). Off by default: on a stream that several clients follow, one client's
+    /// cursor says nothing about another, disconnected client that may still resume from an older
+    /// id within the resumption window, so only the window (and the slowest live connection)
+    /// releases. Turn it on only when each stream has exactly one client (one stream per request
+    /// or per user), where a resume really is that client's acknowledgement.
+    pub acknowledge_on_resume: bool,
+}
+
+impl Default for SseConfig {
+    fn default() -> Self {
+        SseConfig {
+            capacity: 1024,
+            max_connections: 64,
+            retention: RetentionConfig::default(),
+            slow_consumer: SlowConsumerPolicy::default(),
+            keep_alive: DEFAULT_KEEP_ALIVE,
+            retry: Some(DEFAULT_RETRY),
+            acknowledge_on_resume: false,
+        }
+    }
+}

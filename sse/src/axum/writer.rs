@@ -1,0 +1,241 @@
+//! One event-stream response body: the per-connection writer that turns batches read from the
+//! backend into response chunks.
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use tokio::time::{sleep_until, Instant, Sleep};
+
+use super::frames::{encode_cut, encode_terminal};
+use super::shared::{add, Shared};
+use super::side_wake::{First, SideWake, Supervised};
+use crate::backend::{Backend, Tail, TailError};
+use crate::frame::{encode_stream_event, stream_event_len_hint};
+use crate::{encode_keep_alive, ConnectionId, EventIdBuf};
+
+/// Encoded bytes one response chunk stops growing at (it always holds at least one event). A
+/// client that comes back after a long absence is sent its catch-up in chunks of about this size, so
+/// what a connection holds encoded at a time stays bounded however large the window is; the events
+/// not yet encoded wait as reference-counted handles.
+pub const MAX_CHUNK_BYTES: usize = 64 * 1024;
+
+/// One event-stream response body: reads whole batches from the backend as the HTTP stack asks
+/// for chunks, so it drains at socket speed and holds no pin while the socket is slow.
+pub(crate) struct Writer<B: Backend> {
+    shared: Arc<Shared<B>>,
+    tail: B::Tail,
+    /// Reused batch: once it has grown to the largest batch, reading does not allocate.
+    batch: Vec<(u64, Bytes)>,
+    /// How many events of `batch` are already encoded: a batch larger than one chunk
+    /// ([`MAX_CHUNK_BYTES`]) is sent over several.
+    encoded: usize,
+    conn: Option<ConnectionId>,
+    /// The chunk being encoded, allocated per chunk (see [`take_chunk`](Self::take_chunk)).
+    buf: BytesMut,
+    /// The chunk handed to the HTTP stack and not yet taken: `Some(last id in it)` (0 for a chunk
+    /// without events). The stack asking for the next chunk means it took this one.
+    handed: Option<u64>,
+    first: Option<Bytes>,
+    finished: bool,
+    /// The keep-alive timer, armed for `last_handed + keep_alive` at most once per interval: a
+    /// timer set and cancelled per chunk would cost two timer-wheel updates per event and
+    /// connection. Created at the first wait (a timer needs the runtime the body is polled on).
+    keep_alive: Option<Pin<Box<Sleep>>>,
+    /// The keep-alive timer's own waker: the timer is polled when it fired, not on every wake-up.
+    timer_wake: SideWake,
+    /// When the last chunk was handed to the HTTP stack.
+    last_handed: Instant,
+    /// The stream's ids up to the sequence number, rendered once.
+    id_prefix: EventIdBuf,
+}
+
+impl<B: Backend<Payload = Bytes>> Writer<B> {
+    /// The writer of a connection that `conn` registered with the retention state, reading from
+    /// `tail`; `first` (the priming event) is its first chunk.
+    pub(crate) fn new(
+        shared: Arc<Shared<B>>,
+        tail: B::Tail,
+        conn: ConnectionId,
+        first: Bytes,
+    ) -> Self {
+        let id_prefix = shared.identity.id_prefix();
+        Writer {
+            shared,
+            tail,
+            batch: Vec::new(),
+            encoded: 0,
+            conn: Some(conn),
+            buf: BytesMut::new(),
+            handed: None,
+            first: Some(first),
+            finished: false,
+            keep_alive: None,
+            timer_wake: SideWake::new(),
+            last_handed: Instant::now(),
+            id_prefix,
+        }
+    }
+
+    /// The next chunk of the response body; `None` ends it.
+    pub(crate) async fn next_chunk(&mut self) -> Option<Bytes> {
+        if self.finished {
+            return None;
+        }
+        // Borrowed, not cloned: every connection's writer runs this per chunk, and cloning the
+        // `Arc` would bounce its count between the worker threads twice per chunk.
+        let shared = &*self.shared;
+        let conn = self.conn.as_ref()?;
+        let now = Instant::now().into_std();
+        let window = shared.policy_window().await;
+        // One look at the retention state per chunk (every connection of the stream takes this
+        // lock): record the chunk written, apply the slow-consumer policy and plan what expired
+        // (as `release_due`), and read this connection's verdict after that.
+        let (target, cut, publisher_waits) = {
+            let mut retention = shared.retention();
+            if let Some(through) = self.handed.take() {
+                retention.on_written(conn, through, now);
+            }
+            // No window: the backend cannot answer now; the checkpoints stay for the next look.
+            let target = window.and_then(|window| retention.release_target(window, now));
+            let publisher_waits = shared.take_publisher_waiting(&retention);
+            (target, retention.cut_verdict(conn), publisher_waits)
+        };
+        if publisher_waits {
+            // Before any await: this writer took the request, so a writer dropped during the
+            // release below must not swallow it. A permit is stored if the publisher is not
+            // waiting yet, so the wake-up is never lost (at worst it costs the publisher one
+            // extra look at the retention state).
+            shared.progress.notify_one();
+        }
+        // A release wakes a producer waiting for room.
+        if let Some(window) = window {
+            shared.release_planned(window, target).await;
+        }
+        if let Some(verdict) = cut {
+            // Cut by the slow-consumer policy: say so where the socket still takes a frame, and
+            // end. The client resumes with its Last-Event-ID like after any disconnect.
+            self.finished = true;
+            add(&shared.counters.slow_consumer_frames, 1);
+            encode_cut(&mut self.buf, &verdict);
+            return Some(self.take_chunk());
+        }
+        let chunk = match self.first.take() {
+            Some(first) => {
+                self.handed = Some(0);
+                first
+            }
+            None => self.read_chunk().await,
+        };
+        self.last_handed = Instant::now();
+        if let (false, Some(conn)) = (self.finished, &self.conn) {
+            self.shared
+                .retention()
+                .on_write_pending(conn, self.last_handed.into_std());
+        }
+        Some(chunk)
+    }
+
+    /// Encodes the rest of the current batch, or waits for events (or the keep-alive interval)
+    /// and encodes them.
+    async fn read_chunk(&mut self) -> Bytes {
+        if self.encoded < self.batch.len() {
+            self.encode_batch();
+            return self.take_chunk();
+        }
+        let due = self.last_handed + self.shared.config.keep_alive;
+        let timer = self.keep_alive.get_or_insert_with(|| {
+            self.timer_wake.arm();
+            Box::pin(sleep_until(due))
+        });
+        loop {
+            // The timer is polled only when it fired, not on every event's wake-up. Cancel safe
+            // (the `Tail` contract): losing to the keep-alive timer takes no event.
+            let first = {
+                let read = std::pin::pin!(self.tail.next_batch(&mut self.batch));
+                Supervised::new(&mut self.timer_wake, read, timer.as_mut()).await
+            };
+            match first {
+                First::Main(Ok(_)) => {
+                    self.encoded = 0;
+                    self.encode_batch();
+                }
+                First::Main(Err(err)) => {
+                    self.finished = true;
+                    if matches!(err, TailError::Unavailable(_)) {
+                        add(&self.shared.counters.backend_unavailable_frames, 1);
+                    }
+                    encode_terminal(&mut self.buf, &err);
+                }
+                First::Side(()) => {
+                    if Instant::now() < due {
+                        // Set for an earlier chunk's deadline: move it to this one's and wait on.
+                        timer.as_mut().reset(due);
+                        self.timer_wake.arm();
+                        continue;
+                    }
+                    add(&self.shared.counters.keep_alives, 1);
+                    encode_keep_alive(&mut self.buf);
+                    self.handed = Some(0);
+                    // The timer has fired and fires no more: the next wait polls it first, which
+                    // moves it to that wait's deadline (the branch above).
+                    self.timer_wake.arm();
+                }
+            }
+            break;
+        }
+        self.take_chunk()
+    }
+
+    /// The encoded chunk, handed over whole: each chunk is its own allocation. One buffer per
+    /// connection that chunks are split off would write every event to bytes of that connection's
+    /// buffer not touched since its previous events, which with thousands of connections are out
+    /// of the cache (and, the first time, a page fault). A fresh allocation of the size the chunk
+    /// needs is memory the worker's allocator just got back from an earlier chunk, hot in its
+    /// cache; and a connection between chunks holds no buffer at all.
+    fn take_chunk(&mut self) -> Bytes {
+        std::mem::take(&mut self.buf).freeze()
+    }
+
+    /// Encodes events of `batch` from `encoded` on until the chunk reaches [`MAX_CHUNK_BYTES`].
+    fn encode_batch(&mut self) {
+        // One allocation for the chunk, of the size its events take (exactly, for one-line
+        // payloads: a `Bytes` made from a full allocation needs no second one for its count).
+        let mut size = 0;
+        for (id, payload) in &self.batch[self.encoded..] {
+            size += stream_event_len_hint(self.id_prefix.len_with_seq(*id), payload.len());
+            if size >= MAX_CHUNK_BYTES {
+                break;
+            }
+        }
+        self.buf.reserve(size);
+        let mut last = 0;
+        let mut n = 0;
+        for (id, payload) in &self.batch[self.encoded..] {
+            encode_stream_event(&mut self.buf, self.id_prefix, *id, payload);
+            last = *id;
+            n += 1;
+            if self.buf.len() >= MAX_CHUNK_BYTES {
+                break;
+            }
+        }
+        self.encoded += n;
+        if self.encoded == self.batch.len() {
+            // Drops the payload handles now; `clear` keeps the capacity for the next read.
+            self.batch.clear();
+            self.encoded = 0;
+        }
+        add(&self.shared.counters.frames_written, n as u64);
+        self.handed = Some(last);
+    }
+}
+
+impl<B: Backend> Drop for Writer<B> {
+    fn drop(&mut self) {
+        if let Some(conn) = self.conn.take() {
+            self.shared
+                .retention()
+                .disconnect(conn, Instant::now().into_std());
+        }
+    }
+}
