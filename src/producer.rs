@@ -347,9 +347,18 @@ impl<T> Producer<T> {
         let floor_ordering = ord("floor_acquire_relaxed", Acquire, Relaxed);
         let floor = if crate::sync::mutant("floor_after_fence") {
             seq_cst_fence("no_pin_scan_fence");
-            shared.floor.load(floor_ordering)
+            let floor = shared.floor.load(floor_ordering);
+            if floor_bars(shared, floor, id) {
+                return false;
+            }
+            floor
         } else {
             let floor = shared.floor.load(floor_ordering);
+            // The floor alone rules `id` out: no fence and no pin scan (whose lines draining
+            // readers write per batch) for a producer that retries while the window is full.
+            if floor_bars(shared, floor, id) {
+                return false;
+            }
             // SeqCst fence: pairs with the fence in `reader::pin_and_check` between the pin store
             // and the floor load. Either we see that reader's pin, or it sees a floor at least
             // this one.
@@ -604,6 +613,12 @@ impl<T> Producer<T> {
         self.stop_waiting();
         ready.is_some()
     }
+}
+
+/// Whether `floor` alone leaves no room for `id`: the window ends at the lowest of the floor and
+/// the reader pins, plus the capacity, so `id >= floor + capacity` is full whatever the pins say.
+fn floor_bars<T>(shared: &Shared<T>, floor: u64, id: u64) -> bool {
+    id >= floor.saturating_add(shared.capacity())
 }
 
 /// The first id `>= from` (and `<= limit`) whose slot segment is not allocated yet, or `limit`.

@@ -227,6 +227,34 @@ fn values_left_in_a_partially_filled_ring_are_dropped_with_it() {
 }
 
 #[test]
+fn a_full_window_refuses_until_released_and_refusals_consume_no_id() {
+    let (mut producer, ring) = ReplayRing::<u32>::new(4, 1).unwrap();
+    for v in 1..=4 {
+        assert_eq!(producer.try_push(v), Ok(u64::from(v)));
+    }
+    // The floor alone rules these out (no reader pins anything).
+    for _ in 0..3 {
+        assert_eq!(producer.try_push(99).unwrap_err().into_inner(), 99);
+    }
+    assert_eq!(producer.next_id(), 5);
+    ring.release_through(2).unwrap();
+    // Exactly the two released slots come back, with the next ids.
+    assert_eq!(producer.try_push(5), Ok(5));
+    assert_eq!(producer.try_push(6), Ok(6));
+    assert!(producer.try_push(7).unwrap_err().is_full());
+    assert_eq!(ring.metrics().producer_full, 4);
+    let mut reader = ring.resume(Some(2)).unwrap();
+    let ids: Vec<u64> = reader
+        .try_read()
+        .unwrap()
+        .unwrap()
+        .iter()
+        .map(|(id, _)| id)
+        .collect();
+    assert_eq!(ids, [3, 4, 5, 6]);
+}
+
+#[test]
 fn a_lent_batch_backpressures_the_producer_even_after_release() {
     let (mut producer, ring) = ReplayRing::<u32>::new(2, 1).unwrap();
     let mut reader = ring.reader().unwrap();
