@@ -157,6 +157,12 @@ impl<T> Producer<T> {
     /// [`PushError::IdsExhausted`] after id `u64::MAX - 1`. Either way `value` comes back and no id
     /// is consumed.
     ///
+    /// # Panics
+    ///
+    /// Only if a parked reader's waker panics when woken (a waker is the reader's executor's code):
+    /// the event is published first, every other parked reader is still woken, and then the panic
+    /// continues from this call. The same holds for every push and for closing.
+    ///
     /// ```
     /// let (mut producer, _ring) = replay_ring::ReplayRing::<u8>::new(2, 1).unwrap();
     /// assert_eq!(producer.try_push(b'a'), Ok(1));

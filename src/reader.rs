@@ -22,8 +22,9 @@ use crate::table::{ReaderEntry, UNPINNED};
 mod drain;
 
 /// Pins `next` in entry `index`, then checks it is still retained. On `Err(floor)` the entry is
-/// unpinned again. A fixed number of steps: (after a park) the two active-bit RMWs, one store, one
-/// fence, one load — no retry loop.
+/// unpinned again. A fixed number of steps, no retry loop: (after a park) the two active-bit RMWs,
+/// one store, one fence, one load of the active bit, (if the producer deactivated the entry) the
+/// two RMWs and a second fence, and one load of the floor.
 pub(crate) fn pin_and_check<T>(
     shared: &Shared<T>,
     index: usize,
@@ -44,6 +45,18 @@ pub(crate) fn pin_and_check<T>(
     // pin scan). Either the producer sees this pin, or the floor load below sees every release the
     // producer based its reuse on.
     seq_cst_fence("no_pin_fence");
+    // The producer's scan clears the active bit of an entry it finds unpinned (`table.rs`), so ours
+    // may be gone since we set it. That clear and this check pair through the fence above and the
+    // one between the producer's clear and its re-load of the pins: either the producer saw our
+    // pin and set the bit again, or we see the bit cleared here and set it again ourselves, then
+    // fence again so that the argument above holds for the set bit.
+    let recheck =
+        !crate::sync::mutant("skip_active_recheck") && !crate::sync::mutant("skip_activate");
+    if recheck && !shared.readers.is_active(index) {
+        shared.readers.activate(index);
+        *active = true;
+        seq_cst_fence("no_reactivate_fence");
+    }
     // Acquire: pairs with the Release half of `release_through`'s `fetch_max` (only the value
     // matters; the fence above does the ordering work).
     let floor = shared.floor.load(Acquire);

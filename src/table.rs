@@ -13,15 +13,17 @@
 //! - Per segment, bit `i` of `active` is set while entry `i` *may* be pinned, and bit `w` of
 //!   `summary` is set while `active` word `w` may be non-zero. A reader sets both (leaf first) before
 //!   its first pin after a park, and clears its leaf bit when it parks or leaves. The producer's pin
-//!   scan visits only set summary bits, then set leaf bits: its cost follows the readers that are
-//!   reading, not the readers that are registered.
+//!   scan visits only set summary bits, then set leaf bits, and clears the leaf bit of every entry
+//!   it finds unpinned (a reader that pins again finds its bit cleared after its pin fence and sets
+//!   it again): its cost follows the readers that are reading now, not the readers that are
+//!   registered or that read once and stopped.
 
 use std::ptr::{self, NonNull};
 
 use crossbeam_utils::CachePadded;
 
 use crate::sync::{
-    AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, AtomicWaker,
+    seq_cst_fence, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, AtomicWaker,
     Ordering::{Acquire, Relaxed, Release},
 };
 
@@ -134,24 +136,55 @@ impl Segment {
         }
     }
 
-    /// Visits the pin of every entry whose active bit is set in leaf word `word`, returning
-    /// whether the word was non-zero.
+    /// Visits the pin of every entry whose active bit is set in leaf word `word`, and deactivates
+    /// the entries it finds unpinned, so that a reader that read once and then stopped reading
+    /// (without waiting, which would deactivate it itself) is not visited again until it pins
+    /// again. Returns whether the word may still be non-zero.
     fn scan_word(&self, word: usize, limit: &mut u64) -> bool {
         // Acquire: pairs with the Release RMWs in `activate` / `deactivate`.
         let active =
             self.active[word].load(crate::sync::ord("active_scan_relaxed", Acquire, Relaxed));
+        let mut idle = 0;
         for b in bits(active) {
-            let entry = &self.entries[word * WORD_BITS + b];
-            // Acquire: pairs with the Release pin and unpin stores in `reader.rs`, so the reader's
-            // earlier slot reads happen-before we overwrite them.
-            let pin = entry
-                .pin
-                .load(crate::sync::ord("pin_scan_relaxed", Acquire, Relaxed));
-            if pin != UNPINNED && pin < *limit {
+            let pin = self.pin_of(word, b);
+            if pin == UNPINNED {
+                idle |= 1 << b;
+            } else if pin < *limit {
                 *limit = pin;
             }
         }
-        active != 0
+        if idle == 0 {
+            return active != 0;
+        }
+        // Relaxed: ordered by the fence below. Returns the word as it is now, other readers'
+        // concurrent activations included.
+        let left = self.active[word].fetch_and(!idle, Relaxed) & !idle;
+        // SeqCst fence: pairs with the fence in `reader::pin_and_check` between the pin store and
+        // the active-bit check. Either the re-load below sees that reader's pin (and the bit goes
+        // back), or the reader sees its bit cleared and sets it again before it loads the floor.
+        seq_cst_fence("no_deactivate_fence");
+        let mut back = 0;
+        for b in bits(idle) {
+            let pin = self.pin_of(word, b);
+            if pin != UNPINNED {
+                back |= 1 << b;
+                *limit = (*limit).min(pin);
+            }
+        }
+        if back != 0 && !crate::sync::mutant("deactivated_not_restored") {
+            // Relaxed: only this producer scans; its next scan, on this thread, sees it.
+            self.active[word].fetch_or(back, Relaxed);
+        }
+        left | back != 0
+    }
+
+    /// The pin of entry `b` of leaf word `word`.
+    fn pin_of(&self, word: usize, b: usize) -> u64 {
+        // Acquire: pairs with the Release pin and unpin stores in `reader.rs`, so the reader's
+        // earlier slot reads happen-before we overwrite them.
+        self.entries[word * WORD_BITS + b]
+            .pin
+            .load(crate::sync::ord("pin_scan_relaxed", Acquire, Relaxed))
     }
 }
 
@@ -342,6 +375,13 @@ impl ReaderTable {
         }
     }
 
+    /// Whether entry `index`'s active bit is set. The reader's check after its pin fence.
+    pub(crate) fn is_active(&self, index: usize) -> bool {
+        let (segment, offset) = self.segment_of(index);
+        // Relaxed: ordered by the caller's fence (see `reader::pin_and_check`).
+        segment.active[offset / WORD_BITS].load(Relaxed) & (1 << (offset % WORD_BITS)) != 0
+    }
+
     /// Clears entry `index`'s active bit. Its pin must be `UNPINNED` already.
     pub(crate) fn deactivate(&self, index: usize) {
         let (segment, offset) = self.segment_of(index);
@@ -466,5 +506,40 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A scan deactivates every entry it finds unpinned, so the next scan visits only the pinned
+    /// ones: readers that read once and stopped cost the producer nothing after one scan.
+    #[test]
+    fn a_scan_deactivates_unpinned_entries_and_keeps_pinned_ones() {
+        let readers = 5_000;
+        let table = ReaderTable::new(readers);
+        let indices: Vec<usize> = (0..readers).map(|_| table.claim().unwrap()).collect();
+        for &i in &indices {
+            table.activate(i);
+        }
+        let (pinned_a, pinned_b) = (indices[7], indices[4_321]);
+        table.entry(pinned_a).pin.store(40, Relaxed);
+        table.entry(pinned_b).pin.store(30, Relaxed);
+
+        assert_eq!(table.min_pin(100), 30);
+        let active: Vec<usize> = indices
+            .iter()
+            .copied()
+            .filter(|&i| table.is_active(i))
+            .collect();
+        assert_eq!(active, [pinned_a, pinned_b]);
+        // Only the pinned entries are left to visit, and they still bound the limit.
+        assert_eq!(table.min_pin(100), 30);
+
+        // An unpinned entry leaves at the next scan; one that pins again after setting its bit
+        // (as `reader::pin_and_check` does when it finds the bit cleared) is visited again.
+        table.entry(pinned_b).pin.store(UNPINNED, Relaxed);
+        assert_eq!(table.min_pin(100), 40);
+        assert!(!table.is_active(pinned_b));
+        table.activate(indices[99]);
+        table.entry(indices[99]).pin.store(20, Relaxed);
+        assert_eq!(table.min_pin(100), 20);
+        assert!(table.is_active(indices[99]) && table.is_active(pinned_a));
     }
 }

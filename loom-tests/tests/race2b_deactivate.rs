@@ -1,0 +1,93 @@
+//! Race 2b: the producer's pin scan deactivates a reader it finds unpinned (so that readers that
+//! read once and stopped cost a push nothing), while that reader pins again.
+//!
+//! The reader's entry is active and unpinned when the threads start: it read once and has not
+//! waited since. Producer: push the next id (its pin scan may clear the reader's active bit), then
+//! release the reader's next id and push again, into that id's slot. Reader (main): read once.
+//! Whatever the order, a reader that lends its next id must keep it from the second push: its pin
+//! must be visited by the second scan, so the reader sets its bit again when it finds it cleared
+//! after its pin fence, and a producer that finds the pin when it re-loads it after clearing the
+//! bit puts the bit back.
+#![cfg(replay_ring_loom)]
+
+use loom::thread;
+use replay_ring::{ReadError, Reader};
+use replay_ring_loom_tests::{
+    check_batch, check_cursors, drop_and_check_ledger, maker, model, ring_with, Bound, Ev, Ledger,
+};
+
+/// Capacity 1. The reader's next id (2) is pushed by the producer thread, so the scan that clears
+/// the reader's bit happens-before the reader's pin: the reader must not trust its own record that
+/// it is active.
+#[test]
+fn scan_deactivates_before_the_reader_pins_again() {
+    model(
+        "scan_deactivates_before_the_reader_pins_again",
+        Bound::Exhaustive,
+        || deactivate_then_pin(1),
+    );
+}
+
+/// Capacity 2. The reader's next id (2) is already published, so the reader may pin while the
+/// producer's first scan clears its bit and re-loads its pin: either the producer sees the pin and
+/// puts the bit back, or the reader sees the cleared bit and sets it again.
+#[test]
+fn scan_deactivates_while_the_reader_pins() {
+    model(
+        "scan_deactivates_while_the_reader_pins",
+        Bound::Exhaustive,
+        || deactivate_then_pin(2),
+    );
+}
+
+/// Id 1 pushed, read by the one reader and released (floor 2); with capacity 2, id 2 pushed too.
+/// The producer then pushes the next id, releases id 2 and pushes into id 2's slot.
+fn deactivate_then_pin(capacity: usize) {
+    {
+        let ledger = Ledger::new(4);
+        let prepushed = capacity as u64;
+        let (mut producer, ring) = ring_with(&ledger, capacity, 1, 1);
+        let mut reader = ring.resume(Some(0)).unwrap();
+        read_id_1(&mut reader);
+        assert_eq!(ring.release_through(1), Ok(2));
+        for id in 2..=prepushed {
+            assert_eq!(producer.try_push_with(maker(&ledger)).ok(), Some(id));
+        }
+
+        let producer_thread = {
+            let ledger = ledger.clone();
+            let ring = ring.clone();
+            thread::spawn(move || {
+                // Room: the floor is 2, and the reader pins nothing below 2.
+                let next = prepushed + 1;
+                assert_eq!(producer.try_push_with(maker(&ledger)).ok(), Some(next));
+                // The release may overtake the reader; a pin it validated keeps id 2's slot.
+                assert_eq!(ring.release_through(2), Ok(3));
+                // Into id 2's slot: refused while the reader pins id 2.
+                let _ = producer.try_push_with(maker(&ledger));
+                check_cursors(&ring);
+                producer
+            })
+        };
+        match reader.try_read() {
+            Ok(Some(batch)) => {
+                check_batch(&batch, 2);
+            }
+            // Id 2 not published yet, or released before the pin was validated.
+            Ok(None) | Err(ReadError::Gap { .. }) => {}
+            Err(e) => panic!("read mismatch: unexpected {e:?}"),
+        }
+        check_cursors(&ring);
+
+        let producer = producer_thread.join().unwrap();
+        let head = ring.head();
+        drop(reader);
+        drop_and_check_ledger(&ledger, head, Some(producer), ring);
+    }
+}
+
+/// Reads the reader's first batch, which must be exactly id 1, and drops it (unpinning).
+fn read_id_1(reader: &mut Reader<Ev>) {
+    let batch = reader.try_read().unwrap().expect("id 1 is pinned");
+    assert_eq!(check_batch(&batch, 1), 1, "read mismatch: id 1 alone");
+}
