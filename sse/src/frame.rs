@@ -423,6 +423,8 @@ pub fn encode_priming(buf: &mut BytesMut, id: EventId, retry: Option<Duration>) 
 /// The bytes [`encode_stream_event`] appends for an id of `id_len` bytes and a non-empty payload
 /// of `data_len` bytes without a line break (an empty one takes a byte less, and each line break
 /// adds a `data: ` field).
+// The axum endpoint's encoder: unused without that feature.
+#[cfg_attr(not(feature = "axum"), allow(dead_code))]
 pub(crate) fn stream_event_len_hint(id_len: usize, data_len: usize) -> usize {
     // `id: <id>\n`, `data: <data>\n`, the blank line.
     4 + id_len + 1 + 6 + data_len + 1 + 1
@@ -431,6 +433,8 @@ pub(crate) fn stream_event_len_hint(id_len: usize, data_len: usize) -> usize {
 /// Appends the frame of event `seq` of the stream whose ids start with `id_prefix`
 /// ([`StreamIdentity::id_prefix`](crate::StreamIdentity)): the same bytes as [`encode_event`] with
 /// that stream's id and no event name, without rendering the stream and epoch again.
+// The axum endpoint's encoder: unused without that feature.
+#[cfg_attr(not(feature = "axum"), allow(dead_code))]
 pub(crate) fn encode_stream_event(
     buf: &mut BytesMut,
     id_prefix: EventIdBuf,
