@@ -9,6 +9,12 @@
 //! does (their wait was woken, or dropped): every segment of the table is allocated and every entry
 //! claimed, but only the measured reader waits. The push cost should not depend on them either.
 //!
+//! `replay-ring-stalled`: the window is full and each timed push follows the release of one event,
+//! so every push recomputes the window limit and scans the reader pins. `table - 1` registered
+//! readers each read an event and then stopped without waiting, the way a connection blocked on
+//! a slow socket does (with a table of 1: no such readers, the baseline). Their entries were
+//! active after their read; the push cost should not depend on them.
+//!
 //! `u64` payload, default (symmetric) wake-up fences. A table size the ring refuses to build is
 //! skipped and noted in `<results>/table-size-notes.jsonl`.
 
@@ -87,6 +93,40 @@ fn parked_pushes(table: usize, fill: bool, iters: u64) -> Result<Duration, Build
     Ok(elapsed)
 }
 
+/// Times `iters` pushes into a full window, each after releasing the oldest event, with `table - 1`
+/// readers that read once and stopped (see the module docs).
+fn stalled_pushes(table: usize, iters: u64) -> Duration {
+    let (mut producer, ring) = ReplayRing::<u64>::builder()
+        .capacity(CAPACITY)
+        .max_readers(table)
+        .build()
+        .unwrap();
+    let head = producer.try_push(0).unwrap();
+    let stalled: Vec<_> = (1..table)
+        .map(|_| {
+            let mut r = ring.resume(Some(head - 1)).unwrap();
+            assert_eq!(r.try_read().unwrap().unwrap().last_id(), head);
+            r
+        })
+        .collect();
+    while producer.try_push(0).is_ok() {}
+    // One release and push before the clock starts: its pin scan is the first since the readers
+    // stopped (a one-time cost after they all read, about 0.5 ms at 65,536).
+    let mut floor = ring.floor();
+    ring.release_through(floor).unwrap();
+    floor += 1;
+    assert!(producer.try_push(0).is_ok());
+    let t0 = Instant::now();
+    for _ in 0..iters {
+        ring.release_through(floor).unwrap();
+        floor += 1;
+        assert!(producer.try_push(0).is_ok());
+    }
+    let elapsed = t0.elapsed();
+    drop(stalled);
+    elapsed
+}
+
 /// Pushes at least [`MIN_PUSHES`] per ring (criterion asks for few iterations when building the
 /// ring takes long, as with 65,536 readers, and the clock's own cost would dominate), and scales
 /// the time to `iters` pushes.
@@ -122,6 +162,12 @@ fn table_size(c: &mut Criterion) {
                 b.iter_custom(|iters| per_push(table, true, iters))
             });
         }
+        g.bench_function(BenchmarkId::new("replay-ring-stalled", table), |b| {
+            b.iter_custom(|iters| {
+                let pushes = iters.max(MIN_PUSHES);
+                stalled_pushes(table, pushes).mul_f64(iters as f64 / pushes as f64)
+            })
+        });
     }
     g.finish();
 }
