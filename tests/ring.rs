@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use replay_ring::{
-    BuildError, CloseReason, PushError, ReadError, ReleaseError, ReplayRing, ResumeError,
+    BuildError, CloseReason, PushError, ReadError, Reader, ReleaseError, ReplayRing, ResumeError,
     MAX_CAPACITY, MAX_READERS,
 };
 
@@ -25,6 +25,12 @@ impl Drop for Counted {
     fn drop(&mut self) {
         self.drops.fetch_add(1, SeqCst);
     }
+}
+
+/// The ids of the batch `reader` lends now (which must not be empty).
+fn next_batch_ids<T: Sync>(reader: &mut Reader<T>) -> Vec<u64> {
+    let batch = reader.try_read().unwrap().expect("events are available");
+    batch.iter().map(|(id, _)| id).collect()
 }
 
 #[test]
@@ -244,14 +250,7 @@ fn a_full_window_refuses_until_released_and_refusals_consume_no_id() {
     assert!(producer.try_push(7).unwrap_err().is_full());
     assert_eq!(ring.metrics().producer_full, 4);
     let mut reader = ring.resume(Some(2)).unwrap();
-    let ids: Vec<u64> = reader
-        .try_read()
-        .unwrap()
-        .unwrap()
-        .iter()
-        .map(|(id, _)| id)
-        .collect();
-    assert_eq!(ids, [3, 4, 5, 6]);
+    assert_eq!(next_batch_ids(&mut reader), [3, 4, 5, 6]);
 }
 
 #[test]
@@ -314,14 +313,7 @@ fn resume_decisions_cover_every_case() {
     ring.release_through(3).unwrap(); // floor 4
                                       // floor - 1 is the oldest valid cursor.
     let mut r = ring.resume(Some(3)).unwrap();
-    let ids: Vec<u64> = r
-        .try_read()
-        .unwrap()
-        .unwrap()
-        .iter()
-        .map(|(id, _)| id)
-        .collect();
-    assert_eq!(ids, [4, 5, 6]);
+    assert_eq!(next_batch_ids(&mut r), [4, 5, 6]);
     assert_eq!(
         ring.resume(Some(2)).unwrap_err(),
         ResumeError::BelowFloor {
