@@ -41,6 +41,9 @@ pub(crate) fn pin_and_check<T>(
     // Release: pairs with the producer's Acquire pin scan, so this reader's earlier reads of ids
     // below `next` happen-before the producer overwrites them.
     slot.pin.store(next, ord("pin_relaxed", Release, Relaxed));
+    // Relaxed: a hint for the producer's scan, on the line of the pin just stored; it orders
+    // nothing (see `ReaderEntry::touched`).
+    slot.touched.store(true, Relaxed);
     // SeqCst fence: pairs with the producer's fence in `refresh_limit` (between its floor load and its
     // pin scan). Either the producer sees this pin, or the floor load below sees every release the
     // producer based its reuse on.
@@ -53,7 +56,7 @@ pub(crate) fn pin_and_check<T>(
     let recheck =
         !crate::sync::mutant("skip_active_recheck") && !crate::sync::mutant("skip_activate");
     if recheck && !shared.readers.is_active(index) {
-        shared.readers.activate(index);
+        shared.readers.reactivate(index);
         *active = true;
         seq_cst_fence("no_reactivate_fence");
     }

@@ -14,9 +14,10 @@
 //!   `summary` is set while `active` word `w` may be non-zero. A reader sets both (leaf first) before
 //!   its first pin after a park, and clears its leaf bit when it parks or leaves. The producer's pin
 //!   scan visits only set summary bits, then set leaf bits, and clears the leaf bit of every entry
-//!   it finds unpinned (a reader that pins again finds its bit cleared after its pin fence and sets
-//!   it again): its cost follows the readers that are reading now, not the readers that are
-//!   registered or that read once and stopped.
+//!   it finds unpinned twice in a row with no pin in between (a reader that pins again finds its
+//!   bit cleared after its pin fence and sets it again): its cost follows the readers that are
+//!   reading now, not the readers that are registered or that read once and stopped. A pinned
+//!   entry's bit is set for every scan whose fence follows the reader's last pin fence.
 
 use std::ptr::{self, NonNull};
 
@@ -85,6 +86,12 @@ pub(crate) struct ReaderEntry {
     free_next: AtomicU64,
     /// Set while a `Reader` owns this entry (for `Metrics::readers_active`).
     pub(crate) claimed: AtomicBool,
+    /// Set by the reader at every pin, cleared by a pin scan that finds the entry unpinned: the
+    /// scan deactivates only an entry that has not pinned since the previous scan that found it
+    /// unpinned (a second chance), so a reader that keeps reading while every push scans is not
+    /// deactivated and activated again per read. A hint only: which entries a scan clears does not
+    /// matter to the hazard argument (race 2b).
+    pub(crate) touched: AtomicBool,
     /// Resume outcomes, written only by the reader that owns the entry (uncontended). They survive
     /// the entry's reuse, so the ring's totals stay exact.
     pub(crate) counters: ReaderCounters,
@@ -103,6 +110,7 @@ impl ReaderEntry {
             wait_next: AtomicU64::new(0),
             free_next: AtomicU64::new(0),
             claimed: AtomicBool::new(false),
+            touched: AtomicBool::new(false),
             counters: ReaderCounters::default(),
             #[cfg(not(replay_ring_loom))]
             thread_waker: crate::blocking::ThreadWaker::new(),
@@ -147,10 +155,10 @@ impl Segment {
         let mut idle = 0;
         for b in bits(active) {
             let pin = self.pin_of(word, b);
-            if pin == UNPINNED {
+            if pin != UNPINNED {
+                *limit = (*limit).min(pin);
+            } else if !self.second_chance(word, b) {
                 idle |= 1 << b;
-            } else if pin < *limit {
-                *limit = pin;
             }
         }
         if idle == 0 {
@@ -175,7 +183,25 @@ impl Segment {
             // Relaxed: only this producer scans; its next scan, on this thread, sees it.
             self.active[word].fetch_or(back, Relaxed);
         }
+        if crate::sync::mutant("keep_ignores_back") {
+            return left != 0;
+        }
         left | back != 0
+    }
+
+    /// Whether unpinned entry `b` of leaf word `word` has pinned since a scan last found it
+    /// unpinned (then it stays active this time; see `ReaderEntry::touched`). Loom builds give no
+    /// second chance, so the models clear every unpinned entry at the first scan that finds it.
+    fn second_chance(&self, word: usize, b: usize) -> bool {
+        if cfg!(replay_ring_loom) {
+            return false;
+        }
+        let touched = &self.entries[word * WORD_BITS + b].touched;
+        // Relaxed: a hint, read and cleared only here; its value orders nothing.
+        touched.load(Relaxed) && {
+            touched.store(false, Relaxed);
+            true
+        }
     }
 
     /// The pin of entry `b` of leaf word `word`.
@@ -363,14 +389,26 @@ impl ReaderTable {
         }
     }
 
-    /// Marks entry `index` as possibly pinned. Must precede the pin store it covers.
+    /// Marks entry `index` for the pin scan. Must precede the fence that follows the pin store it
+    /// covers: in `reader::pin_and_check`, before the pin store, or after it when the reader finds
+    /// its bit cleared by a scan (then a second fence follows).
     pub(crate) fn activate(&self, index: usize) {
+        self.set_bits(index, !crate::sync::mutant("skip_active_summary"));
+    }
+
+    /// [`activate`](Self::activate) again, for a reader that found its bit cleared by a pin scan
+    /// (race 2b): that scan may have dropped the summary bit too, so both are set again.
+    pub(crate) fn reactivate(&self, index: usize) {
+        self.set_bits(index, !crate::sync::mutant("reactivate_leaf_only"));
+    }
+
+    fn set_bits(&self, index: usize, summary: bool) {
         let (segment, offset) = self.segment_of(index);
         let word = offset / WORD_BITS;
         // Release (both): pairs with the producer's Acquire swap of `summary` and load of `active` in
         // `min_pin`; see the hazard argument there. Leaf first, then summary.
         segment.active[word].fetch_or(1 << (offset % WORD_BITS), Release);
-        if !segment.summary.is_empty() && !crate::sync::mutant("skip_active_summary") {
+        if !segment.summary.is_empty() && summary {
             segment.summary[word / WORD_BITS].fetch_or(1 << (word % WORD_BITS), Release);
         }
     }
@@ -541,5 +579,24 @@ mod tests {
         table.entry(indices[99]).pin.store(20, Relaxed);
         assert_eq!(table.min_pin(100), 20);
         assert!(table.is_active(indices[99]) && table.is_active(pinned_a));
+    }
+
+    /// An unpinned entry that pinned since the last scan that found it unpinned gets a second
+    /// chance: it is deactivated by the next scan that finds it unpinned and untouched.
+    #[test]
+    fn a_reader_that_keeps_reading_is_not_deactivated_per_scan() {
+        let table = ReaderTable::new(1);
+        let i = table.claim().unwrap();
+        table.activate(i);
+        let entry = table.entry(i);
+        // Between two reads at every scan: pinned (and touched) since the previous scan.
+        for _ in 0..3 {
+            entry.touched.store(true, Relaxed);
+            assert_eq!(table.min_pin(100), 100);
+            assert!(table.is_active(i));
+        }
+        // Stopped: the next scan finds it unpinned and untouched, and deactivates it.
+        assert_eq!(table.min_pin(100), 100);
+        assert!(!table.is_active(i));
     }
 }

@@ -24,7 +24,7 @@ fn scan_deactivates_before_the_reader_pins_again() {
     model(
         "scan_deactivates_before_the_reader_pins_again",
         Bound::Exhaustive,
-        || deactivate_then_pin(1),
+        || deactivate_then_pin(1, 0),
     );
 }
 
@@ -36,17 +36,33 @@ fn scan_deactivates_while_the_reader_pins() {
     model(
         "scan_deactivates_while_the_reader_pins",
         Bound::Exhaustive,
-        || deactivate_then_pin(2),
+        || deactivate_then_pin(2, 0),
     );
 }
 
-/// Id 1 pushed, read by the one reader and released (floor 2); with capacity 2, id 2 pushed too.
-/// The producer then pushes the next id, releases id 2 and pushes into id 2's slot.
-fn deactivate_then_pin(capacity: usize) {
+/// As the previous model, with the reader on reader-table entry 2: behind a summary word of the
+/// active bitmap (loom builds use two bits per bitmap word and two entries in segment 0; entries 0
+/// and 1 belong to readers that never read). The scan takes the summary word before it clears the
+/// reader's leaf bit, and keeps it only if the leaf word is still non-zero, so a reader that sets
+/// its bit again must set the summary bit too.
+#[test]
+fn scan_deactivates_while_the_reader_pins_behind_a_summary_word() {
+    model(
+        "scan_deactivates_while_the_reader_pins_behind_a_summary_word",
+        Bound::Exhaustive,
+        || deactivate_then_pin(2, 2),
+    );
+}
+
+/// Id 1 pushed, read by the reader and released (floor 2); with capacity 2, id 2 pushed too.
+/// The producer then pushes the next id, releases id 2 and pushes into id 2's slot. `idle` readers
+/// that never read are registered first, on the table's first entries.
+fn deactivate_then_pin(capacity: usize, idle: usize) {
     {
         let ledger = Ledger::new(4);
         let prepushed = capacity as u64;
-        let (mut producer, ring) = ring_with(&ledger, capacity, 1, 1);
+        let (mut producer, ring) = ring_with(&ledger, capacity, idle + 1, 1);
+        let idle: Vec<_> = (0..idle).map(|_| ring.reader().unwrap()).collect();
         let mut reader = ring.resume(Some(0)).unwrap();
         read_id_1(&mut reader);
         assert_eq!(ring.release_through(1), Ok(2));
@@ -81,7 +97,7 @@ fn deactivate_then_pin(capacity: usize) {
 
         let producer = producer_thread.join().unwrap();
         let head = ring.head();
-        drop(reader);
+        drop((reader, idle));
         drop_and_check_ledger(&ledger, head, Some(producer), ring);
     }
 }
