@@ -15,6 +15,11 @@
 //! a slow socket does (with a table of 1: no such readers, the baseline). Their entries were
 //! active after their read; the push cost should not depend on them.
 //!
+//! `replay-ring-reading`: the window is full, and each timed round releases the oldest event,
+//! pushes one, and lets every one of the `table` registered readers read it: readers that keep
+//! reading while every push scans the pins. Reported per read; the cost of a read should not
+//! depend on how many readers read alongside it (tables of 1, 64 and 4,096).
+//!
 //! `u64` payload, default (symmetric) wake-up fences. A table size the ring refuses to build is
 //! skipped and noted in `<results>/table-size-notes.jsonl`.
 
@@ -130,6 +135,42 @@ fn stalled_pushes(table: usize, iters: u64) -> Duration {
     elapsed
 }
 
+/// Times `rounds` rounds of: release the oldest event, push one, and let each of `table` readers
+/// read it, with the window full (see the module docs).
+fn reading_rounds(table: usize, rounds: u64) -> Duration {
+    let (mut producer, ring) = ReplayRing::<u64>::builder()
+        .capacity(CAPACITY)
+        .max_readers(table)
+        .build()
+        .unwrap();
+    let mut readers: Vec<_> = (0..table).map(|_| ring.reader().unwrap()).collect();
+    while producer.try_push(0).is_ok() {}
+    for r in &mut readers {
+        while r.try_read().unwrap().is_some() {}
+    }
+    let mut floor = ring.floor();
+    let mut round = |floor: &mut u64| {
+        ring.release_through(*floor).unwrap();
+        *floor += 1;
+        let id = producer.try_push(0).unwrap();
+        for r in &mut readers {
+            let batch = r.try_read().unwrap().unwrap();
+            assert_eq!((batch.first_id(), batch.last_id()), (id, id));
+        }
+    };
+    // Two rounds before the clock starts, as in `stalled_pushes`.
+    round(&mut floor);
+    round(&mut floor);
+    let t0 = Instant::now();
+    for _ in 0..rounds {
+        round(&mut floor);
+    }
+    t0.elapsed()
+}
+
+/// Reading rounds per ring at least (a round at 4,096 readers takes about 50 µs).
+const MIN_ROUNDS: u64 = 1024;
+
 /// Pushes at least [`MIN_PUSHES`] per ring (criterion asks for few iterations when building the
 /// ring takes long, as with 65,536 readers, and the clock's own cost would dominate), and scales
 /// the time to `iters` pushes.
@@ -164,6 +205,17 @@ fn table_size(c: &mut Criterion) {
             g.bench_function(BenchmarkId::new("replay-ring-registered", table), |b| {
                 b.iter_custom(|iters| per_push(table, true, iters))
             });
+        }
+        if table <= 4_096 {
+            // Per read: `table` reads per round.
+            g.throughput(Throughput::Elements(table as u64));
+            g.bench_function(BenchmarkId::new("replay-ring-reading", table), |b| {
+                b.iter_custom(|iters| {
+                    let rounds = iters.max(MIN_ROUNDS);
+                    reading_rounds(table, rounds).mul_f64(iters as f64 / rounds as f64)
+                })
+            });
+            g.throughput(Throughput::Elements(1));
         }
         g.bench_function(BenchmarkId::new("replay-ring-stalled", table), |b| {
             b.iter_custom(|iters| {
