@@ -351,29 +351,26 @@ impl<T> Producer<T> {
         // two SeqCst fences plus coherence (C++20 [atomics.order]/4; docs/verification.md shows the
         // Relaxed mutant survives), and on x86-64 both orderings are the same instruction.
         let floor_ordering = ord("floor_acquire_relaxed", Acquire, Relaxed);
-        let floor = if crate::sync::mutant("floor_after_fence") {
+        // The mutant loads the floor after the fence instead of before it.
+        let floor_after_fence = crate::sync::mutant("floor_after_fence");
+        if floor_after_fence {
             seq_cst_fence("no_pin_scan_fence");
-            let floor = shared.floor.load(floor_ordering);
-            if floor_bars(shared, floor, id) {
-                return false;
-            }
-            floor
-        } else {
-            let floor = shared.floor.load(floor_ordering);
-            // The floor alone rules `id` out: no fence and no pin scan (whose lines draining
-            // readers write per batch) for a producer that retries while the window is full.
-            if floor_bars(shared, floor, id) {
-                return false;
-            }
+        }
+        let floor = shared.floor.load(floor_ordering);
+        // The floor alone rules `id` out: no fence and no pin scan (whose lines draining readers
+        // write per batch) for a producer that retries while the window is full.
+        if floor_bars(shared, floor, id) {
+            return false;
+        }
+        if !floor_after_fence {
             // SeqCst fence: pairs with the fence in `reader::pin_and_check` between the pin store
             // and the floor load. Either we see that reader's pin, or it sees a floor at least
             // this one.
             seq_cst_fence("no_pin_scan_fence");
-            floor
-        };
+        }
         // Only entries that may be pinned: the active bitmap (`table.rs`) is read after the fence,
-        // and a reader sets its bit before its pin store, so it is visited whenever the hazard
-        // argument needs its pin.
+        // and a reader's bit is set before its pin fence (before its pin store, or again after it:
+        // race 2b), so it is visited whenever the hazard argument needs its pin.
         let limit = shared.readers.min_pin(floor);
         self.write_limit = limit.saturating_add(shared.capacity());
         if !self.fully_grown {

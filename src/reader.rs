@@ -57,7 +57,6 @@ pub(crate) fn pin_and_check<T>(
         !crate::sync::mutant("skip_active_recheck") && !crate::sync::mutant("skip_activate");
     if recheck && !shared.readers.is_active(index) {
         shared.readers.reactivate(index);
-        *active = true;
         seq_cst_fence("no_reactivate_fence");
     }
     // Acquire: pairs with the Release half of `release_through`'s `fetch_max` (only the value
