@@ -31,20 +31,33 @@ use std::task::{Context, Waker};
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use replay_ring::{BuildError, ReplayRing};
+use replay_ring::{BuildError, Producer, ReplayRing};
 
 use common::{js, record, reset_results, CAPACITY};
 
 const TABLES: [usize; 4] = [1, 64, 4_096, 65_536];
 const HALF: u64 = (CAPACITY / 2) as u64;
 
+/// A `u64` ring of the suite's capacity with a reader table of `table` entries.
+fn ring(table: usize) -> Result<(Producer<u64>, ReplayRing<u64>), BuildError> {
+    ReplayRing::<u64>::builder()
+        .capacity(CAPACITY)
+        .max_readers(table)
+        .build()
+}
+
+/// In a full window whose floor is `floor`: releases the oldest event (moving `floor` on) and
+/// pushes one into its slot, returning its id.
+fn release_and_push(producer: &mut Producer<u64>, ring: &ReplayRing<u64>, floor: &mut u64) -> u64 {
+    ring.release_through(*floor).unwrap();
+    *floor += 1;
+    producer.try_push(0).unwrap()
+}
+
 /// Times `iters` pushes with one parked reader in a table of `table` entries; with `fill`, the
 /// other `table - 1` entries are held by quiet readers (see the module docs).
 fn parked_pushes(table: usize, fill: bool, iters: u64) -> Result<Duration, BuildError> {
-    let (mut producer, ring) = ReplayRing::<u64>::builder()
-        .capacity(CAPACITY)
-        .max_readers(table)
-        .build()?;
+    let (mut producer, ring) = ring(table)?;
     let mut reader = ring.reader().unwrap();
     let mut cx = Context::from_waker(Waker::noop());
     let mut quiet = Vec::new();
@@ -101,11 +114,7 @@ fn parked_pushes(table: usize, fill: bool, iters: u64) -> Result<Duration, Build
 /// Times `iters` pushes into a full window, each after releasing the oldest event, with `table - 1`
 /// readers that read once and stopped (see the module docs).
 fn stalled_pushes(table: usize, iters: u64) -> Duration {
-    let (mut producer, ring) = ReplayRing::<u64>::builder()
-        .capacity(CAPACITY)
-        .max_readers(table)
-        .build()
-        .unwrap();
+    let (mut producer, ring) = ring(table).unwrap();
     let head = producer.try_push(0).unwrap();
     let stalled: Vec<_> = (1..table)
         .map(|_| {
@@ -120,15 +129,11 @@ fn stalled_pushes(table: usize, iters: u64) -> Duration {
     // the second deactivates them all: a one-time cost of about 0.5 ms at 65,536).
     let mut floor = ring.floor();
     for _ in 0..2 {
-        ring.release_through(floor).unwrap();
-        floor += 1;
-        assert!(producer.try_push(0).is_ok());
+        release_and_push(&mut producer, &ring, &mut floor);
     }
     let t0 = Instant::now();
     for _ in 0..iters {
-        ring.release_through(floor).unwrap();
-        floor += 1;
-        assert!(producer.try_push(0).is_ok());
+        release_and_push(&mut producer, &ring, &mut floor);
     }
     let elapsed = t0.elapsed();
     drop(stalled);
@@ -138,32 +143,26 @@ fn stalled_pushes(table: usize, iters: u64) -> Duration {
 /// Times `rounds` rounds of: release the oldest event, push one, and let each of `table` readers
 /// read it, with the window full (see the module docs).
 fn reading_rounds(table: usize, rounds: u64) -> Duration {
-    let (mut producer, ring) = ReplayRing::<u64>::builder()
-        .capacity(CAPACITY)
-        .max_readers(table)
-        .build()
-        .unwrap();
+    let (mut producer, ring) = ring(table).unwrap();
     let mut readers: Vec<_> = (0..table).map(|_| ring.reader().unwrap()).collect();
     while producer.try_push(0).is_ok() {}
     for r in &mut readers {
         while r.try_read().unwrap().is_some() {}
     }
     let mut floor = ring.floor();
-    let mut round = |floor: &mut u64| {
-        ring.release_through(*floor).unwrap();
-        *floor += 1;
-        let id = producer.try_push(0).unwrap();
+    let mut round = || {
+        let id = release_and_push(&mut producer, &ring, &mut floor);
         for r in &mut readers {
             let batch = r.try_read().unwrap().unwrap();
             assert_eq!((batch.first_id(), batch.last_id()), (id, id));
         }
     };
     // Two rounds before the clock starts, as in `stalled_pushes`.
-    round(&mut floor);
-    round(&mut floor);
+    round();
+    round();
     let t0 = Instant::now();
     for _ in 0..rounds {
-        round(&mut floor);
+        round();
     }
     t0.elapsed()
 }
