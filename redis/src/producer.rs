@@ -287,6 +287,7 @@ impl RedisProducer {
             .key(&s.keys.log)
             .arg(&self.token)
             .arg(codec::encode_reason(&reason))
+            .arg(codec::encode_epoch(s.epoch))
             .invoke_async(&mut s.backend.conn())
             .await
             .map_err(|e| Error::from_redis(&s.id, e))?;
@@ -315,7 +316,9 @@ impl RedisProducer {
         let s = &self.stream;
         let _: redis::Value = scripts::UNLEASE_SCRIPT
             .key(&s.keys.lease)
+            .key(&s.keys.meta)
             .arg(&self.token)
+            .arg(codec::encode_epoch(s.epoch))
             .invoke_async(&mut s.backend.conn())
             .await
             .map_err(|e| Error::from_redis(&s.id, e))?;
@@ -332,10 +335,12 @@ impl RedisProducer {
         let counters = &s.backend.shared.counters;
         let keys = [&s.keys.meta, &s.keys.log, &s.keys.lease, &s.keys.ctl];
         let (first_arg, lease) = (first.to_string(), s.lease_ms());
+        let epoch = codec::encode_epoch(s.epoch);
         let head = [
             self.token.as_bytes(),
             first_arg.as_bytes(),
             lease.as_bytes(),
+            epoch.as_bytes(),
         ];
         let args = head.into_iter().chain(batch.iter().map(|p| p.as_ref()));
         let value = scripts::eval(&scripts::APPEND_SCRIPT, &mut s.backend.conn(), &keys, args)
@@ -447,6 +452,7 @@ async fn renew(s: &RedisStream, token: &str) -> Result<(), Error> {
         .key(&s.keys.ctl)
         .arg(token)
         .arg(s.lease_ms())
+        .arg(codec::encode_epoch(s.epoch))
         .invoke_async(&mut s.backend.conn())
         .await
         .map_err(|e| Error::from_redis(&s.id, e))?;

@@ -8,6 +8,12 @@
 //! ([`MAX_ID`](crate::MAX_ID)) and formatted with `%d`, never `tostring` (which switches to
 //! exponent notation).
 //!
+//! Every script that acts for a handle (append, renew, close, give up the lease, release, read)
+//! first compares the stream's epoch with the handle's and answers `LOST` when they differ. A
+//! fencing token is unique only within one incarnation: a stream deleted or expired and created
+//! again counts its tokens from 1 again, so the token alone would let a producer of the old
+//! incarnation write into the new one.
+//!
 //! Write scripts start with the `#!lua` shebang: Redis then refuses the whole script up front when
 //! it is over `maxmemory` (`-OOM`), instead of failing half-way after a first write. Read scripts
 //! carry `flags=no-writes`, so they keep working while Redis is out of memory; release and close
@@ -81,10 +87,12 @@ redis.call('SET', KEYS[2], dec(token), 'PX', ARGV[2])
 return {'OK', dec(token), dec(head), m[3] or ''}
 "#;
 
-/// KEYS: lease meta log ctl. ARGV: token lease_ms.
+/// KEYS: lease meta log ctl. ARGV: token lease_ms epoch.
 /// Extends the lease (and the stream's expiry) if the caller still holds it.
 const RENEW: &str = r#"
 if redis.call('EXISTS', KEYS[2]) == 0 then return {'NOSTREAM'} end
+local epoch = redis.call('HGET', KEYS[2], 'epoch')
+if epoch ~= ARGV[3] then return {'LOST', epoch or ''} end
 local holder = redis.call('GET', KEYS[1])
 if holder ~= ARGV[1] then return {'FENCED', holder or ''} end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -92,13 +100,15 @@ touch(num(redis.call('HGET', KEYS[2], 'ttl'), 'ttl'), KEYS[2], KEYS[3], KEYS[4])
 return {'OK'}
 "#;
 
-/// KEYS: lease. ARGV: token. Gives the lease up if the caller holds it.
+/// KEYS: lease meta. ARGV: token epoch. Gives the lease up if the caller holds it in this
+/// incarnation.
 const UNLEASE: &str = r#"
+if redis.call('HGET', KEYS[2], 'epoch') ~= ARGV[2] then return {'LOST'} end
 if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) return {'OK'} end
 return {'FENCED'}
 "#;
 
-/// KEYS: meta log lease ctl. ARGV: token first_id lease_ms payload...
+/// KEYS: meta log lease ctl. ARGV: token first_id lease_ms epoch payload...
 /// Appends the payloads as entries `first_id ..` if the caller holds the lease, `first_id` is the
 /// next id and the window has room for all of them (a batch is all or nothing). Only the first
 /// entry is written with its explicit id (checked: the log refuses an id at or below its last);
@@ -108,15 +118,16 @@ return {'FENCED'}
 /// `CONFLICT` if a retained payload differs); it never writes twice.
 const APPEND: &str = r#"
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'NOSTREAM'} end
+local m = redis.call('HMGET', KEYS[1], 'cap', 'head', 'floor', 'closed', 'ttl', 'epoch')
+if m[6] ~= ARGV[4] then return {'LOST', m[6] or ''} end
 local holder = redis.call('GET', KEYS[3])
 if holder ~= ARGV[1] then return {'FENCED', holder or ''} end
-local m = redis.call('HMGET', KEYS[1], 'cap', 'head', 'floor', 'closed', 'ttl')
 local cap = num(m[1], 'cap')
 local head = num(m[2], 'head')
 local floor = num(m[3], 'floor')
 local ttl = num(m[5], 'ttl')
 local first = num(ARGV[2], 'id')
-local n = #ARGV - 3
+local n = #ARGV - 4
 local last = first + n - 1
 if first <= head then
   if last > head then return {'SEQ', dec(head)} end
@@ -126,7 +137,7 @@ if first <= head then
     if #e ~= last - from + 1 then corrupt('entries ' .. dec(from) .. '..' .. dec(last) .. ' are missing from the log') end
     for i, entry in ipairs(e) do
       local f = entry[2]
-      if f[1] ~= 'd' or f[2] ~= ARGV[3 + from - first + i] then return {'CONFLICT', dec(from + i - 1)} end
+      if f[1] ~= 'd' or f[2] ~= ARGV[4 + from - first + i] then return {'CONFLICT', dec(from + i - 1)} end
     end
   end
   return {'DUP', dec(first), dec(last), dec(floor)}
@@ -135,9 +146,9 @@ if first ~= head + 1 then return {'SEQ', dec(head)} end
 if m[4] then return {'CLOSED', m[4]} end
 if last - floor + 1 > cap then return {'FULL', dec(floor), dec(head), dec(cap)} end
 if last >= LIMIT then return {'EXHAUSTED', dec(head)} end
-local r = redis.pcall('XADD', KEYS[2], eid(first), 'd', ARGV[4])
+local r = redis.pcall('XADD', KEYS[2], eid(first), 'd', ARGV[5])
 if type(r) == 'table' and r.err then corrupt('the log refused id ' .. dec(first) .. ': ' .. r.err) end
-for i = 5, #ARGV do
+for i = 6, #ARGV do
   redis.call('XADD', KEYS[2], '0-*', 'd', ARGV[i])
 end
 redis.call('HSET', KEYS[1], 'head', dec(last))
@@ -146,11 +157,12 @@ touch(ttl, KEYS[1], KEYS[2], KEYS[4])
 return {'OK', dec(first), dec(last), dec(floor)}
 "#;
 
-/// KEYS: meta log ctl. ARGV: through.
+/// KEYS: meta log ctl. ARGV: through epoch.
 /// Releases every id <= through: `XTRIM MINID`, floor in the meta hash, wake-up on ctl.
 const RELEASE: &str = r#"
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'NOSTREAM'} end
-local m = redis.call('HMGET', KEYS[1], 'head', 'floor', 'ttl')
+local m = redis.call('HMGET', KEYS[1], 'head', 'floor', 'ttl', 'epoch')
+if m[4] ~= ARGV[2] then return {'LOST', m[4] or ''} end
 local head = num(m[1], 'head')
 local floor = num(m[2], 'floor')
 local ttl = num(m[3], 'ttl')
@@ -166,13 +178,14 @@ touch(ttl, KEYS[1], KEYS[2], KEYS[3])
 return {'OK', dec(floor), dec(head)}
 "#;
 
-/// KEYS: meta lease ctl log. ARGV: token reason.
+/// KEYS: meta lease ctl log. ARGV: token reason epoch.
 /// Stores the close reason (once) and wakes every blocked reader through ctl.
 const CLOSE: &str = r#"
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'NOSTREAM'} end
+local m = redis.call('HMGET', KEYS[1], 'closed', 'ttl', 'epoch')
+if m[3] ~= ARGV[3] then return {'LOST', m[3] or ''} end
 local holder = redis.call('GET', KEYS[2])
 if holder ~= ARGV[1] then return {'FENCED', holder or ''} end
-local m = redis.call('HMGET', KEYS[1], 'closed', 'ttl')
 if m[1] then return {'CLOSED', m[1]} end
 local ttl = num(m[2], 'ttl')
 redis.call('HSET', KEYS[1], 'closed', ARGV[2])

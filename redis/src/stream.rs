@@ -342,6 +342,7 @@ impl RedisStream {
             .key(&self.keys.log)
             .key(&self.keys.ctl)
             .arg(through_arg)
+            .arg(codec::encode_epoch(self.epoch))
             .invoke_async(&mut self.backend.conn())
             .await
             .map_err(|e| Error::from_redis(&self.id, e))?;

@@ -151,6 +151,67 @@ async fn an_expired_lease_with_no_successor_is_still_fenced() {
     assert_eq!(stream.state().await.unwrap().head, 1, "nothing appended");
 }
 
+/// A stream deleted and created again counts its fencing tokens from the start, so the producer
+/// of the old incarnation holds the same token as the new one's. Every write of an old handle is
+/// refused by epoch: it appends, renews, closes, releases and gives up the lease of nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_producer_of_an_earlier_incarnation_cannot_touch_the_new_one() {
+    let server = RedisServer::start();
+    let backend = server.backend().await;
+    let old_stream = backend.create(&sid("reborn"), 64).await.unwrap();
+    let mut old = old_stream.acquire_producer().await.unwrap();
+    old.append(b"old-1").await.unwrap();
+    old.append(b"old-2").await.unwrap();
+
+    old_stream.delete().await.unwrap();
+    let stream = backend.create(&sid("reborn"), 64).await.unwrap();
+    let new_epoch = stream.identity().epoch;
+    assert_ne!(old_stream.identity().epoch, new_epoch);
+    let mut new = stream.acquire_producer().await.unwrap();
+    assert_eq!(
+        new.fencing_token(),
+        old.fencing_token(),
+        "the new incarnation's counter starts again: the token alone cannot tell them apart"
+    );
+    new.append(b"new-1").await.unwrap();
+    new.append(b"new-2").await.unwrap();
+
+    let lost = |r: Result<_, Error>| match r {
+        Err(Error::EpochChanged { current, .. }) => current == Some(new_epoch),
+        _ => false,
+    };
+    assert!(lost(old.append(b"stale").await.map(drop)), "append");
+    assert!(lost(old.renew().await), "renew");
+    assert!(
+        lost(old_stream.release_through(2).await.map(drop)),
+        "release"
+    );
+    assert!(lost(old.close(CloseReason::error("stale")).await), "close");
+    assert_eq!(new.append(b"new-3").await.unwrap(), 3);
+    let state = stream.state().await.unwrap();
+    assert_eq!((state.floor, state.head, state.closed), (1, 3, None));
+    assert_eq!(
+        log(&server, &stream),
+        vec![
+            (1, b"new-1".to_vec()),
+            (2, b"new-2".to_vec()),
+            (3, b"new-3".to_vec())
+        ]
+    );
+
+    // Giving up the lease from an earlier incarnation leaves the current holder's lease alone.
+    stream.delete().await.unwrap();
+    let newest_stream = backend.create(&sid("reborn"), 64).await.unwrap();
+    let mut newest = newest_stream.acquire_producer().await.unwrap();
+    assert_eq!(newest.fencing_token(), new.fencing_token());
+    new.release_lease().await.unwrap();
+    assert_eq!(
+        newest.append(b"newest-1").await.unwrap(),
+        1,
+        "the lease is still the newest producer's"
+    );
+}
+
 /// Appends 1..=30 through a proxy that loses a request or a reply every few appends; each lost one
 /// is an `Unknown` outcome, resolved by the next append. The log ends up with 1..=30 exactly once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
