@@ -652,9 +652,12 @@ impl RingEventStore {
 
     /// A cursor at the head of a stream that has ended would get a `200` with nothing in it:
     /// refuse it explicitly instead (the client already holds everything the stream will carry).
+    /// A cursor past the head is left to the resume decision (`Mismatch`): it is not this
+    /// stream's, and the client holds nothing it could trust.
     fn check_not_ended(&self, entry: &StreamEntry, cursor: u64) -> Result<(), ResumeRefusal> {
         match entry.ring.close_reason() {
-            Some(reason) if cursor >= entry.ring.head() => {
+            // The head of a closed ring no longer moves.
+            Some(reason) if cursor == entry.ring.head() => {
                 Err(self.count_refusal(RefusalReason::StreamEnded(reason), Some(entry.state())))
             }
             _ => Ok(()),

@@ -342,6 +342,24 @@ async fn a_resume_at_the_last_id_of_a_completed_stream_is_refused_as_complete(ki
         assert_eq!(refusal.state.map(|st| (st.floor, st.head)), Some((2, 2)));
     }
     assert_eq!(s.metrics().resumes_stream_ended, 2);
+    // Past the response's id: not this stream's cursor, whether the stream ended or not (409).
+    for cursor in ["s1.abc.3", "s1.abc.18446744073709551615"] {
+        for refusal in [
+            s.check_resume(None, cursor.as_bytes()).unwrap_err(),
+            s.resume_stream(None, cursor.as_bytes()).unwrap_err(),
+        ] {
+            assert!(
+                matches!(
+                    refusal.reason,
+                    RefusalReason::Decision(ResumeDecision::Mismatch { head: 2, .. })
+                ),
+                "{cursor}: {refusal:?}"
+            );
+            assert_eq!(refusal.code(), "cursor_ahead_of_head");
+        }
+        assert!(s.replay_events_after(cursor).await.is_err(), "{cursor}");
+    }
+    assert_eq!(s.metrics().resumes_stream_ended, 2);
 }
 
 /// Polls `cond` every few milliseconds until it holds or `limit` passes.
