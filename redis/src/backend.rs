@@ -31,7 +31,8 @@ pub struct RedisConfig {
     pub key_prefix: String,
     /// An abandoned stream expires this long after its last append, release, renewal or close
     /// (`PEXPIRE`, refreshed by each). Expiry is "stream lost": resumes are then refused with 404.
-    /// `Duration::ZERO` disables expiry.
+    /// `Duration::ZERO` disables expiry; otherwise it must be at least `lease`, so that a stream
+    /// never expires while its producer holds the lease.
     pub stream_ttl: Duration,
     /// How long a producer lease lasts without renewal. Appends renew it.
     pub lease: Duration,
@@ -159,6 +160,13 @@ impl RedisBackend {
         if config.read_batch == 0 || config.lease.is_zero() || config.block.is_zero() {
             return Err(Error::InvalidArgument(
                 "read_batch, lease and block must be non-zero",
+            ));
+        }
+        if !config.stream_ttl.is_zero() && config.stream_ttl < config.lease {
+            // Renewals every `lease / 3` refresh the expiry too: a shorter TTL would let a stream
+            // expire under a live producer between two of them.
+            return Err(Error::InvalidArgument(
+                "stream_ttl must be zero (no expiry) or at least lease",
             ));
         }
         let client = redis::Client::open(url)

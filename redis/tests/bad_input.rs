@@ -40,6 +40,49 @@ fn assert_corrupt<T: std::fmt::Debug>(what: &str, r: Result<T, Error>) {
     }
 }
 
+/// Settings that cannot work are refused by `connect`, before any connection is made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn impossible_configurations_are_refused_up_front() {
+    let refused = |config: RedisConfig| async move {
+        // Port 1 on loopback: nothing listens there, so a configuration that passed the checks
+        // would fail as `Unavailable` instead.
+        match RedisBackend::connect("redis://127.0.0.1:1/", config).await {
+            Err(Error::InvalidArgument(why)) => why,
+            Err(other) => panic!("expected InvalidArgument, got {other:?}"),
+            Ok(_) => panic!("expected InvalidArgument, got a backend"),
+        }
+    };
+    let base = RedisConfig::default;
+    let why = refused(RedisConfig {
+        stream_ttl: Duration::from_millis(500),
+        lease: Duration::from_secs(10),
+        ..base()
+    })
+    .await;
+    assert!(why.contains("stream_ttl"), "{why}");
+    refused(RedisConfig {
+        key_prefix: "a{b}".into(),
+        ..base()
+    })
+    .await;
+    refused(RedisConfig {
+        lease: Duration::ZERO,
+        ..base()
+    })
+    .await;
+
+    // No expiry at all, or an expiry of at least the lease, is accepted.
+    let server = RedisServer::start();
+    for stream_ttl in [Duration::ZERO, Duration::from_secs(10)] {
+        let config = RedisConfig {
+            stream_ttl,
+            lease: Duration::from_secs(10),
+            ..base()
+        };
+        RedisBackend::connect(&server.url(), config).await.unwrap();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn garbage_meta_fields_are_corrupt() {
     let server = RedisServer::start();
