@@ -11,6 +11,11 @@
 //! Neither ever releases an event that a live connection has not written yet (the release is
 //! capped at the slowest live connection), so a connected reader never sees a gap.
 //!
+//! With nobody connected, every retained event becomes releasable one resumption window after
+//! the last connection left (or after the policy was created, if none ever connected): each client
+//! that left was promised that window and no more, so no resume can still ask for those events,
+//! and a stream nobody follows keeps publishing instead of filling up and ending.
+//!
 //! A connection that stops taking data would hold the window forever, so the
 //! [`SlowConsumerPolicy`] decides when a live connection is **cut**: from then on it holds events
 //! exactly as a disconnected client does (for one resumption window), and its writer ends the
@@ -243,6 +248,9 @@ pub struct Retention {
     pending: Option<(u64, Instant)>,
     /// Highest id checkpointed or pending.
     recorded: u64,
+    /// Since when no connection has been live: the policy's creation, then the last departure
+    /// (a disconnect or a cut) that left none. Read only while no connection is live.
+    vacant_since: Instant,
     stats: RetentionStats,
 }
 
@@ -270,8 +278,17 @@ impl Retention {
             checkpoints: VecDeque::with_capacity(SLOTS),
             pending: None,
             recorded: 0,
+            vacant_since: Instant::now(),
             stats: RetentionStats::default(),
         }
+    }
+
+    /// The same policy as if created at `at` (the start of the vacancy clock), for tests that
+    /// drive time themselves.
+    #[cfg(test)]
+    pub(crate) fn opened_at(mut self, at: Instant) -> Self {
+        self.vacant_since = at;
+        self
     }
 
     /// The settings.
@@ -443,9 +460,12 @@ impl Retention {
     /// assert_eq!(r.release_expired(&ring, t0 + Duration::from_secs(35)), Some(2));
     /// ```
     pub fn disconnect(&mut self, conn: ConnectionId, now: Instant) {
+        let was_live = matches!(self.connections[conn.0], Entry::Live { .. });
         self.set_entry(conn.0, Entry::Free);
         if let Some(min) = self.live_min() {
             self.record(min, now);
+        } else if was_live {
+            self.vacant_since = now;
         }
     }
 
@@ -616,6 +636,9 @@ impl Retention {
         }
         self.set_entry(i, Entry::Cut(verdict));
         self.stats.slow_consumers_cut += 1;
+        if self.indexes.live == 0 {
+            self.vacant_since = now;
+        }
         true
     }
 
@@ -736,8 +759,16 @@ impl Retention {
     pub(crate) fn release_target(&mut self, window: Window, now: Instant) -> Option<u64> {
         self.cut_slow_consumers_in(window, now);
         self.flush_pending(now);
+        let head = window.head;
         let window = self.config.resumption_window;
         let cap = self.live_min();
+        if cap.is_none() && now.saturating_duration_since(self.vacant_since) >= window {
+            // Nobody connected for a whole window: no client that left may still come back for
+            // any of it (each was promised one window from its departure, which came earlier).
+            self.checkpoints.clear();
+            self.pending = None;
+            return Some(head);
+        }
         let mut target = None;
         while let Some(&(id, at)) = self.checkpoints.front() {
             if now.saturating_duration_since(at) < window {
@@ -790,11 +821,14 @@ impl Retention {
     /// assert_eq!(r.next_expiry(), Some(t0 + Duration::from_secs(30)));
     /// ```
     pub fn next_expiry(&self) -> Option<Instant> {
-        let window = self
-            .checkpoints
-            .front()
-            .or(self.pending.as_ref())
-            .map(|oldest| oldest.1 + self.config.resumption_window);
+        let oldest = self.checkpoints.front().or(self.pending.as_ref());
+        // With nobody connected, everything goes one window after the vacancy began.
+        let vacancy = (self.indexes.live == 0).then_some(self.vacant_since);
+        let window = match (oldest.map(|oldest| oldest.1), vacancy) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+        .map(|start| start + self.config.resumption_window);
         // The deadline is monotone in the pending write's start: the oldest comes due first.
         let stall = self.indexes.pending.min().and_then(|since| {
             self.policy.stall_deadline(&ConsumerProgress {

@@ -67,6 +67,55 @@ async fn a_full_window_publishes_once_the_resumption_window_releases() {
     assert_eq!((ring.floor(), ring.head()), (3, 3));
 }
 
+/// A stream nobody follows is not held for a client that does not exist: once it has been open a
+/// whole resumption window, a full window is released at once and publishing goes on, instead of
+/// the stream ending at the backpressure bound.
+#[tokio::test(start_paused = true)]
+async fn a_stream_nobody_follows_keeps_publishing_once_a_window_has_passed() {
+    let (producer, ring) = ReplayRing::<Bytes>::new(2, 2).unwrap();
+    let mut publisher = Publisher::new(producer, config(4, 10));
+    let opened = Instant::now();
+    publisher.publish_with(payload).await.unwrap();
+    publisher.publish_with(payload).await.unwrap();
+    // Full, nobody connected, the window not over: the publish waits for the window's end.
+    assert_eq!(publisher.publish_with(payload).await.unwrap(), 3);
+    let waited = opened.elapsed();
+    assert!(
+        waited >= Duration::from_secs(4) && waited <= Duration::from_secs(5),
+        "waited {waited:?} for a window of 4 s"
+    );
+    // From now on every full window is released at once.
+    let t = Instant::now();
+    for expected in 4..=40 {
+        assert_eq!(publisher.publish_with(payload).await.unwrap(), expected);
+    }
+    assert_eq!(t.elapsed(), Duration::ZERO);
+    assert!(!publisher.is_closed());
+    assert_eq!((ring.floor(), ring.head()), (39, 40));
+}
+
+/// When the last connection leaves, what it had not written waits one window from its
+/// departure (it may come back for it), then goes.
+#[tokio::test(start_paused = true)]
+async fn after_the_last_connection_leaves_its_window_runs_then_publishing_goes_on() {
+    let (producer, ring) = ReplayRing::<Bytes>::new(2, 2).unwrap();
+    let mut publisher = Publisher::new(producer, config(3, 10));
+    let conn = publisher.retention().lock().connect(0).unwrap();
+    publisher.publish_with(payload).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let left = Instant::now();
+    publisher
+        .retention()
+        .lock()
+        .disconnect(conn, left.into_std());
+    publisher.publish_with(payload).await.unwrap();
+    // Ids 1 and 2 were never written to it: they stay for its window, then go.
+    assert_eq!(publisher.publish_with(payload).await.unwrap(), 3);
+    assert_eq!(left.elapsed(), Duration::from_secs(3));
+    assert_eq!(ring.floor(), 3);
+    assert!(!publisher.is_closed());
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_release_wakes_a_waiting_publish() {
     let (producer, ring) = ReplayRing::<Bytes>::new(1, 2).unwrap();

@@ -415,11 +415,43 @@ fn retention_never_releases_what_a_live_connection_has_not_written() {
     retention.disconnect(slow, ms(20_000));
     assert_eq!(retention.release_expired(&ring, ms(20_099)), None);
     assert_eq!(retention.release_expired(&ring, ms(20_100)), Some(9));
-    // With nobody connected, unwritten events are never released by time.
+    // The last one leaves: nothing it had not written is released before its window is over,
+    // then everything is (no client that left can come back for it any more).
     retention.disconnect(fast, ms(20_100));
     producer.try_push(9).unwrap();
-    assert_eq!(retention.release_expired(&ring, ms(1_000_000)), None);
+    assert_eq!(retention.next_expiry(), Some(ms(20_200)));
+    assert_eq!(retention.release_expired(&ring, ms(20_199)), None);
     assert_eq!(ring.floor(), 9);
+    assert_eq!(retention.release_expired(&ring, ms(20_200)), Some(10));
+    // Still nobody: what is published from now on may go at once.
+    producer.try_push(10).unwrap();
+    assert_eq!(retention.release_expired(&ring, ms(20_201)), Some(11));
+    // A connection again: its unwritten events are protected as before.
+    let back = retention.connect(10).unwrap();
+    producer.try_push(11).unwrap();
+    assert_eq!(retention.release_expired(&ring, ms(1_000_000)), None);
+    retention.on_written(&back, 11, ms(1_000_000));
+    assert_eq!(retention.release_expired(&ring, ms(1_000_100)), Some(12));
+}
+
+#[test]
+fn a_stream_nobody_has_followed_releases_one_window_after_it_was_opened() {
+    let (mut producer, ring) = ReplayRing::<u32>::new(4, 1).unwrap();
+    let t0 = Instant::now();
+    let mut retention = Retention::new(config(100), 1);
+    let ms = |n| t0 + Duration::from_millis(n);
+    for n in 1..=4 {
+        producer.try_push(n).unwrap();
+    }
+    // Created after t0: its window ends after ms(100), and not much later.
+    let due = retention.next_expiry().unwrap();
+    assert!(
+        due >= ms(100) && due < ms(100) + Duration::from_secs(5),
+        "{due:?}"
+    );
+    assert_eq!(retention.release_expired(&ring, ms(50)), None);
+    assert_eq!(retention.release_expired(&ring, due), Some(5));
+    assert_eq!(producer.try_push(5), Ok(5));
 }
 
 #[test]

@@ -12,7 +12,8 @@ async fn run(listener: tokio::net::TcpListener) -> Result<(), Box<dyn std::error
             if producer.send(tick).await.is_err() {
                 break; // the stream was closed explicitly (backpressure bound)
             }
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            // 10 events/s: a 30 s resumption window holds 300, within the default 1,024.
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         }
     });
     let app = Router::new()

@@ -25,6 +25,7 @@ pub(super) struct NaiveRetention {
     checkpoints: VecDeque<(u64, Instant)>,
     pending: Option<(u64, Instant)>,
     recorded: u64,
+    vacant_since: Instant,
     stats: RetentionStats,
 }
 
@@ -37,8 +38,14 @@ impl NaiveRetention {
             checkpoints: VecDeque::with_capacity(SLOTS),
             pending: None,
             recorded: 0,
+            vacant_since: Instant::now(),
             stats: RetentionStats::default(),
         }
+    }
+
+    pub(super) fn opened_at(mut self, at: Instant) -> Self {
+        self.vacant_since = at;
+        self
     }
 
     pub(super) fn with_slow_consumer_policy(mut self, policy: SlowConsumerPolicy) -> Self {
@@ -78,9 +85,12 @@ impl NaiveRetention {
     }
 
     pub(super) fn disconnect(&mut self, conn: ConnectionId, now: Instant) {
+        let was_live = matches!(self.connections[conn.0], Entry::Live(_));
         self.connections[conn.0] = Entry::Free;
         if let Some(min) = self.live_min() {
             self.record(min, now);
+        } else if was_live {
+            self.vacant_since = now;
         }
     }
 
@@ -151,8 +161,9 @@ impl NaiveRetention {
             }
         }
         if cut > 0 {
-            if let Some(min) = self.live_min() {
-                self.record(min, now);
+            match self.live_min() {
+                Some(min) => self.record(min, now),
+                None => self.vacant_since = now,
             }
         }
         cut
@@ -220,8 +231,14 @@ impl NaiveRetention {
     pub(super) fn release_target(&mut self, window: Window, now: Instant) -> Option<u64> {
         self.cut_slow_consumers_in(window, now);
         self.flush_pending(now);
+        let head = window.head;
         let window = self.config.resumption_window;
         let cap = self.live_min();
+        if cap.is_none() && now.saturating_duration_since(self.vacant_since) >= window {
+            self.checkpoints.clear();
+            self.pending = None;
+            return Some(head);
+        }
         let mut target = None;
         while let Some(&(id, at)) = self.checkpoints.front() {
             if now.saturating_duration_since(at) < window {
@@ -252,11 +269,20 @@ impl NaiveRetention {
     }
 
     pub(super) fn next_expiry(&self) -> Option<Instant> {
-        let window = self
+        let mut starts: Vec<Instant> = self
             .checkpoints
             .front()
             .or(self.pending.as_ref())
-            .map(|oldest| oldest.1 + self.config.resumption_window);
+            .map(|oldest| oldest.1)
+            .into_iter()
+            .collect();
+        if self.live_connections() == 0 {
+            starts.push(self.vacant_since);
+        }
+        let window = starts
+            .into_iter()
+            .min()
+            .map(|start| start + self.config.resumption_window);
         let stall = self
             .live()
             .filter_map(|p| self.policy.stall_deadline(p))

@@ -107,21 +107,29 @@ proptest! {
             resumption_window: TICK * window_ticks,
             backpressure_timeout: Duration::from_secs(1),
         };
+        let t0 = Instant::now();
         let (producer, ring) = ReplayRing::<u64>::new(capacity, 1).unwrap();
         let mut fast = Side {
-            retention: Some(Retention::new(config, table).with_slow_consumer_policy(initial)),
+            retention: Some(
+                Retention::new(config, table)
+                    .with_slow_consumer_policy(initial)
+                    .opened_at(t0),
+            ),
             producer,
             ring,
         };
         let (producer, ring) = ReplayRing::<u64>::new(capacity, 1).unwrap();
         let mut naive = Side {
-            retention: Some(NaiveRetention::new(config, table).with_slow_consumer_policy(initial)),
+            retention: Some(
+                NaiveRetention::new(config, table)
+                    .with_slow_consumer_policy(initial)
+                    .opened_at(t0),
+            ),
             producer,
             ring,
         };
         // Connections held by the test, the same index in both tables.
         let mut held: Vec<(ConnectionId, ConnectionId)> = Vec::new();
-        let t0 = Instant::now();
         let mut clock = Duration::ZERO;
         for (op, advance, lag) in steps {
             clock += TICK * advance;
