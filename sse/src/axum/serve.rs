@@ -44,7 +44,7 @@ const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(50);
 /// | [`header_read_timeout`](Self::header_read_timeout) | 10 s | has not sent a complete request head this long after it opened or its previous response ended (half-sent headers, silent or idle keep-alive connections) |
 /// | [`write_timeout`](Self::write_timeout) | 10 s | has had response bytes waiting that its socket did not accept for this long (a client that stopped reading) |
 /// | [`idle_timeout`](Self::idle_timeout) | 60 s | moved no byte in either direction for this long (a stalled request body, a handler that never answers; checked every quarter of the timeout, so closed up to a quarter later); event streams stay alive with their keep-alive comments, so keep [`SseConfig::keep_alive`](crate::axum::SseConfig::keep_alive) below it |
-/// | [`max_connections`](Self::max_connections) | half the file-descriptor limit (32..=16384; 512 where unknown) | would exceed the cap: it gets `503 Service Unavailable` with `Retry-After: 1` and a JSON body, then is closed |
+/// | [`max_connections`](Self::max_connections) | half the file-descriptor limit (32..=16384; 512 where unknown) | would exceed the cap: it gets `503 Service Unavailable` with `Retry-After: 1` and a JSON body, then is closed; while 64 such answers are already under way (each reads the request head first and takes up to 2 s), it is closed without one |
 /// | [`shutdown_grace`](Self::shutdown_grace) | 5 s | is still open this long after [`serve_with_shutdown`]'s signal (an event stream never finishes by itself: its client resumes elsewhere with `Last-Event-ID`) |
 ///
 ///
