@@ -310,3 +310,70 @@ async fn one_clients_resume_does_not_release_what_another_client_may_resume_from
         }
     }
 }
+
+/// `EventSource` polyfills that cannot set headers send the cursor as `?lastEventId=`: it resumes
+/// exactly as the header does, agrees with a header that carries the same cursor, and conflicts
+/// (400) with one that does not. Ignoring it would stream from the head: a silent gap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cursor_in_the_query_string_resumes_like_the_header() {
+    let (addr, _stream, mut producer) = start(long_window()).await;
+    for n in 1..=6u64 {
+        producer.send(format!("{{\"n\":{n}}}")).await.unwrap();
+    }
+    let seqs_after = |path: &'static str, headers: &'static [(&'static str, &'static str)]| async move {
+        let mut s = Stream::open(addr, path, headers, None).await;
+        let reply = s
+            .read_until(|r| r.frames().iter().filter_map(|f| f.event_seq()).count() >= 3)
+            .await;
+        assert_eq!(reply.status, 200, "{path}");
+        let frames = reply.frames();
+        assert_eq!(
+            frames[0].id.as_deref(),
+            Some("events.abc.3"),
+            "{path}: priming"
+        );
+        frames
+            .iter()
+            .filter_map(|f| f.event_seq())
+            .collect::<Vec<u64>>()
+    };
+    // Percent-encoded like any query value; other parameters are left alone.
+    for path in [
+        "/events?lastEventId=events.abc.3",
+        "/events?x=1&lastEventId=events%2Eabc%2E3",
+    ] {
+        assert_eq!(seqs_after(path, &[]).await, [4, 5, 6]);
+    }
+    let same: &[(&str, &str)] = &[("Last-Event-ID", "events.abc.3")];
+    assert_eq!(
+        seqs_after("/events?lastEventId=events.abc.3", same).await,
+        [4, 5, 6]
+    );
+    // An empty parameter is no cursor: live from the head.
+    let mut live = Stream::open(addr, "/events?lastEventId=", &[], None).await;
+    let reply = live.read_until(|r| !r.frames().is_empty()).await;
+    assert_eq!(reply.status, 200);
+    assert_eq!(reply.frames()[0].id.as_deref(), Some("events.abc.6"));
+
+    let conflict = http_get(
+        addr,
+        "/events?lastEventId=events.abc.2",
+        &[("Last-Event-ID", "events.abc.3")],
+    )
+    .await;
+    assert_eq!(conflict.status, 400);
+    assert!(
+        conflict.text().contains(r#""reason":"duplicate""#),
+        "{}",
+        conflict.text()
+    );
+    for bad in ["/events?lastEventId=garbage", "/events?lastEventId=%01"] {
+        let refused = http_get(addr, bad, &[]).await;
+        assert_eq!(refused.status, 400, "{bad}");
+        assert!(
+            refused.text().contains("invalid_last_event_id"),
+            "{bad}: {}",
+            refused.text()
+        );
+    }
+}

@@ -4,7 +4,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 
 use ::axum::body::Body;
-use ::axum::extract::State;
+use ::axum::extract::{RawQuery, State};
 use ::axum::http::{HeaderMap, HeaderValue, StatusCode};
 use ::axum::response::Response;
 use bytes::{Bytes, BytesMut};
@@ -430,8 +430,40 @@ impl<B: Backend<Payload = Bytes>> SseStream<B> {
     }
 }
 
+/// The query parameter that `EventSource` polyfills send the cursor in on a reconnect when they
+/// cannot set headers: `/events?lastEventId=<id>`. [`events`] and [`backend_events`] read it.
+pub const LAST_EVENT_ID_QUERY: &str = "lastEventId";
+
+/// `headers` with the cursor of every non-empty [`LAST_EVENT_ID_QUERY`] parameter added as a
+/// `Last-Event-ID` value, unless the header already carries that value (a client that sends
+/// both). A cursor the endpoint would otherwise not see would be a silent gap: the client asked
+/// to resume and got the stream from the head. Two different cursors make a repeated header,
+/// refused with 400 like any other.
+fn with_query_cursor(mut headers: HeaderMap, query: Option<&str>) -> HeaderMap {
+    let Some(query) = query else {
+        return headers;
+    };
+    for (key, value) in form_urlencoded::parse(query.as_bytes()) {
+        if key != LAST_EVENT_ID_QUERY || value.is_empty() {
+            continue;
+        }
+        let sent = headers
+            .get_all(LAST_EVENT_ID_HEADER)
+            .iter()
+            .any(|v| v.as_bytes() == value.as_bytes());
+        if !sent {
+            // Not a valid header value (control characters): still a cursor, and a malformed one.
+            let value =
+                HeaderValue::from_str(&value).unwrap_or(HeaderValue::from_static("malformed"));
+            headers.append(LAST_EVENT_ID_HEADER, value);
+        }
+    }
+    headers
+}
+
 /// An axum handler for a router whose state is (or contains, via `FromRef`) an [`SseStream`]:
-/// `.route("/events", get(events))`. Same as [`SseStream::respond`].
+/// `.route("/events", get(events))`. Same as [`SseStream::respond`], with the cursor also taken
+/// from a [`LAST_EVENT_ID_QUERY`] query parameter (as `EventSource` polyfills send it).
 ///
 /// # Cancel safety
 ///
@@ -446,8 +478,12 @@ impl<B: Backend<Payload = Bytes>> SseStream<B> {
 /// let (stream, _producer) = SseStream::new(me, SseConfig::default()).unwrap();
 /// let app: Router = Router::new().route("/events", get(events)).with_state(stream);
 /// ```
-pub async fn events(State(stream): State<SseStream>, headers: HeaderMap) -> Response {
-    stream.respond(&headers)
+pub async fn events(
+    State(stream): State<SseStream>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Response {
+    stream.respond(&with_query_cursor(headers, query.as_deref()))
 }
 
 /// The 503 for a backend that could not be reached.
@@ -460,7 +496,8 @@ fn unavailable(state: Option<StreamState>) -> Refused {
 
 /// The same handler as [`events`] for a stream over any backend: name the backend type,
 /// `.route("/events", get(backend_events::<MyBackend>))`. Same as
-/// [`SseStream::respond_async`].
+/// [`SseStream::respond_async`], with the cursor also taken from a [`LAST_EVENT_ID_QUERY`] query
+/// parameter.
 ///
 /// # Cancel safety
 ///
@@ -482,9 +519,12 @@ fn unavailable(state: Option<StreamState>) -> Refused {
 /// ```
 pub async fn backend_events<B: Backend<Payload = Bytes>>(
     State(stream): State<SseStream<B>>,
+    RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Response {
-    stream.respond_async(&headers).await
+    stream
+        .respond_async(&with_query_cursor(headers, query.as_deref()))
+        .await
 }
 
 fn to_axum(plan: &HttpResponse, body: Body) -> Response {

@@ -62,7 +62,7 @@ mod watchdog;
 mod writer;
 
 pub use config::{SseConfig, DEFAULT_KEEP_ALIVE, DEFAULT_RETRY};
-pub use endpoint::{backend_events, events, SseStream};
+pub use endpoint::{backend_events, events, SseStream, LAST_EVENT_ID_QUERY};
 pub use producer::SseProducer;
 pub use serve::{serve, serve_with_shutdown, ServeConfig};
 pub use shared::EndpointStats;
