@@ -445,7 +445,8 @@ impl Retention {
 
     /// Unregisters a connection at `now`. Events it had not written but every remaining live
     /// connection had are checkpointed at `now`: the departed client gets a full window to come
-    /// back for them.
+    /// back for them. If it was the last live connection, everything retained becomes releasable
+    /// one window after `now` (unless a connection comes back before).
     ///
     /// ```
     /// use std::time::{Duration, Instant};
