@@ -488,8 +488,15 @@ impl RingEventStore {
             .map_err(|e| Box::new(e) as EventStoreError)?;
         let publisher = Publisher::new(producer, cfg.retention);
         // The publisher's retention is new and empty: give it this store's slow-consumer policy.
+        // With a Redis log, a client may follow the stream from another replica, which this
+        // policy does not see: no release because nobody is connected here.
+        #[cfg(feature = "redis")]
+        let readers_are_local = self.inner.log.is_none();
+        #[cfg(not(feature = "redis"))]
+        let readers_are_local = true;
         *publisher.retention().lock() = Retention::new(cfg.retention, ring.max_readers())
-            .with_slow_consumer_policy(cfg.slow_consumer);
+            .with_slow_consumer_policy(cfg.slow_consumer)
+            .with_vacancy_release(readers_are_local);
         let (is_common, session) = match rmcp_id.strip_suffix(":common") {
             Some(session) => (true, Some(SessionId::from(session))),
             None => (false, None),

@@ -511,6 +511,15 @@ pub trait Backend: Clone + Send + Sync + 'static {
     /// How many tails may be open at once; size per-connection tables with it.
     fn max_readers(&self) -> usize;
 
+    /// Whether every reader of the stream is served by this process, so that a retention policy
+    /// with no live connection knows that nobody follows the stream and may release by vacancy
+    /// ([`Retention::with_vacancy_release`](crate::Retention::with_vacancy_release)). `true` for
+    /// the in-process ring. The default, `false`, is for a store shared between processes (Redis
+    /// Streams): another replica's clients may still be reading what this one never served.
+    fn readers_are_local(&self) -> bool {
+        false
+    }
+
     /// Floor and head, read so that `floor <= head + 1`.
     ///
     /// # Errors
@@ -653,6 +662,10 @@ impl<T: Clone + Send + Sync + 'static> Backend for ReplayRing<T> {
 
     fn max_readers(&self) -> usize {
         ReplayRing::max_readers(self)
+    }
+
+    fn readers_are_local(&self) -> bool {
+        true
     }
 
     fn window(&self) -> impl Future<Output = Result<Window, Unavailable>> + Send {

@@ -14,7 +14,10 @@
 //! With nobody connected, every retained event becomes releasable one resumption window after
 //! the last connection left (or after the policy was created, if none ever connected): each client
 //! that left was promised that window and no more, so no resume can still ask for those events,
-//! and a stream nobody follows keeps publishing instead of filling up and ending.
+//! and a stream nobody follows keeps publishing instead of filling up and ending. This holds only
+//! where the policy sees every connection of the stream (one process); a replica of a stream
+//! shared through a network store turns it off
+//! ([`with_vacancy_release`](Retention::with_vacancy_release)).
 //!
 //! A connection that stops taking data would hold the window forever, so the
 //! [`SlowConsumerPolicy`] decides when a live connection is **cut**: from then on it holds events
@@ -251,6 +254,8 @@ pub struct Retention {
     /// Since when no connection has been live: the policy's creation, then the last departure
     /// (a disconnect or a cut) that left none. Read only while no connection is live.
     vacant_since: Instant,
+    /// Whether a vacancy of one window releases everything (this policy sees every connection).
+    release_when_vacant: bool,
     stats: RetentionStats,
 }
 
@@ -279,8 +284,29 @@ impl Retention {
             pending: None,
             recorded: 0,
             vacant_since: Instant::now(),
+            release_when_vacant: true,
             stats: RetentionStats::default(),
         }
+    }
+
+    /// Whether everything retained is released once no connection has been live for a whole
+    /// resumption window (default `true`). Turn it off where this policy does not see every
+    /// reader of the stream: a replica serving a stream shared through a network store, whose
+    /// other replicas' clients may still read. Then, with nobody connected here, events this
+    /// replica's connections did not write are never released by time (the other replicas
+    /// release them).
+    ///
+    /// ```
+    /// use std::time::{Duration, Instant};
+    /// let (mut p, ring) = replay_ring::ReplayRing::<u8>::new(4, 1).unwrap();
+    /// let mut r = replay_ring_sse::Retention::new(Default::default(), 1).with_vacancy_release(false);
+    /// p.try_push(1).unwrap();
+    /// assert_eq!(r.release_expired(&ring, Instant::now() + Duration::from_secs(3600)), None);
+    /// ```
+    #[must_use = "the setting is on the returned Retention; the original is consumed"]
+    pub fn with_vacancy_release(mut self, enabled: bool) -> Self {
+        self.release_when_vacant = enabled;
+        self
     }
 
     /// The same policy as if created at `at` (the start of the vacancy clock), for tests that
@@ -763,7 +789,10 @@ impl Retention {
         let head = window.head;
         let window = self.config.resumption_window;
         let cap = self.live_min();
-        if cap.is_none() && now.saturating_duration_since(self.vacant_since) >= window {
+        if self.release_when_vacant
+            && cap.is_none()
+            && now.saturating_duration_since(self.vacant_since) >= window
+        {
             // Nobody connected for a whole window: no client that left may still come back for
             // any of it (each was promised one window from its departure, which came earlier).
             self.checkpoints.clear();
@@ -824,7 +853,8 @@ impl Retention {
     pub fn next_expiry(&self) -> Option<Instant> {
         let oldest = self.checkpoints.front().or(self.pending.as_ref());
         // With nobody connected, everything goes one window after the vacancy began.
-        let vacancy = (self.indexes.live == 0).then_some(self.vacant_since);
+        let vacancy =
+            (self.release_when_vacant && self.indexes.live == 0).then_some(self.vacant_since);
         let window = match (oldest.map(|oldest| oldest.1), vacancy) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),

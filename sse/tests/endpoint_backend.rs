@@ -8,6 +8,7 @@ mod common;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::routing::get;
 use axum::Router;
@@ -21,7 +22,7 @@ use replay_ring_sse::backend::{
     AppendError, Backend, BackendProducer, Counters, OpenError, ReleaseError, Tail, TailError,
     Unavailable, Window,
 };
-use replay_ring_sse::{Epoch, StreamId, StreamIdentity};
+use replay_ring_sse::{Epoch, PublishError, RetentionConfig, StreamId, StreamIdentity};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -287,4 +288,47 @@ async fn an_unreachable_backend_is_a_503_before_the_stream_and_an_explicit_frame
     assert_eq!(reply.status, 200);
     assert_eq!(event_seqs(&reply), [2]);
     assert_eq!(stream.stats().refused_503, 1);
+}
+
+/// A stream nobody follows here: over the ring, which serves every reader in this process, the
+/// endpoint releases everything once nobody has been connected for a window and the producer goes
+/// on; over a backend that other processes may read too (the default of `readers_are_local`),
+/// it releases nothing for want of connections here, and the producer ends explicitly at the
+/// bound.
+#[tokio::test(start_paused = true)]
+async fn only_a_backend_whose_readers_are_all_local_releases_a_vacant_window() {
+    let config = SseConfig {
+        capacity: 2,
+        retention: RetentionConfig {
+            resumption_window: Duration::from_secs(1),
+            backpressure_timeout: Duration::from_secs(3),
+        },
+        ..SseConfig::default()
+    };
+    let me = StreamIdentity::new(StreamId::new("events").unwrap(), Epoch::new(0xabc));
+
+    let (_ring_stream, mut on_ring) = SseStream::new(me, config).unwrap();
+    for expected in 1..=6 {
+        assert_eq!(on_ring.send("x").await.unwrap(), expected);
+    }
+
+    let (inner, _ring) = ReplayRing::<Bytes>::builder()
+        .capacity(2)
+        .max_readers(4)
+        .build()
+        .unwrap();
+    let producer = ViaProducer {
+        inner,
+        down: Arc::new(watch::Sender::new(false)),
+    };
+    let (_shared_stream, mut shared) = SseStream::with_backend(producer, me, config);
+    for expected in 1..=2 {
+        assert_eq!(shared.send("x").await.unwrap(), expected);
+    }
+    match shared.send("x").await {
+        Err(PublishError::BackpressureTimeout { waited }) => {
+            assert_eq!(waited, Duration::from_secs(3))
+        }
+        other => panic!("expected the bound, got {other:?}"),
+    }
 }

@@ -176,7 +176,8 @@ impl<B: Backend<Payload = Bytes>> SseStream<B> {
     /// ```
     pub fn without_producer(backend: B, identity: StreamIdentity, config: SseConfig) -> Self {
         let retention = Retention::new(config.retention, backend.max_readers())
-            .with_slow_consumer_policy(config.slow_consumer);
+            .with_slow_consumer_policy(config.slow_consumer)
+            .with_vacancy_release(backend.readers_are_local());
         SseStream {
             shared: Arc::new(Shared::new(backend, identity, retention, config)),
         }
