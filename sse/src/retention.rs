@@ -251,8 +251,11 @@ pub struct Retention {
     pending: Option<(u64, Instant)>,
     /// Highest id checkpointed or pending.
     recorded: u64,
-    /// Since when no connection has been live: the policy's creation, then the last departure
-    /// (a disconnect or a cut) that left none. Read only while no connection is live.
+    /// Since when no connection has been live: the policy's creation, then the latest departure
+    /// (a disconnect or a cut) seen. The latest, not the last one processed: callers read the
+    /// clock before they take the lock, so a cut may arrive with an older `now` than a departure
+    /// recorded before it, and the vacancy must not start before that client's window did.
+    /// Read only while no connection is live.
     vacant_since: Instant,
     /// Whether a vacancy of one window releases everything (this policy sees every connection).
     release_when_vacant: bool,
@@ -489,10 +492,11 @@ impl Retention {
     pub fn disconnect(&mut self, conn: ConnectionId, now: Instant) {
         let was_live = matches!(self.connections[conn.0], Entry::Live { .. });
         self.set_entry(conn.0, Entry::Free);
+        if was_live {
+            self.vacant_since = self.vacant_since.max(now);
+        }
         if let Some(min) = self.live_min() {
             self.record(min, now);
-        } else if was_live {
-            self.vacant_since = now;
         }
     }
 
@@ -663,9 +667,7 @@ impl Retention {
         }
         self.set_entry(i, Entry::Cut(verdict));
         self.stats.slow_consumers_cut += 1;
-        if self.indexes.live == 0 {
-            self.vacant_since = now;
-        }
+        self.vacant_since = self.vacant_since.max(now);
         true
     }
 

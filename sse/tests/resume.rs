@@ -6,7 +6,8 @@ use std::time::{Duration, Instant};
 use replay_ring::{CloseReason, ReadError, ReplayRing, ResumeError};
 use replay_ring_sse::{
     decide, resume, BackpressureClock, Epoch, HttpResponse, LastEventIdError, ResumeDecision,
-    Retention, RetentionConfig, StreamId, StreamIdentity, StreamState, CHECKPOINTS,
+    Retention, RetentionConfig, SlowConsumerPolicy, StreamId, StreamIdentity, StreamState,
+    CHECKPOINTS,
 };
 
 fn me() -> StreamIdentity {
@@ -432,6 +433,38 @@ fn retention_never_releases_what_a_live_connection_has_not_written() {
     assert_eq!(retention.release_expired(&ring, ms(1_000_000)), None);
     retention.on_written(&back, 11, ms(1_000_000));
     assert_eq!(retention.release_expired(&ring, ms(1_000_100)), Some(12));
+}
+
+/// Callers read the clock before they take the lock, so a cut can carry an older `now` than a
+/// departure recorded just before it. The vacancy then starts at the later departure: the client
+/// that left last keeps its whole window.
+#[test]
+fn a_cut_with_an_older_clock_does_not_shorten_a_departed_clients_window() {
+    let policy = SlowConsumerPolicy {
+        max_lag_percent: None,
+        write_timeout: Some(Duration::from_secs(5)),
+        ..SlowConsumerPolicy::default()
+    };
+    let (mut producer, ring) = ReplayRing::<u32>::new(16, 4).unwrap();
+    let mut retention = Retention::new(config(30_000), 4).with_slow_consumer_policy(policy);
+    let t0 = Instant::now();
+    let ms = |n| t0 + Duration::from_millis(n);
+    let (a, b) = (retention.connect(0).unwrap(), retention.connect(0).unwrap());
+    for n in 1..=3 {
+        producer.try_push(n).unwrap();
+    }
+    retention.on_written(&a, 1, t0);
+    retention.on_written(&b, 1, t0);
+    retention.on_write_pending(&b, t0);
+    // A leaves at 20.5 s; then a caller that read its clock at 20.0 s cuts B (stalled since t0).
+    retention.disconnect(a, ms(20_500));
+    assert_eq!(retention.cut_slow_consumers(&ring, ms(20_000)), 1);
+    assert_eq!(retention.live_connections(), 0);
+    // Id 1, written to both at t0, goes one window later; A may come back for 2..=3 until 50.5 s.
+    assert_eq!(retention.release_expired(&ring, ms(30_000)), Some(2));
+    assert_eq!(retention.release_expired(&ring, ms(50_200)), None);
+    assert!(ring.resume(Some(1)).is_ok());
+    assert_eq!(retention.release_expired(&ring, ms(50_500)), Some(4));
 }
 
 #[test]

@@ -87,10 +87,11 @@ impl NaiveRetention {
     pub(super) fn disconnect(&mut self, conn: ConnectionId, now: Instant) {
         let was_live = matches!(self.connections[conn.0], Entry::Live(_));
         self.connections[conn.0] = Entry::Free;
+        if was_live {
+            self.vacant_since = self.vacant_since.max(now);
+        }
         if let Some(min) = self.live_min() {
             self.record(min, now);
-        } else if was_live {
-            self.vacant_since = now;
         }
     }
 
@@ -161,9 +162,9 @@ impl NaiveRetention {
             }
         }
         if cut > 0 {
-            match self.live_min() {
-                Some(min) => self.record(min, now),
-                None => self.vacant_since = now,
+            self.vacant_since = self.vacant_since.max(now);
+            if let Some(min) = self.live_min() {
+                self.record(min, now);
             }
         }
         cut
