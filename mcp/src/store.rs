@@ -487,20 +487,22 @@ impl RingEventStore {
             .build()
             .map_err(|e| Box::new(e) as EventStoreError)?;
         let publisher = Publisher::new(producer, cfg.retention);
-        // The publisher's retention is new and empty: give it this store's slow-consumer policy.
-        // With a Redis log, a client may follow the stream from another replica, which this
-        // policy does not see: no release because nobody is connected here.
-        #[cfg(feature = "redis")]
-        let readers_are_local = self.inner.log.is_none();
-        #[cfg(not(feature = "redis"))]
-        let readers_are_local = true;
-        *publisher.retention().lock() = Retention::new(cfg.retention, ring.max_readers())
-            .with_slow_consumer_policy(cfg.slow_consumer)
-            .with_vacancy_release(readers_are_local);
         let (is_common, session) = match rmcp_id.strip_suffix(":common") {
             Some(session) => (true, Some(SessionId::from(session))),
             None => (false, None),
         };
+        // Release by vacancy only where every id a client holds came through a connection this
+        // policy saw: the session's GET stream. A request stream's ids may reach a client on
+        // rmcp's own channel (its stateless streams), and with a Redis log a client may follow any
+        // stream from another replica.
+        #[cfg(feature = "redis")]
+        let readers_are_local = self.inner.log.is_none();
+        #[cfg(not(feature = "redis"))]
+        let readers_are_local = true;
+        // The publisher's retention is new and empty: give it this store's slow-consumer policy.
+        *publisher.retention().lock() = Retention::new(cfg.retention, ring.max_readers())
+            .with_slow_consumer_policy(cfg.slow_consumer)
+            .with_vacancy_release(readers_are_local && is_common);
         let parts = EntryParts {
             identity: StreamIdentity::new(name, self.inner.epoch),
             retention: publisher.retention().clone(),

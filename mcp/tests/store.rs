@@ -492,6 +492,51 @@ async fn frames_per_connection_ends_each_connection_with_a_retry_hint(kind: Kind
     assert_eq!(s.metrics().server_disconnects, 1);
 }
 
+/// Once nobody has been connected for a whole resumption window, a session's GET stream releases
+/// everything (no client that left may still ask); a request stream never does, since rmcp can
+/// hand its ids to a client without a connection the store sees; with a Redis log no stream does.
+async fn only_the_get_stream_is_released_for_want_of_a_connection(kind: Kind) {
+    const WINDOW: Duration = Duration::from_millis(200);
+    let f = Fixture::new(
+        kind,
+        StoreConfig {
+            retention: RetentionConfig {
+                resumption_window: WINDOW,
+                backpressure_timeout: LIMIT,
+            },
+            ..StoreConfig::default()
+        },
+        Epoch::new(0xabc),
+    )
+    .await;
+    let s = &f.store;
+    let mut request = Vec::new();
+    for p in 1..=3 {
+        request.push(s.store_event("req-a", &progress(p)).await.unwrap());
+    }
+    let get = s.store_event("sess:common", &progress(1)).await.unwrap();
+    // The id before the GET stream's first event: `<stream>.<epoch>.0`.
+    let (stream_and_epoch, _) = get.rsplit_once('.').unwrap();
+    let before_first = format!("{stream_and_epoch}.0");
+    let created = std::time::Instant::now();
+    // The passage of time is what this test is about: nothing to wait for but the clock.
+    tokio::time::sleep(WINDOW + Duration::from_millis(50)).await;
+    assert!(created.elapsed() > WINDOW);
+    s.maintain();
+    assert!(
+        s.check_resume(None, request[0].as_bytes()).is_ok(),
+        "request stream kept"
+    );
+    let get_resume = s.check_resume(None, before_first.as_bytes());
+    match kind {
+        Kind::Ring => {
+            let refused = get_resume.unwrap_err();
+            assert_eq!(refused.code(), "replay_gap", "{get}: {refused:?}");
+        }
+        Kind::Redis => assert!(get_resume.is_ok(), "{get}: kept with a Redis log"),
+    }
+}
+
 on_both_logs!(
     ids_are_per_stream_wire_ids_and_gap_free,
     replay_is_strictly_after_the_cursor_on_its_stream_then_live_until_the_response,
@@ -504,4 +549,5 @@ on_both_logs!(
     streams_that_filled_up_together_time_out_together,
     an_acknowledging_resume_frees_a_waiting_producer,
     frames_per_connection_ends_each_connection_with_a_retry_hint,
+    only_the_get_stream_is_released_for_want_of_a_connection,
 );
