@@ -197,8 +197,10 @@ impl<T: Send> Builder<T> {
     }
 
     /// Allocates the ring: the slots (all of them, or the first [`initial_slots`](Self::initial_slots)),
-    /// the reader table and its wakers. Nothing else is allocated after this, except the slot
-    /// segments a ring built with `initial_slots < capacity` grows into.
+    /// the reader table's first segment and its wakers. Nothing else is allocated after this,
+    /// except the slot segments a ring built with `initial_slots < capacity` grows into and the
+    /// reader-table segments that registrations beyond the first 64 entries open
+    /// ([`max_readers`](Self::max_readers)).
     ///
     /// # Errors
     ///

@@ -35,7 +35,11 @@ pub struct Metrics {
     pub resumes_ahead_of_head: u64,
     /// Pushes refused with `PushError::Full`.
     pub producer_full: u64,
-    /// Times the producer went to sleep waiting for space.
+    /// Waits for space the producer began: times it found the window full and registered to be
+    /// woken. A `ready()` or `push()` future counts once per full window (polled again, or made
+    /// again after a cancel, before room appears, it continues the same wait); each blocking
+    /// `ready_timeout` or `push_timeout` call that finds the window full counts once, even with a
+    /// zero timeout.
     pub producer_waits: u64,
     /// Readers registered right now.
     pub readers_active: usize,
