@@ -113,9 +113,10 @@ impl BackendProducer for RedisProducer {
 
     /// Builds the payload only when the window has room: the producer knows a lower bound of the
     /// floor from its last reply, and re-reads the window (one extra round trip) only when that
-    /// bound says full. A refusal the script makes *after* `make` ran (fenced, closed or deleted
-    /// meanwhile) cannot hand `make` back and is reported as `Unavailable { make: None }`: nothing
-    /// was stored, but the caller is told the conservative "unknown".
+    /// bound says full. A lease that moved to another producer is `Superseded`. Any other refusal
+    /// the script makes *after* `make` ran (closed or deleted meanwhile) cannot hand `make` back
+    /// and is reported as `Unavailable { make: None }`: nothing was stored, but the caller is told
+    /// the conservative "unknown" (the next append reports the closed stream).
     async fn try_append_with<F>(&mut self, make: F) -> Result<u64, AppendError<F>>
     where
         F: FnOnce(u64) -> Bytes + Send,
@@ -145,6 +146,8 @@ impl BackendProducer for RedisProducer {
         let payload = make(id);
         match self.append(&payload).await {
             Ok(got) => Ok(got),
+            // The script refused before writing: the lease moved to another producer.
+            Err(Error::Fenced { .. }) => Err(AppendError::Superseded(None)),
             Err(e) => Err(AppendError::Unavailable {
                 make: None,
                 error: unavailable("append", e),
@@ -182,7 +185,8 @@ fn before_make<F>(e: Error, make: F) -> AppendError<F> {
     match e {
         Error::Full { .. } => AppendError::Full(make),
         Error::IdsExhausted => AppendError::IdsExhausted(make),
-        Error::Closed(_) | Error::Fenced { .. } => AppendError::Closed(make),
+        Error::Closed(_) => AppendError::Closed(make),
+        Error::Fenced { .. } => AppendError::Superseded(Some(make)),
         e if e.is_stream_lost() => AppendError::Closed(make),
         e => AppendError::Unavailable {
             make: Some(make),

@@ -124,6 +124,59 @@ async fn a_second_producer_is_refused_and_a_stale_one_is_fenced() {
     assert_eq!(third.append(b"c4").await.unwrap(), 4);
 }
 
+/// Publishing through the SSE layer: a producer whose lease another replica took is told it was
+/// superseded, on this publish and every later one, and the stream is not closed: the new
+/// producer goes on from the head.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_superseded_publisher_stops_without_closing_the_stream() {
+    use replay_ring_sse::axum::{SseConfig, SseStream};
+    use replay_ring_sse::PublishError;
+    let server = RedisServer::start();
+    let config = RedisConfig {
+        lease: Duration::from_millis(300),
+        ..RedisConfig::default()
+    };
+    let backend = server.backend_with(config).await;
+    let stream = backend.create(&sid("superseded"), 64).await.unwrap();
+    let first = stream.acquire_producer().await.unwrap();
+    let (_sse, mut publisher) =
+        SseStream::with_backend(first, stream.identity(), SseConfig::default());
+    assert_eq!(publisher.send("a1").await.unwrap(), 1);
+
+    // Paused past its lease (no keeper renews it); another replica takes over.
+    let mut raw = server.raw();
+    common::eventually(Duration::from_secs(10), "the lease to expire", || {
+        let exists: bool = redis::cmd("EXISTS")
+            .arg(stream.key_names()[3])
+            .query(&mut raw)
+            .unwrap();
+        std::future::ready(!exists)
+    })
+    .await;
+    let mut second = server
+        .backend()
+        .await
+        .open(&sid("superseded"))
+        .await
+        .unwrap()
+        .acquire_producer()
+        .await
+        .unwrap();
+
+    for _ in 0..2 {
+        match publisher.send("a2").await {
+            Err(PublishError::Superseded) => {}
+            other => panic!("expected Superseded, got {other:?}"),
+        }
+    }
+    assert_eq!(stream.state().await.unwrap().closed, None, "not closed");
+    assert_eq!(second.append(b"b2").await.unwrap(), 2);
+    assert_eq!(
+        log(&server, &stream),
+        vec![(1, b"a1".to_vec()), (2, b"b2".to_vec())]
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_expired_lease_with_no_successor_is_still_fenced() {
     let server = RedisServer::start();

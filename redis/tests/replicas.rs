@@ -237,3 +237,43 @@ async fn a_standby_replica_takes_over_producing_when_the_producer_crashes() {
     assert!(client.ended, "B produced to the end and closed the stream");
     client.assert_complete(N, "every id exactly once, in order, across the take-over");
 }
+
+/// A producer stalled past its lease (SIGSTOP) while a standby took over: when it wakes up, its
+/// next append is refused (superseded) and it becomes a standby itself, so that when the new
+/// producer crashes it takes over again. A client on a third, serve-only replica sees every id
+/// exactly once and the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_producer_that_lost_its_lease_while_stalled_becomes_a_standby_again() {
+    const N: u64 = 400;
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut args = producer_args(&url, N);
+    args.extend(["--lease-ms".to_string(), "1000".to_string()]);
+    let a = Replica::start(&args).await;
+    let b = Mutex::new(Some(Replica::start(&args).await));
+    let c = Replica::start(&["--redis", &url, "--serve-only"]).await;
+
+    let mut client = Client::new();
+    let attempt = get_events(c.addr, None, Duration::from_secs(60), |f| {
+        client.on_frame(f);
+        match client.ids.len() {
+            // A stalls; B takes over once A's lease lapses.
+            50 => a.pause(true),
+            // B is producing: A wakes up, finds itself superseded, and stands by.
+            150 => a.pause(false),
+            // B crashes: A takes over again.
+            250 => {
+                if let Some(mut producer) = b.lock().unwrap().take() {
+                    producer.kill();
+                }
+            }
+            _ => {}
+        }
+    })
+    .await
+    .expect("the stream on C");
+    assert_eq!(attempt.status, 200);
+    assert!(b.lock().unwrap().is_none(), "B was killed mid-stream");
+    assert!(client.ended, "A produced to the end and closed the stream");
+    client.assert_complete(N, "every id exactly once, in order, across both take-overs");
+}

@@ -250,6 +250,10 @@ pub enum AppendError<F> {
     IdsExhausted(F),
     /// The stream no longer exists in the backend (closed or deleted elsewhere).
     Closed(F),
+    /// This producer may never append again, but the stream goes on: another producer took it
+    /// over (a network backend's producer lease moved on while this one was paused or cut off).
+    /// Nothing was stored. `None` when the closure had already been called.
+    Superseded(Option<F>),
     /// The backend could not be reached. `make` is `Some` when the failure happened before the
     /// payload was built (nothing was sent: no id consumed). `None` means the append's outcome is
     /// unknown: the event may have been stored with the id the closure was given.
@@ -271,7 +275,7 @@ impl<F> AppendError<F> {
     pub fn into_inner(self) -> Option<F> {
         match self {
             AppendError::Full(f) | AppendError::IdsExhausted(f) | AppendError::Closed(f) => Some(f),
-            AppendError::Unavailable { make, .. } => make,
+            AppendError::Superseded(make) | AppendError::Unavailable { make, .. } => make,
         }
     }
 }
@@ -282,6 +286,10 @@ impl<F> fmt::Debug for AppendError<F> {
             AppendError::Full(_) => f.write_str("Full(..)"),
             AppendError::IdsExhausted(_) => f.write_str("IdsExhausted(..)"),
             AppendError::Closed(_) => f.write_str("Closed(..)"),
+            AppendError::Superseded(make) => f
+                .debug_struct("Superseded")
+                .field("closure_returned", &make.is_some())
+                .finish(),
             AppendError::Unavailable { make, error } => f
                 .debug_struct("Unavailable")
                 .field("closure_returned", &make.is_some())
@@ -301,6 +309,9 @@ impl<F> fmt::Display for AppendError<F> {
                 f.write_str("event ids exhausted (next id would be u64::MAX)")
             }
             AppendError::Closed(_) => f.write_str("stream closed"),
+            AppendError::Superseded(_) => {
+                f.write_str("another producer took the stream over (nothing appended)")
+            }
             AppendError::Unavailable {
                 make: Some(_),
                 error,

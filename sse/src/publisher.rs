@@ -181,6 +181,10 @@ pub enum PublishError {
     IdsExhausted,
     /// The stream was already closed (by this publisher, or in the backend).
     Closed(Option<CloseReason>),
+    /// Another producer took the stream over (a network backend's lease moved on): this publisher
+    /// can never publish again, and the stream, which is not closed, goes on with the other one.
+    /// Nothing of this publish was stored.
+    Superseded,
     /// The backend could not be reached. The stream stays open; publishing again retries. See
     /// [`AppendError::Unavailable`] for whether the event may have been stored.
     Unavailable(Unavailable),
@@ -197,6 +201,9 @@ impl fmt::Display for PublishError {
             PublishError::IdsExhausted => f.write_str("event ids exhausted; stream closed"),
             PublishError::Closed(Some(reason)) => write!(f, "stream closed: {reason}"),
             PublishError::Closed(None) => f.write_str("stream closed"),
+            PublishError::Superseded => {
+                f.write_str("another producer took the stream over; this one publishes no more")
+            }
             PublishError::Unavailable(e) => write!(f, "{e}"),
         }
     }
@@ -243,6 +250,8 @@ pub struct Publisher<P: BackendProducer, R = SharedRetention> {
     retention: R,
     clock: BackpressureClock,
     close_reason: Option<CloseReason>,
+    /// Another producer took the stream over: every later publish says so.
+    superseded: bool,
     stats: PublisherStats,
 }
 
@@ -291,6 +300,7 @@ where
             retention,
             clock: BackpressureClock::new(backpressure_timeout),
             close_reason: None,
+            superseded: false,
             stats: PublisherStats::default(),
         }
     }
@@ -368,7 +378,7 @@ where
         let mut make = make;
         loop {
             let Some(producer) = self.producer.as_mut() else {
-                return Err(PublishError::Closed(self.close_reason.clone()));
+                return Err(self.ended());
             };
             match producer.try_append_with(make).await {
                 Ok(id) => {
@@ -387,6 +397,12 @@ where
                     return Err(PublishError::Closed(
                         self.backend.close_reason().await.ok().flatten(),
                     ));
+                }
+                Err(AppendError::Superseded(_)) => {
+                    // Not closed: the stream belongs to the producer that took it over.
+                    self.producer = None;
+                    self.superseded = true;
+                    return Err(PublishError::Superseded);
                 }
                 Err(AppendError::Unavailable { error, .. }) => {
                     return Err(PublishError::Unavailable(error))
@@ -432,13 +448,22 @@ where
                 None => deadline,
             };
             let Some(producer) = self.producer.as_mut() else {
-                return Err(PublishError::Closed(self.close_reason.clone()));
+                return Err(self.ended());
             };
             tokio::select! {
                 ready = producer.ready() => ready.map_err(PublishError::Unavailable)?,
                 () = tokio::time::sleep_until(wake.into()) => {}
                 () = self.retention.changed() => {}
             }
+        }
+    }
+
+    /// Why this publisher can no longer publish, once it has no producer.
+    fn ended(&self) -> PublishError {
+        if self.superseded {
+            PublishError::Superseded
+        } else {
+            PublishError::Closed(self.close_reason.clone())
         }
     }
 

@@ -22,7 +22,7 @@ const EPOCH: u64 = 0xabc;
 struct Server {
     port: u16,
     app: app::App,
-    producer: JoinHandle<()>,
+    producer: JoinHandle<Option<replay_ring_sse::PublishError>>,
 }
 
 async fn start(config: app::Args) -> Server {

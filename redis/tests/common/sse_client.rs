@@ -162,6 +162,17 @@ impl Replica {
         Replica { addr, child }
     }
 
+    /// SIGSTOP (`pause = true`: a stall past its lease, as in a long GC pause or a frozen VM) or
+    /// SIGCONT.
+    pub fn pause(&self, pause: bool) {
+        let signal = if pause { "-STOP" } else { "-CONT" };
+        let status = std::process::Command::new("kill")
+            .args([signal, &self.child.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill {signal}");
+    }
+
     /// SIGKILL: a crash.
     pub fn kill(&mut self) {
         let _ = self.child.kill();

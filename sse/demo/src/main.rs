@@ -20,10 +20,10 @@ use std::time::Duration;
 use axum::extract::Request;
 use bytes::Bytes;
 use clap::Parser;
-use replay_ring_redis::{RedisBackend, RedisConfig, RedisStream};
+use replay_ring_redis::{RedisBackend, RedisConfig, RedisProducer, RedisStream};
 use replay_ring_sse::axum::{serve, ServeConfig, SseProducer, SseStream};
 use replay_ring_sse::backend::Backend;
-use replay_ring_sse::StreamId;
+use replay_ring_sse::{PublishError, StreamId};
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
@@ -39,7 +39,8 @@ struct DemoArgs {
     redis: Option<String>,
     /// Serve the stream without producing into it (another replica produces). Without it, a
     /// replica that finds the producer lease held serves as a standby and takes over producing
-    /// once the lease is free
+    /// once the lease is free (at once, `--eager` or not), and a producer whose lease another
+    /// replica took becomes a standby again
     #[arg(long, requires = "redis")]
     serve_only: bool,
     /// How long the producer lease lasts without a renewal: how soon a standby replica takes over
@@ -75,23 +76,21 @@ async fn main() -> Result<()> {
         }
         Some(url) => {
             // Display, not Debug: e.g. "stream not found …".
-            let (app, producer) = build_redis(&args, &url).await.map_err(|e| e.to_string())?;
-            run(app, producer, args).await
+            // The producer (or standby) runs on its own task, started by `build_redis`.
+            let app = build_redis(&args, &url).await.map_err(|e| e.to_string())?;
+            run(app, None, args).await
         }
     }
 }
 
 /// Builds the stream in Redis at `url`: creates it (or opens it when another replica did) and,
-/// unless `serve_only`, takes the producer lease, kept alive while the producer idles. If another
-/// replica holds the lease, this one serves as a standby and produces once the lease is free
-/// (handed back, or lapsed because its holder stopped).
+/// unless `serve_only`, starts producing on a task of its own: with the producer lease, kept alive
+/// while the producer idles, or, if another replica holds it, as a standby that produces once the
+/// lease is free (handed back, or lapsed because its holder stopped).
 async fn build_redis(
     args: &DemoArgs,
     url: &str,
-) -> std::result::Result<
-    (app::App<RedisStream>, Option<SseProducer<RedisStream>>),
-    replay_ring_redis::Error,
-> {
+) -> std::result::Result<app::App<RedisStream>, replay_ring_redis::Error> {
     let mut redis_config = RedisConfig::default();
     if let Some(ms) = args.lease_ms {
         redis_config.lease = Duration::from_millis(ms);
@@ -106,38 +105,77 @@ async fn build_redis(
     let (identity, config) = (stream.identity(), args.example.sse_config());
     if args.serve_only {
         let stream = SseStream::without_producer(stream, identity, config);
-        return Ok((app::App::new(stream), None));
+        return Ok(app::App::new(stream));
     }
-    let producer = match stream.acquire_producer().await {
-        Ok(producer) => producer,
+    let first = match stream.acquire_producer().await {
+        Ok(producer) => Some(producer),
         Err(replay_ring_redis::Error::LeaseHeld { holder, .. }) => {
             eprintln!(
                 "producer lease held by token {holder}: serving as a standby until it is free"
             );
-            let sse = SseStream::without_producer(stream.clone(), identity, config);
-            tokio::spawn(take_over(stream, sse.clone(), args.clone()));
-            return Ok((app::App::new(sse), None));
+            None
         }
         Err(e) => return Err(e),
     };
-    tokio::spawn(producer.lease_keeper().run());
-    let (stream, producer) = SseStream::with_backend(producer, identity, config);
-    Ok((app::App::new(stream), Some(producer)))
+    let sse = SseStream::without_producer(stream.clone(), identity, config);
+    tokio::spawn(produce_or_stand_by(
+        stream,
+        sse.clone(),
+        first,
+        args.clone(),
+    ));
+    Ok(app::App::new(sse))
 }
 
-/// A standby replica's producer: waits for the lease, then publishes into the stream it serves.
-async fn take_over(stream: RedisStream, sse: SseStream<RedisStream>, args: DemoArgs) {
-    match stream.acquire_producer_when_free().await {
-        Ok(producer) => {
-            eprintln!(
-                "took the producer lease (token {}): producing from id {}",
-                producer.fencing_token(),
-                producer.next_id()
-            );
-            tokio::spawn(producer.lease_keeper().run());
-            produce(sse.attach_producer(producer), args).await;
+/// How long a standby waits before it tries again after Redis failed it.
+const STANDBY_RETRY: Duration = Duration::from_secs(1);
+
+/// Produces with `first` if this replica got the lease, and whenever another replica takes the
+/// lease over (this one was paused or cut off past its lease), serves as a standby again: waits
+/// for the lease, then produces from the head on. A standby that takes over produces at once,
+/// whatever `--eager` says: the stream it continues was already live. Redis errors do not end
+/// the standby; it tries again. Only a lost stream (deleted, expired, recreated) ends it.
+async fn produce_or_stand_by(
+    stream: RedisStream,
+    sse: SseStream<RedisStream>,
+    first: Option<RedisProducer>,
+    args: DemoArgs,
+) {
+    let mut next = first.map(|producer| (producer, args.example.eager));
+    loop {
+        let (producer, eager) = match next.take() {
+            Some(taken) => taken,
+            None => match stream.acquire_producer_when_free().await {
+                Ok(producer) => {
+                    eprintln!(
+                        "took the producer lease (token {}): producing from id {}",
+                        producer.fencing_token(),
+                        producer.next_id()
+                    );
+                    (producer, true)
+                }
+                Err(e) if e.is_stream_lost() => {
+                    eprintln!("standby: the stream is gone ({e}); restart this replica");
+                    return;
+                }
+                Err(e) => {
+                    eprintln!("standby: cannot take the producer lease yet: {e}");
+                    tokio::time::sleep(STANDBY_RETRY).await;
+                    continue;
+                }
+            },
+        };
+        let keeper = tokio::spawn(producer.lease_keeper().run());
+        let mut args = args.clone();
+        args.example.eager = eager;
+        let stopped = produce(sse.attach_producer(producer), args).await;
+        keeper.abort();
+        match stopped {
+            Some(PublishError::Superseded) => {
+                eprintln!("producer: another replica took the stream over; standing by");
+            }
+            _ => return, // finished, or the stream ended
         }
-        Err(e) => eprintln!("standby: cannot take the producer lease: {e}"),
     }
 }
 
@@ -162,15 +200,15 @@ where
     };
     let router = app::router(app).layer(axum::middleware::map_request(heap_gauge));
     if let Some(producer) = producer {
-        tokio::spawn(produce(producer, args));
+        tokio::spawn(async move { drop(produce(producer, args).await) });
     }
     serve(listener, router, ServeConfig::default()).await?;
     Ok(())
 }
 
 /// The example's producer, started at the `start_after`-th stream if set, with this server's
-/// payloads.
-async fn produce<B>(producer: SseProducer<B>, args: DemoArgs)
+/// payloads. Returns why it stopped early, as [`app::run_producer`].
+async fn produce<B>(producer: SseProducer<B>, args: DemoArgs) -> Option<PublishError>
 where
     B: Backend<Payload = Bytes, Producer: Sync>,
 {
@@ -183,7 +221,7 @@ where
         }
     }
     let payload = |id| payload(&args, id);
-    app::run_producer(producer, &args.example, payload).await;
+    app::run_producer(producer, &args.example, payload).await
 }
 
 /// `{"n":id}`, `{"n":id,"t":unix_ns}` with `timestamps`; a `"pad"` field fills it up to

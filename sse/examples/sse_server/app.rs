@@ -116,11 +116,14 @@ pub fn build(args: &Args) -> Result<(App, SseProducer), replay_ring::BuildError>
 /// Produces `payload(id)` at `rate` from the first `/events` request (or at once: `eager`) through
 /// id `events`, then closes. A full window makes `send_with` wait (past the backpressure bound it
 /// closes the stream explicitly): no event is ever dropped. While the backend is down it retries.
+/// Returns why it stopped early: the stream ended, or another producer took it over
+/// ([`PublishError::Superseded`]); `None` once it closed the stream itself.
 pub async fn run_producer<B>(
     mut producer: SseProducer<B>,
     args: &Args,
     payload: impl Fn(u64) -> Bytes + Sync,
-) where
+) -> Option<PublishError>
+where
     B: Backend<Payload = Bytes, Producer: Sync>,
 {
     if !args.eager {
@@ -144,10 +147,12 @@ pub async fn run_producer<B>(
                 eprintln!("producer: {e}; retrying");
                 tokio::time::sleep(Duration::from_millis(100)).await; // back off while it is down
             }
-            Err(_) => return, // closed; readers got an explicit terminal frame
+            // Closed (readers got an explicit terminal frame), or superseded.
+            Err(e) => return Some(e),
         }
     }
     let _ = producer.close(CloseReason::Completed).await;
+    None
 }
 
 /// `GET /` (the page), `GET /events` (the stream), `GET /metrics` (Prometheus text).
