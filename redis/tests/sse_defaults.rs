@@ -55,3 +55,35 @@ async fn an_endpoint_over_a_default_redis_stream_serves_more_connections_than_it
     drop(bodies);
     assert_eq!(sse.with_retention(|r| r.live_connections()), 0);
 }
+
+/// A stream that is gone from Redis (deleted, expired, or lost in a restart without persistence)
+/// is answered 404 `stream_lost`, with or without a cursor: the stream, not a session, is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_gone_from_redis_is_answered_stream_lost() {
+    let server = RedisServer::start();
+    let backend = server.backend().await;
+    let stream = backend
+        .create(&StreamId::new("vanishing").unwrap(), 64)
+        .await
+        .unwrap();
+    let identity = stream.identity();
+    let sse = SseStream::without_producer(stream.clone(), identity, SseConfig::default());
+    stream.delete().await.unwrap();
+    let cursor = identity.event_id(0).to_string();
+    for headers in [HeaderMap::new(), {
+        let mut h = HeaderMap::new();
+        h.insert("last-event-id", cursor.parse().unwrap());
+        h
+    }] {
+        let response = sse.respond_async(&headers).await;
+        assert_eq!(response.status(), StatusCode::NOT_FOUND);
+        let mut body = response.into_body().into_data_stream();
+        let chunk = tokio::time::timeout(LIMIT, body.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        let text = std::str::from_utf8(&chunk).unwrap();
+        assert!(text.contains(r#""error":"stream_lost""#), "{text}");
+    }
+}

@@ -18,8 +18,8 @@ use super::shared::{add, EndpointStats, Shared};
 use super::writer::Writer;
 use crate::backend::{Backend, BackendProducer, OpenError, Tail};
 use crate::{
-    encode_priming, last_event_id, EventId, HttpResponse, Refused, ResumeDecision, Retention,
-    StreamIdentity, StreamState, LAST_EVENT_ID_HEADER,
+    encode_priming, last_event_id, EventId, HttpResponse, LastEventIdError, Refused,
+    ResumeDecision, Retention, StreamIdentity, StreamState, LAST_EVENT_ID_HEADER,
 };
 
 /// A resumable event stream that axum handlers answer from: the window, the stream's identity,
@@ -345,10 +345,14 @@ impl<B: Backend<Payload = Bytes>> SseStream<B> {
                 return self.refuse_with_state(ResumeDecision::Busy { limit }).await
             }
             Err(OpenError::Gone) => {
+                // Deleted, expired or lost in the backend (Redis restarted without persistence):
+                // the stream is gone, as one this server never had (404 `stream_lost`).
+                let stream = shared.identity.stream;
+                let lost = LastEventIdError::UnknownStream { stream };
                 return self.refuse(&Refused {
-                    decision: ResumeDecision::SessionLost,
+                    decision: ResumeDecision::StreamLost(lost),
                     state: None,
-                })
+                });
             }
             // `Unavailable`, and whatever later versions add: retry later, never a stream.
             Err(_) => return self.refuse(&unavailable(None)),
