@@ -36,6 +36,19 @@ fn log(server: &RedisServer, stream: &RedisStream) -> Vec<(u64, Vec<u8>)> {
         .collect()
 }
 
+/// Waits until the stream's producer lease has lapsed (nobody renewed it).
+async fn lease_expired(server: &RedisServer, stream: &RedisStream) {
+    let mut raw = server.raw();
+    common::eventually(Duration::from_secs(10), "the lease to expire", || {
+        let exists: bool = redis::cmd("EXISTS")
+            .arg(stream.key_names()[3])
+            .query(&mut raw)
+            .unwrap();
+        std::future::ready(!exists)
+    })
+    .await;
+}
+
 /// Resends the pending append until the connection is back (the manager reconnects after a drop).
 async fn resolve(p: &mut replay_ring_redis::RedisProducer) -> Result<Option<u64>, Error> {
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
@@ -75,15 +88,7 @@ async fn a_second_producer_is_refused_and_a_stale_one_is_fenced() {
     }
 
     // The first stalls (a GC pause, a partition) past its lease; the second takes over.
-    let mut raw = server.raw();
-    common::eventually(Duration::from_secs(10), "the lease to expire", || {
-        let exists: bool = redis::cmd("EXISTS")
-            .arg(stream.key_names()[3])
-            .query(&mut raw)
-            .unwrap();
-        std::future::ready(!exists)
-    })
-    .await;
+    lease_expired(&server, &stream).await;
     let mut second = other_replica.acquire_producer().await.unwrap();
     assert!(
         second.fencing_token() > first.fencing_token(),
@@ -144,15 +149,7 @@ async fn a_superseded_publisher_stops_without_closing_the_stream() {
     assert_eq!(publisher.send("a1").await.unwrap(), 1);
 
     // Paused past its lease (no keeper renews it); another replica takes over.
-    let mut raw = server.raw();
-    common::eventually(Duration::from_secs(10), "the lease to expire", || {
-        let exists: bool = redis::cmd("EXISTS")
-            .arg(stream.key_names()[3])
-            .query(&mut raw)
-            .unwrap();
-        std::future::ready(!exists)
-    })
-    .await;
+    lease_expired(&server, &stream).await;
     let mut second = server
         .backend()
         .await
@@ -188,15 +185,7 @@ async fn an_expired_lease_with_no_successor_is_still_fenced() {
     let stream = backend.create(&sid("expired"), 8).await.unwrap();
     let mut p = stream.acquire_producer().await.unwrap();
     p.append(b"1").await.unwrap();
-    let mut raw = server.raw();
-    common::eventually(Duration::from_secs(10), "the lease to expire", || {
-        let exists: bool = redis::cmd("EXISTS")
-            .arg(stream.key_names()[3])
-            .query(&mut raw)
-            .unwrap();
-        std::future::ready(!exists)
-    })
-    .await;
+    lease_expired(&server, &stream).await;
     assert!(matches!(
         p.append(b"2").await,
         Err(Error::Fenced { holder: None })
