@@ -48,11 +48,10 @@ fn payload(id: u64, size: usize) -> Bytes {
     Bytes::from(text)
 }
 
-/// Reads until the stream's terminal frame (`end` or `stream-error`).
+/// Reads until the stream's terminal frame (`end` or `stream-error`), the only frame with an
+/// `event:` line.
 async fn read_to_terminal(stream: &mut Stream) -> Reply {
-    stream
-        .read_until(|r| r.frames().iter().any(|f| f.event.is_some()))
-        .await
+    stream.read_until_contains(b"\nevent: ").await
 }
 
 fn event_ids(reply: &Reply) -> Vec<u64> {

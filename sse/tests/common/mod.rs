@@ -198,6 +198,31 @@ impl Stream {
         }
     }
 
+    /// Reads until the bytes received contain `needle` (or the connection ends), then parses the
+    /// reply once. For long streams: `read_until` parses the whole reply after every read, which
+    /// costs O(reply²) per connection; with dozens of readers in a debug build that is enough CPU
+    /// to make every reader lag, which the slow-consumer tests must not confuse with a stall.
+    pub async fn read_until_contains(&mut self, needle: &[u8]) -> Reply {
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut scanned: usize = 0;
+        loop {
+            let from = scanned.saturating_sub(needle.len());
+            if memchr::memmem::find(&self.raw[from..], needle).is_some() || self.eof {
+                return self.reply().expect("a response head");
+            }
+            scanned = self.raw.len();
+            let n = match timeout(LIMIT, self.socket.read(&mut buf)).await {
+                Ok(Ok(n)) => n,
+                Ok(Err(_)) => 0, // reset: treat as the end
+                Err(_) => panic!("stream stalled: {:?}", self.reply()),
+            };
+            if n == 0 {
+                self.eof = true;
+            }
+            self.raw.extend_from_slice(&buf[..n]);
+        }
+    }
+
     /// Reads to the end of the response.
     pub async fn read_to_end(&mut self) -> Reply {
         self.read_until(|_| false).await
