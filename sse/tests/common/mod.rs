@@ -186,15 +186,7 @@ impl Stream {
             } else if self.eof {
                 panic!("connection ended before a response head");
             }
-            let n = match timeout(LIMIT, self.socket.read(&mut buf)).await {
-                Ok(Ok(n)) => n,
-                Ok(Err(_)) => 0, // reset: treat as the end
-                Err(_) => panic!("stream stalled: {:?}", self.reply()),
-            };
-            if n == 0 {
-                self.eof = true;
-            }
-            self.raw.extend_from_slice(&buf[..n]);
+            self.read_more(&mut buf).await;
         }
     }
 
@@ -211,16 +203,21 @@ impl Stream {
                 return self.reply().expect("a response head");
             }
             scanned = self.raw.len();
-            let n = match timeout(LIMIT, self.socket.read(&mut buf)).await {
-                Ok(Ok(n)) => n,
-                Ok(Err(_)) => 0, // reset: treat as the end
-                Err(_) => panic!("stream stalled: {:?}", self.reply()),
-            };
-            if n == 0 {
-                self.eof = true;
-            }
-            self.raw.extend_from_slice(&buf[..n]);
+            self.read_more(&mut buf).await;
         }
+    }
+
+    /// One read from the socket into `raw`; a reset or the end sets `eof`. Panics after [`LIMIT`].
+    async fn read_more(&mut self, buf: &mut [u8]) {
+        let n = match timeout(LIMIT, self.socket.read(buf)).await {
+            Ok(Ok(n)) => n,
+            Ok(Err(_)) => 0, // reset: treat as the end
+            Err(_) => panic!("stream stalled: {:?}", self.reply()),
+        };
+        if n == 0 {
+            self.eof = true;
+        }
+        self.raw.extend_from_slice(&buf[..n]);
     }
 
     /// Reads to the end of the response.
