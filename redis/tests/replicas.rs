@@ -277,3 +277,57 @@ async fn a_producer_that_lost_its_lease_while_stalled_becomes_a_standby_again() 
     assert!(client.ended, "A produced to the end and closed the stream");
     client.assert_complete(N, "every id exactly once, in order, across both take-overs");
 }
+
+/// A producer that died after its last event but before closing leaves a stream at the demo's
+/// `--events` id: the replica that takes it over only closes it, adding no event past that id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_take_over_at_the_last_id_only_closes_the_stream() {
+    const N: u64 = 20;
+    let server = RedisServer::start();
+    let url = server.url();
+    let lease = Duration::from_millis(500);
+    let backend = server
+        .backend_with(replay_ring_redis::RedisConfig {
+            lease,
+            ..Default::default()
+        })
+        .await;
+    // The demo's stream: name `events`, `--capacity 8192`.
+    let stream = backend
+        .create(&replay_ring_sse::StreamId::new("events").unwrap(), 8192)
+        .await
+        .unwrap();
+    let mut dead = stream.acquire_producer().await.unwrap();
+    for n in 1..=N {
+        let payload = format!("{{\"n\":{n}}}");
+        assert_eq!(dead.append(payload.as_bytes()).await.unwrap(), n);
+    }
+    drop(dead); // never closed: its lease lapses
+
+    let mut args = producer_args(&url, N);
+    args.extend(["--lease-ms".to_string(), lease.as_millis().to_string()]);
+    let replica = Replica::start(&args).await;
+    let identity = stream.identity();
+    let from_start = EventId::new(identity.stream, identity.epoch, 0).to_string();
+    let mut ids = Vec::new();
+    let mut terminal = None;
+    let attempt = get_events(
+        replica.addr,
+        Some(&from_start),
+        Duration::from_secs(30),
+        |f| match (&f.event, &f.id) {
+            (Some(event), _) => terminal = Some(event.clone()),
+            (None, Some(id)) if !f.data.is_empty() => {
+                ids.push(EventId::parse(id).expect("a valid id").seq)
+            }
+            _ => {}
+        },
+    )
+    .await
+    .expect("the stream on the replica");
+    assert_eq!(attempt.status, 200);
+    assert_eq!(ids, (1..=N).collect::<Vec<_>>(), "nothing past id {N}");
+    assert_eq!(terminal.as_deref(), Some("end"));
+    let window = replay_ring_sse::backend::Backend::window(&stream).await;
+    assert_eq!(window.unwrap().head, N);
+}

@@ -134,7 +134,17 @@ where
         t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         t
     });
-    let mut last = 0;
+    // A producer that took over an existing stream continues after its head: `--events` is the
+    // last id, not a count per process.
+    let mut last = loop {
+        match producer.stream().backend().window().await {
+            Ok(window) => break window.head,
+            Err(e) => {
+                eprintln!("producer: {e}; retrying");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
     while last < args.events.unwrap_or(u64::MAX) {
         match &mut ticker {
             Some(t) => drop(t.tick().await),
