@@ -116,6 +116,8 @@ impl HttpResponse {
     /// assert!(ok.body.is_empty());
     /// ```
     pub fn for_decision(decision: &ResumeDecision, state: Option<&StreamState>) -> Self {
+        let state = state.map(|s| as_decided(decision, *s));
+        let state = state.as_ref();
         let status = status_for(decision);
         let mut headers: Vec<(&'static str, String)> = Vec::with_capacity(7);
         if decision.is_accepted() {
@@ -254,6 +256,25 @@ struct ErrorBody<'a> {
     stream: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     epoch: Option<String>,
+}
+
+/// `state` with the floor and head the decision was made on, where it carries them: the snapshot is
+/// read separately and a live stream may have moved since, but a refusal's headers and body must
+/// state one window (the one that explains the refusal).
+fn as_decided(decision: &ResumeDecision, mut state: StreamState) -> StreamState {
+    match *decision {
+        ResumeDecision::Gap { floor, head, .. } => {
+            state.floor = floor;
+            state.head = head;
+        }
+        ResumeDecision::Mismatch { head, .. } => {
+            state.head = head;
+            // Keeps `floor <= head + 1` if releases went past the decision's head since.
+            state.floor = state.floor.min(head.saturating_add(1));
+        }
+        _ => {}
+    }
+    state
 }
 
 fn error_body(decision: &ResumeDecision, state: Option<&StreamState>) -> Bytes {

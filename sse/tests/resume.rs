@@ -267,6 +267,55 @@ fn http_mapping_of_every_decision() {
     assert_eq!(busy.header("retry-after"), Some("1"));
 }
 
+/// The decision and the snapshot are read one after the other, and a live stream moves in between:
+/// a refusal's headers then state the window its body (and the decision) were made on.
+#[test]
+fn a_refusal_states_one_window_in_its_headers_and_body() {
+    // Taken after the decisions below: the stream has moved on to 70..=140.
+    let later = StreamState {
+        identity: me(),
+        floor: 70,
+        head: 140,
+    };
+    let cases = [
+        (
+            ResumeDecision::Gap {
+                requested: 41,
+                floor: 65,
+                head: 130,
+            },
+            (65, 130),
+        ),
+        (
+            ResumeDecision::Mismatch {
+                requested: 135,
+                head: 130,
+            },
+            (70, 130),
+        ),
+        // Releases went past the decision's head: the floor is clamped to `head + 1`.
+        (
+            ResumeDecision::Mismatch {
+                requested: 60,
+                head: 50,
+            },
+            (51, 50),
+        ),
+    ];
+    for (decision, (floor, head)) in cases {
+        let r = HttpResponse::for_decision(&decision, Some(&later));
+        let body = std::str::from_utf8(&r.body).unwrap();
+        let headers = (r.header("replay-floor"), r.header("replay-head"));
+        let (floor_s, head_s) = (floor.to_string(), head.to_string());
+        assert_eq!(headers, (Some(&*floor_s), Some(&*head_s)), "{decision:?}");
+        assert_eq!(
+            (json_number(body, "floor"), json_number(body, "head")),
+            (Some(floor), Some(head)),
+            "{decision:?}: {body}"
+        );
+    }
+}
+
 #[test]
 fn resume_against_a_ring() {
     let me = me();
