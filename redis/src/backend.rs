@@ -1,15 +1,16 @@
 //! The connection to Redis shared by every stream of a process: configuration, the multiplexed
-//! [`ConnectionManager`] for short commands, and counters.
+//! connection for short commands (`connection.rs`), and counters.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
+use redis::aio::{ConnectionManagerConfig, MultiplexedConnection};
 use redis::AsyncConnectionConfig;
 use replay_ring_sse::{Epoch, StreamId};
 
 use crate::codec::{self, Keys, Reply};
+use crate::connection::SharedConnection;
 use crate::error::Error;
 use crate::scripts;
 use crate::stream::RedisStream;
@@ -119,16 +120,17 @@ impl Counters {
 
 pub(crate) struct Shared {
     pub client: redis::Client,
-    pub conn: ConnectionManager,
+    pub conn: SharedConnection,
     pub config: RedisConfig,
     pub counters: Counters,
 }
 
 /// A process's handle on Redis: creates and opens streams. Cheap to clone.
 ///
-/// One multiplexed connection ([`ConnectionManager`], reconnecting on failure) carries every short
-/// command; each reader that blocks waiting for events gets its own dedicated connection, because
-/// a blocked `XREAD` would hold up everything queued behind it on a shared one.
+/// One multiplexed connection (reconnecting, and sending a command again when Redis had closed the
+/// connection under it) carries every short command; each reader that blocks waiting for events
+/// gets its own dedicated connection, because a blocked `XREAD` would hold up everything queued
+/// behind it on a shared one.
 #[derive(Clone)]
 pub struct RedisBackend {
     pub(crate) shared: Arc<Shared>,
@@ -183,7 +185,7 @@ impl RedisBackend {
         Ok(RedisBackend {
             shared: Arc::new(Shared {
                 client,
-                conn,
+                conn: SharedConnection::new(conn),
                 config,
                 counters: Counters::default(),
             }),
@@ -290,8 +292,8 @@ impl RedisBackend {
         ))
     }
 
-    /// A clone of the shared, reconnecting connection.
-    pub(crate) fn conn(&self) -> ConnectionManager {
+    /// A clone of the shared, reconnecting connection (`connection.rs`).
+    pub(crate) fn conn(&self) -> SharedConnection {
         self.shared.conn.clone()
     }
 

@@ -53,6 +53,7 @@
 mod backend;
 mod backend_trait;
 mod codec;
+mod connection;
 mod error;
 mod producer;
 mod reader;

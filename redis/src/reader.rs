@@ -8,6 +8,7 @@ use replay_ring::CloseReason;
 
 use crate::backend::Counters;
 use crate::codec::{self, Reply};
+use crate::connection::closed_under_it;
 use crate::error::Error;
 use crate::scripts;
 use crate::stream::{ReaderPlace, RedisStream};
@@ -210,32 +211,41 @@ impl RedisReader {
     async fn block(&mut self) -> Result<Option<Vec<(u64, Bytes)>>, Error> {
         let s = &self.stream;
         let config = s.backend.config();
-        if self.blocking.is_none() {
-            self.blocking = Some(
-                s.backend
-                    .dedicated()
-                    .await
-                    .map_err(|e| Error::from_redis(&s.id, e))?,
-            );
-        }
-        let conn = self.blocking.as_mut().expect("set above");
-        Counters::bump(&s.backend.shared.counters.blocked_reads);
         let opts = StreamReadOptions::default()
             .block(config.block.as_millis().max(1) as usize)
             .count(config.read_batch);
         let cursor_id = format!("0-{}", self.cursor);
-        let reply: Result<redis::Value, _> = conn
-            .xread_options(
-                &[&s.keys.log, &s.keys.ctl],
-                &[cursor_id.as_str(), self.ctl_mark.as_str()],
-                &opts,
-            )
-            .await;
-        let reply = match reply {
-            Ok(v) => v,
-            Err(e) => {
-                self.blocking = None;
-                return Err(Error::from_redis(&s.id, e));
+        // A second attempt only if Redis had closed the connection under the first (a restart,
+        // `CLIENT KILL`, its idle `timeout`): as for the shared connection (`connection.rs`), a
+        // read that may go out twice.
+        let mut retried = false;
+        let reply = loop {
+            if self.blocking.is_none() {
+                self.blocking = Some(
+                    s.backend
+                        .dedicated()
+                        .await
+                        .map_err(|e| Error::from_redis(&s.id, e))?,
+                );
+            }
+            let conn = self.blocking.as_mut().expect("set above");
+            Counters::bump(&s.backend.shared.counters.blocked_reads);
+            let reply: Result<redis::Value, _> = conn
+                .xread_options(
+                    &[&s.keys.log, &s.keys.ctl],
+                    &[cursor_id.as_str(), self.ctl_mark.as_str()],
+                    &opts,
+                )
+                .await;
+            match reply {
+                Ok(v) => break v,
+                Err(e) => {
+                    self.blocking = None;
+                    if retried || !closed_under_it(&e) {
+                        return Err(Error::from_redis(&s.id, e));
+                    }
+                    retried = true;
+                }
             }
         };
         let (log, ctl_woke) = split_reply(s, reply)?;

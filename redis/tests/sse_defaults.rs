@@ -87,3 +87,77 @@ async fn a_stream_gone_from_redis_is_answered_stream_lost() {
         assert!(text.contains(r#""error":"stream_lost""#), "{text}");
     }
 }
+
+/// Closes every client connection Redis has but the caller's, as a restart, a failover,
+/// `CLIENT KILL` or Redis's idle `timeout` does.
+fn close_client_connections(server: &RedisServer) {
+    let closed: i64 = redis::cmd("CLIENT")
+        .arg(&["KILL", "TYPE", "normal", "SKIPME", "yes"])
+        .query(&mut server.raw())
+        .unwrap();
+    assert!(closed >= 1, "the backend's connections were closed");
+}
+
+/// Redis closed every client connection: the next requests, for a new subscription and for a
+/// resume, are served on a new connection instead of failing with 503 (which ends a browser's
+/// `EventSource` for good).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_after_redis_closed_the_connections_are_served() {
+    let server = RedisServer::start();
+    let backend = server.backend().await;
+    let stream = backend
+        .create(&StreamId::new("dropped").unwrap(), 64)
+        .await
+        .unwrap();
+    let identity = stream.identity();
+    let mut producer = stream.acquire_producer().await.unwrap();
+    producer.append(b"one").await.unwrap();
+    let sse = SseStream::without_producer(stream.clone(), identity, SseConfig::default());
+    let resume = {
+        let mut h = HeaderMap::new();
+        let cursor = identity.event_id(0).to_string();
+        h.insert("last-event-id", cursor.parse().unwrap());
+        h
+    };
+    for headers in [HeaderMap::new(), resume] {
+        close_client_connections(&server);
+        let response = sse.respond_async(&headers).await;
+        assert_eq!(response.status(), StatusCode::OK);
+    }
+}
+
+/// A connection waiting for events (its reader blocked in `XREAD`) when Redis closes every client
+/// connection goes on with the next event, and so does the producer: no `stream-error` frame.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_connection_survives_redis_closing_the_connections() {
+    let server = RedisServer::start();
+    let backend = server.backend().await;
+    let stream = backend
+        .create(&StreamId::new("waiting").unwrap(), 64)
+        .await
+        .unwrap();
+    let identity = stream.identity();
+    let producer = stream.acquire_producer().await.unwrap();
+    let (sse, mut publisher) = SseStream::with_backend(producer, identity, SseConfig::default());
+    let response = sse.respond_async(&HeaderMap::new()).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let mut body = response.into_body().into_data_stream();
+    let priming = tokio::time::timeout(LIMIT, body.next()).await.unwrap();
+    assert!(priming.is_some(), "a priming event");
+    // The body drives the tail: poll it from a task while the test closes the connections.
+    let next = tokio::spawn(async move { tokio::time::timeout(LIMIT, body.next()).await });
+    common::eventually(LIMIT, "the reader blocked in XREAD", || async {
+        let clients: String = redis::cmd("CLIENT")
+            .arg("LIST")
+            .query(&mut server.raw())
+            .unwrap();
+        clients.lines().any(|c| c.contains("cmd=xread"))
+    })
+    .await;
+    close_client_connections(&server);
+    let id = publisher.send("after the close").await.unwrap();
+    let chunk = next.await.unwrap().unwrap().unwrap().unwrap();
+    let text = std::str::from_utf8(&chunk).unwrap();
+    assert!(text.contains(&format!(".{id}\n")), "{text:?}");
+    assert!(text.contains("data: after the close\n"), "{text:?}");
+}
