@@ -436,15 +436,25 @@ impl RingEventStore {
         let entry = self.attach_log(entry, writer).await?;
         #[cfg(not(feature = "redis"))]
         let entry = Self::finish(entry, writer);
-        let mut streams = self.inner.streams.lock();
-        if let Some(existing) = streams.by_rmcp.get(rmcp_id) {
+        let existing = {
+            let mut streams = self.inner.streams.lock();
+            let existing = streams.by_rmcp.get(rmcp_id).cloned();
+            if existing.is_none() {
+                streams.by_rmcp.insert(rmcp_id.to_owned(), entry.clone());
+                streams.by_name.insert(entry.identity.stream, entry.clone());
+                self.inner.counters.streams_created.inc();
+            }
+            existing
+        };
+        match existing {
             // Created concurrently (the GET stream by two requests at once): keep the first.
-            return Ok(existing.clone());
+            Some(existing) => {
+                #[cfg(feature = "redis")]
+                Self::discard(&entry).await;
+                Ok(existing)
+            }
+            None => Ok(entry),
         }
-        streams.by_rmcp.insert(rmcp_id.to_owned(), entry.clone());
-        streams.by_name.insert(entry.identity.stream, entry.clone());
-        self.inner.counters.streams_created.inc();
-        Ok(entry)
     }
 
     fn finish(entry: EntryParts, writer: Writer) -> Arc<StreamEntry> {
@@ -472,6 +482,17 @@ impl RingEventStore {
         let gate = Gate::new();
         writer.log = Some(LogWriter::new(log, stream, producer, gate.clone()));
         Ok(Arc::new(entry.with_writer(writer, Some(gate))))
+    }
+
+    /// Deletes the Redis stream (and session owner key) of a stream that lost a creation race:
+    /// nobody writes or reads it. Best effort: what a failure leaves expires with the stream TTL.
+    #[cfg(feature = "redis")]
+    async fn discard(entry: &StreamEntry) {
+        let writer = entry.writer.lock().await;
+        if let Some(log) = &writer.log {
+            let _ = log.log().clear_owner(log.stream()).await;
+            let _ = log.stream().delete().await;
+        }
     }
 
     /// Builds a stream's ring and publisher (not yet registered).

@@ -541,3 +541,30 @@ async fn redis_refusing_an_event_out_of_memory_ends_the_stream_explicitly() {
         .is_none());
     assert_eq!(store.metrics().event_log_failures, 1);
 }
+
+/// Two requests that create a session's GET stream at once (rmcp calls `store_event` for
+/// `<session>:common` from both): both events go to one stream, and the stream the loser created
+/// in Redis is deleted instead of being left behind until its TTL.
+#[tokio::test]
+async fn a_stream_created_twice_at_once_leaves_one_stream_in_redis() {
+    let server = RedisServer::start();
+    let store = store_on(&server, Epoch::new(0xabc)).await;
+    let (one, two) = (progress(1), progress(2));
+    let (a, b) = tokio::join!(
+        store.store_event("session-1:common", &one),
+        store.store_event("session-1:common", &two),
+    );
+    let (a, b) = (a.unwrap(), b.unwrap());
+    let stream_of = |id: &str| id.rsplit_once('.').unwrap().0.to_owned();
+    assert_eq!(stream_of(&a), stream_of(&b), "{a} and {b}: one stream");
+    let metas: Vec<String> = redis::cmd("KEYS")
+        .arg("*:meta")
+        .query(&mut server.raw())
+        .unwrap();
+    assert_eq!(metas.len(), 1, "streams in Redis: {metas:?}");
+    let owners: Vec<String> = redis::cmd("KEYS")
+        .arg("*:owner")
+        .query(&mut server.raw())
+        .unwrap();
+    assert_eq!(owners.len(), 1, "session owner keys in Redis: {owners:?}");
+}
