@@ -16,7 +16,6 @@
 //! gone (expired, flushed, lost in a failover) is never created again under the same name, and a
 //! cursor naming it is answered `404 stream_lost`.
 
-use redis::aio::ConnectionManager;
 use redis::AsyncCommands;
 use replay_ring::CloseReason;
 use replay_ring_redis::{
@@ -44,8 +43,6 @@ use crate::stream::Gate;
 #[derive(Clone)]
 pub struct RedisEventLog {
     pub(crate) backend: RedisBackend,
-    /// Short commands outside the backend's scripts (the MCP-session owner key).
-    conn: ConnectionManager,
 }
 
 impl std::fmt::Debug for RedisEventLog {
@@ -69,18 +66,8 @@ impl RedisEventLog {
     /// # Cancel safety
     /// Cancel safe: nothing is created on the server.
     pub async fn connect(url: &str, config: RedisConfig) -> Result<Self, RedisError> {
-        let response_timeout = config.response_timeout;
         let backend = RedisBackend::connect(url, config).await?;
-        let client = redis::Client::open(url)
-            .map_err(|_| RedisError::InvalidArgument("not a valid redis URL"))?;
-        let manager = redis::aio::ConnectionManagerConfig::new()
-            .set_response_timeout(Some(response_timeout))
-            .set_number_of_retries(2);
-        let conn = client
-            .get_connection_manager_with_config(manager)
-            .await
-            .map_err(RedisError::Unavailable)?;
-        Ok(RedisEventLog { backend, conn })
+        Ok(RedisEventLog { backend })
     }
 
     /// The backend (streams, counters).
@@ -146,7 +133,9 @@ impl RedisEventLog {
         let value = json!({ "session": session, "request": request }).to_string();
         let ttl = self.backend.config().stream_ttl;
         let key = Self::owner_key(stream);
-        let mut conn = self.conn.clone();
+        // The backend's connection: every owner-key command here may run twice (SET of one
+        // value, DEL, GET, EXISTS), as `SharedConnection` requires.
+        let mut conn = self.backend.connection();
         let result: Result<(), redis::RedisError> = if ttl.is_zero() {
             conn.set(&key, value).await
         } else {
@@ -158,7 +147,7 @@ impl RedisEventLog {
     /// Forgets the owner of `stream` (its MCP session was deleted): resumes elsewhere are then
     /// answered as for an unknown session.
     pub(crate) async fn clear_owner(&self, stream: &RedisStream) -> Result<(), String> {
-        let mut conn = self.conn.clone();
+        let mut conn = self.backend.connection();
         conn.del(Self::owner_key(stream))
             .await
             .map_err(|e: redis::RedisError| format!("event log on Redis: {e}"))
@@ -166,7 +155,7 @@ impl RedisEventLog {
 
     /// The MCP session that owns `stream` and the request it answers, if recorded.
     pub(crate) async fn owner(&self, stream: &RedisStream) -> Result<Option<Owner>, RedisError> {
-        let mut conn = self.conn.clone();
+        let mut conn = self.backend.connection();
         let value: Option<String> = conn
             .get(Self::owner_key(stream))
             .await
@@ -186,7 +175,7 @@ impl RedisEventLog {
     /// Whether a producer still holds `stream`'s lease (its replica is alive).
     pub(crate) async fn has_producer(&self, stream: &RedisStream) -> Result<bool, RedisError> {
         let [.., lease] = stream.key_names();
-        let mut conn = self.conn.clone();
+        let mut conn = self.backend.connection();
         conn.exists(lease).await.map_err(RedisError::Unavailable)
     }
 }

@@ -297,6 +297,18 @@ impl RedisBackend {
         self.shared.conn.clone()
     }
 
+    /// The connection this backend sends its short commands on, for commands of your own that
+    /// may run twice (see [`SharedConnection`]): no second connection per process.
+    ///
+    /// ```no_run
+    /// # async fn f(backend: replay_ring_redis::RedisBackend) -> redis::RedisResult<()> {
+    /// let pong: String = redis::cmd("PING").query_async(&mut backend.connection()).await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn connection(&self) -> SharedConnection {
+        self.conn()
+    }
+
     /// A new dedicated connection for blocking reads: its response timeout covers the block time.
     pub(crate) async fn dedicated(&self) -> Result<MultiplexedConnection, redis::RedisError> {
         let c = &self.shared.config;

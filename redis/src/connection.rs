@@ -18,9 +18,29 @@
 use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::{Cmd, Pipeline, RedisError, RedisFuture, Value};
 
-/// See the module docs. Cheap to clone (a clone of the manager's handle).
+/// A backend's shared connection to Redis ([`RedisBackend::connection`]), for commands of your
+/// own next to the backend's: a reconnecting multiplexed connection that sends a command once
+/// more when Redis had closed the connection under it (a restart, a failover, `CLIENT KILL`, its
+/// idle `timeout`). Send only commands that may run twice (reads, `SET` of a fixed value, `DEL`):
+/// when the reply is lost the first attempt may have run. Cheap to clone.
+///
+/// ```no_run
+/// # async fn f(backend: replay_ring_redis::RedisBackend) -> redis::RedisResult<()> {
+/// use redis::AsyncCommands;
+/// let mut conn = backend.connection();
+/// let owner: Option<String> = conn.get("my-app:owner").await?;
+/// # Ok(()) }
+/// ```
+///
+/// [`RedisBackend::connection`]: crate::RedisBackend::connection
 #[derive(Clone)]
-pub(crate) struct SharedConnection(ConnectionManager);
+pub struct SharedConnection(ConnectionManager);
+
+impl std::fmt::Debug for SharedConnection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedConnection").finish_non_exhaustive()
+    }
+}
 
 impl SharedConnection {
     pub(crate) fn new(manager: ConnectionManager) -> Self {

@@ -62,6 +62,7 @@ mod sse;
 mod stream;
 
 pub use backend::{RedisBackend, RedisConfig, RedisStats};
+pub use connection::SharedConnection;
 pub use error::Error;
 pub use producer::{LeaseKeeper, RedisProducer};
 pub use reader::{ReadItem, RedisReader};
