@@ -8,19 +8,33 @@ use std::time::Duration;
 use common::RedisServer;
 use futures_util::StreamExt;
 use http::{HeaderMap, StatusCode};
+use replay_ring_redis::RedisStream;
 use replay_ring_sse::axum::{SseConfig, SseStream};
-use replay_ring_sse::StreamId;
+use replay_ring_sse::{StreamId, StreamIdentity};
 
 const LIMIT: Duration = Duration::from_secs(10);
+
+/// A stream of 64 events named `name`, on a backend with every default.
+async fn create(server: &RedisServer, name: &str) -> RedisStream {
+    let backend = server.backend().await;
+    backend
+        .create(&StreamId::new(name).unwrap(), 64)
+        .await
+        .unwrap()
+}
+
+/// The headers of a resume from before the first event of the stream `identity`.
+fn resume_from_the_start(identity: StreamIdentity) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    let cursor = identity.event_id(0).to_string();
+    headers.insert("last-event-id", cursor.parse().unwrap());
+    headers
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_endpoint_over_a_default_redis_stream_serves_more_connections_than_its_first_table() {
     let server = RedisServer::start();
-    let backend = server.backend().await;
-    let stream = backend
-        .create(&StreamId::new("defaults").unwrap(), 64)
-        .await
-        .unwrap();
+    let stream = create(&server, "defaults").await;
     assert_eq!(
         stream.max_readers(),
         usize::MAX,
@@ -61,20 +75,11 @@ async fn an_endpoint_over_a_default_redis_stream_serves_more_connections_than_it
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_gone_from_redis_is_answered_stream_lost() {
     let server = RedisServer::start();
-    let backend = server.backend().await;
-    let stream = backend
-        .create(&StreamId::new("vanishing").unwrap(), 64)
-        .await
-        .unwrap();
+    let stream = create(&server, "vanishing").await;
     let identity = stream.identity();
     let sse = SseStream::without_producer(stream.clone(), identity, SseConfig::default());
     stream.delete().await.unwrap();
-    let cursor = identity.event_id(0).to_string();
-    for headers in [HeaderMap::new(), {
-        let mut h = HeaderMap::new();
-        h.insert("last-event-id", cursor.parse().unwrap());
-        h
-    }] {
+    for headers in [HeaderMap::new(), resume_from_the_start(identity)] {
         let response = sse.respond_async(&headers).await;
         assert_eq!(response.status(), StatusCode::NOT_FOUND);
         let mut body = response.into_body().into_data_stream();
@@ -104,22 +109,12 @@ fn close_client_connections(server: &RedisServer) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_after_redis_closed_the_connections_are_served() {
     let server = RedisServer::start();
-    let backend = server.backend().await;
-    let stream = backend
-        .create(&StreamId::new("dropped").unwrap(), 64)
-        .await
-        .unwrap();
+    let stream = create(&server, "dropped").await;
     let identity = stream.identity();
     let mut producer = stream.acquire_producer().await.unwrap();
     producer.append(b"one").await.unwrap();
     let sse = SseStream::without_producer(stream.clone(), identity, SseConfig::default());
-    let resume = {
-        let mut h = HeaderMap::new();
-        let cursor = identity.event_id(0).to_string();
-        h.insert("last-event-id", cursor.parse().unwrap());
-        h
-    };
-    for headers in [HeaderMap::new(), resume] {
+    for headers in [HeaderMap::new(), resume_from_the_start(identity)] {
         close_client_connections(&server);
         let response = sse.respond_async(&headers).await;
         assert_eq!(response.status(), StatusCode::OK);
@@ -131,11 +126,7 @@ async fn requests_after_redis_closed_the_connections_are_served() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiting_connection_survives_redis_closing_the_connections() {
     let server = RedisServer::start();
-    let backend = server.backend().await;
-    let stream = backend
-        .create(&StreamId::new("waiting").unwrap(), 64)
-        .await
-        .unwrap();
+    let stream = create(&server, "waiting").await;
     let identity = stream.identity();
     let producer = stream.acquire_producer().await.unwrap();
     let (sse, mut publisher) = SseStream::with_backend(producer, identity, SseConfig::default());

@@ -14,23 +14,20 @@ fn me() -> StreamIdentity {
     StreamIdentity::new(StreamId::new("events").unwrap(), Epoch::new(0xa))
 }
 
+/// Stream `me()` retaining `floor..=head`.
+fn window(floor: u64, head: u64) -> StreamState {
+    StreamState {
+        identity: me(),
+        floor,
+        head,
+    }
+}
+
 #[test]
 fn decision_table() {
-    let state = StreamState {
-        identity: me(),
-        floor: 65,
-        head: 130,
-    };
-    let empty = StreamState {
-        identity: me(),
-        floor: 1,
-        head: 0,
-    };
-    let drained = StreamState {
-        identity: me(),
-        floor: 131,
-        head: 130,
-    };
+    let state = window(65, 130);
+    let empty = window(1, 0);
+    let drained = window(131, 130);
     type Case<'a> = (Option<&'a StreamState>, Option<&'a [u8]>, ResumeDecision);
     let cases: Vec<Case<'_>> = vec![
         (Some(&state), None, ResumeDecision::Live { head: 130 }),
@@ -156,11 +153,7 @@ fn json_string<'a>(body: &'a str, key: &str) -> Option<&'a str> {
 
 #[test]
 fn http_mapping_of_every_decision() {
-    let state = StreamState {
-        identity: me(),
-        floor: 65,
-        head: 130,
-    };
+    let state = window(65, 130);
     let cases: Vec<(ResumeDecision, u16, &str)> = vec![
         (ResumeDecision::Live { head: 130 }, 200, "ok"),
         (
@@ -272,11 +265,7 @@ fn http_mapping_of_every_decision() {
 #[test]
 fn a_refusal_states_one_window_in_its_headers_and_body() {
     // Taken after the decisions below: the stream has moved on to 70..=140.
-    let later = StreamState {
-        identity: me(),
-        floor: 70,
-        head: 140,
-    };
+    let later = window(70, 140);
     let cases = [
         (
             ResumeDecision::Gap {
@@ -689,11 +678,7 @@ proptest::proptest! {
 
 #[test]
 fn every_refusal_body_is_one_json_object_naming_the_window() {
-    let state = StreamState {
-        identity: me(),
-        floor: 65,
-        head: 130,
-    };
+    let state = window(65, 130);
     let refusals = [
         decide(Some(&state), Some(b"events.a.41")),
         decide(Some(&state), Some(b"events.a.131")),
