@@ -43,9 +43,15 @@ pub struct RedisReader {
     head: u64,
     floor: u64,
     blocking: Option<MultiplexedConnection>,
+    /// Blocking reads in a row whose connection Redis closed under them (reset by a reply).
+    closed_in_a_row: u32,
     /// The reader place this reader holds on its stream handle.
     pub(crate) place: Option<ReaderPlace>,
 }
+
+/// How many blocking reads in a row may find their connection closed by Redis before the reader
+/// reports the backend unavailable.
+const MAX_CLOSED_IN_A_ROW: u32 = 3;
 
 /// Result of one READ script run.
 struct Page {
@@ -70,6 +76,7 @@ impl RedisReader {
             floor: page.floor,
             stream,
             blocking: None,
+            closed_in_a_row: 0,
             place: None,
         })
     }
@@ -215,10 +222,11 @@ impl RedisReader {
             .block(config.block.as_millis().max(1) as usize)
             .count(config.read_batch);
         let cursor_id = format!("0-{}", self.cursor);
-        // A second attempt only if Redis had closed the connection under the first (a restart,
-        // `CLIENT KILL`, its idle `timeout`): as for the shared connection (`connection.rs`), a
-        // read that may go out twice.
-        let mut retried = false;
+        // Another attempt on a new connection if Redis closed this one under the read (a restart,
+        // `CLIENT KILL`, its idle `timeout`), as the shared connection does (`connection.rs`).
+        // A read may go out twice. Each close is usually followed by a reply on the new
+        // connection; only a Redis that closes every connection before it answers runs out
+        // of attempts.
         let reply = loop {
             if self.blocking.is_none() {
                 self.blocking = Some(
@@ -238,13 +246,17 @@ impl RedisReader {
                 )
                 .await;
             match reply {
-                Ok(v) => break v,
+                Ok(v) => {
+                    self.closed_in_a_row = 0;
+                    break v;
+                }
                 Err(e) => {
                     self.blocking = None;
-                    if retried || !closed_under_it(&e) {
+                    if !closed_under_it(&e) || self.closed_in_a_row >= MAX_CLOSED_IN_A_ROW {
+                        self.closed_in_a_row = 0;
                         return Err(Error::from_redis(&s.id, e));
                     }
-                    retried = true;
+                    self.closed_in_a_row += 1;
                 }
             }
         };
