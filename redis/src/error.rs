@@ -90,6 +90,20 @@ pub enum Error {
         /// The id this producer tried to write.
         id: u64,
     },
+    /// Redis's log ends before an id this process saw in it: Redis lost events it had
+    /// acknowledged (restored from an older snapshot, or a replica that lagged was promoted).
+    /// Continuing would hand those ids out again with other events, so the handle refuses to:
+    /// treat the stream as lost, delete it ([`RedisStream::delete`](crate::RedisStream::delete)
+    /// removes only this incarnation) and create it again, which gives it a new epoch and every
+    /// old cursor a `404 stream_lost`.
+    LogRolledBack {
+        /// The stream.
+        stream: StreamId,
+        /// The highest head seen in this incarnation.
+        seen: u64,
+        /// The head Redis has now.
+        head: u64,
+    },
     /// Ids would reach 2^53 (the limit of exact arithmetic in Redis's Lua).
     IdsExhausted,
     /// Resume below the retained window: `requested + 1 ..= floor - 1` were released.
@@ -182,7 +196,10 @@ impl Error {
     pub fn is_stream_lost(&self) -> bool {
         matches!(
             self,
-            Error::NotFound { .. } | Error::EpochChanged { .. } | Error::Corrupt { .. }
+            Error::NotFound { .. }
+                | Error::EpochChanged { .. }
+                | Error::Corrupt { .. }
+                | Error::LogRolledBack { .. }
         )
     }
 }
@@ -237,6 +254,10 @@ impl fmt::Display for Error {
             Error::OutOfSequence { head, id } => {
                 write!(f, "append of id {id} out of sequence: the log's head is {head}")
             }
+            Error::LogRolledBack { stream, seen, head } => write!(
+                f,
+                "stream {stream} lost events in Redis: its log ends at id {head}, but id {seen} was seen in it (a restore from an older snapshot, or a failover to a lagging replica); delete the stream and create it again"
+            ),
             Error::IdsExhausted => write!(f, "ids exhausted (2^53)"),
             Error::Gap { requested, floor, head } => write!(
                 f,

@@ -343,6 +343,7 @@ impl RedisProducer {
             epoch.as_bytes(),
         ];
         let args = head.into_iter().chain(batch.iter().map(|p| p.as_ref()));
+        let seen = s.head_seen_before();
         let value = scripts::eval(&scripts::APPEND_SCRIPT, &mut s.backend.conn(), &keys, args)
             .await
             .map_err(|e| Error::from_redis(&s.id, e))?;
@@ -363,6 +364,10 @@ impl RedisProducer {
                         .fetch_add(batch.len() as u64, std::sync::atomic::Ordering::Relaxed);
                 }
                 self.next_id = last + 1;
+                if status == "OK" {
+                    // The new head: every head seen before was lower.
+                    s.check_head(seen, last)?;
+                }
                 Ok(got)
             }
             "FULL" => {
@@ -384,10 +389,12 @@ impl RedisProducer {
             "CONFLICT" => Err(Error::Conflict {
                 id: reply.id("id")?,
             }),
-            "SEQ" => Err(Error::OutOfSequence {
-                head: reply.id("head")?,
-                id: first,
-            }),
+            "SEQ" => {
+                let head = reply.id("head")?;
+                // Below the id this producer's last append got: Redis lost acknowledged events.
+                s.check_head(seen.max(first - 1), head)?;
+                Err(Error::OutOfSequence { head, id: first })
+            }
             "EXHAUSTED" => Err(Error::IdsExhausted),
             other => Err(s.common_status(other, &mut reply)),
         }

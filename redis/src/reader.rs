@@ -332,6 +332,7 @@ fn split_reply(
 /// inside it, which classifies the case atomically (gap, or entries missing from the log).
 async fn read_page(stream: &RedisStream, after: u64) -> Result<Page, Error> {
     let s = stream;
+    let seen = s.head_seen_before();
     let after_arg = after.min(crate::MAX_ID + 1).to_string();
     let count = s.backend.config().read_batch;
     let mut pipe = redis::pipe();
@@ -367,7 +368,7 @@ async fn read_page(stream: &RedisStream, after: u64) -> Result<Page, Error> {
         // error with its own code.
         Err(_) => return read_page_atomic(s, after).await,
     };
-    let mut page = decide_page(s, after, decision)?;
+    let mut page = decide_page(s, after, seen, decision)?;
     if let redis::Value::Array(raw) = range {
         page.entries = raw
             .into_iter()
@@ -384,6 +385,7 @@ async fn read_page(stream: &RedisStream, after: u64) -> Result<Page, Error> {
 /// The READ script with the page inside it: decision and entries in one atomic step.
 async fn read_page_atomic(stream: &RedisStream, after: u64) -> Result<Page, Error> {
     let s = stream;
+    let seen = s.head_seen_before();
     let after_arg = after.min(crate::MAX_ID + 1).to_string();
     let value: redis::Value = scripts::READ_SCRIPT
         .key(&s.keys.meta)
@@ -395,7 +397,7 @@ async fn read_page_atomic(stream: &RedisStream, after: u64) -> Result<Page, Erro
         .invoke_async(&mut s.backend.conn())
         .await
         .map_err(|e| Error::from_redis(&s.id, e))?;
-    let page = decide_page(s, after, value)?;
+    let page = decide_page(s, after, seen, value)?;
     if after < page.head && page.entries.first().map(|(id, _)| *id) != Some(after + 1) {
         return Err(codec::corrupt(
             &s.id,
@@ -411,12 +413,14 @@ async fn read_page_atomic(stream: &RedisStream, after: u64) -> Result<Page, Erro
 }
 
 /// Reads the READ script's reply: the decision, and the entries if the script read them.
-fn decide_page(s: &RedisStream, after: u64, value: redis::Value) -> Result<Page, Error> {
+/// `seen`: the handle's highest head before the command was sent ([`RedisStream::check_head`]).
+fn decide_page(s: &RedisStream, after: u64, seen: u64, value: redis::Value) -> Result<Page, Error> {
     let (mut reply, status) = Reply::new(&s.id, value)?;
     match status.as_str() {
         "OK" => {
             let floor = reply.id("floor")?;
             let head = reply.id("head")?;
+            s.check_head(seen, head)?;
             let closed = reply.reason("closed")?;
             let ctl = reply.string("ctl")?;
             let entries = reply.entries("entries")?;
@@ -431,6 +435,7 @@ fn decide_page(s: &RedisStream, after: u64, value: redis::Value) -> Result<Page,
         "AHEAD" => {
             let _floor = reply.id("floor")?;
             let head = reply.id("head")?;
+            s.check_head(seen, head)?;
             Err(Error::AheadOfHead {
                 requested: after,
                 head,
@@ -439,6 +444,7 @@ fn decide_page(s: &RedisStream, after: u64, value: redis::Value) -> Result<Page,
         "GAP" => {
             let floor = reply.id("floor")?;
             let head = reply.id("head")?;
+            s.check_head(seen, head)?;
             Err(Error::Gap {
                 requested: after,
                 floor,

@@ -72,14 +72,25 @@ local m = redis.call('HMGET', KEYS[1], 'epoch', 'cap', 'head', 'floor', 'closed'
 return {'OK', m[1] or '', m[2] or '', m[3] or '', m[4] or '', m[5] or '', m[6] or '', m[7] or ''}
 "#;
 
-/// KEYS: meta lease. ARGV: epoch lease_ms.
-/// Takes the producer lease if nobody holds it: a fresh fencing token from the meta counter.
+/// KEYS: meta log ctl lease. ARGV: epoch.
+/// Deletes the stream's keys if they are still this incarnation's (a newer one is left alone).
+const DELETE: &str = r#"
+local epoch = redis.call('HGET', KEYS[1], 'epoch')
+if epoch and epoch ~= ARGV[1] then return {'LOST', epoch} end
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
+return {'OK'}
+"#;
+
+/// KEYS: meta lease. ARGV: epoch lease_ms seen.
+/// Takes the producer lease if nobody holds it and the log reaches `seen` (the highest head the
+/// caller saw; `BEHIND` if Redis lost events since): a fresh fencing token from the meta counter.
 const ACQUIRE: &str = r#"
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'NOSTREAM'} end
 local m = redis.call('HMGET', KEYS[1], 'epoch', 'head', 'closed', 'fence')
 if m[1] ~= ARGV[1] then return {'LOST', m[1] or ''} end
 local head = num(m[2], 'head')
 num(m[4], 'fence')
+if head < num(ARGV[3], 'seen') then return {'BEHIND', dec(head)} end
 local holder = redis.call('GET', KEYS[2])
 if holder then return {'HELD', holder, dec(redis.call('PTTL', KEYS[2]))} end
 local token = redis.call('HINCRBY', KEYS[1], 'fence', 1)
@@ -244,6 +255,7 @@ pub(crate) static APPEND_SCRIPT: LazyLock<Script> = LazyLock::new(|| write_scrip
 pub(crate) static RELEASE_SCRIPT: LazyLock<Script> = LazyLock::new(|| freeing_script(RELEASE));
 pub(crate) static CLOSE_SCRIPT: LazyLock<Script> = LazyLock::new(|| freeing_script(CLOSE));
 pub(crate) static READ_SCRIPT: LazyLock<Script> = LazyLock::new(|| read_script(READ));
+pub(crate) static DELETE_SCRIPT: LazyLock<Script> = LazyLock::new(|| freeing_script(DELETE));
 
 /// Runs `script` by `EVALSHA` with `keys` then `args`, each written once into the command buffer
 /// (a `ScriptInvocation` copies every argument into its own vector first: for a batch append,

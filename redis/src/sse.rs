@@ -12,7 +12,7 @@ use crate::error::Error;
 /// |---|---|---|
 /// | [`Error::Gap`] | `Gap` | 416 |
 /// | [`Error::AheadOfHead`] | `Mismatch` | 409 |
-/// | [`Error::NotFound`], [`Error::Corrupt`] | `StreamLost(UnknownStream)` | 404 |
+/// | [`Error::NotFound`], [`Error::Corrupt`], [`Error::LogRolledBack`] | `StreamLost(UnknownStream)` | 404 |
 /// | [`Error::EpochChanged`] | `StreamLost(UnknownEpoch)` | 404 |
 ///
 /// ```
@@ -39,7 +39,9 @@ pub fn decision_for(error: &Error, got: replay_ring_sse::Epoch) -> Option<Resume
             requested: *requested,
             head: *head,
         },
-        Error::NotFound { stream } | Error::Corrupt { stream, .. } => {
+        Error::NotFound { stream }
+        | Error::Corrupt { stream, .. }
+        | Error::LogRolledBack { stream, .. } => {
             ResumeDecision::StreamLost(LastEventIdError::UnknownStream { stream: *stream })
         }
         Error::EpochChanged {

@@ -1,7 +1,7 @@
 //! One stream in Redis: its identity, window, resume and release. Any replica may hold a
 //! [`RedisStream`] for the same stream; only the lease holder ([`RedisProducer`]) appends.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -62,6 +62,11 @@ pub struct RedisStream {
     pub(crate) epoch: Epoch,
     pub(crate) capacity: u64,
     pub(crate) readers: Arc<ReaderPlaces>,
+    /// The highest head this handle, its clones, producers and readers have seen in this
+    /// incarnation: a head below it means Redis lost acknowledged events (a restore from an older
+    /// snapshot, a failover to a lagging replica), and the handle reports
+    /// [`Error::LogRolledBack`] instead of continuing on the shortened log.
+    pub(crate) seen_head: Arc<AtomicU64>,
 }
 
 /// How many readers a handle (and its clones) may have open at once, and how many are.
@@ -127,7 +132,31 @@ impl RedisStream {
             epoch,
             capacity,
             readers: ReaderPlaces::new(usize::MAX),
+            seen_head: Arc::new(AtomicU64::new(0)),
         }
+    }
+
+    /// The highest head seen so far, read *before* a command is sent: every value in it came from
+    /// a reply to a command that ran earlier, so the command's own head may not be lower unless
+    /// events were lost.
+    pub(crate) fn head_seen_before(&self) -> u64 {
+        // Relaxed: a monotonic number compared with Redis's answer; it orders no other memory.
+        self.seen_head.load(Ordering::Relaxed)
+    }
+
+    /// Records `head` from a reply, or reports [`Error::LogRolledBack`] if it is below what was
+    /// seen before the command was sent (`before`, from [`head_seen_before`](Self::head_seen_before)).
+    pub(crate) fn check_head(&self, before: u64, head: u64) -> Result<(), Error> {
+        if head < before {
+            return Err(Error::LogRolledBack {
+                stream: self.id,
+                seen: before,
+                head,
+            });
+        }
+        // Relaxed: as in `head_seen_before`.
+        self.seen_head.fetch_max(head, Ordering::Relaxed);
+        Ok(())
     }
 
     /// This handle with at most `limit` readers open at once (across its clones); a resume past
@@ -189,6 +218,7 @@ impl RedisStream {
     /// # Cancel safety
     /// Cancel safe: read only.
     pub async fn state(&self) -> Result<RedisStreamState, Error> {
+        let before = self.head_seen_before();
         let state = read_state(&self.backend, &self.id, &self.keys).await?;
         if state.identity.epoch != self.epoch {
             return Err(Error::EpochChanged {
@@ -197,6 +227,7 @@ impl RedisStream {
                 current: Some(state.identity.epoch),
             });
         }
+        self.check_head(before, state.head)?;
         Ok(state)
     }
 
@@ -215,11 +246,15 @@ impl RedisStream {
     /// token nobody holds) until it expires.
     pub async fn acquire_producer(&self) -> Result<RedisProducer, Error> {
         let lease_ms = self.backend.config().lease.as_millis().max(1).to_string();
+        // The script refuses the lease on a log shorter than this (`BEHIND`): a producer must not
+        // hand out ids again that clients may have seen with other events.
+        let seen = self.head_seen_before();
         let value: redis::Value = scripts::ACQUIRE_SCRIPT
             .key(&self.keys.meta)
             .key(&self.keys.lease)
             .arg(codec::encode_epoch(self.epoch))
             .arg(lease_ms)
+            .arg(seen.to_string())
             .invoke_async(&mut self.backend.conn())
             .await
             .map_err(|e| Error::from_redis(&self.id, e))?;
@@ -231,8 +266,14 @@ impl RedisStream {
                 if let Some(reason) = reply.reason("closed")? {
                     return Err(Error::Closed(reason));
                 }
+                self.check_head(seen, head)?;
                 Ok(RedisProducer::new(self.clone(), token, head))
             }
+            "BEHIND" => Err(Error::LogRolledBack {
+                stream: self.id,
+                seen,
+                head: reply.id("head")?,
+            }),
             "HELD" => {
                 let holder = reply.string("holder")?;
                 let ttl = reply.string("ttl")?;
@@ -366,22 +407,26 @@ impl RedisStream {
         }
     }
 
-    /// Deletes every key of the stream. Readers and resumes then get "stream lost".
+    /// Deletes every key of this incarnation of the stream. Readers and resumes then get "stream
+    /// lost". If the stream was already deleted, or created again (another epoch), nothing is
+    /// deleted: the newer incarnation is not this handle's to remove.
     ///
     /// # Errors
     /// [`Error::Unavailable`].
     ///
     /// # Cancel safety
-    /// Cancel safe: one `DEL` command.
+    /// Cancel safe: one script, which deletes every key or none.
     pub async fn delete(&self) -> Result<(), Error> {
         let k = &self.keys;
-        redis::cmd("DEL")
-            .arg(&k.meta)
-            .arg(&k.log)
-            .arg(&k.ctl)
-            .arg(&k.lease)
-            .exec_async(&mut self.backend.conn())
+        scripts::DELETE_SCRIPT
+            .key(&k.meta)
+            .key(&k.log)
+            .key(&k.ctl)
+            .key(&k.lease)
+            .arg(codec::encode_epoch(self.epoch))
+            .invoke_async::<redis::Value>(&mut self.backend.conn())
             .await
+            .map(drop)
             .map_err(|e| Error::from_redis(&self.id, e))
     }
 

@@ -1,6 +1,8 @@
 //! kill -9 of redis-server mid-stream, restart on the same data dir (AOF, appendfsync always):
 //! every acknowledged append is replayable, the stream continues gap-free, and while Redis is down
-//! the producer and readers get explicit errors, never a silent gap.
+//! the producer and readers get explicit errors, never a silent gap. Restarted from an older
+//! snapshot instead (RDB), Redis has lost acknowledged events: the handles that saw them refuse
+//! to continue on the shortened log.
 
 mod common;
 
@@ -158,4 +160,54 @@ async fn acknowledged_appends_survive_kill_9_and_the_stream_continues() {
         }
     }
     assert_eq!(expect, N + 1);
+}
+
+/// Redis restarted from a snapshot taken before the last acknowledged appends (RDB persistence;
+/// a failover to a lagging replica loses events the same way). Continuing would hand ids 6..=10
+/// out again with other events, so every handle that saw them reports `LogRolledBack`: the
+/// producer's next append, a new lease, a state read and a resume. Deleting this incarnation and
+/// creating the stream again gives it a new epoch, which old cursors see as "stream lost".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_restored_from_an_older_snapshot_is_refused_not_continued() {
+    let mut server = RedisServer::start_with(&["--appendonly", "no"]);
+    let backend = server.backend().await;
+    let name = StreamId::new("rolled").unwrap();
+    let stream = backend.create(&name, 64).await.unwrap();
+    let mut producer = stream.acquire_producer().await.unwrap();
+    for n in 1..=5 {
+        assert_eq!(producer.append(&payload(n)).await.unwrap(), n);
+    }
+    let saved: String = redis::cmd("SAVE").query(&mut server.raw()).unwrap();
+    assert_eq!(saved, "OK");
+    for n in 6..=10 {
+        assert_eq!(producer.append(&payload(n)).await.unwrap(), n);
+    }
+    server.restart(); // kill -9, then loads the snapshot: the log ends at 5
+
+    let rolled_back = |r: Result<_, Error>, what: &str| match r {
+        Err(Error::LogRolledBack { seen, head, .. }) => assert_eq!((seen, head), (10, 5), "{what}"),
+        Err(e) => panic!("{what}: {e}"),
+        Ok(_) => panic!("{what} went on on the shortened log"),
+    };
+    rolled_back(producer.append(&payload(11)).await.map(drop), "the append");
+    rolled_back(stream.acquire_producer().await.map(drop), "a new lease");
+    rolled_back(stream.state().await.map(drop), "the state");
+    rolled_back(stream.resume(Some(3)).await.map(drop), "a resume");
+    assert!(Error::LogRolledBack {
+        stream: name,
+        seen: 10,
+        head: 5
+    }
+    .is_stream_lost());
+
+    stream.delete().await.unwrap();
+    let again = backend.create(&name, 64).await.unwrap();
+    assert_ne!(again.identity().epoch, stream.identity().epoch);
+    assert!(matches!(
+        stream.state().await,
+        Err(Error::EpochChanged { .. })
+    ));
+    // The old handle's delete does not touch the new incarnation.
+    stream.delete().await.unwrap();
+    assert_eq!(again.state().await.unwrap().head, 0);
 }
