@@ -14,13 +14,14 @@
 #[allow(dead_code)]
 #[path = "../../examples/sse_server/app.rs"]
 mod app;
+mod replica;
 
 use std::time::Duration;
 
 use axum::extract::Request;
+use axum::Router;
 use bytes::Bytes;
 use clap::Parser;
-use replay_ring_redis::{RedisBackend, RedisConfig, RedisProducer, RedisStream};
 use replay_ring_sse::axum::{serve, ServeConfig, SseProducer, SseStream};
 use replay_ring_sse::backend::Backend;
 use replay_ring_sse::{PublishError, StreamId};
@@ -69,127 +70,36 @@ async fn main() -> Result<()> {
     if window_events > args.example.capacity as f64 {
         eprintln!("note: capacity < rate × resumption window: the producer will wait for events to age out");
     }
-    match args.redis.clone() {
+    let router = match args.redis.clone() {
         None => {
             let (app, producer) = app::build(&args.example)?;
-            run(app, Some(producer), args).await
+            describe(&app.stream);
+            let args = args.clone();
+            tokio::spawn(async move { drop(produce(producer, args).await) });
+            app_router(app)
         }
-        Some(url) => {
-            // Display, not Debug: e.g. "stream not found …".
-            // The producer (or standby) runs on its own task, started by `build_redis`.
-            let app = build_redis(&args, &url).await.map_err(|e| e.to_string())?;
-            run(app, None, args).await
-        }
-    }
-}
-
-/// Builds the stream in Redis at `url`: creates it (or opens it when another replica did) and,
-/// unless `serve_only`, starts producing on a task of its own: with the producer lease, kept alive
-/// while the producer idles, or, if another replica holds it, as a standby that produces once the
-/// lease is free (handed back, or lapsed because its holder stopped).
-async fn build_redis(
-    args: &DemoArgs,
-    url: &str,
-) -> std::result::Result<app::App<RedisStream>, replay_ring_redis::Error> {
-    let mut redis_config = RedisConfig::default();
-    if let Some(ms) = args.lease_ms {
-        redis_config.lease = Duration::from_millis(ms);
-    }
-    let backend = RedisBackend::connect(url, redis_config).await?;
-    let name = args
-        .stream
-        .unwrap_or(StreamId::new("events").expect("a valid name"));
-    let capacity = args.example.capacity.next_power_of_two() as u64;
-    let stream = backend.create(&name, capacity).await?;
-    let stream = stream.with_max_readers(args.example.max_readers);
-    let (identity, config) = (stream.identity(), args.example.sse_config());
-    if args.serve_only {
-        let stream = SseStream::without_producer(stream, identity, config);
-        return Ok(app::App::new(stream));
-    }
-    let first = match stream.acquire_producer().await {
-        Ok(producer) => Some(producer),
-        Err(replay_ring_redis::Error::LeaseHeld { holder, .. }) => {
-            eprintln!(
-                "producer lease held by token {holder}: serving as a standby until it is free"
-            );
-            None
-        }
-        Err(e) => return Err(e),
+        // Display, not Debug: e.g. "stream not found …". The producer (or standby) runs on a
+        // task of its own, started with the replica.
+        Some(url) => replica::start(&args, &url)
+            .await
+            .map_err(|e| e.to_string())?,
     };
-    let sse = SseStream::without_producer(stream.clone(), identity, config);
-    tokio::spawn(produce_or_stand_by(
-        stream,
-        sse.clone(),
-        first,
-        args.clone(),
-    ));
-    Ok(app::App::new(sse))
-}
-
-/// How long a standby waits before it tries again after Redis failed it.
-const STANDBY_RETRY: Duration = Duration::from_secs(1);
-
-/// Produces with `first` if this replica got the lease, and whenever another replica takes the
-/// lease over (this one was paused or cut off past its lease), serves as a standby again: waits
-/// for the lease, then produces from the head on. A standby that takes over produces at once,
-/// whatever `--eager` says: the stream it continues was already live. Redis errors do not end
-/// the standby; it tries again. Only a lost stream (deleted, expired, recreated) ends it.
-async fn produce_or_stand_by(
-    stream: RedisStream,
-    sse: SseStream<RedisStream>,
-    first: Option<RedisProducer>,
-    args: DemoArgs,
-) {
-    let mut next = first.map(|producer| (producer, args.example.eager));
-    loop {
-        let (producer, eager) = match next.take() {
-            Some(taken) => taken,
-            None => match stream.acquire_producer_when_free().await {
-                Ok(producer) => {
-                    eprintln!(
-                        "took the producer lease (token {}): producing from id {}",
-                        producer.fencing_token(),
-                        producer.next_id()
-                    );
-                    (producer, true)
-                }
-                Err(e) if e.is_stream_lost() => {
-                    eprintln!("standby: the stream is gone ({e}); restart this replica");
-                    return;
-                }
-                Err(e) => {
-                    eprintln!("standby: cannot take the producer lease yet: {e}");
-                    tokio::time::sleep(STANDBY_RETRY).await;
-                    continue;
-                }
-            },
-        };
-        let keeper = tokio::spawn(producer.lease_keeper().run());
-        let mut args = args.clone();
-        args.example.eager = eager;
-        let stopped = produce(sse.attach_producer(producer), args).await;
-        keeper.abort();
-        match stopped {
-            Some(PublishError::Superseded) => {
-                eprintln!("producer: another replica took the stream over; standing by");
-            }
-            _ => return, // finished, or the stream ended
-        }
-    }
-}
-
-/// Serves `app` (and runs its producer, if this process has it) on either backend.
-async fn run<B>(app: app::App<B>, producer: Option<SseProducer<B>>, args: DemoArgs) -> Result<()>
-where
-    B: Backend<Payload = Bytes, Producer: Sync>,
-{
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", args.example.port)).await?;
     // Stdout is line-buffered: the line is out before the first request can arrive.
     println!("listening on http://{}", listener.local_addr()?);
-    let me = app.stream.identity();
-    let capacity = app.stream.backend().capacity();
+    serve(listener, router, ServeConfig::default()).await?;
+    Ok(())
+}
+
+/// The stream's name, epoch and window on stderr.
+fn describe(stream: &SseStream) {
+    let me = stream.identity();
+    let capacity = stream.backend().capacity();
     eprintln!("stream {}.{}, capacity {capacity}", me.stream, me.epoch);
+}
+
+/// The example's router for `app`, plus the heap gauge in `/metrics`.
+fn app_router<B: Backend<Payload = Bytes>>(app: app::App<B>) -> Router {
     // The example's `/metrics` plus the heap gauge, recorded as the request comes in.
     let recorder = app.recorder.clone();
     let heap_gauge = move |request: Request| {
@@ -198,12 +108,7 @@ where
         }
         std::future::ready(request)
     };
-    let router = app::router(app).layer(axum::middleware::map_request(heap_gauge));
-    if let Some(producer) = producer {
-        tokio::spawn(async move { drop(produce(producer, args).await) });
-    }
-    serve(listener, router, ServeConfig::default()).await?;
-    Ok(())
+    app::router(app).layer(axum::middleware::map_request(heap_gauge))
 }
 
 /// The example's producer, started at the `start_after`-th stream if set, with this server's

@@ -1,0 +1,244 @@
+//! `--redis`: the stream in Redis Streams, shared by replicas. Every replica serves it; unless
+//! `--serve-only` it also produces into it, or stands by while another replica holds the producer
+//! lease and takes over once that lease lapses.
+//!
+//! A replica follows the stream from incarnation to incarnation. When the stream is lost from
+//! Redis (deleted, expired, lost in a restart without persistence, or its log rolled back behind
+//! ids this replica saw: `Error::LogRolledBack`), it creates the stream again, with a new epoch,
+//! or opens the incarnation another replica created first, and serves that one from then on.
+//! Clients holding ids of the old incarnation get `404 stream_lost` and start over; nobody is
+//! handed an id again with another event.
+
+use std::future::Future;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use axum::extract::Request;
+use axum::Router;
+use replay_ring_redis::{Error, RedisBackend, RedisConfig, RedisProducer, RedisStream};
+use replay_ring_sse::axum::SseStream;
+use replay_ring_sse::{PublishError, StreamId};
+use tower::ServiceExt;
+
+use crate::{app, app_router, produce, DemoArgs};
+
+/// How long a standby waits before it tries again after Redis failed it, and how often a replica
+/// checks that the incarnation it serves still exists.
+const RETRY: Duration = Duration::from_secs(1);
+
+/// Connects to Redis at `url`, opens (or creates) the stream and starts following it on a task of
+/// its own. Returns the router that serves the stream's current incarnation. Fails only if the
+/// first incarnation cannot be set up (Redis unreachable at start-up, say).
+pub async fn start(args: &DemoArgs, url: &str) -> Result<Router, Error> {
+    let mut config = RedisConfig::default();
+    if let Some(ms) = args.lease_ms {
+        config.lease = Duration::from_millis(ms);
+    }
+    let backend = RedisBackend::connect(url, config).await?;
+    let first = Incarnation::open(&backend, args, true).await?;
+    let current = Arc::new(RwLock::new(first.router()));
+    tokio::spawn(follow(backend, first, current.clone(), args.clone()));
+    Ok(
+        Router::new().fallback_service(tower::service_fn(move |request: Request| {
+            // A request is served whole by the incarnation current when it arrived.
+            let router = current.read().unwrap_or_else(|e| e.into_inner()).clone();
+            router.oneshot(request)
+        })),
+    )
+}
+
+/// One incarnation of the stream: its Redis handle, the SSE endpoint over it and, if this replica
+/// took the producer lease when it opened the stream, the producer.
+struct Incarnation {
+    stream: RedisStream,
+    sse: SseStream<RedisStream>,
+    producer: Option<RedisProducer>,
+}
+
+impl Incarnation {
+    /// Opens the stream, creating it (a new epoch) if Redis does not have it and `create`, and
+    /// takes the producer lease unless `--serve-only` or another replica holds it.
+    async fn open(
+        backend: &RedisBackend,
+        args: &DemoArgs,
+        create: bool,
+    ) -> Result<Incarnation, Error> {
+        let name = args
+            .stream
+            .unwrap_or(StreamId::new("events").expect("a valid name"));
+        let stream = match create {
+            true => {
+                let capacity = args.example.capacity.next_power_of_two() as u64;
+                backend.create(&name, capacity).await?
+            }
+            false => backend.open(&name).await?,
+        };
+        let stream = stream.with_max_readers(args.example.max_readers);
+        let identity = stream.identity();
+        eprintln!(
+            "stream {}.{}, capacity {}",
+            identity.stream,
+            identity.epoch,
+            stream.window_capacity()
+        );
+        let producer = match args.serve_only {
+            true => None,
+            false => match stream.acquire_producer().await {
+                Ok(producer) => Some(producer),
+                Err(Error::LeaseHeld { holder, .. }) => {
+                    eprintln!(
+                        "producer lease held by token {holder}: serving as a standby until it is free"
+                    );
+                    None
+                }
+                // Nothing more to produce: serve what it holds.
+                Err(Error::Closed(_)) => None,
+                Err(e) => return Err(e),
+            },
+        };
+        let sse = SseStream::without_producer(stream.clone(), identity, args.example.sse_config());
+        Ok(Incarnation {
+            stream,
+            sse,
+            producer,
+        })
+    }
+
+    fn router(&self) -> Router {
+        app_router(app::App::new(self.sse.clone()))
+    }
+}
+
+/// Serves `incarnation` until the stream is lost, then the next one, and so on.
+async fn follow(
+    backend: RedisBackend,
+    mut incarnation: Incarnation,
+    current: Arc<RwLock<Router>>,
+    args: DemoArgs,
+) {
+    loop {
+        let lost = serve(&mut incarnation, &args).await;
+        eprintln!("the stream is lost ({lost}); opening or creating it again");
+        if let Error::LogRolledBack { .. } = lost {
+            // The log is behind ids clients may hold: end this incarnation, so that the next one
+            // gets a new epoch. (A replica that deleted it first may have created the next one
+            // already; `delete` leaves that alone.)
+            retry("delete the rolled-back stream", || {
+                incarnation.stream.delete()
+            })
+            .await;
+        }
+        // A serve-only replica opens what a producing replica creates, with that one's capacity.
+        let create = !args.serve_only;
+        let open = || Incarnation::open(&backend, &args, create);
+        incarnation = retry("open the stream", open).await;
+        *current.write().unwrap_or_else(|e| e.into_inner()) = incarnation.router();
+    }
+}
+
+/// Calls `attempt` until it succeeds, every [`RETRY`].
+async fn retry<T, F, Fut>(what: &str, mut attempt: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, Error>>,
+{
+    loop {
+        match attempt().await {
+            Ok(done) => return done,
+            Err(e) => {
+                eprintln!("cannot {what} yet: {e}");
+                tokio::time::sleep(RETRY).await;
+            }
+        }
+    }
+}
+
+/// Serves one incarnation (producing or standing by unless `--serve-only`); returns the error
+/// that says the stream is lost. A stream that completed is served on, as it is.
+async fn serve(incarnation: &mut Incarnation, args: &DemoArgs) -> Error {
+    let first = incarnation.producer.take();
+    let (stream, sse) = (&incarnation.stream, &incarnation.sse);
+    let producing = async {
+        if !args.serve_only {
+            if let Some(lost) = produce_or_stand_by(stream, sse, first, args).await {
+                return lost;
+            }
+        }
+        std::future::pending().await
+    };
+    tokio::select! {
+        lost = watch(stream) => lost,
+        lost = producing => lost,
+    }
+}
+
+/// Returns once the stream's state says it is lost (checked every [`RETRY`]; reading the state
+/// also keeps the handle's highest seen head current, which is what tells a rolled-back log).
+async fn watch(stream: &RedisStream) -> Error {
+    loop {
+        tokio::time::sleep(RETRY).await;
+        match stream.state().await {
+            Err(e) if e.is_stream_lost() => return e,
+            // Redis unreachable for now: the SSE endpoint answers 503 meanwhile.
+            _ => {}
+        }
+    }
+}
+
+/// Produces with `first` if this replica got the lease, and whenever another replica takes the
+/// lease over (this one was paused or cut off past its lease), serves as a standby again: waits
+/// for the lease, then produces from the head on. A standby that takes over produces at once,
+/// whatever `--eager` says: the stream it continues was already live. Redis errors do not end
+/// the standby; it tries again. Returns `None` once the stream has ended, and the error when the
+/// stream is lost.
+async fn produce_or_stand_by(
+    stream: &RedisStream,
+    sse: &SseStream<RedisStream>,
+    first: Option<RedisProducer>,
+    args: &DemoArgs,
+) -> Option<Error> {
+    let mut next = first.map(|producer| (producer, args.example.eager));
+    loop {
+        let (producer, eager) = match next.take() {
+            Some(taken) => taken,
+            None => match stream.acquire_producer_when_free().await {
+                Ok(producer) => {
+                    eprintln!(
+                        "took the producer lease (token {}): producing from id {}",
+                        producer.fencing_token(),
+                        producer.next_id()
+                    );
+                    (producer, true)
+                }
+                Err(e) if e.is_stream_lost() => return Some(e),
+                Err(Error::Closed(_)) => return None,
+                Err(e) => {
+                    eprintln!("standby: cannot take the producer lease yet: {e}");
+                    tokio::time::sleep(RETRY).await;
+                    continue;
+                }
+            },
+        };
+        // Aborted when this future is dropped too (the stream was lost while producing).
+        let keeper = AbortOnDrop(tokio::spawn(producer.lease_keeper().run()));
+        let mut args = args.clone();
+        args.example.eager = eager;
+        let stopped = produce(sse.attach_producer(producer), args).await;
+        drop(keeper);
+        match stopped {
+            Some(PublishError::Superseded) => {
+                eprintln!("producer: the producer lease moved on; standing by");
+            }
+            _ => return None, // the stream ended
+        }
+    }
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
