@@ -121,16 +121,21 @@ impl Counters {
 pub(crate) struct Shared {
     pub client: redis::Client,
     pub conn: SharedConnection,
+    /// Scripts that write (appends, leases, releases, closes, creation), on a connection of their
+    /// own: Redis runs a connection's commands in order, so reads must not queue behind a write
+    /// that Redis holds back (`CLIENT PAUSE WRITE` during a failover, a script over `maxmemory`).
+    pub writes: SharedConnection,
     pub config: RedisConfig,
     pub counters: Counters,
 }
 
 /// A process's handle on Redis: creates and opens streams. Cheap to clone.
 ///
-/// One multiplexed connection (reconnecting, and sending a command again when Redis had closed the
-/// connection under it) carries every short command; each reader that blocks waiting for events
-/// gets its own dedicated connection, because a blocked `XREAD` would hold up everything queued
-/// behind it on a shared one.
+/// Two multiplexed connections (reconnecting, and sending a command again when Redis had closed
+/// the connection under it) carry the short commands: one the reads, one the scripts that write,
+/// so that a write Redis holds back (`CLIENT PAUSE WRITE` during a failover) does not hold up the
+/// reads queued behind it. Each reader that blocks waiting for events gets its own dedicated
+/// connection, for the same reason.
 #[derive(Clone)]
 pub struct RedisBackend {
     pub(crate) shared: Arc<Shared>,
@@ -179,6 +184,10 @@ impl RedisBackend {
             .set_number_of_retries(2)
             .set_max_delay(Duration::from_millis(500));
         let conn = client
+            .get_connection_manager_with_config(manager_config.clone())
+            .await
+            .map_err(Error::Unavailable)?;
+        let writes = client
             .get_connection_manager_with_config(manager_config)
             .await
             .map_err(Error::Unavailable)?;
@@ -186,6 +195,7 @@ impl RedisBackend {
             shared: Arc::new(Shared {
                 client,
                 conn: SharedConnection::new(conn),
+                writes: SharedConnection::new(writes),
                 config,
                 counters: Counters::default(),
             }),
@@ -258,7 +268,7 @@ impl RedisBackend {
             .arg(codec::encode_epoch(epoch))
             .arg(capacity.to_string())
             .arg(ttl)
-            .invoke_async(&mut self.conn())
+            .invoke_async(&mut self.write_conn())
             .await
             .map_err(|e| Error::from_redis(id, e))?;
         let (mut reply, _status) = Reply::new(id, value)?;
@@ -297,8 +307,13 @@ impl RedisBackend {
         self.shared.conn.clone()
     }
 
-    /// The connection this backend sends its short commands on, for commands of your own that
-    /// may run twice (see [`SharedConnection`]): no second connection per process.
+    /// The connection for scripts that write (`Shared::writes`).
+    pub(crate) fn write_conn(&self) -> SharedConnection {
+        self.shared.writes.clone()
+    }
+
+    /// The connection this backend sends its short reads on, for commands of your own that may
+    /// run twice (see [`SharedConnection`]): no further connection per process.
     ///
     /// ```no_run
     /// # async fn f(backend: replay_ring_redis::RedisBackend) -> redis::RedisResult<()> {

@@ -288,7 +288,7 @@ impl RedisProducer {
             .arg(&self.token)
             .arg(codec::encode_reason(&reason))
             .arg(codec::encode_epoch(s.epoch))
-            .invoke_async(&mut s.backend.conn())
+            .invoke_async(&mut s.backend.write_conn())
             .await
             .map_err(|e| Error::from_redis(&s.id, e))?;
         let (mut reply, status) = Reply::new(&s.id, value)?;
@@ -319,7 +319,7 @@ impl RedisProducer {
             .key(&s.keys.meta)
             .arg(&self.token)
             .arg(codec::encode_epoch(s.epoch))
-            .invoke_async(&mut s.backend.conn())
+            .invoke_async(&mut s.backend.write_conn())
             .await
             .map_err(|e| Error::from_redis(&s.id, e))?;
         Ok(())
@@ -344,9 +344,14 @@ impl RedisProducer {
         ];
         let args = head.into_iter().chain(batch.iter().map(|p| p.as_ref()));
         let seen = s.head_seen_before();
-        let value = scripts::eval(&scripts::APPEND_SCRIPT, &mut s.backend.conn(), &keys, args)
-            .await
-            .map_err(|e| Error::from_redis(&s.id, e))?;
+        let value = scripts::eval(
+            &scripts::APPEND_SCRIPT,
+            &mut s.backend.write_conn(),
+            &keys,
+            args,
+        )
+        .await
+        .map_err(|e| Error::from_redis(&s.id, e))?;
         let (mut reply, status) = Reply::new(&s.id, value)?;
         match status.as_str() {
             "OK" | "DUP" => {
@@ -460,7 +465,7 @@ async fn renew(s: &RedisStream, token: &str) -> Result<(), Error> {
         .arg(token)
         .arg(s.lease_ms())
         .arg(codec::encode_epoch(s.epoch))
-        .invoke_async(&mut s.backend.conn())
+        .invoke_async(&mut s.backend.write_conn())
         .await
         .map_err(|e| Error::from_redis(&s.id, e))?;
     let (mut reply, status) = Reply::new(&s.id, value)?;

@@ -255,7 +255,7 @@ impl RedisStream {
             .arg(codec::encode_epoch(self.epoch))
             .arg(lease_ms)
             .arg(seen.to_string())
-            .invoke_async(&mut self.backend.conn())
+            .invoke_async(&mut self.backend.write_conn())
             .await
             .map_err(|e| Error::from_redis(&self.id, e))?;
         let (mut reply, status) = Reply::new(&self.id, value)?;
@@ -384,7 +384,7 @@ impl RedisStream {
             .key(&self.keys.ctl)
             .arg(through_arg)
             .arg(codec::encode_epoch(self.epoch))
-            .invoke_async(&mut self.backend.conn())
+            .invoke_async(&mut self.backend.write_conn())
             .await
             .map_err(|e| Error::from_redis(&self.id, e))?;
         let (mut reply, status) = Reply::new(&self.id, value)?;
@@ -424,7 +424,7 @@ impl RedisStream {
             .key(&k.ctl)
             .key(&k.lease)
             .arg(codec::encode_epoch(self.epoch))
-            .invoke_async::<redis::Value>(&mut self.backend.conn())
+            .invoke_async::<redis::Value>(&mut self.backend.write_conn())
             .await
             .map(drop)
             .map_err(|e| Error::from_redis(&self.id, e))

@@ -156,3 +156,45 @@ async fn a_waiting_connection_survives_redis_closing_the_connections() {
     assert!(text.contains(&format!(".{id}\n")), "{text:?}");
     assert!(text.contains("data: after the close\n"), "{text:?}");
 }
+
+/// Redis holds writes back (`CLIENT PAUSE WRITE`, as a failover does on the old primary) while
+/// the producer is appending: new subscriptions and resumes on the producing process are still
+/// served, since reads do not queue behind the held-back append.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_are_served_while_redis_holds_an_append_back() {
+    let server = RedisServer::start();
+    let stream = create(&server, "paused").await;
+    let identity = stream.identity();
+    let producer = stream.acquire_producer().await.unwrap();
+    let (sse, mut publisher) = SseStream::with_backend(producer, identity, SseConfig::default());
+    publisher.send("before").await.unwrap();
+    let requests = [HeaderMap::new(), resume_from_the_start(identity)];
+    // Once before the pause: Redis holds back a script it does not have cached yet (`SCRIPT
+    // LOAD` may replicate), whatever the script does.
+    for headers in &requests {
+        assert_eq!(sse.respond_async(headers).await.status(), StatusCode::OK);
+    }
+    let _: () = redis::cmd("CLIENT")
+        .arg(&["PAUSE", "3000", "WRITE"])
+        .query(&mut server.raw())
+        .unwrap();
+    let held = tokio::spawn(async move { publisher.send("held back").await });
+    common::eventually(LIMIT, "the append held back by Redis", || async {
+        let clients: String = redis::cmd("CLIENT")
+            .arg("LIST")
+            .query(&mut server.raw())
+            .unwrap();
+        clients
+            .lines()
+            .any(|c| c.contains("cmd=evalsha") && c.contains("flags=b"))
+    })
+    .await;
+    for headers in &requests {
+        assert_eq!(sse.respond_async(headers).await.status(), StatusCode::OK);
+    }
+    let _: () = redis::cmd("CLIENT")
+        .arg("UNPAUSE")
+        .query(&mut server.raw())
+        .unwrap();
+    assert_eq!(held.await.unwrap().unwrap(), 2);
+}
