@@ -220,9 +220,7 @@ impl Tail for RedisReader {
                 head,
             }),
             // A lost stream will never continue: end the tail explicitly, with the cause.
-            Err(e) if e.is_stream_lost() => Err(TailError::Closed(CloseReason::error(format!(
-                "stream lost: {e}"
-            )))),
+            Err(e) if e.is_stream_lost() => Err(TailError::StreamLost(e.to_string())),
             Err(e) => Err(TailError::Unavailable(unavailable("read", e))),
         }
     }

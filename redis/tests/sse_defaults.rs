@@ -198,3 +198,32 @@ async fn reads_are_served_while_redis_holds_an_append_back() {
         .unwrap();
     assert_eq!(held.await.unwrap().unwrap(), 2);
 }
+
+/// A connection following a stream that is then deleted from Redis (by an operator, or expired)
+/// ends with an explicit `stream_lost` frame: resuming it is pointless, the client starts over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_whose_stream_is_deleted_ends_with_stream_lost() {
+    let server = RedisServer::start();
+    let config = replay_ring_redis::RedisConfig {
+        block: Duration::from_millis(200),
+        ..Default::default()
+    };
+    let backend = server.backend_with(config).await;
+    let stream = backend
+        .create(&StreamId::new("deleted").unwrap(), 64)
+        .await
+        .unwrap();
+    let identity = stream.identity();
+    let sse = SseStream::without_producer(stream.clone(), identity, SseConfig::default());
+    let response = sse.respond_async(&HeaderMap::new()).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let mut body = response.into_body().into_data_stream();
+    let priming = tokio::time::timeout(LIMIT, body.next()).await.unwrap();
+    assert!(priming.is_some(), "a priming event");
+    let next = tokio::spawn(async move { tokio::time::timeout(LIMIT, body.next()).await });
+    stream.delete().await.unwrap();
+    let chunk = next.await.unwrap().unwrap().unwrap().unwrap();
+    let text = std::str::from_utf8(&chunk).unwrap();
+    assert!(text.contains("event: stream-error\n"), "{text:?}");
+    assert!(text.contains(r#""error":"stream_lost""#), "{text:?}");
+}

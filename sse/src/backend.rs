@@ -467,6 +467,10 @@ pub enum TailError {
     Closed(CloseReason),
     /// The backend could not be reached. The tail's position is unchanged: calling again retries.
     Unavailable(Unavailable),
+    /// The stream is gone from the backend (deleted, expired, or lost by the store): its ids will
+    /// never be served again, so resuming is pointless; a client starts over. `String`: the
+    /// backend's own account, for logs.
+    StreamLost(String),
 }
 
 impl TailError {
@@ -488,6 +492,7 @@ impl fmt::Display for TailError {
             ),
             TailError::Closed(reason) => write!(f, "{reason}"),
             TailError::Unavailable(e) => write!(f, "{e}"),
+            TailError::StreamLost(why) => write!(f, "stream lost: {why}"),
         }
     }
 }

@@ -39,6 +39,13 @@ pub(crate) fn encode_terminal(buf: &mut BytesMut, err: &TailError) {
                 "message": "events were released before this connection wrote them",
             }),
         ),
+        TailError::StreamLost(_) => (
+            "stream-error",
+            json!({
+                "error": "stream_lost",
+                "message": "the stream is gone from its store; its ids will not be served again: start over without Last-Event-ID",
+            }),
+        ),
         TailError::Unavailable(error) => (
             "stream-error",
             json!({
