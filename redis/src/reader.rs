@@ -1,5 +1,7 @@
 //! A reader of one stream: the replay after its cursor, then the live tail, then the close reason.
 
+use std::time::Duration;
+
 use bytes::Bytes;
 use redis::aio::MultiplexedConnection;
 use redis::streams::StreamReadOptions;
@@ -43,15 +45,16 @@ pub struct RedisReader {
     head: u64,
     floor: u64,
     blocking: Option<MultiplexedConnection>,
-    /// Blocking reads in a row whose connection Redis closed under them (reset by a reply).
+    /// Blocking reads in a row whose connection Redis closed under them (reset by a reply): sets
+    /// how long the reader pauses before it connects again.
     closed_in_a_row: u32,
     /// The reader place this reader holds on its stream handle.
     pub(crate) place: Option<ReaderPlace>,
 }
 
-/// How many blocking reads in a row may find their connection closed by Redis before the reader
-/// reports the backend unavailable.
-const MAX_CLOSED_IN_A_ROW: u32 = 3;
+/// The longest pause before a blocking read connects again after Redis closed its connection;
+/// the pause doubles from 10 ms with every close in a row.
+const MAX_RECONNECT_PAUSE: Duration = Duration::from_secs(1);
 
 /// Result of one READ script run.
 struct Page {
@@ -222,11 +225,9 @@ impl RedisReader {
             .block(config.block.as_millis().max(1) as usize)
             .count(config.read_batch);
         let cursor_id = format!("0-{}", self.cursor);
-        // Another attempt on a new connection if Redis closed this one under the read (a restart,
-        // `CLIENT KILL`, its idle `timeout`), as the shared connection does (`connection.rs`).
-        // A read may go out twice. Each close is usually followed by a reply on the new
-        // connection; only a Redis that closes every connection before it answers runs out
-        // of attempts.
+        // Another attempt on a new connection whenever Redis closed this one under the read (a
+        // restart, `CLIENT KILL`, its idle `timeout`), as the shared connection does
+        // (`connection.rs`). A read may go out twice.
         let reply = loop {
             if self.blocking.is_none() {
                 self.blocking = Some(
@@ -252,11 +253,19 @@ impl RedisReader {
                 }
                 Err(e) => {
                     self.blocking = None;
-                    if !closed_under_it(&e) || self.closed_in_a_row >= MAX_CLOSED_IN_A_ROW {
+                    if !closed_under_it(&e) {
                         self.closed_in_a_row = 0;
                         return Err(Error::from_redis(&s.id, e));
                     }
-                    self.closed_in_a_row += 1;
+                    // Redis is up (it accepted the connection) and closed it: connect again, at
+                    // once the first time, then backing off, so that a Redis that closes every
+                    // connection costs one attempt a second. A Redis that refuses the connection
+                    // fails `dedicated()` above, which ends the read with the error.
+                    if self.closed_in_a_row > 0 {
+                        let pause = Duration::from_millis(10) * (1 << self.closed_in_a_row.min(7));
+                        tokio::time::sleep(pause.min(MAX_RECONNECT_PAUSE)).await;
+                    }
+                    self.closed_in_a_row = self.closed_in_a_row.saturating_add(1);
                 }
             }
         };
