@@ -16,9 +16,11 @@
 //!
 //! Write scripts start with the `#!lua` shebang: Redis then refuses the whole script up front when
 //! it is over `maxmemory` (`-OOM`), instead of failing half-way after a first write. Read scripts
-//! carry `flags=no-writes`, so they keep working while Redis is out of memory; release and close
-//! carry `flags=allow-oom`, because releasing is how memory is freed and closing is how a stream
-//! ends explicitly when appends can no longer succeed.
+//! carry `flags=no-writes`, so they keep working while Redis is out of memory; release, close and
+//! renew carry `flags=allow-oom`, because releasing is how memory is freed, closing is how a stream
+//! ends explicitly when appends can no longer succeed, and renewing keeps the producer's lease
+//! (a standby could not append either, and a lapsed lease would fence the producer once memory
+//! is freed). None of the three grows memory.
 
 use std::sync::LazyLock;
 
@@ -236,8 +238,9 @@ fn write_script(body: &str) -> Script {
     Script::new(&format!("#!lua\n{PRELUDE}{body}"))
 }
 
-/// A write script that may run over `maxmemory`: it frees memory (release) or ends the stream
-/// explicitly (close), which must stay possible when appends are refused with `-OOM`.
+/// A write script that may run over `maxmemory`: it frees memory (release), ends the stream
+/// explicitly (close) or keeps the lease (renew), which must stay possible when appends are
+/// refused with `-OOM`.
 fn freeing_script(body: &str) -> Script {
     Script::new(&format!("#!lua flags=allow-oom\n{PRELUDE}{body}"))
 }
@@ -249,7 +252,7 @@ fn read_script(body: &str) -> Script {
 pub(crate) static CREATE_SCRIPT: LazyLock<Script> = LazyLock::new(|| write_script(CREATE));
 pub(crate) static STATE_SCRIPT: LazyLock<Script> = LazyLock::new(|| read_script(STATE));
 pub(crate) static ACQUIRE_SCRIPT: LazyLock<Script> = LazyLock::new(|| write_script(ACQUIRE));
-pub(crate) static RENEW_SCRIPT: LazyLock<Script> = LazyLock::new(|| write_script(RENEW));
+pub(crate) static RENEW_SCRIPT: LazyLock<Script> = LazyLock::new(|| freeing_script(RENEW));
 pub(crate) static UNLEASE_SCRIPT: LazyLock<Script> = LazyLock::new(|| write_script(UNLEASE));
 pub(crate) static APPEND_SCRIPT: LazyLock<Script> = LazyLock::new(|| write_script(APPEND));
 pub(crate) static RELEASE_SCRIPT: LazyLock<Script> = LazyLock::new(|| freeing_script(RELEASE));

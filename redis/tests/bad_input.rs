@@ -238,7 +238,7 @@ async fn a_stream_deleted_externally_is_lost_for_everyone() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn out_of_memory_is_a_typed_error_and_release_still_works() {
+async fn out_of_memory_is_a_typed_error_and_release_and_renewal_still_work() {
     let server =
         RedisServer::start_with(&["--maxmemory", "4mb", "--maxmemory-policy", "noeviction"]);
     let config = RedisConfig {
@@ -263,6 +263,22 @@ async fn out_of_memory_is_a_typed_error_and_release_still_works() {
         "a refused append is not an unknown outcome"
     );
     assert!(appended > 0);
+    // Well over the limit now (not only for a large append): the lease is renewed all the
+    // same. A standby would be refused the same appends, and a lease that lapsed and moved on
+    // would fence this producer once memory is freed.
+    let _: () = redis::cmd("CONFIG")
+        .arg(&["SET", "maxmemory", "1mb"])
+        .query(&mut server.raw())
+        .unwrap();
+    assert!(matches!(
+        p.append(b"small").await,
+        Err(Error::OutOfMemory(_))
+    ));
+    p.renew().await.unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg(&["SET", "maxmemory", "4mb"])
+        .query(&mut server.raw())
+        .unwrap();
     // Reads still work (read-only scripts), and nothing was half-written.
     let state = stream.state().await.unwrap();
     assert_eq!(state.head, appended);
