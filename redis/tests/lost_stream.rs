@@ -8,24 +8,17 @@ mod common;
 
 use std::time::Duration;
 
-use common::sse_client::{get_events, Replica, SseFrame};
+use common::sse_client::{get_events, producer_args, Replica, SseFrame};
 use common::RedisServer;
 use replay_ring_sse::{Epoch, EventId};
 
 const LIMIT: Duration = Duration::from_secs(30);
 
-/// Creates the stream (or takes it over), produces at 200 events/s from start-up, never ends.
-fn producing(url: &str) -> Vec<String> {
-    let args = [
-        "--redis",
-        url,
-        "--eager",
-        "--rate",
-        "200",
-        "--capacity",
-        "8192",
-    ];
-    args.iter().map(|s| s.to_string()).collect()
+/// A producing replica (never ending the stream) and a serve-only one on Redis at `url`.
+async fn two_replicas(url: &str) -> (Replica, Replica) {
+    let producer = Replica::start(&producer_args(url, None)).await;
+    let serving = Replica::start(&["--redis", url, "--serve-only"]).await;
+    (producer, serving)
 }
 
 /// What one short GET saw: status, and the events' ids (the priming event's too).
@@ -104,9 +97,7 @@ async fn next_incarnation(replica: &Replica, old: Epoch) -> Epoch {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicas_serve_the_stream_created_again_after_a_restart_lost_it() {
     let mut server = RedisServer::start_with(&["--appendonly", "no"]);
-    let url = server.url();
-    let producer = Replica::start(&producing(&url)).await;
-    let serving = Replica::start(&["--redis", &url, "--serve-only"]).await;
+    let (producer, serving) = two_replicas(&server.url()).await;
     let before = look(&serving, None, Duration::from_millis(500)).await;
     let old = *before.ids.last().expect("events before the restart");
 
@@ -122,9 +113,7 @@ async fn replicas_serve_the_stream_created_again_after_a_restart_lost_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_id_is_handed_out_again_after_a_restart_from_an_older_snapshot() {
     let mut server = RedisServer::start_with(&["--appendonly", "no"]);
-    let url = server.url();
-    let producer = Replica::start(&producing(&url)).await;
-    let serving = Replica::start(&["--redis", &url, "--serve-only"]).await;
+    let (producer, serving) = two_replicas(&server.url()).await;
     let saved: String = redis::cmd("SAVE").query(&mut server.raw()).unwrap();
     assert_eq!(saved, "OK");
     let snapshot_head = look(&serving, None, Duration::from_millis(10)).await.ids[0].seq;

@@ -7,7 +7,7 @@ mod common;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use common::sse_client::{get_events, Replica, SseFrame};
+use common::sse_client::{get_events, producer_args, Replica, SseFrame};
 use common::RedisServer;
 use replay_ring_e2e::{ChaosProxy, ProxyConfig};
 use replay_ring_sse::client::ContinuityVerifier;
@@ -83,31 +83,12 @@ impl Client {
     }
 }
 
-/// The producing replica: creates the stream, takes the lease, produces ids 1..=n at 200/s from
-/// start-up (not at its own first request: clients may all be on the other replica), then ends
-/// the stream with `event: end`.
-fn producer_args(url: &str, n: u64) -> Vec<String> {
-    let n = n.to_string();
-    let args = [
-        "--redis",
-        url,
-        "--eager",
-        "--rate",
-        "200",
-        "--events",
-        &n,
-        "--capacity",
-        "8192",
-    ];
-    args.iter().map(|s| s.to_string()).collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reconnects_alternate_between_two_replicas_through_the_chaos_proxy() {
     const N: u64 = 300;
     let server = RedisServer::start();
     let url = server.url();
-    let a = Replica::start(&producer_args(&url, N)).await;
+    let a = Replica::start(&producer_args(&url, Some(N))).await;
     let b = Replica::start(&["--redis", &url, "--serve-only"]).await;
     let mut config_a = ProxyConfig::new(a.addr);
     config_a.cut_after_frames = Some(9);
@@ -168,7 +149,7 @@ async fn a_client_survives_the_crash_of_its_replica() {
     const N: u64 = 400;
     let server = RedisServer::start();
     let url = server.url();
-    let a = Replica::start(&producer_args(&url, N)).await;
+    let a = Replica::start(&producer_args(&url, Some(N))).await;
     let b = Mutex::new(Some(
         Replica::start(&["--redis", &url, "--serve-only"]).await,
     ));
@@ -216,7 +197,7 @@ async fn a_standby_replica_takes_over_producing_when_the_producer_crashes() {
     const N: u64 = 400;
     let server = RedisServer::start();
     let url = server.url();
-    let mut args = producer_args(&url, N);
+    let mut args = producer_args(&url, Some(N));
     args.extend(["--lease-ms".to_string(), "1000".to_string()]);
     let a = Mutex::new(Some(Replica::start(&args).await));
     let b = Replica::start(&args).await;
@@ -247,7 +228,7 @@ async fn a_producer_that_lost_its_lease_while_stalled_becomes_a_standby_again() 
     const N: u64 = 400;
     let server = RedisServer::start();
     let url = server.url();
-    let mut args = producer_args(&url, N);
+    let mut args = producer_args(&url, Some(N));
     args.extend(["--lease-ms".to_string(), "1000".to_string()]);
     let a = Replica::start(&args).await;
     let b = Mutex::new(Some(Replica::start(&args).await));
@@ -304,7 +285,7 @@ async fn a_take_over_at_the_last_id_only_closes_the_stream() {
     }
     drop(dead); // never closed: its lease lapses
 
-    let mut args = producer_args(&url, N);
+    let mut args = producer_args(&url, Some(N));
     args.extend(["--lease-ms".to_string(), lease.as_millis().to_string()]);
     let replica = Replica::start(&args).await;
     let identity = stream.identity();

@@ -9,7 +9,7 @@ use common::RedisServer;
 use futures_util::StreamExt;
 use http::{HeaderMap, StatusCode};
 use replay_ring_redis::RedisStream;
-use replay_ring_sse::axum::{SseConfig, SseStream};
+use replay_ring_sse::axum::{SseConfig, SseProducer, SseStream};
 use replay_ring_sse::{StreamId, StreamIdentity};
 
 const LIMIT: Duration = Duration::from_secs(10);
@@ -21,6 +21,40 @@ async fn create(server: &RedisServer, name: &str) -> RedisStream {
         .create(&StreamId::new(name).unwrap(), 64)
         .await
         .unwrap()
+}
+
+/// The SSE endpoint over a new stream `name`, with this process holding its producer.
+async fn producing(
+    server: &RedisServer,
+    name: &str,
+) -> (
+    StreamIdentity,
+    SseStream<RedisStream>,
+    SseProducer<RedisStream>,
+) {
+    let stream = create(server, name).await;
+    let identity = stream.identity();
+    let producer = stream.acquire_producer().await.unwrap();
+    let (sse, publisher) = SseStream::with_backend(producer, identity, SseConfig::default());
+    (identity, sse, publisher)
+}
+
+/// A new subscription to `sse`: checks its 200 and priming event, then waits for the next chunk
+/// on a task (the body drives the tail), so that the caller can act on Redis meanwhile.
+async fn next_chunk_after_priming(
+    sse: &SseStream<RedisStream>,
+) -> tokio::task::JoinHandle<bytes::Bytes> {
+    let response = sse.respond_async(&HeaderMap::new()).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let mut body = response.into_body().into_data_stream();
+    let priming = tokio::time::timeout(LIMIT, body.next()).await.unwrap();
+    assert!(priming.is_some(), "a priming event");
+    tokio::spawn(async move {
+        let next = tokio::time::timeout(LIMIT, body.next()).await;
+        next.expect("a chunk in time")
+            .expect("a chunk")
+            .expect("no body error")
+    })
 }
 
 /// The headers of a resume from before the first event of the stream `identity`.
@@ -127,17 +161,8 @@ async fn requests_after_redis_closed_the_connections_are_served() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiting_connection_survives_redis_closing_the_connections() {
     let server = RedisServer::start();
-    let stream = create(&server, "waiting").await;
-    let identity = stream.identity();
-    let producer = stream.acquire_producer().await.unwrap();
-    let (sse, mut publisher) = SseStream::with_backend(producer, identity, SseConfig::default());
-    let response = sse.respond_async(&HeaderMap::new()).await;
-    assert_eq!(response.status(), StatusCode::OK);
-    let mut body = response.into_body().into_data_stream();
-    let priming = tokio::time::timeout(LIMIT, body.next()).await.unwrap();
-    assert!(priming.is_some(), "a priming event");
-    // The body drives the tail: poll it from a task while the test closes the connections.
-    let next = tokio::spawn(async move { tokio::time::timeout(LIMIT, body.next()).await });
+    let (_, sse, mut publisher) = producing(&server, "waiting").await;
+    let next = next_chunk_after_priming(&sse).await;
     // Five times, with no event in between: each close hits the read that replaced the one
     // before (a kill storm, or a flapping network path).
     for _ in 0..5 {
@@ -152,7 +177,7 @@ async fn a_waiting_connection_survives_redis_closing_the_connections() {
         close_client_connections(&server);
     }
     let id = publisher.send("after the close").await.unwrap();
-    let chunk = next.await.unwrap().unwrap().unwrap().unwrap();
+    let chunk = next.await.unwrap();
     let text = std::str::from_utf8(&chunk).unwrap();
     assert!(text.contains(&format!(".{id}\n")), "{text:?}");
     assert!(text.contains("data: after the close\n"), "{text:?}");
@@ -164,10 +189,7 @@ async fn a_waiting_connection_survives_redis_closing_the_connections() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reads_are_served_while_redis_holds_an_append_back() {
     let server = RedisServer::start();
-    let stream = create(&server, "paused").await;
-    let identity = stream.identity();
-    let producer = stream.acquire_producer().await.unwrap();
-    let (sse, mut publisher) = SseStream::with_backend(producer, identity, SseConfig::default());
+    let (identity, sse, mut publisher) = producing(&server, "paused").await;
     publisher.send("before").await.unwrap();
     let requests = [HeaderMap::new(), resume_from_the_start(identity)];
     // Once before the pause: Redis holds back a script it does not have cached yet (`SCRIPT
@@ -216,14 +238,9 @@ async fn a_connection_whose_stream_is_deleted_ends_with_stream_lost() {
         .unwrap();
     let identity = stream.identity();
     let sse = SseStream::without_producer(stream.clone(), identity, SseConfig::default());
-    let response = sse.respond_async(&HeaderMap::new()).await;
-    assert_eq!(response.status(), StatusCode::OK);
-    let mut body = response.into_body().into_data_stream();
-    let priming = tokio::time::timeout(LIMIT, body.next()).await.unwrap();
-    assert!(priming.is_some(), "a priming event");
-    let next = tokio::spawn(async move { tokio::time::timeout(LIMIT, body.next()).await });
+    let next = next_chunk_after_priming(&sse).await;
     stream.delete().await.unwrap();
-    let chunk = next.await.unwrap().unwrap().unwrap().unwrap();
+    let chunk = next.await.unwrap();
     let text = std::str::from_utf8(&chunk).unwrap();
     assert!(text.contains("event: stream-error\n"), "{text:?}");
     assert!(text.contains(r#""error":"stream_lost""#), "{text:?}");

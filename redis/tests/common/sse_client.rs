@@ -127,6 +127,28 @@ fn parse_frame(raw: &[u8]) -> Option<SseFrame> {
     any.then_some(frame)
 }
 
+/// A producing replica's flags: creates the stream (window 8,192) or takes it over, produces at
+/// 200 events/s from start-up (not at its own first request: clients may all be on another
+/// replica) and, with `events`, ends the stream with `event: end` after that id.
+pub fn producer_args(url: &str, events: Option<u64>) -> Vec<String> {
+    let mut args: Vec<String> = [
+        "--redis",
+        url,
+        "--eager",
+        "--rate",
+        "200",
+        "--capacity",
+        "8192",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    if let Some(n) = events {
+        args.extend(["--events".to_string(), n.to_string()]);
+    }
+    args
+}
+
 /// A replica process of the demo server (`sse/demo`'s `sse_server` with `--redis`).
 pub struct Replica {
     pub addr: SocketAddr,
