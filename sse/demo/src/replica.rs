@@ -29,7 +29,7 @@ const RETRY: Duration = Duration::from_secs(1);
 /// Connects to Redis at `url`, opens (or creates) the stream and starts following it on a task of
 /// its own. Returns the router that serves the stream's current incarnation. Fails only if the
 /// first incarnation cannot be set up (Redis unreachable at start-up, say).
-pub async fn start(args: &DemoArgs, url: &str) -> Result<Router, Error> {
+pub(crate) async fn start(args: &DemoArgs, url: &str) -> Result<Router, Error> {
     let mut config = RedisConfig::default();
     if let Some(ms) = args.lease_ms {
         config.lease = Duration::from_millis(ms);
