@@ -39,6 +39,16 @@ async fn producing(
     (identity, sse, publisher)
 }
 
+/// The body's next chunk, as text.
+async fn next_text<S, E>(body: &mut S) -> String
+where
+    S: futures_util::Stream<Item = Result<bytes::Bytes, E>> + Unpin,
+    E: std::fmt::Debug,
+{
+    let chunk = tokio::time::timeout(LIMIT, body.next()).await.unwrap();
+    String::from_utf8(chunk.unwrap().unwrap().to_vec()).unwrap()
+}
+
 /// A new subscription to `sse`: checks its 200 and priming event, then waits for the next chunk
 /// on a task (the body drives the tail), so that the caller can act on Redis meanwhile.
 async fn next_chunk_after_priming(
@@ -91,12 +101,7 @@ async fn an_endpoint_over_a_default_redis_stream_serves_more_connections_than_it
     assert_eq!(sse.with_retention(|r| r.live_connections()), CONNECTIONS);
     let id = publisher.send("to everyone").await.unwrap();
     for body in &mut bodies {
-        let chunk = tokio::time::timeout(LIMIT, body.next())
-            .await
-            .unwrap()
-            .unwrap()
-            .unwrap();
-        let text = std::str::from_utf8(&chunk).unwrap();
+        let text = next_text(body).await;
         assert!(text.contains(&format!(".{id}\n")), "{text:?}");
         assert!(text.contains("data: to everyone\n"), "{text:?}");
     }
@@ -116,13 +121,7 @@ async fn a_stream_gone_from_redis_is_answered_stream_lost() {
     for headers in [HeaderMap::new(), resume_from_the_start(identity)] {
         let response = sse.respond_async(&headers).await;
         assert_eq!(response.status(), StatusCode::NOT_FOUND);
-        let mut body = response.into_body().into_data_stream();
-        let chunk = tokio::time::timeout(LIMIT, body.next())
-            .await
-            .unwrap()
-            .unwrap()
-            .unwrap();
-        let text = std::str::from_utf8(&chunk).unwrap();
+        let text = next_text(&mut response.into_body().into_data_stream()).await;
         assert!(text.contains(r#""error":"stream_lost""#), "{text}");
     }
 }
