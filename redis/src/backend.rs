@@ -123,7 +123,7 @@ pub(crate) struct Shared {
     pub conn: SharedConnection,
     /// Scripts that write (appends, leases, releases, closes, creation), on a connection of their
     /// own: Redis runs a connection's commands in order, so reads must not queue behind a write
-    /// that Redis holds back (`CLIENT PAUSE WRITE` during a failover, a script over `maxmemory`).
+    /// that Redis holds back (`CLIENT PAUSE WRITE` during a failover).
     pub writes: SharedConnection,
     pub config: RedisConfig,
     pub counters: Counters,
@@ -302,11 +302,6 @@ impl RedisBackend {
         ))
     }
 
-    /// A clone of the shared, reconnecting connection (`connection.rs`).
-    pub(crate) fn conn(&self) -> SharedConnection {
-        self.shared.conn.clone()
-    }
-
     /// The connection for scripts that write (`Shared::writes`).
     pub(crate) fn write_conn(&self) -> SharedConnection {
         self.shared.writes.clone()
@@ -321,7 +316,7 @@ impl RedisBackend {
     /// # Ok(()) }
     /// ```
     pub fn connection(&self) -> SharedConnection {
-        self.conn()
+        self.shared.conn.clone()
     }
 
     /// A new dedicated connection for blocking reads: its response timeout covers the block time.

@@ -414,7 +414,7 @@ impl RedisProducer {
         let s = &self.stream;
         let reply: redis::streams::StreamRangeReply = s
             .backend
-            .conn()
+            .connection()
             .xrevrange_count(&s.keys.ctl, "+", "-", 1)
             .await
             .map_err(|e| Error::from_redis(&s.id, e))?;

@@ -360,7 +360,7 @@ async fn read_page(stream: &RedisStream, after: u64) -> Result<Page, Error> {
         .arg("+")
         .arg("COUNT")
         .arg(count);
-    let mut conn = s.backend.conn();
+    let mut conn = s.backend.connection();
     let reply: Result<(redis::Value, redis::Value), _> = pipe.query_async(&mut conn).await;
     let (decision, range) = match reply {
         Ok(r) => r,
@@ -403,7 +403,7 @@ async fn read_page_atomic(stream: &RedisStream, after: u64) -> Result<Page, Erro
         .arg(codec::encode_epoch(s.epoch))
         .arg(after_arg)
         .arg(s.backend.config().read_batch)
-        .invoke_async(&mut s.backend.conn())
+        .invoke_async(&mut s.backend.connection())
         .await
         .map_err(|e| Error::from_redis(&s.id, e))?;
     let page = decide_page(s, after, seen, value)?;

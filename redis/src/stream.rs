@@ -478,7 +478,7 @@ pub(crate) async fn read_state(
 ) -> Result<RedisStreamState, Error> {
     let value: redis::Value = scripts::STATE_SCRIPT
         .key(&keys.meta)
-        .invoke_async(&mut backend.conn())
+        .invoke_async(&mut backend.connection())
         .await
         .map_err(|e| Error::from_redis(id, e))?;
     let (mut reply, status) = Reply::new(id, value)?;
