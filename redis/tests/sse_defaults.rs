@@ -123,6 +123,8 @@ async fn a_stream_gone_from_redis_is_answered_stream_lost() {
         assert_eq!(response.status(), StatusCode::NOT_FOUND);
         let text = next_text(&mut response.into_body().into_data_stream()).await;
         assert!(text.contains(r#""error":"stream_lost""#), "{text}");
+        // A request without a cursor is not told about a header it never sent.
+        assert!(!text.contains("Last-Event-ID"), "{text}");
     }
 }
 

@@ -440,7 +440,9 @@ impl fmt::Display for LastEventIdError {
                 "Last-Event-ID names epoch {got} of stream {stream}, whose current epoch is {current} (stream lost, e.g. server restart)"
             ),
             LastEventIdError::UnknownStream { stream } => {
-                write!(f, "Last-Event-ID names unknown stream {stream}")
+                // Also the answer to a request without Last-Event-ID whose stream was deleted,
+                // expired or lost in a backend, so it names no header.
+                write!(f, "stream {stream} does not exist here (never created, deleted, or lost)")
             }
             LastEventIdError::Duplicate { count } => {
                 write!(f, "Last-Event-ID was sent {count} times; send it at most once")
