@@ -256,7 +256,7 @@ impl fmt::Display for Error {
             }
             Error::LogRolledBack { stream, seen, head } => write!(
                 f,
-                "stream {stream} lost events in Redis: its log ends at id {head}, but id {seen} was seen in it (a restore from an older snapshot, or a failover to a lagging replica); delete the stream and create it again"
+                "stream {stream} lost events in Redis: its log ends at id {head}, but id {seen} was seen in it (a restore from an older snapshot, or a failover to a lagging replica), so it cannot be continued under its epoch"
             ),
             Error::IdsExhausted => write!(f, "ids exhausted (2^53)"),
             Error::Gap { requested, floor, head } => write!(
