@@ -7,150 +7,23 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::Router;
-use http::{Request, Response, StatusCode};
+use http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use replay_ring_mcp::{RedisEventLog, RingEventStore, StoreConfig};
 use replay_ring_mcp_demo::{app, store_app, Storage};
 use replay_ring_sse::{RetentionConfig, SlowConsumerPolicy};
 use serde_json::{json, Value};
-use tower::ServiceExt;
 
+mod in_process;
 #[path = "../../redis/tests/common/mod.rs"]
 mod redis_support;
 
+use in_process::{
+    call, events, events_from, get, initialize, json_body, long_task, long_task_paced, post, Sse,
+};
 use redis_support::RedisServer;
 
 const LIMIT: Duration = Duration::from_secs(5);
-
-fn post(session: Option<&str>, body: Value) -> Request<Body> {
-    let mut b = Request::post("/mcp")
-        .header("host", "127.0.0.1")
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2025-11-25");
-    if let Some(s) = session {
-        b = b.header("mcp-session-id", s);
-    }
-    b.body(Body::from(body.to_string())).unwrap()
-}
-
-fn get(session: &str, last_event_id: Option<&str>) -> Request<Body> {
-    let mut b = Request::get("/mcp")
-        .header("host", "127.0.0.1")
-        .header("accept", "text/event-stream")
-        .header("mcp-protocol-version", "2025-11-25")
-        .header("mcp-session-id", session);
-    if let Some(id) = last_event_id {
-        b = b.header("last-event-id", id);
-    }
-    b.body(Body::empty()).unwrap()
-}
-
-async fn call(app: &Router, req: Request<Body>) -> Response<Body> {
-    tokio::time::timeout(LIMIT, app.clone().oneshot(req))
-        .await
-        .expect("no response")
-        .unwrap()
-}
-
-/// One parsed SSE event: id, retry, data.
-#[derive(Debug, Default, Clone)]
-struct Sse {
-    id: Option<String>,
-    retry: Option<u64>,
-    data: String,
-}
-
-/// Reads events until the body ends or `max` events were read.
-async fn events(resp: Response<Body>, max: usize) -> Vec<Sse> {
-    events_from(&mut resp.into_body(), max).await
-}
-
-/// Reads events from `body` until it ends or `max` events were read; the body stays usable.
-async fn events_from(body: &mut Body, max: usize) -> Vec<Sse> {
-    let mut buf = String::new();
-    let mut out = Vec::new();
-    while out.len() < max {
-        let Some(frame) = tokio::time::timeout(LIMIT, body.frame())
-            .await
-            .expect("stream stalled")
-        else {
-            break;
-        };
-        if let Ok(data) = frame.unwrap().into_data() {
-            buf.push_str(std::str::from_utf8(&data).unwrap());
-        }
-        while let Some(end) = buf.find("\n\n") {
-            let block: String = buf.drain(..end + 2).collect();
-            let mut ev = Sse::default();
-            let mut any = false;
-            for line in block.lines() {
-                if let Some(v) = line.strip_prefix("id:") {
-                    ev.id = Some(v.trim().to_owned());
-                    any = true;
-                } else if let Some(v) = line.strip_prefix("retry:") {
-                    ev.retry = v.trim().parse().ok();
-                    any = true;
-                } else if let Some(v) = line.strip_prefix("data:") {
-                    ev.data.push_str(v.trim_start());
-                    any = true;
-                }
-            }
-            if any {
-                out.push(ev);
-            }
-        }
-    }
-    out
-}
-
-async fn json_body(resp: Response<Body>) -> Value {
-    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
-    serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("not JSON ({e}): {bytes:?}"))
-}
-
-async fn initialize(app: &Router) -> String {
-    let resp = call(
-        app,
-        post(
-            None,
-            json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-                "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}),
-        ),
-    )
-    .await;
-    assert_eq!(resp.status(), StatusCode::OK);
-    let session = resp.headers()["mcp-session-id"]
-        .to_str()
-        .unwrap()
-        .to_owned();
-    let init = events(resp, 2).await;
-    assert!(
-        init.iter().any(|e| e.data.contains("2025-11-25")),
-        "{init:?}"
-    );
-    let ack = call(
-        app,
-        post(
-            Some(&session),
-            json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
-        ),
-    )
-    .await;
-    assert_eq!(ack.status(), StatusCode::ACCEPTED);
-    session
-}
-
-fn long_task_paced(id: u64, n: u64, delay_ms: u64) -> Value {
-    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
-        "name": "long_task", "arguments": {"n": n, "delay_ms": delay_ms},
-        "_meta": {"progressToken": format!("p{id}")}}})
-}
-
-fn long_task(id: u64, n: u64) -> Value {
-    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
-        "name": "long_task", "arguments": {"n": n}, "_meta": {"progressToken": format!("p{id}")}}})
-}
 
 /// Which event log the demo app's store runs on.
 #[derive(Debug, Clone, Copy)]

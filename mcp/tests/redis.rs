@@ -20,11 +20,12 @@ use replay_ring_sse::{Epoch, StreamId};
 use rmcp::model::ServerJsonRpcMessage;
 use rmcp::transport::streamable_http_server::session::{EventStore, ServerSseMessage};
 use serde_json::{json, Value};
-use tower::ServiceExt;
 
+mod in_process;
 #[path = "../../redis/tests/common/mod.rs"]
 mod redis_support;
 
+use in_process::{call, events_from, get, initialize, json_body, long_task_paced, post, Sse};
 use redis_support::RedisServer;
 
 const LIMIT: Duration = Duration::from_secs(10);
@@ -136,120 +137,6 @@ async fn redis_down_ends_the_stream_after_the_last_durable_event_never_a_silent_
 // ---------------------------------------------------------------------------------------------
 // Two replicas (two demo apps, two stores) on one Redis, over HTTP in-process.
 
-fn post(session: Option<&str>, body: Value) -> Request<Body> {
-    let mut b = Request::post("/mcp")
-        .header("host", "127.0.0.1")
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2025-11-25");
-    if let Some(s) = session {
-        b = b.header("mcp-session-id", s);
-    }
-    b.body(Body::from(body.to_string())).unwrap()
-}
-
-fn get(session: &str, last_event_id: &str) -> Request<Body> {
-    Request::get("/mcp")
-        .header("host", "127.0.0.1")
-        .header("accept", "text/event-stream")
-        .header("mcp-protocol-version", "2025-11-25")
-        .header("mcp-session-id", session)
-        .header("last-event-id", last_event_id)
-        .body(Body::empty())
-        .unwrap()
-}
-
-async fn call(app: &Router, req: Request<Body>) -> Response<Body> {
-    tokio::time::timeout(LIMIT, app.clone().oneshot(req))
-        .await
-        .expect("no response")
-        .unwrap()
-}
-
-/// One SSE event: id and data.
-#[derive(Debug, Default, Clone)]
-struct Sse {
-    id: Option<String>,
-    data: String,
-}
-
-/// Reads events from `body` until it ends or `max` events were read; the body stays usable.
-async fn events_from(body: &mut Body, max: usize) -> Vec<Sse> {
-    let mut buf = String::new();
-    let mut out = Vec::new();
-    while out.len() < max {
-        let Some(frame) = tokio::time::timeout(LIMIT, body.frame())
-            .await
-            .expect("stream stalled")
-        else {
-            break;
-        };
-        if let Ok(data) = frame.unwrap().into_data() {
-            buf.push_str(std::str::from_utf8(&data).unwrap());
-        }
-        while let Some(end) = buf.find("\n\n") {
-            let block: String = buf.drain(..end + 2).collect();
-            let mut ev = Sse::default();
-            let mut any = false;
-            for line in block.lines() {
-                if let Some(v) = line.strip_prefix("id:") {
-                    ev.id = Some(v.trim().to_owned());
-                    any = true;
-                } else if let Some(v) = line.strip_prefix("data:") {
-                    ev.data.push_str(v.trim_start());
-                    any = true;
-                } else if line.starts_with("retry:") {
-                    any = true;
-                }
-            }
-            if any {
-                out.push(ev);
-            }
-        }
-    }
-    out
-}
-
-async fn json_body(resp: Response<Body>) -> Value {
-    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
-    serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("not JSON ({e}): {bytes:?}"))
-}
-
-async fn initialize(app: &Router) -> String {
-    let resp = call(
-        app,
-        post(
-            None,
-            json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-                "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}),
-        ),
-    )
-    .await;
-    assert_eq!(resp.status(), StatusCode::OK);
-    let session = resp.headers()["mcp-session-id"]
-        .to_str()
-        .unwrap()
-        .to_owned();
-    let mut body = resp.into_body();
-    events_from(&mut body, 2).await;
-    let ack = call(
-        app,
-        post(
-            Some(&session),
-            json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
-        ),
-    )
-    .await;
-    assert_eq!(ack.status(), StatusCode::ACCEPTED);
-    session
-}
-
-fn long_task(id: u64, n: u64, delay_ms: u64) -> Value {
-    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
-        "name": "long_task", "arguments": {"n": n, "delay_ms": delay_ms},
-        "_meta": {"progressToken": format!("p{id}")}}})
-}
-
 fn seq_of(id: &str) -> u64 {
     id.rsplit_once('.').unwrap().1.parse().unwrap()
 }
@@ -284,7 +171,7 @@ async fn a_tool_call_cut_on_one_replica_resumes_on_another_from_redis_exactly_on
     const N: u64 = 20;
     let r = replicas().await;
     let session = initialize(&r.a).await;
-    let resp = call(&r.a, post(Some(&session), long_task(1, N, 25))).await;
+    let resp = call(&r.a, post(Some(&session), long_task_paced(1, N, 25))).await;
     assert_eq!(resp.status(), StatusCode::OK);
     let mut body = resp.into_body();
     // The priming event and the first five progress notifications, then the connection is cut.
@@ -294,7 +181,7 @@ async fn a_tool_call_cut_on_one_replica_resumes_on_another_from_redis_exactly_on
     assert_eq!(seen, [1, 2, 3, 4, 5]);
     let cursor = before.last().unwrap().id.clone().unwrap();
     // The reconnect lands on replica B, which has never seen this MCP session.
-    let resumed = call(&r.b, get(&session, &cursor)).await;
+    let resumed = call(&r.b, get(&session, Some(&cursor))).await;
     assert_eq!(resumed.status(), StatusCode::OK);
     let after = events_from(&mut resumed.into_body(), 1000).await;
     // Ids continue the cursor exactly, one by one, on the same stream.
@@ -314,13 +201,13 @@ async fn a_tool_call_cut_on_one_replica_resumes_on_another_from_redis_exactly_on
 
     // The stream is complete: a resume at its last id is told so, on either replica.
     let last = after.last().unwrap().id.clone().unwrap();
-    let gone = call(&r.b, get(&session, &last)).await;
+    let gone = call(&r.b, get(&session, Some(&last))).await;
     assert_eq!(gone.status(), StatusCode::GONE);
     assert_eq!(
         json_body(gone).await["error"]["data"]["error"],
         "stream_complete"
     );
-    let gone = call(&r.a, get(&session, &last)).await;
+    let gone = call(&r.a, get(&session, Some(&last))).await;
     assert_eq!(gone.status(), StatusCode::GONE);
 }
 
@@ -328,7 +215,7 @@ async fn a_tool_call_cut_on_one_replica_resumes_on_another_from_redis_exactly_on
 async fn another_replica_checks_the_session_and_refuses_unreplayable_cursors_explicitly() {
     let mut r = replicas().await;
     let session = initialize(&r.a).await;
-    let resp = call(&r.a, post(Some(&session), long_task(1, 4, 0))).await;
+    let resp = call(&r.a, post(Some(&session), long_task_paced(1, 4, 0))).await;
     let events = events_from(&mut resp.into_body(), 100).await;
     let ids: Vec<String> = events.iter().filter_map(|e| e.id.clone()).collect();
     assert_eq!(ids.len(), 6, "priming, 4 progress, result: {events:?}");
@@ -336,23 +223,23 @@ async fn another_replica_checks_the_session_and_refuses_unreplayable_cursors_exp
     let prefix = first.rsplit_once('.').unwrap().0.to_owned();
 
     // Another MCP session cannot resume this stream: 404, as for an unknown session.
-    let foreign = call(&r.b, get("not-the-owner", &ids[2])).await;
+    let foreign = call(&r.b, get("not-the-owner", Some(&ids[2]))).await;
     assert_eq!(foreign.status(), StatusCode::NOT_FOUND);
     // Ahead of the head: 409 with the window.
-    let ahead = call(&r.b, get(&session, &format!("{prefix}.{}", head + 3))).await;
+    let ahead = call(&r.b, get(&session, Some(&format!("{prefix}.{}", head + 3)))).await;
     assert_eq!(ahead.status(), StatusCode::CONFLICT);
     assert_eq!(ahead.headers()["replay-head"], head.to_string().as_str());
     // A resume with id 3 acknowledges 1..=3; a later one from 1 is below the floor: 416.
-    let resumed = call(&r.b, get(&session, &ids[2])).await;
+    let resumed = call(&r.b, get(&session, Some(&ids[2]))).await;
     assert_eq!(resumed.status(), StatusCode::OK);
     let rest = events_from(&mut resumed.into_body(), 100).await;
     assert_eq!(rest.len(), 3, "{rest:?}");
-    let gap = call(&r.b, get(&session, &ids[0])).await;
+    let gap = call(&r.b, get(&session, Some(&ids[0]))).await;
     assert_eq!(gap.status(), StatusCode::RANGE_NOT_SATISFIABLE);
     let body = json_body(gap).await;
     assert_eq!(body["error"]["data"]["error"], "replay_gap");
     // A stream that never existed in Redis: 404.
-    let unknown = call(&r.b, get(&session, &format!("{prefix}9.1"))).await;
+    let unknown = call(&r.b, get(&session, Some(&format!("{prefix}9.1")))).await;
     assert_eq!(unknown.status(), StatusCode::NOT_FOUND);
     // The MCP session is deleted on A: B then answers as A does, 404 `session_lost`.
     let delete = Request::delete("/mcp")
@@ -365,7 +252,7 @@ async fn another_replica_checks_the_session_and_refuses_unreplayable_cursors_exp
     let mut answers = Vec::new();
     for _ in 0..100 {
         // The owner is forgotten in the background, right after the DELETE.
-        let resp = call(&r.b, get(&session, &ids[3])).await;
+        let resp = call(&r.b, get(&session, Some(&ids[3]))).await;
         let status = resp.status();
         answers.push(status);
         if status == StatusCode::NOT_FOUND {
@@ -380,7 +267,7 @@ async fn another_replica_checks_the_session_and_refuses_unreplayable_cursors_exp
     assert_eq!(answers.last(), Some(&StatusCode::NOT_FOUND), "{answers:?}");
     // Redis down: 503 with Retry-After, never an empty 200.
     r.server.kill();
-    let down = call(&r.b, get(&session, &ids[3])).await;
+    let down = call(&r.b, get(&session, Some(&ids[3]))).await;
     assert_eq!(down.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert!(down.headers().contains_key("retry-after"));
 }
@@ -389,7 +276,7 @@ async fn another_replica_checks_the_session_and_refuses_unreplayable_cursors_exp
 async fn redis_failing_mid_call_ends_the_call_with_a_json_rpc_error_after_the_last_durable_event() {
     let mut r = replicas().await;
     let session = initialize(&r.a).await;
-    let resp = call(&r.a, post(Some(&session), long_task(7, 200, 20))).await;
+    let resp = call(&r.a, post(Some(&session), long_task_paced(7, 200, 20))).await;
     let mut body = resp.into_body();
     let before = events_from(&mut body, 4).await;
     r.server.kill();
