@@ -33,6 +33,7 @@
 //! batch never walks the other connections, and the slow-consumer check visits only the
 //! connections it cuts.
 
+mod checkpoints;
 mod min_tree;
 #[cfg(test)]
 mod naive;
@@ -40,12 +41,12 @@ mod naive;
 mod tests;
 
 use std::cmp::Reverse;
-use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use replay_ring::{CloseReason, ReleaseError, ReplayRing};
 
 use crate::slow_consumer::{ConsumerProgress, SlowConsumerPolicy, Verdict, Window};
+use checkpoints::Checkpoints;
 use min_tree::MinTree;
 
 /// Number of `(id, written-at)` checkpoints kept; the window is tracked with a granularity of
@@ -56,10 +57,6 @@ use min_tree::MinTree;
 /// assert_eq!(replay_ring_sse::CHECKPOINTS, 64);
 /// ```
 pub const CHECKPOINTS: usize = 64;
-
-/// Checkpoint slots: one window holds at most `CHECKPOINTS + 1` un-expired checkpoints, so with
-/// `release_expired` called regularly the ring never has to merge entries.
-const SLOTS: usize = CHECKPOINTS + 2;
 
 /// Default [`RetentionConfig::resumption_window`]: 30 s (two 15 s keep-alive periods).
 ///
@@ -244,13 +241,8 @@ pub struct Retention {
     /// The most connections the table takes; `connect` refuses one more.
     max_connections: usize,
     indexes: Indexes,
-    /// `(id, instant)`: every id `<= id` had been written to every live connection at `instant`.
-    /// Ids and instants increase front to back. Never grows past `SLOTS` (no reallocation).
-    checkpoints: VecDeque<(u64, Instant)>,
-    /// Newest written position not yet checkpointed (kept to honour the granularity).
-    pending: Option<(u64, Instant)>,
-    /// Highest id checkpointed or pending.
-    recorded: u64,
+    /// When each written position was reached: what a release one window later may free.
+    checkpoints: Checkpoints,
     /// Since when no connection has been live: the policy's creation, then the latest departure
     /// (a disconnect or a cut) seen. The latest, not the last one processed: callers read the
     /// clock before they take the lock, so a cut may arrive with an older `now` than a departure
@@ -283,9 +275,7 @@ impl Retention {
                 initial,
                 SlowConsumerPolicy::default().max_lag_percent.is_some(),
             ),
-            checkpoints: VecDeque::with_capacity(SLOTS),
-            pending: None,
-            recorded: 0,
+            checkpoints: Checkpoints::new(config.resumption_window),
             vacant_since: Instant::now(),
             release_when_vacant: true,
             stats: RetentionStats::default(),
@@ -496,7 +486,7 @@ impl Retention {
             self.vacant_since = self.vacant_since.max(now);
         }
         if let Some(min) = self.live_min() {
-            self.record(min, now);
+            self.checkpoints.record(min, now);
         }
     }
 
@@ -643,7 +633,7 @@ impl Retention {
         }
         if cut > 0 {
             if let Some(min) = self.live_min() {
-                self.record(min, now);
+                self.checkpoints.record(min, now);
             }
         }
         cut
@@ -709,43 +699,8 @@ impl Retention {
             );
         }
         if let Some(min) = self.live_min() {
-            self.record(min, now);
+            self.checkpoints.record(min, now);
         }
-    }
-
-    fn granularity(&self) -> Duration {
-        self.config.resumption_window / CHECKPOINTS as u32
-    }
-
-    /// Notes that every id `<= id` was written by `now`.
-    fn record(&mut self, id: u64, now: Instant) {
-        if id <= self.recorded {
-            return;
-        }
-        self.recorded = id;
-        self.pending = Some((id, now));
-        self.flush_pending(now);
-    }
-
-    /// Moves `pending` into the checkpoints once the newest checkpoint is a granule old. Later
-    /// checkpointing only delays a release, so coalescing is always safe.
-    fn flush_pending(&mut self, now: Instant) {
-        let Some((id, at)) = self.pending else {
-            return;
-        };
-        let due = match self.checkpoints.back() {
-            Some(&(_, last)) => now.saturating_duration_since(last) >= self.granularity(),
-            None => true,
-        };
-        if !due {
-            return;
-        }
-        if self.checkpoints.len() == SLOTS {
-            // Merge into the newest entry, keeping the later time: releases only get later.
-            self.checkpoints.pop_back();
-        }
-        self.checkpoints.push_back((id, at));
-        self.pending = None;
     }
 
     /// Releases every event written to the live connections at least one resumption window before
@@ -787,7 +742,7 @@ impl Retention {
     /// if released: a failed release is retried by the next one, which reaches at least as far.
     pub(crate) fn release_target(&mut self, window: Window, now: Instant) -> Option<u64> {
         self.cut_slow_consumers_in(window, now);
-        self.flush_pending(now);
+        self.checkpoints.flush_pending(now);
         let head = window.head;
         let window = self.config.resumption_window;
         let cap = self.live_min();
@@ -798,28 +753,9 @@ impl Retention {
             // Nobody connected for a whole window: no client that left may still come back for
             // any of it (each was promised one window from its departure, which came earlier).
             self.checkpoints.clear();
-            self.pending = None;
             return Some(head);
         }
-        let mut target = None;
-        while let Some(&(id, at)) = self.checkpoints.front() {
-            if now.saturating_duration_since(at) < window {
-                break;
-            }
-            match cap {
-                Some(cap) if id > cap => {
-                    // Expired, but a live connection still needs part of it: release up to the cap
-                    // and keep the checkpoint for later.
-                    target = Some(target.unwrap_or(0).max(cap));
-                    break;
-                }
-                _ => {
-                    target = Some(id);
-                    self.checkpoints.pop_front();
-                }
-            }
-        }
-        target
+        self.checkpoints.take_expired(now, cap)
     }
 
     /// Counts a release planned by [`release_target`](Self::release_target) that moved the floor.
@@ -853,11 +789,11 @@ impl Retention {
     /// assert_eq!(r.next_expiry(), Some(t0 + Duration::from_secs(30)));
     /// ```
     pub fn next_expiry(&self) -> Option<Instant> {
-        let oldest = self.checkpoints.front().or(self.pending.as_ref());
+        let oldest = self.checkpoints.oldest();
         // With nobody connected, everything goes one window after the vacancy began.
         let vacancy =
             (self.release_when_vacant && self.indexes.live == 0).then_some(self.vacant_since);
-        let window = match (oldest.map(|oldest| oldest.1), vacancy) {
+        let window = match (oldest, vacancy) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }

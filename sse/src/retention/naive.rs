@@ -1,13 +1,14 @@
 //! The connection table's first form, kept as the reference the property test compares
 //! [`Retention`](super::Retention) against: every query walks all connections (O(connections)
-//! per written batch), which is easy to check by reading.
+//! per written batch), which is easy to check by reading. Both keep their clock in the same
+//! [`Checkpoints`]: the comparison is about which connections hold the window.
 
-use std::collections::VecDeque;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use replay_ring::{ReleaseError, ReplayRing};
 
-use super::{ConnectionId, RetentionConfig, RetentionStats, CHECKPOINTS, SLOTS};
+use super::checkpoints::Checkpoints;
+use super::{ConnectionId, RetentionConfig, RetentionStats};
 use crate::slow_consumer::{ConsumerProgress, SlowConsumerPolicy, Verdict, Window};
 
 #[derive(Debug, Clone, Copy)]
@@ -22,9 +23,7 @@ pub(super) struct NaiveRetention {
     config: RetentionConfig,
     policy: SlowConsumerPolicy,
     connections: Vec<Entry>,
-    checkpoints: VecDeque<(u64, Instant)>,
-    pending: Option<(u64, Instant)>,
-    recorded: u64,
+    checkpoints: Checkpoints,
     vacant_since: Instant,
     stats: RetentionStats,
 }
@@ -35,9 +34,7 @@ impl NaiveRetention {
             config,
             policy: SlowConsumerPolicy::default(),
             connections: vec![Entry::Free; max_connections],
-            checkpoints: VecDeque::with_capacity(SLOTS),
-            pending: None,
-            recorded: 0,
+            checkpoints: Checkpoints::new(config.resumption_window),
             vacant_since: Instant::now(),
             stats: RetentionStats::default(),
         }
@@ -91,7 +88,7 @@ impl NaiveRetention {
             self.vacant_since = self.vacant_since.max(now);
         }
         if let Some(min) = self.live_min() {
-            self.record(min, now);
+            self.checkpoints.record(min, now);
         }
     }
 
@@ -164,7 +161,7 @@ impl NaiveRetention {
         if cut > 0 {
             self.vacant_since = self.vacant_since.max(now);
             if let Some(min) = self.live_min() {
-                self.record(min, now);
+                self.checkpoints.record(min, now);
             }
         }
         cut
@@ -176,40 +173,8 @@ impl NaiveRetention {
             p.write_pending_since = None;
         }
         if let Some(min) = self.live_min() {
-            self.record(min, now);
+            self.checkpoints.record(min, now);
         }
-    }
-
-    fn granularity(&self) -> Duration {
-        self.config.resumption_window / CHECKPOINTS as u32
-    }
-
-    fn record(&mut self, id: u64, now: Instant) {
-        if id <= self.recorded {
-            return;
-        }
-        self.recorded = id;
-        self.pending = Some((id, now));
-        self.flush_pending(now);
-    }
-
-    fn flush_pending(&mut self, now: Instant) {
-        let Some((id, at)) = self.pending else {
-            return;
-        };
-        let due = match self.checkpoints.back() {
-            Some(&(_, last)) => now.saturating_duration_since(last) >= self.granularity(),
-            None => true,
-        };
-        if !due {
-            return;
-        }
-        if self.checkpoints.len() == SLOTS {
-            // Merge into the newest entry, keeping the later time: releases only get later.
-            self.checkpoints.pop_back();
-        }
-        self.checkpoints.push_back((id, at));
-        self.pending = None;
     }
 
     pub(super) fn release_expired<T>(&mut self, ring: &ReplayRing<T>, now: Instant) -> Option<u64> {
@@ -231,34 +196,15 @@ impl NaiveRetention {
 
     pub(super) fn release_target(&mut self, window: Window, now: Instant) -> Option<u64> {
         self.cut_slow_consumers_in(window, now);
-        self.flush_pending(now);
+        self.checkpoints.flush_pending(now);
         let head = window.head;
         let window = self.config.resumption_window;
         let cap = self.live_min();
         if cap.is_none() && now.saturating_duration_since(self.vacant_since) >= window {
             self.checkpoints.clear();
-            self.pending = None;
             return Some(head);
         }
-        let mut target = None;
-        while let Some(&(id, at)) = self.checkpoints.front() {
-            if now.saturating_duration_since(at) < window {
-                break;
-            }
-            match cap {
-                Some(cap) if id > cap => {
-                    // Expired, but a live connection still needs part of it: release up to the cap
-                    // and keep the checkpoint for later.
-                    target = Some(target.unwrap_or(0).max(cap));
-                    break;
-                }
-                _ => {
-                    target = Some(id);
-                    self.checkpoints.pop_front();
-                }
-            }
-        }
-        target
+        self.checkpoints.take_expired(now, cap)
     }
 
     pub(super) fn ack_target(&self, acked: u64) -> u64 {
@@ -270,13 +216,7 @@ impl NaiveRetention {
     }
 
     pub(super) fn next_expiry(&self) -> Option<Instant> {
-        let mut starts: Vec<Instant> = self
-            .checkpoints
-            .front()
-            .or(self.pending.as_ref())
-            .map(|oldest| oldest.1)
-            .into_iter()
-            .collect();
+        let mut starts: Vec<Instant> = self.checkpoints.oldest().into_iter().collect();
         if self.live_connections() == 0 {
             starts.push(self.vacant_since);
         }
