@@ -50,15 +50,7 @@ async fn python_long_task_survives_cuts_exactly_once() {
     proxy.set_cut_after_frames(None);
     let out = driver.await.expect("driver task");
 
-    let seen = progress(&out, "progress");
-    assert_eq!(
-        tally(&seen, N),
-        Tally::default(),
-        "client saw {seen:?}\n{out}"
-    );
-    assert_eq!(seen, (1..=N).collect::<Vec<_>>());
-    assert_eq!(out["result"], serde_json::json!({"n": N}), "{out}");
-    assert!(out["error"].is_null(), "{out}");
+    assert_long_task_exactly_once(&out, N);
 
     let log = proxy.requests();
     let gets = with_method(&log, "GET")
@@ -81,15 +73,7 @@ async fn typescript_long_task_survives_cuts_exactly_once() {
     let url = format!("{}/mcp", proxy.url());
     let out = ts_long_task(&url, N, DELAY_MS, 60_000).await;
 
-    let seen = progress(&out, "progress");
-    assert_eq!(
-        tally(&seen, N),
-        Tally::default(),
-        "client saw {seen:?}\n{out}"
-    );
-    assert_eq!(seen, (1..=N).collect::<Vec<_>>());
-    assert_eq!(out["result"], serde_json::json!({"n": N}), "{out}");
-    assert!(out["error"].is_null(), "{out}");
+    assert_long_task_exactly_once(&out, N);
 
     let log = proxy.requests();
     let cuts = log.iter().filter(|r| r.outcome.is_cut()).count();

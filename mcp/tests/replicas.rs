@@ -51,15 +51,7 @@ async fn typescript_resumes_on_the_other_replica_from_redis_exactly_once_in_orde
     let url = format!("{}/mcp", proxy.url());
     let out = ts_long_task(&url, N, DELAY_MS, 60_000).await;
 
-    let seen = progress(&out, "progress");
-    assert_eq!(
-        tally(&seen, N),
-        Tally::default(),
-        "client saw {seen:?}\n{out}"
-    );
-    assert_eq!(seen, (1..=N).collect::<Vec<_>>());
-    assert_eq!(out["result"], serde_json::json!({"n": N}), "{out}");
-    assert!(out["error"].is_null(), "{out}");
+    assert_long_task_exactly_once(&out, N);
 
     let log = proxy.requests();
     let cuts = log.iter().filter(|r| r.outcome.is_cut()).count();

@@ -192,6 +192,20 @@ pub fn tally(seen: &[u64], n: u64) -> Tally {
     t
 }
 
+/// Asserts that a driver's `long_task(n)` call saw every progress value `1..=n` exactly once and
+/// in order, then the tool's result, and no error.
+pub fn assert_long_task_exactly_once(out: &Value, n: u64) {
+    let seen = progress(out, "progress");
+    assert_eq!(
+        tally(&seen, n),
+        Tally::default(),
+        "client saw {seen:?}\n{out}"
+    );
+    assert_eq!(seen, (1..=n).collect::<Vec<_>>());
+    assert_eq!(out["result"], serde_json::json!({"n": n}), "{out}");
+    assert!(out["error"].is_null(), "{out}");
+}
+
 /// Requests of one method in the proxy log.
 pub fn with_method<'a>(log: &'a [RequestLog], method: &str) -> Vec<&'a RequestLog> {
     log.iter().filter(|r| r.method == method).collect()
