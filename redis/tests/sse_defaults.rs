@@ -6,7 +6,7 @@ mod common;
 use std::time::Duration;
 
 use common::RedisServer;
-use futures_util::StreamExt;
+use futures_util::{FutureExt, StreamExt};
 use http::{HeaderMap, StatusCode};
 use replay_ring_redis::RedisStream;
 use replay_ring_sse::axum::{SseConfig, SseProducer, SseStream};
@@ -126,6 +126,46 @@ async fn a_stream_gone_from_redis_is_answered_stream_lost() {
         // A request without a cursor is not told about a header it never sent.
         assert!(!text.contains("Last-Event-ID"), "{text}");
     }
+}
+
+/// A request dropped after its connection was registered, while the endpoint waits for Redis (a
+/// client that closed its socket at that moment), frees its connection slot: dropped requests
+/// never fill the stream's table of connections, so later clients are still served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_dropped_while_redis_answers_frees_its_connection_slot() {
+    let server = RedisServer::start();
+    let stream = create(&server, "abandoned").await;
+    let identity = stream.identity();
+    let sse = SseStream::without_producer(stream, identity, SseConfig::default());
+    let live = || sse.with_retention(|r| r.live_connections());
+    let headers = [HeaderMap::new(), resume_from_the_start(identity)];
+    let mut dropped_while_waiting = 0;
+    for headers in headers.iter().cycle().take(10_000) {
+        let mut request = Box::pin(sse.respond_async(headers));
+        // The poll that registers the connection goes on to ask Redis for the window, a round
+        // trip: it normally returns pending with the connection registered. (When this thread
+        // was descheduled for that long, the response is ready instead: it is dropped at once.)
+        let answered = loop {
+            match request.as_mut().now_or_never() {
+                Some(response) => break Some(response),
+                None if live() == 1 => break None,
+                None => tokio::task::yield_now().await,
+            }
+        };
+        if answered.is_none() {
+            dropped_while_waiting += 1;
+        }
+        drop(answered);
+        drop(request);
+        assert_eq!(live(), 0, "a dropped request kept its connection entry");
+        if dropped_while_waiting == 10 {
+            break;
+        }
+    }
+    assert_eq!(dropped_while_waiting, 10);
+    let response = sse.respond_async(&HeaderMap::new()).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(live(), 1);
 }
 
 /// Closes every client connection Redis has but the caller's, as a restart, a failover,

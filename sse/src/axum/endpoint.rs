@@ -10,7 +10,6 @@ use ::axum::response::Response;
 use bytes::{Bytes, BytesMut};
 use futures_util::FutureExt;
 use replay_ring::{BuildError, Producer, ReplayRing};
-use tokio::time::Instant;
 
 use super::config::SseConfig;
 use super::producer::SseProducer;
@@ -296,9 +295,9 @@ impl<B: Backend<Payload = Bytes>> SseStream<B> {
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe: a tail opened by a cancelled call is dropped, which frees its slot; an
-    /// acknowledgement release may or may not have happened (a resume acknowledges those ids
-    /// either way).
+    /// Cancel safe: a tail opened by a cancelled call is dropped, which frees its slot in the
+    /// backend and in the retention policy's connection table; an acknowledgement release may or
+    /// may not have happened (a resume acknowledges those ids either way).
     ///
     /// ```
     /// use axum::http::{HeaderMap, StatusCode};
@@ -368,6 +367,16 @@ impl<B: Backend<Payload = Bytes>> SseStream<B> {
                 })
                 .await;
         };
+        // From here the writer owns the tail and the connection entry, and frees both when it is
+        // dropped: when the client goes away while the calls below wait for the backend (this
+        // future is dropped), as well as when the response ends.
+        let mut first = BytesMut::with_capacity(128);
+        encode_priming(
+            &mut first,
+            shared.identity.event_id(start),
+            shared.config.retry,
+        );
+        let writer = Writer::new(shared.clone(), tail, conn, first.freeze());
         if let Some(acked) = cursor.filter(|_| shared.config.acknowledge_on_resume) {
             // A resume acknowledges everything up to its cursor (capped at the slowest other live
             // connection). A failed release is retried by later releases, which reach as far.
@@ -388,10 +397,8 @@ impl<B: Backend<Payload = Bytes>> SseStream<B> {
                 head: w.head,
             },
             Err(_) => {
-                // Drop the connection entry before answering: this response holds nothing.
-                shared
-                    .retention()
-                    .disconnect(conn, Instant::now().into_std());
+                // Free the connection entry before answering: this response holds nothing.
+                drop(writer);
                 return self.refuse(&unavailable(None));
             }
         };
@@ -399,13 +406,6 @@ impl<B: Backend<Payload = Bytes>> SseStream<B> {
         // Stores a permit if the producer is not waiting yet: first_subscriber() then returns at once.
         shared.subscribed.notify_one();
         let plan = HttpResponse::stream(&state);
-        let mut first = BytesMut::with_capacity(128);
-        encode_priming(
-            &mut first,
-            shared.identity.event_id(start),
-            shared.config.retry,
-        );
-        let writer = Writer::new(shared.clone(), tail, conn, first.freeze());
         let body = futures_util::stream::unfold(writer, |mut w| async move {
             let chunk = w.next_chunk().await?;
             Some((Ok::<Bytes, Infallible>(chunk), w))
