@@ -11,9 +11,11 @@
 //! - Registration pops a free list (a Treiber stack with a generation tag against ABA) or, when it is
 //!   empty, takes the next never-used index: O(1) amortised, never a scan.
 //! - Per segment, bit `i` of `active` is set while entry `i` *may* be pinned, and bit `w` of
-//!   `summary` is set while `active` word `w` may be non-zero. A reader sets both (leaf first) before
-//!   its first pin after a park, and clears its leaf bit when it parks or leaves. The producer's pin
-//!   scan visits only set summary bits, then set leaf bits, and clears the leaf bit of every entry
+//!   `summary` is set while `active` word `w` may be non-zero; table-wide, bit `s` of
+//!   `active_segments` is set while segment `s >= 1` may have a non-zero `active` word. A reader
+//!   sets all three (leaf first) before its first pin after a park, and clears its leaf bit when it
+//!   parks or leaves. The producer's pin scan visits only set segment bits, then set summary bits,
+//!   then set leaf bits, and clears the leaf bit of every entry
 //!   it finds unpinned twice in a row with no pin in between (a reader that pins again finds its
 //!   bit cleared after its pin fence and sets it again): its cost follows the readers that are
 //!   reading now, not the readers that are registered or that read once and stopped. A pinned
@@ -229,6 +231,12 @@ pub(crate) struct ReaderTable {
     more: [AtomicPtr<Segment>; SEGMENTS - 1],
     /// Segments `1..=grown` may be installed (a bound for the scans; each pointer is still checked).
     grown: AtomicUsize,
+    /// Bit `s` (segments `1..SEGMENTS`): segment `s` may have a non-zero `active` word. Set by a
+    /// reader after its leaf and summary bits, taken and put back by the pin scan like a summary
+    /// word, so a scan passes over every segment whose readers are all unpinned (registered but
+    /// idle, or gone) with one load, however large the table grew. Segment 0 (at most 64 entries)
+    /// is always scanned.
+    active_segments: CachePadded<AtomicU64>,
     /// Free list: `tag << 32 | (index + 1)`.
     free: CachePadded<AtomicU64>,
     /// Indices `0..fresh` have been handed out at least once; the next fresh claim takes `fresh`.
@@ -246,6 +254,7 @@ impl ReaderTable {
             first: Segment::new(base),
             more: std::array::from_fn(|_| AtomicPtr::new(ptr::null_mut())),
             grown: AtomicUsize::new(0),
+            active_segments: CachePadded::new(AtomicU64::new(0)),
             free: CachePadded::new(AtomicU64::new(0)),
             fresh: AtomicUsize::new(0),
         }
@@ -397,19 +406,30 @@ impl ReaderTable {
     }
 
     /// [`activate`](Self::activate) again, for a reader that found its bit cleared by a pin scan
-    /// (race 2b): that scan may have dropped the summary bit too, so both are set again.
+    /// (race 2b): that scan may have dropped the summary and segment bits too, so all are set again.
     pub(crate) fn reactivate(&self, index: usize) {
         self.set_bits(index, !crate::sync::mutant("reactivate_leaf_only"));
     }
 
-    fn set_bits(&self, index: usize, summary: bool) {
-        let (segment, offset) = self.segment_of(index);
+    /// Sets entry `index`'s leaf bit and, with `upper`, the bits above it: always an RMW at every
+    /// level, even on a bit that is already set, so a scan that takes a bit synchronizes with
+    /// every reader that set it before.
+    fn set_bits(&self, index: usize, upper: bool) {
+        let (seg, offset) = self.locate(index);
+        let (segment, _) = self.segment_of(index);
         let word = offset / WORD_BITS;
-        // Release (both): pairs with the producer's Acquire swap of `summary` and load of `active` in
-        // `min_pin`; see the hazard argument there. Leaf first, then summary.
+        // Release (all three): pairs with the producer's Acquire take of `active_segments` and of
+        // `summary`, and its Acquire load of `active`, in `min_pin`; see the hazard argument there.
+        // Leaf first, then summary, then segment.
         segment.active[word].fetch_or(1 << (offset % WORD_BITS), Release);
-        if !segment.summary.is_empty() && summary {
+        if !upper {
+            return;
+        }
+        if !segment.summary.is_empty() {
             segment.summary[word / WORD_BITS].fetch_or(1 << (word % WORD_BITS), Release);
+        }
+        if seg > 0 && !crate::sync::mutant("skip_segment_bit") {
+            self.active_segments.fetch_or(1 << seg, Release);
         }
     }
 
@@ -438,13 +458,15 @@ impl ReaderTable {
     /// leaf words found non-zero are put back. Taking first is what makes clearing safe: a reader
     /// that sets its leaf bit and then its summary bit either lands its summary bit after our swap
     /// (it stays set for the next scan), or before it — then our Acquire swap synchronizes with its
-    /// Release set, and our leaf load sees its leaf bit.
+    /// Release set, and our leaf load sees its leaf bit. The segment bits above the summary words
+    /// are taken and put back the same way.
     pub(crate) fn min_pin(&self, mut limit: u64) -> u64 {
-        let mut scan = |segment: &Segment| {
+        // Scans one segment; returns whether it may still have a non-zero leaf word.
+        let mut scan = |segment: &Segment| -> bool {
             if segment.summary.is_empty() {
-                segment.scan_word(0, &mut limit);
-                return;
+                return segment.scan_word(0, &mut limit);
             }
+            let mut non_empty = false;
             for (s, summary) in segment.summary.iter().enumerate() {
                 // Relaxed: a summary bit set before a reader's fence is seen by this load, which
                 // follows our fence (or it was taken by an earlier scan of ours, which put it back).
@@ -463,16 +485,37 @@ impl ReaderTable {
                     // Relaxed: only this producer reads summaries; its later Acquire swap sees it.
                     summary.fetch_or(keep, Relaxed);
                 }
+                non_empty |= keep != 0;
             }
+            non_empty
         };
         scan(&self.first);
         // Acquire: pairs with the Release `fetch_max` in `claimed`. Read after our fence: every
         // reader whose pin fence precedes it raised `grown` to its segment before that fence.
         let grown = self.grown.load(Acquire);
-        for seg in 1..=grown {
-            if let Some(segment) = self.segment(seg) {
-                scan(segment);
+        // Segments 1..=grown (grown < SEGMENTS <= 64).
+        let mask = ((1u64 << grown) - 1) << 1;
+        // Relaxed: as for a summary word, a segment bit set before a reader's fence is seen by this
+        // load, which follows our fence (or it was taken by an earlier scan of ours, which put it
+        // back). One load while no reader outside segment 0 is reading.
+        if self.active_segments.load(Relaxed) & mask == 0 {
+            return limit;
+        }
+        // Acquire: pairs with the Release `fetch_or` in `set_bits`, so the summary and leaf bits
+        // a reader set before its segment bit are seen by the scan of its segment. Only the bits
+        // within `grown` are taken: the others stay for a scan whose bound covers them.
+        let taken = self.active_segments.fetch_and(!mask, Acquire) & mask;
+        let mut keep = 0;
+        for seg in bits(taken) {
+            // A registration installed the segment before its reader set the bit; should the
+            // pointer still read null, the bit stays set rather than be lost.
+            if self.segment(seg).is_none_or(&mut scan) {
+                keep |= 1 << seg;
             }
+        }
+        if keep != 0 && !crate::sync::mutant("segment_bit_not_restored") {
+            // Relaxed: only this producer takes segment bits; its later Acquire take sees them.
+            self.active_segments.fetch_or(keep, Relaxed);
         }
         limit
     }
@@ -579,6 +622,35 @@ mod tests {
         table.entry(indices[99]).pin.store(20, Relaxed);
         assert_eq!(table.min_pin(100), 20);
         assert!(table.is_active(indices[99]) && table.is_active(pinned_a));
+    }
+
+    /// A scan that finds every reader of a segment unpinned drops the segment's bit, so later
+    /// scans pass over the segment with one load; a reader that activates again brings it back.
+    #[test]
+    fn segments_whose_readers_are_all_unpinned_are_passed_over() {
+        let table = ReaderTable::new(5_000);
+        let indices: Vec<usize> = (0..5_000).map(|_| table.claim().unwrap()).collect();
+        for &i in &indices {
+            table.activate(i);
+        }
+        let segment_bit = |index: usize| 1u64 << table.locate(index).0;
+        let last = indices[4_999];
+        let every_later_segment = (segment_bit(last) - 1) << 1;
+        assert_eq!(table.active_segments.load(Relaxed), every_later_segment);
+
+        table.entry(last).pin.store(30, Relaxed);
+        assert_eq!(table.min_pin(100), 30);
+        assert_eq!(table.active_segments.load(Relaxed), segment_bit(last));
+
+        table.entry(last).pin.store(UNPINNED, Relaxed);
+        assert_eq!(table.min_pin(100), 100);
+        assert_eq!(table.active_segments.load(Relaxed), 0);
+
+        let middle = indices[1_000];
+        table.activate(middle);
+        table.entry(middle).pin.store(20, Relaxed);
+        assert_eq!(table.min_pin(100), 20);
+        assert_eq!(table.active_segments.load(Relaxed), segment_bit(middle));
     }
 
     /// An unpinned entry that pinned since the last scan that found it unpinned gets a second
