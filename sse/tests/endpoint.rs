@@ -313,7 +313,8 @@ async fn one_clients_resume_does_not_release_what_another_client_may_resume_from
 
 /// `EventSource` polyfills that cannot set headers send the cursor as `?lastEventId=`: it resumes
 /// exactly as the header does, agrees with a header that carries the same cursor, and conflicts
-/// (400) with one that does not. Ignoring it would stream from the head: a silent gap.
+/// (400) with one that does not, or with a second parameter. Ignoring it would stream from the
+/// head: a silent gap.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cursor_in_the_query_string_resumes_like_the_header() {
     let (addr, _stream, mut producer) = start(long_window()).await;
@@ -367,6 +368,25 @@ async fn a_cursor_in_the_query_string_resumes_like_the_header() {
         "{}",
         conflict.text()
     );
+    // A parameter sent twice is ambiguous like a header sent twice, even with equal values.
+    for twice in [
+        (
+            "/events?lastEventId=events.abc.3&lastEventId=events.abc.3",
+            &[][..],
+        ),
+        (
+            "/events?lastEventId=events.abc.3&lastEventId=events.abc.3",
+            same,
+        ),
+    ] {
+        let refused = http_get(addr, twice.0, twice.1).await;
+        assert_eq!(refused.status, 400, "{twice:?}");
+        assert!(
+            refused.text().contains(r#""reason":"duplicate""#),
+            "{twice:?}: {}",
+            refused.text()
+        );
+    }
     for bad in ["/events?lastEventId=garbage", "/events?lastEventId=%01"] {
         let refused = http_get(addr, bad, &[]).await;
         assert_eq!(refused.status, 400, "{bad}");

@@ -440,22 +440,28 @@ impl<B: Backend<Payload = Bytes>> SseStream<B> {
 pub const LAST_EVENT_ID_QUERY: &str = "lastEventId";
 
 /// `headers` with the cursor of every non-empty [`LAST_EVENT_ID_QUERY`] parameter added as a
-/// `Last-Event-ID` value, unless the header already carries that value (a client that sends
-/// both). A cursor the endpoint would otherwise not see would be a silent gap: the client asked
-/// to resume and got the stream from the head. Two different cursors make a repeated header,
-/// refused with 400 like any other.
+/// `Last-Event-ID` value, except one parameter that repeats a value the header carries (a client
+/// that sends both). A cursor the endpoint would otherwise not see would be a silent gap: the
+/// client asked to resume and got the stream from the head. Two cursors make a repeated header,
+/// refused with 400 like any other, even when they are equal: a parameter sent twice is as
+/// ambiguous as a header sent twice.
 fn with_query_cursor(mut headers: HeaderMap, query: Option<&str>) -> HeaderMap {
     let Some(query) = query else {
         return headers;
     };
+    let mut compared = false;
     for (key, value) in form_urlencoded::parse(query.as_bytes()) {
         if key != LAST_EVENT_ID_QUERY || value.is_empty() {
             continue;
         }
-        let sent = headers
-            .get_all(LAST_EVENT_ID_HEADER)
-            .iter()
-            .any(|v| v.as_bytes() == value.as_bytes());
+        // Only the first parameter is compared, so the header's value is matched at most once
+        // (and a value appended below is never taken for the client's header).
+        let sent = !compared
+            && headers
+                .get_all(LAST_EVENT_ID_HEADER)
+                .iter()
+                .any(|v| v.as_bytes() == value.as_bytes());
+        compared = true;
         if !sent {
             // Not a valid header value (control characters): still a cursor, and a malformed one.
             let value =
