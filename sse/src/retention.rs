@@ -463,9 +463,12 @@ impl Retention {
     }
 
     /// Unregisters a connection at `now`. Events it had not written but every remaining live
-    /// connection had are checkpointed at `now`: the departed client gets a full window to come
-    /// back for them. If it was the last live connection, everything retained becomes releasable
-    /// one window after `now` (unless a connection comes back before).
+    /// connection had are checkpointed at `now`, unless they were checkpointed before it connected
+    /// (a backlog it resumed into): the departed client gets a full window to come back for what
+    /// arrived while it was connected, and the rest of their window for older events, so that no
+    /// client extends how long an event is kept by leaving and resuming again. If it was the last
+    /// live connection, everything retained becomes releasable one window after `now` (unless a
+    /// connection comes back before).
     ///
     /// ```
     /// use std::time::{Duration, Instant};

@@ -505,6 +505,38 @@ fn a_cut_with_an_older_clock_does_not_shorten_a_departed_clients_window() {
     assert_eq!(retention.release_expired(&ring, ms(50_500)), Some(4));
 }
 
+/// A client that resumes into a backlog and leaves again gets a full window for what arrived
+/// while it was connected, and only the rest of their window for the older events: leaving and
+/// resuming never extends how long an event is kept (else one client could hold the window open
+/// until the producer's backpressure timeout ended the stream).
+#[test]
+fn a_client_that_leaves_during_a_backlog_keeps_the_backlogs_window_not_a_new_one() {
+    let (mut producer, ring) = ReplayRing::<u32>::new(16, 4).unwrap();
+    let mut retention = Retention::new(config(30_000), 4);
+    let t0 = Instant::now();
+    let s = |n| t0 + Duration::from_secs(n);
+    let follower = retention.connect(0).unwrap();
+    for n in 1..=10 {
+        producer.try_push(n).unwrap();
+    }
+    retention.on_written(&follower, 10, t0);
+    // At 20 s a client resumes after id 2 and reads through 5 while 11..=12 arrive; it leaves at 21 s.
+    let resumed = retention.connect(2).unwrap();
+    for n in 11..=12 {
+        producer.try_push(n).unwrap();
+    }
+    retention.on_written(&follower, 12, s(20));
+    retention.on_written(&resumed, 5, s(21));
+    assert_eq!(retention.release_expired(&ring, s(21)), None);
+    retention.disconnect(resumed, s(21));
+    // Ids up to 10 were written to every live connection at t0: they go at 30 s, departure or not.
+    assert_eq!(retention.release_expired(&ring, s(30)), Some(11));
+    // 11..=12 arrived while the client was connected: kept for a window from its departure.
+    assert_eq!(retention.release_expired(&ring, s(50)), None);
+    assert!(ring.resume(Some(10)).is_ok());
+    assert_eq!(retention.release_expired(&ring, s(51)), Some(13));
+}
+
 #[test]
 fn a_stream_nobody_has_followed_releases_one_window_after_it_was_opened() {
     let (mut producer, ring) = ReplayRing::<u32>::new(4, 1).unwrap();
