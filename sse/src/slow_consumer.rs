@@ -19,6 +19,11 @@
 //!    write was taken: it is not blocked on its socket). This cuts a blocked consumer sooner than
 //!    the write timeout, but only once it holds everyone else back.
 //!
+//! "Accepts nothing" is the socket's view: the kernel's send buffer (and the client's receive
+//! buffer) take data from a client that stopped reading until they are full, which on a quiet
+//! stream can take many minutes. Until then such a client holds its connection and its reader
+//! slot, but not the window: what its socket took counts as written.
+//!
 //! The logic is pure (time is passed in) so any store can apply it: [`Retention`](crate::Retention)
 //! applies it to its connections; the transport only reports when a write started and when it was
 //! taken.
