@@ -22,9 +22,9 @@ use crate::table::{ReaderEntry, UNPINNED};
 mod drain;
 
 /// Pins `next` in entry `index`, then checks it is still retained. On `Err(floor)` the entry is
-/// unpinned again. A fixed number of steps, no retry loop: (after a park) the two active-bit RMWs,
-/// one store, one fence, one load of the active bit, (if the producer deactivated the entry) the
-/// two RMWs and a second fence, and one load of the floor.
+/// unpinned again. A fixed number of steps, no retry loop: (after a park) the active-bit RMWs (leaf,
+/// summary, segment: up to three), one store, one fence, one load of the active bit, (if the
+/// producer deactivated the entry) those RMWs again and a second fence, and one load of the floor.
 pub(crate) fn pin_and_check<T>(
     shared: &Shared<T>,
     index: usize,

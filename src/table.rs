@@ -402,34 +402,34 @@ impl ReaderTable {
     /// covers: in `reader::pin_and_check`, before the pin store, or after it when the reader finds
     /// its bit cleared by a scan (then a second fence follows).
     pub(crate) fn activate(&self, index: usize) {
-        self.set_bits(index, !crate::sync::mutant("skip_active_summary"));
+        self.set_bits(index, !crate::sync::mutant("skip_active_summary"), true);
     }
 
     /// [`activate`](Self::activate) again, for a reader that found its bit cleared by a pin scan
     /// (race 2b): that scan may have dropped the summary and segment bits too, so all are set again.
     pub(crate) fn reactivate(&self, index: usize) {
-        self.set_bits(index, !crate::sync::mutant("reactivate_leaf_only"));
+        let upper = !crate::sync::mutant("reactivate_leaf_only");
+        self.set_bits(index, upper, upper);
     }
 
-    /// Sets entry `index`'s leaf bit and, with `upper`, the bits above it: always an RMW at every
-    /// level, even on a bit that is already set, so a scan that takes a bit synchronizes with
-    /// every reader that set it before.
-    fn set_bits(&self, index: usize, upper: bool) {
-        let (seg, offset) = self.locate(index);
-        let (segment, _) = self.segment_of(index);
+    /// Sets entry `index`'s leaf bit, then (if asked: only mutants leave them out) its summary bit
+    /// and its segment bit. Always an RMW at every level, even on a bit that is already set, so a
+    /// scan that takes a bit synchronizes with every reader that set it before.
+    fn set_bits(&self, index: usize, summary: bool, segment_bit: bool) {
+        let (segment, offset) = self.segment_of(index);
         let word = offset / WORD_BITS;
         // Release (all three): pairs with the producer's Acquire take of `active_segments` and of
         // `summary`, and its Acquire load of `active`, in `min_pin`; see the hazard argument there.
         // Leaf first, then summary, then segment.
         segment.active[word].fetch_or(1 << (offset % WORD_BITS), Release);
-        if !upper {
-            return;
+        if summary && !segment.summary.is_empty() {
+            let set = crate::sync::ord("summary_set_relaxed", Release, Relaxed);
+            segment.summary[word / WORD_BITS].fetch_or(1 << (word % WORD_BITS), set);
         }
-        if !segment.summary.is_empty() {
-            segment.summary[word / WORD_BITS].fetch_or(1 << (word % WORD_BITS), Release);
-        }
-        if seg > 0 && !crate::sync::mutant("skip_segment_bit") {
-            self.active_segments.fetch_or(1 << seg, Release);
+        let seg = self.locate(index).0;
+        if segment_bit && seg > 0 && !crate::sync::mutant("skip_segment_bit") {
+            let set = crate::sync::ord("segment_set_relaxed", Release, Relaxed);
+            self.active_segments.fetch_or(1 << seg, set);
         }
     }
 
@@ -474,7 +474,10 @@ impl ReaderTable {
                     continue;
                 }
                 // Acquire: pairs with the Release `fetch_or` in `activate`.
-                let taken = summary.swap(0, Acquire);
+                let taken = summary.swap(
+                    0,
+                    crate::sync::ord("summary_take_relaxed", Acquire, Relaxed),
+                );
                 let mut keep = 0;
                 for w in bits(taken) {
                     if segment.scan_word(s * WORD_BITS + w, &mut limit) {
@@ -504,7 +507,8 @@ impl ReaderTable {
         // Acquire: pairs with the Release `fetch_or` in `set_bits`, so the summary and leaf bits
         // a reader set before its segment bit are seen by the scan of its segment. Only the bits
         // within `grown` are taken: the others stay for a scan whose bound covers them.
-        let taken = self.active_segments.fetch_and(!mask, Acquire) & mask;
+        let take = crate::sync::ord("segment_take_relaxed", Acquire, Relaxed);
+        let taken = self.active_segments.fetch_and(!mask, take) & mask;
         let mut keep = 0;
         for seg in bits(taken) {
             // A registration installed the segment before its reader set the bit; should the
