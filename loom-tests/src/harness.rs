@@ -12,7 +12,7 @@ use std::time::Instant;
 use loom::alloc::Track;
 use loom::future::block_on;
 use loom::thread::{self, JoinHandle};
-use replay_ring::{Batch, Producer, Reader, ReplayRing};
+use replay_ring::{Batch, Producer, ReadError, Reader, ReplayRing};
 
 /// Counts the drops of every payload id. Shared by the payloads of one execution.
 #[derive(Debug)]
@@ -200,6 +200,48 @@ pub fn read_pinned(reader: &mut Reader<Ev>, first: u64) -> u64 {
 pub fn release_and_check(ring: &ReplayRing<Ev>, id: u64) {
     assert_eq!(ring.release_through(id), Ok(id + 1));
     check_cursors(ring);
+}
+
+/// The race of models 2b and 2c, with ids up to 2 pushed, the floor at 2 and `reader` at cursor 2:
+/// on a new thread the producer pushes the next id (a pin scan), releases through 2 and tries
+/// to push into id 2's slot, refused while a pin covers id 2; on this thread `reader` reads once,
+/// which must lend id 2 intact, or nothing yet, or an explicit gap. Returns the producer, then
+/// checks the cursors and the drop ledger.
+pub fn read_against_a_release_and_reuse(
+    mut producer: Producer<Ev>,
+    ring: ReplayRing<Ev>,
+    ledger: &StdArc<Ledger>,
+    mut reader: Reader<Ev>,
+    others: Vec<Reader<Ev>>,
+) {
+    let next = ring.head() + 1;
+    let producer_thread = {
+        let ledger = ledger.clone();
+        let ring = ring.clone();
+        thread::spawn(move || {
+            // Room: the floor is 2, and no pin is below 2.
+            assert_eq!(producer.try_push_with(maker(&ledger)).ok(), Some(next));
+            // The release may overtake the reader; a pin it validated keeps id 2's slot.
+            assert_eq!(ring.release_through(2), Ok(3));
+            // Into id 2's slot: refused while the reader pins id 2.
+            let _ = producer.try_push_with(maker(&ledger));
+            check_cursors(&ring);
+            producer
+        })
+    };
+    match reader.try_read() {
+        Ok(Some(batch)) => {
+            check_batch(&batch, 2);
+        }
+        // Id 2 not published yet, or released before the pin was validated.
+        Ok(None) | Err(ReadError::Gap { .. }) => {}
+        Err(e) => panic!("read mismatch: unexpected {e:?}"),
+    }
+    check_cursors(&ring);
+    let producer = producer_thread.join().unwrap();
+    let head = ring.head();
+    drop((reader, others));
+    drop_and_check_ledger(ledger, head, Some(producer), ring);
 }
 
 /// The end of a model, after every thread is joined: drops the producer (if the model still holds

@@ -10,10 +10,9 @@
 //! bit puts the bit back.
 #![cfg(replay_ring_loom)]
 
-use loom::thread;
-use replay_ring::{ReadError, Reader};
+use replay_ring::Reader;
 use replay_ring_loom_tests::{
-    check_batch, check_cursors, drop_and_check_ledger, maker, model, ring_with, Bound, Ev, Ledger,
+    check_batch, maker, model, read_against_a_release_and_reuse, ring_with, Bound, Ev, Ledger,
 };
 
 /// Capacity 1. The reader's next id (2) is pushed by the producer thread, so the scan that clears
@@ -70,35 +69,7 @@ fn deactivate_then_pin(capacity: usize, idle: usize) {
             assert_eq!(producer.try_push_with(maker(&ledger)).ok(), Some(id));
         }
 
-        let producer_thread = {
-            let ledger = ledger.clone();
-            let ring = ring.clone();
-            thread::spawn(move || {
-                // Room: the floor is 2, and the reader pins nothing below 2.
-                let next = prepushed + 1;
-                assert_eq!(producer.try_push_with(maker(&ledger)).ok(), Some(next));
-                // The release may overtake the reader; a pin it validated keeps id 2's slot.
-                assert_eq!(ring.release_through(2), Ok(3));
-                // Into id 2's slot: refused while the reader pins id 2.
-                let _ = producer.try_push_with(maker(&ledger));
-                check_cursors(&ring);
-                producer
-            })
-        };
-        match reader.try_read() {
-            Ok(Some(batch)) => {
-                check_batch(&batch, 2);
-            }
-            // Id 2 not published yet, or released before the pin was validated.
-            Ok(None) | Err(ReadError::Gap { .. }) => {}
-            Err(e) => panic!("read mismatch: unexpected {e:?}"),
-        }
-        check_cursors(&ring);
-
-        let producer = producer_thread.join().unwrap();
-        let head = ring.head();
-        drop((reader, idle));
-        drop_and_check_ledger(&ledger, head, Some(producer), ring);
+        read_against_a_release_and_reuse(producer, ring, &ledger, reader, idle);
     }
 }
 

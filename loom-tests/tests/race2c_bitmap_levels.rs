@@ -13,10 +13,8 @@
 //! one read, of id 2.
 #![cfg(replay_ring_loom)]
 
-use loom::thread;
-use replay_ring::ReadError;
 use replay_ring_loom_tests::{
-    check_batch, check_cursors, drop_and_check_ledger, maker, model, ring_with, Bound, Ledger,
+    check_batch, maker, model, read_against_a_release_and_reuse, ring_with, Bound, Ledger,
 };
 
 /// The reader on table entry 2, in the table's second segment (loom builds put two entries in
@@ -48,7 +46,7 @@ fn first_read_while_the_producer_scans(other_active: bool) {
     let (mut producer, ring) = ring_with(&ledger, 2, readers, 1);
     let mut idle: Vec<_> = (0..2).map(|_| ring.reader().unwrap()).collect();
     // Entry 2: registered at the head (id 1), never read, so not active.
-    let mut reader = ring.reader().unwrap();
+    let reader = ring.reader().unwrap();
     if other_active {
         // Entry 3 never reads; entry 4 reads id 1 and stops: active, unpinned.
         idle.push(ring.reader().unwrap());
@@ -59,29 +57,5 @@ fn first_read_while_the_producer_scans(other_active: bool) {
     assert_eq!(ring.release_through(1), Ok(2));
     assert_eq!(producer.try_push_with(maker(&ledger)).ok(), Some(2));
 
-    let producer_thread = {
-        let ledger = ledger.clone();
-        let ring = ring.clone();
-        thread::spawn(move || {
-            assert_eq!(producer.try_push_with(maker(&ledger)).ok(), Some(3));
-            assert_eq!(ring.release_through(2), Ok(3));
-            // Accepted only if no pin covers id 2.
-            let _ = producer.try_push_with(maker(&ledger));
-            check_cursors(&ring);
-            producer
-        })
-    };
-    match reader.try_read() {
-        Ok(Some(batch)) => {
-            check_batch(&batch, 2);
-        }
-        // Nothing yet, or id 2 released before the reader pinned it: both explicit.
-        Ok(None) | Err(ReadError::Gap { .. }) => {}
-        Err(e) => panic!("read mismatch: unexpected {e:?}"),
-    }
-    check_cursors(&ring);
-    let producer = producer_thread.join().unwrap();
-    let head = ring.head();
-    drop((reader, idle));
-    drop_and_check_ledger(&ledger, head, Some(producer), ring);
+    read_against_a_release_and_reuse(producer, ring, &ledger, reader, idle);
 }
