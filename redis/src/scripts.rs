@@ -241,7 +241,7 @@ fn write_script(body: &str) -> Script {
 /// A write script that may run over `maxmemory`: it frees memory (release), ends the stream
 /// explicitly (close) or keeps the lease (renew), which must stay possible when appends are
 /// refused with `-OOM`.
-fn freeing_script(body: &str) -> Script {
+fn oom_exempt_script(body: &str) -> Script {
     Script::new(&format!("#!lua flags=allow-oom\n{PRELUDE}{body}"))
 }
 
@@ -252,13 +252,13 @@ fn read_script(body: &str) -> Script {
 pub(crate) static CREATE_SCRIPT: LazyLock<Script> = LazyLock::new(|| write_script(CREATE));
 pub(crate) static STATE_SCRIPT: LazyLock<Script> = LazyLock::new(|| read_script(STATE));
 pub(crate) static ACQUIRE_SCRIPT: LazyLock<Script> = LazyLock::new(|| write_script(ACQUIRE));
-pub(crate) static RENEW_SCRIPT: LazyLock<Script> = LazyLock::new(|| freeing_script(RENEW));
+pub(crate) static RENEW_SCRIPT: LazyLock<Script> = LazyLock::new(|| oom_exempt_script(RENEW));
 pub(crate) static UNLEASE_SCRIPT: LazyLock<Script> = LazyLock::new(|| write_script(UNLEASE));
 pub(crate) static APPEND_SCRIPT: LazyLock<Script> = LazyLock::new(|| write_script(APPEND));
-pub(crate) static RELEASE_SCRIPT: LazyLock<Script> = LazyLock::new(|| freeing_script(RELEASE));
-pub(crate) static CLOSE_SCRIPT: LazyLock<Script> = LazyLock::new(|| freeing_script(CLOSE));
+pub(crate) static RELEASE_SCRIPT: LazyLock<Script> = LazyLock::new(|| oom_exempt_script(RELEASE));
+pub(crate) static CLOSE_SCRIPT: LazyLock<Script> = LazyLock::new(|| oom_exempt_script(CLOSE));
 pub(crate) static READ_SCRIPT: LazyLock<Script> = LazyLock::new(|| read_script(READ));
-pub(crate) static DELETE_SCRIPT: LazyLock<Script> = LazyLock::new(|| freeing_script(DELETE));
+pub(crate) static DELETE_SCRIPT: LazyLock<Script> = LazyLock::new(|| oom_exempt_script(DELETE));
 
 /// Runs `script` by `EVALSHA` with `keys` then `args`, each written once into the command buffer
 /// (a `ScriptInvocation` copies every argument into its own vector first: for a batch append,
