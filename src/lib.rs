@@ -39,6 +39,7 @@
 //! | wait for space | — | [`Producer::ready`] | [`Producer::ready_timeout`] |
 //! | lend every available event (zero-copy) | [`Reader::try_read`] | [`Reader::read`] | [`Reader::read_timeout`] |
 //! | lend batch after batch until caught up, under one pin (busy polling) | [`Reader::drain`] | — | — |
+//! | poll under a pin kept between polls; the reader gates the producer (a dedicated polling thread) | [`Reader::gating`], then [`Gating::try_read`] | — | — |
 //! | clone one event out | [`Reader::try_recv`] | [`Reader::recv`] | [`Reader::recv_timeout`] |
 //!
 //! # Features
@@ -102,7 +103,7 @@ pub use error::{
 };
 pub use metrics::Metrics;
 pub use producer::Producer;
-pub use reader::{Batch, Event, Reader};
+pub use reader::{Batch, Event, Gating, Reader};
 pub use resume::{classify_resume, Resumption};
 pub use ring::ReplayRing;
 

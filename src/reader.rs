@@ -20,6 +20,9 @@ use crate::sync::{
 use crate::table::{ReaderEntry, UNPINNED};
 
 mod drain;
+mod gating;
+
+pub use gating::Gating;
 
 /// Pins `next` in entry `index`, then checks it is still retained. On `Err(floor)` the entry is
 /// unpinned again. A fixed number of steps, no retry loop: (after a park) the active-bit RMWs (leaf,
@@ -232,6 +235,12 @@ impl<T> Reader<T> {
         if self.cursor <= self.shared.head.load(Acquire) {
             return Ok(true);
         }
+        self.end_if_closed()
+    }
+
+    /// Caught up with a head read earlier: the terminal error if the stream has closed and nothing
+    /// is left to read, `Ok(true)` if an event arrived before the close, `Ok(false)` otherwise.
+    fn end_if_closed(&mut self) -> Result<bool, ReadError> {
         // Acquire: pairs with the Release store in `Producer::close_inner`, which follows the last
         // publish; so the head re-read below is final.
         if self.shared.closed.load(Acquire) {

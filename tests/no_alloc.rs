@@ -70,7 +70,7 @@ fn poll_once<F: Future>(future: F) -> Poll<F::Output> {
 }
 
 #[test]
-fn push_read_release_resume_and_waits_allocate_nothing() {
+fn push_read_gate_release_resume_and_waits_allocate_nothing() {
     let (mut producer, ring) = ReplayRing::<Bytes>::new(64, 4).unwrap();
     let payload = Bytes::from(vec![7u8; 256]);
     // `Bytes` from a `Vec` allocates its shared header on the first clone; do that now.
@@ -101,6 +101,13 @@ fn push_read_release_resume_and_waits_allocate_nothing() {
         let mut resumed = ring.resume(Some(ring.head() - 10)).unwrap();
         assert_eq!(resumed.try_read().unwrap().unwrap().len(), 10);
         drop(resumed);
+        ring.release_through(ring.head()).unwrap();
+        // A gate: pinned once, then polled (a batch, then nothing).
+        producer.try_push(payload.clone()).unwrap();
+        let mut gate = live.gating().unwrap();
+        assert_eq!(gate.try_read().unwrap().unwrap().len(), 1);
+        assert!(gate.try_read().unwrap().is_none());
+        drop(gate);
         ring.release_through(ring.head()).unwrap();
         // Async waits register in the fixed waker table: nothing is allocated per wait.
         assert!(poll_once(live.read()).is_pending());

@@ -1,5 +1,6 @@
 //! Race 2a: a reader drains consecutive batches under one pin, which it advances between batches
-//! without a fence, while the producer releases and reuses the slots behind it.
+//! without a fence, while the producer releases and reuses the slots behind it; and the same for a
+//! gating reader, which keeps the pin between polls, including polls that find nothing.
 #![cfg(replay_ring_loom)]
 
 use std::ops::ControlFlow;
@@ -14,6 +15,9 @@ use replay_ring_loom_tests::{
 /// Executions in which one drain lent two or more batches (so it advanced its pin). A ghost
 /// counter outside loom's view: it only proves, after the model, that the advance was explored.
 static ADVANCING_DRAINS: AtomicUsize = AtomicUsize::new(0);
+
+/// Executions in which a gate lent two or more batches (so it advanced its pin), as above.
+static ADVANCING_GATES: AtomicUsize = AtomicUsize::new(0);
 
 /// Capacity 2. Before the threads start: id 1 pushed, and the reader resumed after id 0 (pinned at
 /// 1). Producer thread: push 2 (a fresh slot), release 1, push 3 into id 1's slot (refused while
@@ -96,5 +100,70 @@ fn drain_vs_reuse_behind_the_advancing_pin() {
         // SeqCst on a ghost counter: schedule order only.
         ADVANCING_DRAINS.load(SeqCst) > 0,
         "no execution lent two batches in one drain: the model never advanced a pin"
+    );
+}
+
+/// As the drain model, with a gate: the reader (resumed after 0, so pinned at 1) takes
+/// `Reader::gating` and polls three times, advancing its pin after each batch (a poll may also find
+/// nothing). The producer does as above: the push of 3 reuses id 1's slot once the pin has moved
+/// past 1, while the gate may still be reading. A gate never sees `Gap`: nothing it has yet to read
+/// can be reused under its pin. Checked: every lent slot holds its own id, batches continue the
+/// reader's sequence, and loom reports any reuse of a slot not ordered after the reads of it.
+#[test]
+fn gating_vs_reuse_behind_the_advancing_pin() {
+    model(
+        "gating_vs_reuse_behind_the_advancing_pin",
+        Bound::Preemptions(5),
+        || {
+            let ledger = Ledger::new(4);
+            let (mut producer, ring) = ring_with(&ledger, 2, 1, 1);
+            let mut reader = ring.resume(Some(0)).unwrap();
+
+            let producer_thread = {
+                let ledger = ledger.clone();
+                let ring = ring.clone();
+                thread::spawn(move || {
+                    assert_eq!(producer.try_push_with(maker(&ledger)).ok(), Some(2));
+                    assert_eq!(ring.release_through(1), Ok(2));
+                    check_cursors(&ring);
+                    if producer.try_push_with(maker(&ledger)).is_ok() {
+                        assert_eq!(ring.release_through(2), Ok(3));
+                        check_cursors(&ring);
+                        let _ = producer.try_push_with(maker(&ledger));
+                    }
+                    producer
+                })
+            };
+
+            let mut next = 1;
+            let mut batches = 0;
+            {
+                let mut gate = reader.gating().expect("the resume pinned the replay");
+                for _ in 0..3 {
+                    if let Some(batch) = gate.try_read().expect("a gate never sees a gap") {
+                        next = check_batch(&batch, next) + 1;
+                        batches += 1;
+                    }
+                    check_cursors(&ring);
+                }
+                assert_eq!(gate.cursor(), next, "the gate's cursor lags what it lent");
+            }
+            assert!(next >= 2, "the replay pinned by the resume was not lent");
+            if batches >= 2 {
+                // SeqCst on a ghost counter: schedule order only.
+                ADVANCING_GATES.fetch_add(1, SeqCst);
+            }
+
+            drop(reader);
+            let producer = producer_thread.join().unwrap();
+            check_cursors(&ring);
+            let head = ring.head();
+            drop_and_check_ledger(&ledger, head, Some(producer), ring);
+        },
+    );
+    assert!(
+        // SeqCst on a ghost counter: schedule order only.
+        ADVANCING_GATES.load(SeqCst) > 0,
+        "no execution lent two batches through one gate: the model never advanced a pin"
     );
 }

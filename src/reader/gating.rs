@@ -1,0 +1,141 @@
+//! [`Reader::gating`]: a reader that keeps its pin between reads, including reads that find
+//! nothing, the way a disruptor consumer's sequence gates its producer. Each read then costs a head
+//! load and, after a batch, a plain pin store: no fence. Why that is sound is the argument for
+//! [`Reader::drain`] (`docs/design.md`, "Draining"): a gate is a drain whose loop may also poll an
+//! empty ring.
+
+use std::fmt;
+
+use super::{unpin, Batch, Reader};
+use crate::error::ReadError;
+use crate::sync::{
+    ord,
+    Ordering::{Acquire, Relaxed, Release},
+};
+
+/// A [`Reader`] that holds its pin until this guard is dropped, so that it can poll without a
+/// memory fence per read. Obtained from [`Reader::gating`].
+///
+/// While the guard lives, the producer does not reuse the slot of any id at or after the reader's
+/// cursor, even one the retention policy has released: the reader gates the producer, and a gating
+/// reader that stops reading fills the window and makes the producer wait (or refuse with `Full`).
+/// Dropping the guard, or the thread unwinding past it, clears the pin.
+///
+/// ```
+/// let (mut producer, ring) = replay_ring::ReplayRing::<u32>::new(4, 1).unwrap();
+/// let mut reader = ring.reader().unwrap();
+/// let mut gate = reader.gating().unwrap();
+/// assert!(gate.try_read().unwrap().is_none());
+/// producer.try_push(10).unwrap();
+/// producer.try_push(20).unwrap();
+/// let batch = gate.try_read().unwrap().unwrap();
+/// assert_eq!(batch.as_slices(), (&[10, 20][..], &[][..]));
+/// drop(batch);
+/// ring.release_through(2).unwrap();
+/// assert_eq!(gate.try_read().unwrap().map(|b| b.len()), None);
+/// drop(gate);
+/// assert_eq!(reader.cursor(), 3);
+/// ```
+pub struct Gating<'a, T> {
+    reader: &'a mut Reader<T>,
+    /// The pin the entry holds: the cursor when it was last stored.
+    pin: u64,
+}
+
+impl<T> fmt::Debug for Gating<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Gating")
+            .field("reader", &self.reader)
+            .field("pin", &self.pin)
+            .finish()
+    }
+}
+
+impl<T> Reader<T> {
+    /// Pins the reader at its cursor until the returned guard is dropped, for a thread that polls a
+    /// busy stream: [`Gating::try_read`] then loads the head and, after a batch, moves the pin forward
+    /// with a plain store, where [`try_read`](Self::try_read) sets the pin and issues a full memory
+    /// fence for every batch and [`drain`](Self::drain) for every call.
+    ///
+    /// **The cost:** the reader gates the producer for as long as the guard lives (see [`Gating`]).
+    /// Use it for a consumer thread that reads without pause; a reader that may stop reading should
+    /// use the other reads, which hold nothing back between calls.
+    ///
+    /// # Errors
+    ///
+    /// [`ReadError::Gap`] when the reader's next event was already released (the reader never skips
+    /// it); a finished reader's terminal error again. Once the guard exists nothing the reader has
+    /// yet to read can be released from under it, so its reads end only with
+    /// [`ReadError::Closed`].
+    pub fn gating(&mut self) -> Result<Gating<'_, T>, ReadError> {
+        if self.done {
+            return Err(self.terminal_error());
+        }
+        // Pins and checks the floor exactly as the first batch of a drain does.
+        self.pin_cursor()?;
+        self.draining = true;
+        let pin = self.cursor;
+        Ok(Gating { reader: self, pin })
+    }
+}
+
+impl<T> Gating<'_, T> {
+    /// Lends every event available now, from the cursor to the head, as
+    /// [`Reader::try_read`] does (`Ok(None)` when caught up); dropping the batch marks its events
+    /// read. The events it lends stay pinned until the next call, which moves the pin to the
+    /// cursor.
+    ///
+    /// # Errors
+    ///
+    /// [`ReadError::Closed`] once the stream has ended and everything retained was read; it ends
+    /// the reader, and every later read reports it again.
+    #[inline]
+    pub fn try_read(&mut self) -> Result<Option<Batch<'_, T>>, ReadError> {
+        let reader = &mut *self.reader;
+        if reader.done {
+            return Err(reader.terminal_error());
+        }
+        if reader.cursor > self.pin {
+            // Release: pairs with the producer's Acquire pin scan (`Segment::scan_word` in
+            // table.rs): the reads of every id below the new pin happen-before the producer
+            // overwrites one of them. No fence and no floor check, as for a drain's advance: ids at
+            // or above the old pin stayed protected since `gating` validated it, and the new pin
+            // is higher (docs/design.md, "Draining").
+            reader
+                .slot()
+                .pin
+                .store(reader.cursor, ord("advance_pin_relaxed", Release, Relaxed));
+            self.pin = reader.cursor;
+            // The advance may have freed the slots a waiting producer needs.
+            reader.shared.wake_producer();
+        }
+        // Acquire: pairs with the producer's Release publish: slots up to `head` are written, and
+        // their slot segments' directory entries are stored (`slots.rs`).
+        let mut head = reader
+            .shared
+            .head
+            .load(ord("lend_head_relaxed", Acquire, Relaxed));
+        if reader.cursor > head {
+            if !reader.end_if_closed()? {
+                return Ok(None);
+            }
+            // An event was published before the close: read the final head.
+            // Acquire: as above.
+            head = reader.shared.head.load(Acquire);
+        }
+        let last = reader.batch_last(head);
+        Ok(Some(Batch::new(reader, last)))
+    }
+
+    /// The id the reader yields next.
+    pub fn cursor(&self) -> u64 {
+        self.reader.cursor
+    }
+}
+
+impl<T> Drop for Gating<'_, T> {
+    fn drop(&mut self) {
+        self.reader.draining = false;
+        unpin(&self.reader.shared, self.reader.slot());
+    }
+}
