@@ -7,7 +7,6 @@
 //! `k`; reader 0 subtracts it when it sees event `k` (all peers here are FIFO and lossless, so the
 //! k-th event a reader sees is event k).
 
-use std::ops::ControlFlow;
 use std::sync::atomic::{
     AtomicU64,
     Ordering::{Relaxed, SeqCst},
@@ -383,6 +382,11 @@ impl Acks {
     /// Records `id` for reader `i`; returns the id every reader has read through.
     #[inline]
     fn ack(&self, i: usize, id: u64) -> u64 {
+        // A single reader's ack is the minimum: nothing to share (and no full barrier per batch,
+        // which the SeqCst store below is on x86).
+        if self.0.len() == 1 {
+            return id;
+        }
         // SeqCst store and loads: two readers acking their last batches at the same time must not
         // both miss the other's ack (store buffering), or neither releases and a full ring stalls
         // the producer for good. The ring orders the slot accesses itself.
@@ -475,22 +479,21 @@ fn replay_ring_run<T: Payload>(
                     }
                 });
             } else {
-                // `drain` keeps the pin across the consecutive batches of a reader that keeps up
-                // (one pin fence per drain instead of one per batch of 1-3 events).
+                // A gating reader keeps its pin between polls, as a disruptor consumer's sequence
+                // gates its producer: one pin fence for the whole run instead of one per batch.
                 let mut backoff = Backoff::default();
+                let mut gate = r.gating().unwrap();
                 while rec.count < n {
-                    let read = r
-                        .drain(|batch| {
+                    match gate.try_read().unwrap() {
+                        Some(batch) => {
                             let (a, b) = batch.as_slices();
                             a.iter().chain(b).for_each(|v| rec.seen(v));
-                            after_batch(batch.last_id());
-                            ControlFlow::Continue(())
-                        })
-                        .unwrap();
-                    if read == 0 {
-                        backoff.snooze();
-                    } else {
-                        backoff.reset();
+                            let last = batch.last_id();
+                            drop(batch);
+                            after_batch(last);
+                            backoff.reset();
+                        }
+                        None => backoff.snooze(),
                     }
                 }
             }
