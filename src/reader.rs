@@ -274,6 +274,9 @@ impl<T> Reader<T> {
     /// Pins the cursor and checks it against the floor (unless a resume already did), so that the
     /// next batch may be lent. Ends the reader with [`ReadError::Gap`] if the cursor was released.
     fn pin_cursor(&mut self) -> Result<(), ReadError> {
+        // No drain or gate is running (each borrows the reader), so this is only ever set here by
+        // a `Gating` guard leaked with `mem::forget`: from now on, batches unpin again.
+        self.draining = false;
         if !self.pinned {
             let shared = &*self.shared;
             if let Err(floor) = pin_and_check(shared, self.index, &mut self.active, self.cursor) {

@@ -237,3 +237,24 @@ fn a_gate_against_a_concurrent_producer_and_releaser_reads_every_event_intact() 
     done.store(true, SeqCst);
     releaser.join().unwrap();
 }
+
+#[test]
+fn a_leaked_gate_holds_the_producer_only_until_the_reader_reads_again() {
+    let (mut producer, ring) = ReplayRing::<u64>::new(2, 1).unwrap();
+    let mut reader = ring.reader().unwrap();
+    producer.try_push(1).unwrap();
+    let mut gate = reader.gating().unwrap();
+    assert_eq!(read_all(&mut gate), Some(vec![(1, 1)]));
+    std::mem::forget(gate);
+    producer.try_push(2).unwrap();
+    ring.release_through(1).unwrap();
+    // The leaked pin (at 1: the gate never polled again) still holds id 1's slot.
+    assert!(producer.try_push(3).unwrap_err().is_full());
+    // A read pins afresh and unpins when its batch is dropped, as without the leak.
+    let batch = reader.try_read().unwrap().unwrap();
+    assert_eq!(batch.first_id(), 2);
+    drop(batch);
+    assert_eq!(producer.try_push(3), Ok(3));
+    ring.release_through(2).unwrap();
+    assert_eq!(producer.try_push(4), Ok(4));
+}

@@ -19,7 +19,8 @@ use crate::sync::{
 /// While the guard lives, the producer does not reuse the slot of any id at or after the reader's
 /// cursor, even one the retention policy has released: the reader gates the producer, and a gating
 /// reader that stops reading fills the window and makes the producer wait (or refuse with `Full`).
-/// Dropping the guard, or the thread unwinding past it, clears the pin.
+/// Dropping the guard, or the thread unwinding past it, clears the pin. Leaking it
+/// (`mem::forget`) leaves the pin set until the reader reads again or is dropped.
 ///
 /// ```
 /// let (mut producer, ring) = replay_ring::ReplayRing::<u32>::new(4, 1).unwrap();
