@@ -259,6 +259,13 @@ impl<T> Reader<T> {
     /// Whether an event is ready to lend (`Ok(false)`: caught up). A finished reader reports its
     /// terminal error again.
     fn has_next(&mut self) -> Result<bool, ReadError> {
+        if self.draining {
+            // No drain or gate is running (each borrows the reader mutably), so this was left by a
+            // `Gating` guard leaked with `mem::forget`: clear its pin (waking a producer that
+            // waits for it), and let batches unpin again.
+            self.draining = false;
+            unpin(&self.shared, self.slot());
+        }
         if self.done {
             return Err(self.terminal_error());
         }
@@ -274,9 +281,6 @@ impl<T> Reader<T> {
     /// Pins the cursor and checks it against the floor (unless a resume already did), so that the
     /// next batch may be lent. Ends the reader with [`ReadError::Gap`] if the cursor was released.
     fn pin_cursor(&mut self) -> Result<(), ReadError> {
-        // No drain or gate is running (each borrows the reader), so this is only ever set here by
-        // a `Gating` guard leaked with `mem::forget`: from now on, batches unpin again.
-        self.draining = false;
         if !self.pinned {
             let shared = &*self.shared;
             if let Err(floor) = pin_and_check(shared, self.index, &mut self.active, self.cursor) {

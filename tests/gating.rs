@@ -258,3 +258,21 @@ fn a_leaked_gate_holds_the_producer_only_until_the_reader_reads_again() {
     ring.release_through(2).unwrap();
     assert_eq!(producer.try_push(4), Ok(4));
 }
+
+#[test]
+fn a_leaked_gate_is_cleared_by_a_read_that_finds_nothing_and_wakes_a_waiting_producer() {
+    let (mut producer, ring) = ReplayRing::<u64>::new(2, 1).unwrap();
+    let mut reader = ring.reader().unwrap();
+    std::mem::forget(reader.gating().unwrap());
+    producer.try_push(1).unwrap();
+    producer.try_push(2).unwrap();
+    // Read everything, then release it: the reader is caught up and must hold nothing back.
+    let batch = reader.try_read().unwrap().unwrap();
+    assert_eq!(batch.len(), 2);
+    drop(batch);
+    ring.release_through(2).unwrap();
+    // The producer may already wait for space when the reader's next (empty) read clears the pin.
+    let pusher = thread::spawn(move || producer.push_timeout(3, DEADLINE));
+    assert!(reader.try_read().unwrap().is_none());
+    assert_eq!(pusher.join().unwrap(), Ok(3), "the producer was not woken");
+}

@@ -1,6 +1,7 @@
 //! [`Reader::gating`]: a reader that keeps its pin between reads, including reads that find
 //! nothing, the way a disruptor consumer's sequence gates its producer. Each read then costs a head
-//! load and, after a batch, a plain pin store: no fence. Why that is sound is the argument for
+//! load and, after a batch, a plain pin store and the producer wake-up check: no pin fence and no
+//! floor check. Why that is sound is the argument for
 //! [`Reader::drain`] (`docs/design.md`, "Draining"): a gate is a drain whose loop may also poll an
 //! empty ring.
 
@@ -20,7 +21,12 @@ use crate::sync::{
 /// cursor, even one the retention policy has released: the reader gates the producer, and a gating
 /// reader that stops reading fills the window and makes the producer wait (or refuse with `Full`).
 /// Dropping the guard, or the thread unwinding past it, clears the pin. Leaking it
-/// (`mem::forget`) leaves the pin set until the reader reads again or is dropped.
+/// (`mem::forget`) leaves the pin set until the reader's next read or wait, or its drop.
+///
+/// Releases do not stop a gate: if the retention policy releases events the gate has not read yet,
+/// the gate still lends them (they are intact: the pin kept their slots), in order. A read after
+/// the guard is dropped checks the floor again and reports [`ReadError::Gap`] if the reader's next
+/// event was released.
 ///
 /// ```
 /// let (mut producer, ring) = replay_ring::ReplayRing::<u32>::new(4, 1).unwrap();
@@ -37,6 +43,7 @@ use crate::sync::{
 /// drop(gate);
 /// assert_eq!(reader.cursor(), 3);
 /// ```
+#[must_use = "the pin is cleared when the guard is dropped"]
 pub struct Gating<'a, T> {
     reader: &'a mut Reader<T>,
     /// The pin the entry holds: the cursor when it was last stored.
@@ -55,8 +62,10 @@ impl<T> fmt::Debug for Gating<'_, T> {
 impl<T> Reader<T> {
     /// Pins the reader at its cursor until the returned guard is dropped, for a thread that polls a
     /// busy stream: [`Gating::try_read`] then loads the head and, after a batch, moves the pin forward
-    /// with a plain store, where [`try_read`](Self::try_read) sets the pin and issues a full memory
-    /// fence for every batch and [`drain`](Self::drain) for every call.
+    /// with a plain store, where [`try_read`](Self::try_read) sets the pin, issues a full memory
+    /// fence and checks the floor for every batch, and [`drain`](Self::drain) for every call. (The
+    /// advance, like an unpin, checks whether the producer waits for space: without membarrier,
+    /// on other platforms than Linux or where it is blocked, that check is itself a full fence.)
     ///
     /// **The cost:** the reader gates the producer for as long as the guard lives (see [`Gating`]).
     /// Use it for a consumer thread that reads without pause; a reader that may stop reading should
@@ -66,8 +75,7 @@ impl<T> Reader<T> {
     ///
     /// [`ReadError::Gap`] when the reader's next event was already released (the reader never skips
     /// it); a finished reader's terminal error again. Once the guard exists nothing the reader has
-    /// yet to read can be released from under it, so its reads end only with
-    /// [`ReadError::Closed`].
+    /// yet to read can be overwritten, so the guard's reads end only with [`ReadError::Closed`].
     pub fn gating(&mut self) -> Result<Gating<'_, T>, ReadError> {
         if self.done {
             return Err(self.terminal_error());
