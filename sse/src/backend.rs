@@ -571,6 +571,16 @@ pub trait Backend: Clone + Send + Sync + 'static {
         last_event_id: Option<u64>,
     ) -> impl Future<Output = Result<Self::Tail, OpenError>> + Send;
 
+    /// The close reason if the stream has ended and a tail whose cursor is `cursor` has yielded
+    /// everything, when that is known at once (no wait, no round trip); `None` otherwise, which is
+    /// always allowed. A writer asks after each batch so that the response can end in the chunk
+    /// that carries the last events, instead of in one more chunk after one more wake-up. The
+    /// default answers `None` (network backends: the tail finds out on its next read).
+    fn ended_after(&self, cursor: u64) -> Option<CloseReason> {
+        let _ = cursor;
+        None
+    }
+
     /// Why the stream ended, once it has.
     ///
     /// # Errors
@@ -701,6 +711,15 @@ impl<T: Clone + Send + Sync + 'static> Backend for ReplayRing<T> {
         last_event_id: Option<u64>,
     ) -> impl Future<Output = Result<Self::Tail, OpenError>> + Send {
         ready(ReplayRing::resume(self, last_event_id).map_err(OpenError::from))
+    }
+
+    fn ended_after(&self, cursor: u64) -> Option<CloseReason> {
+        // `is_closed` is an Acquire load that follows the last publish, so the head read after it
+        // is final: nothing more will come.
+        if self.is_closed() && cursor > self.head() {
+            return ReplayRing::close_reason(self);
+        }
+        None
     }
 
     fn close_reason(

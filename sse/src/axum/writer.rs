@@ -80,6 +80,12 @@ impl<B: Backend<Payload = Bytes>> Writer<B> {
     /// The next chunk of the response body; `None` ends it.
     pub(crate) async fn next_chunk(&mut self) -> Option<Bytes> {
         if self.finished {
+            // A response that ended in a chunk carrying events (`end_if_drained`): record them
+            // written, as the next chunk would have.
+            if let (Some(through), Some(conn)) = (self.handed.take(), &self.conn) {
+                let now = Instant::now().into_std();
+                self.shared.retention().on_written(conn, through, now);
+            }
             return None;
         }
         // Borrowed, not cloned: every connection's writer runs this per chunk, and cloning the
@@ -141,6 +147,7 @@ impl<B: Backend<Payload = Bytes>> Writer<B> {
     async fn read_chunk(&mut self) -> Bytes {
         if self.encoded < self.batch.len() {
             self.encode_batch();
+            self.end_if_drained();
             return self.take_chunk();
         }
         let due = self.last_handed + self.shared.config.keep_alive;
@@ -159,6 +166,7 @@ impl<B: Backend<Payload = Bytes>> Writer<B> {
                 First::Main(Ok(_)) => {
                     self.encoded = 0;
                     self.encode_batch();
+                    self.end_if_drained();
                 }
                 First::Main(Err(err)) => {
                     self.finished = true;
@@ -195,6 +203,22 @@ impl<B: Backend<Payload = Bytes>> Writer<B> {
     /// cache; and a connection between chunks holds no buffer at all.
     fn take_chunk(&mut self) -> Bytes {
         std::mem::take(&mut self.buf).freeze()
+    }
+
+    /// Once a batch is fully encoded: if the stream has ended and this connection now has every
+    /// event, appends the terminal frame to this chunk and ends the response with it. That spares
+    /// every connection one more wake-up, chunk and write at the end of a stream, when all of
+    /// them finish at once. Backends that cannot tell without a round trip say `None`, and the
+    /// next read reports the end as before.
+    fn end_if_drained(&mut self) {
+        // `encode_batch` clears the batch once every event of it is encoded.
+        if !self.batch.is_empty() {
+            return;
+        }
+        if let Some(reason) = self.shared.backend.ended_after(self.tail.cursor()) {
+            self.finished = true;
+            encode_terminal(&mut self.buf, &TailError::Closed(reason));
+        }
     }
 
     /// Encodes events of `batch` from `encoded` on until the chunk reaches [`MAX_CHUNK_BYTES`].

@@ -1,0 +1,85 @@
+//! How an event-stream body ends: the last events and the terminal frame share one chunk when the
+//! stream had already closed by the time they were read, and the body ends right after it;
+//! otherwise the terminal frame comes in a chunk of its own once the close arrives.
+
+use std::time::Duration;
+
+use ::axum::http::HeaderMap;
+use futures_util::StreamExt;
+use replay_ring::CloseReason;
+use replay_ring_sse::axum::{SseConfig, SseStream};
+use replay_ring_sse::{Epoch, StreamId, StreamIdentity};
+
+/// The body's next item, failing instead of hanging.
+async fn next<S, E>(body: &mut S) -> Option<bytes::Bytes>
+where
+    S: futures_util::Stream<Item = Result<bytes::Bytes, E>> + Unpin,
+    E: std::fmt::Debug,
+{
+    tokio::time::timeout(Duration::from_secs(10), body.next())
+        .await
+        .expect("the body answers within 10 s")
+        .map(|chunk| chunk.unwrap())
+}
+
+fn text(chunk: &bytes::Bytes) -> &str {
+    std::str::from_utf8(chunk).unwrap()
+}
+
+fn stream() -> (SseStream, replay_ring_sse::axum::SseProducer) {
+    let me = StreamIdentity::new(StreamId::new("end").unwrap(), Epoch::new(3));
+    SseStream::new(me, SseConfig::default()).unwrap()
+}
+
+#[tokio::test]
+async fn events_read_after_the_close_end_the_body_in_their_own_chunk() {
+    let (stream, mut producer) = stream();
+    let mut body = stream
+        .respond(&HeaderMap::new())
+        .into_body()
+        .into_data_stream();
+    let priming = next(&mut body).await.expect("the priming chunk");
+    assert!(text(&priming).starts_with("id: "));
+    for n in 1..=3 {
+        producer.send(format!("e{n}")).await.unwrap();
+    }
+    producer.close(CloseReason::Completed).await.unwrap();
+
+    let last = next(&mut body).await.expect("the events");
+    let last = text(&last);
+    let end = last
+        .find("event: end\n")
+        .expect("the end frame in the events' chunk");
+    for n in 1..=3 {
+        let at = last.find(&format!("data: e{n}\n")).expect("every event");
+        assert!(at < end, "event {n} after the end frame: {last:?}");
+    }
+    assert!(last.ends_with("\n\n"), "{last:?}");
+    assert!(
+        next(&mut body).await.is_none(),
+        "the body ends after the end frame"
+    );
+    assert_eq!(stream.stats().frames_written, 3);
+}
+
+#[tokio::test]
+async fn a_close_after_the_last_read_ends_the_body_in_a_chunk_of_its_own() {
+    let (stream, mut producer) = stream();
+    let mut body = stream
+        .respond(&HeaderMap::new())
+        .into_body()
+        .into_data_stream();
+    next(&mut body).await.expect("the priming chunk");
+    producer.send("only").await.unwrap();
+    let event = next(&mut body).await.expect("the event");
+    assert!(text(&event).contains("data: only\n"));
+    assert!(!text(&event).contains("event: end"), "{:?}", text(&event));
+
+    producer.close(CloseReason::Completed).await.unwrap();
+    let end = next(&mut body).await.expect("the end frame");
+    assert!(text(&end).starts_with("event: end\n"), "{:?}", text(&end));
+    assert!(
+        next(&mut body).await.is_none(),
+        "the body ends after the end frame"
+    );
+}
