@@ -5,12 +5,39 @@
 
 use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::Arc;
 
 use loom::thread;
-use replay_ring::ReadError;
+use replay_ring::{Producer, ReadError, ReplayRing};
 use replay_ring_loom_tests::{
-    check_batch, check_cursors, drop_and_check_ledger, maker, model, ring_with, Bound, Ledger,
+    check_batch, check_cursors, drop_and_check_ledger, maker, model, ring_with, Bound, Ev, Ledger,
 };
+
+/// The producer thread of both models: push 2 (a fresh slot), release 1, push 3 into id 1's slot
+/// (refused while the reader's pin is still 1); if that was accepted, `on_reuse` runs, then release
+/// 2 and push 4 into id 2's slot (refused while the pin is <= 2). Returns the producer.
+fn spawn_releasing_producer(
+    mut producer: Producer<Ev>,
+    ring: &ReplayRing<Ev>,
+    ledger: &Arc<Ledger>,
+    on_reuse: fn(),
+) -> thread::JoinHandle<Producer<Ev>> {
+    let (ring, ledger) = (ring.clone(), ledger.clone());
+    thread::spawn(move || {
+        // A slot that never held a value: cannot be refused.
+        assert_eq!(producer.try_push_with(maker(&ledger)).ok(), Some(2));
+        assert_eq!(ring.release_through(1), Ok(2));
+        check_cursors(&ring);
+        if producer.try_push_with(maker(&ledger)).is_ok() {
+            on_reuse();
+            assert_eq!(ring.release_through(2), Ok(3));
+            check_cursors(&ring);
+            // Either outcome is legal; accepted only once no pin is <= 2.
+            let _ = producer.try_push_with(maker(&ledger));
+        }
+        producer
+    })
+}
 
 /// Executions in which one drain lent two or more batches (so it advanced its pin). A ghost
 /// counter outside loom's view: it only proves, after the model, that the advance was explored.
@@ -40,26 +67,10 @@ fn drain_vs_reuse_behind_the_advancing_pin() {
         Bound::Preemptions(5),
         || {
             let ledger = Ledger::new(4);
-            let (mut producer, ring) = ring_with(&ledger, 2, 1, 1);
+            let (producer, ring) = ring_with(&ledger, 2, 1, 1);
             let mut reader = ring.resume(Some(0)).unwrap();
 
-            let producer_thread = {
-                let ledger = ledger.clone();
-                let ring = ring.clone();
-                thread::spawn(move || {
-                    // A slot that never held a value: cannot be refused.
-                    assert_eq!(producer.try_push_with(maker(&ledger)).ok(), Some(2));
-                    assert_eq!(ring.release_through(1), Ok(2));
-                    check_cursors(&ring);
-                    if producer.try_push_with(maker(&ledger)).is_ok() {
-                        assert_eq!(ring.release_through(2), Ok(3));
-                        check_cursors(&ring);
-                        // Either outcome is legal; accepted only once no pin is <= 2.
-                        let _ = producer.try_push_with(maker(&ledger));
-                    }
-                    producer
-                })
-            };
+            let producer_thread = spawn_releasing_producer(producer, &ring, &ledger, || {});
 
             let mut next = 1;
             for drain in 0..2 {
@@ -122,28 +133,15 @@ fn gating_vs_reuse_behind_the_advancing_pin() {
         Bound::Preemptions(5),
         || {
             let ledger = Ledger::new(4);
-            let (mut producer, ring) = ring_with(&ledger, 2, 1, 1);
+            let (producer, ring) = ring_with(&ledger, 2, 1, 1);
             let mut reader = ring.resume(Some(0)).unwrap();
 
-            let producer_thread = {
-                let ledger = ledger.clone();
-                let ring = ring.clone();
-                thread::spawn(move || {
-                    assert_eq!(producer.try_push_with(maker(&ledger)).ok(), Some(2));
-                    assert_eq!(ring.release_through(1), Ok(2));
-                    check_cursors(&ring);
-                    if producer.try_push_with(maker(&ledger)).is_ok() {
-                        // SeqCst on ghost counters: schedule order only.
-                        if GATE_LIVE.load(SeqCst) == 1 {
-                            REUSE_UNDER_GATE.fetch_add(1, SeqCst);
-                        }
-                        assert_eq!(ring.release_through(2), Ok(3));
-                        check_cursors(&ring);
-                        let _ = producer.try_push_with(maker(&ledger));
-                    }
-                    producer
-                })
-            };
+            let producer_thread = spawn_releasing_producer(producer, &ring, &ledger, || {
+                // SeqCst on ghost counters: schedule order only.
+                if GATE_LIVE.load(SeqCst) == 1 {
+                    REUSE_UNDER_GATE.fetch_add(1, SeqCst);
+                }
+            });
 
             let mut next = 1;
             {
