@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
 
 use loom::thread;
-use replay_ring::{Producer, ReadError, ReplayRing};
+use replay_ring::{Producer, ReadError, Reader, ReplayRing};
 use replay_ring_loom_tests::{
     check_batch, check_cursors, drop_and_check_ledger, maker, model, ring_with, Bound, Ev, Ledger,
 };
@@ -37,6 +37,21 @@ fn spawn_releasing_producer(
         }
         producer
     })
+}
+
+/// Drops the reader, joins the producer, and checks the cursors and that every value was dropped
+/// exactly once.
+fn finish(
+    reader: Reader<Ev>,
+    producer_thread: thread::JoinHandle<Producer<Ev>>,
+    ring: ReplayRing<Ev>,
+    ledger: &Arc<Ledger>,
+) {
+    drop(reader);
+    let producer = producer_thread.join().unwrap();
+    check_cursors(&ring);
+    let head = ring.head();
+    drop_and_check_ledger(ledger, head, Some(producer), ring);
 }
 
 /// Executions in which one drain lent two or more batches (so it advanced its pin). A ghost
@@ -104,12 +119,7 @@ fn drain_vs_reuse_behind_the_advancing_pin() {
                 }
             }
             assert!(next >= 2, "the replay pinned by the resume was not lent");
-
-            drop(reader);
-            let producer = producer_thread.join().unwrap();
-            check_cursors(&ring);
-            let head = ring.head();
-            drop_and_check_ledger(&ledger, head, Some(producer), ring);
+            finish(reader, producer_thread, ring, &ledger);
         },
     );
     assert!(
@@ -159,12 +169,7 @@ fn gating_vs_reuse_behind_the_advancing_pin() {
                 GATE_LIVE.store(0, SeqCst);
             }
             assert!(next >= 2, "the replay pinned by the resume was not lent");
-
-            drop(reader);
-            let producer = producer_thread.join().unwrap();
-            check_cursors(&ring);
-            let head = ring.head();
-            drop_and_check_ledger(&ledger, head, Some(producer), ring);
+            finish(reader, producer_thread, ring, &ledger);
         },
     );
     assert!(
