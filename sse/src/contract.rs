@@ -515,7 +515,9 @@ where
 
 /// After `close(reason)`, tails opened before and after the close yield everything retained, then
 /// `Closed(reason)`; `close_reason` reports it. Checked for an application error and for
-/// `BackpressureTimeout` (a backend must keep the reason's data).
+/// `BackpressureTimeout` (a backend must keep the reason's data). [`Backend::ended_after`] never
+/// claims the end for a cursor with events still to read, nor before the close, and names the
+/// reason if it answers at all.
 ///
 /// # Panics
 /// On a violation.
@@ -543,6 +545,13 @@ where
         }
         let head = first + 2;
         assert_eq!(backend.close_reason().await.expect("close_reason"), None);
+        for cursor in [first, head, head + 1] {
+            assert_eq!(
+                backend.ended_after(cursor),
+                None,
+                "ended_after({cursor}) before the close"
+            );
+        }
         within("close", producer.close(reason.clone()))
             .await
             .expect("close");
@@ -550,6 +559,16 @@ where
             backend.close_reason().await.expect("close_reason"),
             Some(reason.clone())
         );
+        for cursor in [first, head] {
+            assert_eq!(
+                backend.ended_after(cursor),
+                None,
+                "ended_after({cursor}) with event {head} still to read"
+            );
+        }
+        if let Some(seen) = backend.ended_after(head + 1) {
+            assert_eq!(seen, reason, "ended_after names another reason");
+        }
 
         let mut after_close = resume_ok(&backend, Some(first)).await;
         let mut at_head = resume_ok(&backend, Some(head)).await;
