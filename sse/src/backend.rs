@@ -573,9 +573,12 @@ pub trait Backend: Clone + Send + Sync + 'static {
 
     /// The close reason if the stream has ended and a tail whose cursor is `cursor` has yielded
     /// everything, when that is known at once (no wait, no round trip); `None` otherwise, which is
-    /// always allowed. A writer asks after each batch so that the response can end in the chunk
-    /// that carries the last events, instead of in one more chunk after one more wake-up. The
-    /// default answers `None` (network backends: the tail finds out on its next read).
+    /// always allowed. `Some(reason)` promises that no event with an id at or after `cursor` can
+    /// ever be appended and that the tail's next read would return `Err(Closed(reason))` (not a
+    /// gap, a lost stream or an unavailable backend). A writer asks once it has a whole batch to
+    /// encode, so that the response can end in the chunk that carries the last events instead of
+    /// in one more chunk after one more wake-up. The default answers `None` (network backends: the
+    /// tail finds out on its next read).
     fn ended_after(&self, cursor: u64) -> Option<CloseReason> {
         let _ = cursor;
         None

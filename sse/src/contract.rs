@@ -516,8 +516,8 @@ where
 /// After `close(reason)`, tails opened before and after the close yield everything retained, then
 /// `Closed(reason)`; `close_reason` reports it. Checked for an application error and for
 /// `BackpressureTimeout` (a backend must keep the reason's data). [`Backend::ended_after`] never
-/// claims the end for a cursor with events still to read, nor before the close, and names the
-/// reason if it answers at all.
+/// claims the end for a cursor with events still to read (or released), nor before the close, and
+/// names the reason if it answers at all.
 ///
 /// # Panics
 /// On a violation.
@@ -584,6 +584,16 @@ where
             assert_closed(tail, &reason).await;
         }
         assert_closed(&mut at_head, &reason).await;
+
+        // Released: a tail at `first` would now get a gap, not the close.
+        within("release", backend.release_through(head))
+            .await
+            .expect("release");
+        assert_eq!(
+            backend.ended_after(first),
+            None,
+            "ended_after({first}) below the floor"
+        );
     }
 }
 

@@ -83,3 +83,28 @@ async fn a_close_after_the_last_read_ends_the_body_in_a_chunk_of_its_own() {
         "the body ends after the end frame"
     );
 }
+
+/// The chunk that carries the last events and the end frame is a write like any other: while the
+/// socket has not taken it, the connection has a pending write, so the slow-consumer policy's write
+/// timeout cuts a client that stopped reading, and the connection stops capping releases.
+#[tokio::test]
+async fn a_last_chunk_the_socket_never_takes_is_a_pending_write() {
+    let (stream, mut producer) = stream();
+    let mut body = stream
+        .respond(&HeaderMap::new())
+        .into_body()
+        .into_data_stream();
+    next(&mut body).await.expect("the priming chunk");
+    for n in 1..=3 {
+        producer.send(format!("e{n}")).await.unwrap();
+    }
+    producer.close(CloseReason::Completed).await.unwrap();
+    let last = next(&mut body).await.expect("the events");
+    assert!(text(&last).contains("data: e3\n") && text(&last).contains("event: end\n"));
+    // The client stops reading: the body is never polled again (the socket does not take the
+    // chunk), and the connection stays open. Past the default 5 s write timeout:
+    let later = std::time::Instant::now() + Duration::from_secs(6);
+    let cut = stream.with_retention(|r| r.cut_slow_consumers(stream.ring(), later));
+    assert_eq!(cut, 1, "a connection stalled on its last chunk is cut");
+    assert_eq!(stream.with_retention(|r| r.live_connections()), 0);
+}

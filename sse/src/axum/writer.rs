@@ -14,11 +14,17 @@ use crate::backend::{Backend, Tail, TailError};
 use crate::frame::{encode_stream_event, stream_event_len_hint};
 use crate::{encode_keep_alive, ConnectionId, EventIdBuf};
 
-/// Encoded bytes one response chunk stops growing at (it always holds at least one event). A
+/// Encoded bytes one response chunk stops growing at (it always holds at least one event, and the
+/// chunk that ends a stream may carry the terminal frame beyond it). A
 /// client that comes back after a long absence is sent its catch-up in chunks of about this size, so
 /// what a connection holds encoded at a time stays bounded however large the window is; the events
 /// not yet encoded wait as reference-counted handles.
 pub const MAX_CHUNK_BYTES: usize = 64 * 1024;
+
+/// Room reserved for a terminal frame that ends a chunk of events: a close reason's frame, with
+/// its JSON, is under this for every reason but a long application error message (which then
+/// grows the chunk once).
+const TERMINAL_FRAME_RESERVE: usize = 256;
 
 /// One event-stream response body: reads whole batches from the backend as the HTTP stack asks
 /// for chunks, so it drains at socket speed and holds no pin while the socket is slow.
@@ -134,7 +140,10 @@ impl<B: Backend<Payload = Bytes>> Writer<B> {
             None => self.read_chunk().await,
         };
         self.last_handed = Instant::now();
-        if let (false, Some(conn)) = (self.finished, &self.conn) {
+        // A chunk that carries events or a keep-alive (`handed`) is a pending write until the next
+        // poll: also the last one, which may end the response (`encode_batch`). A cut or error
+        // frame is not: the response ends there.
+        if let (Some(_), Some(conn)) = (self.handed, &self.conn) {
             self.shared
                 .retention()
                 .on_write_pending(conn, self.last_handed.into_std());
@@ -147,7 +156,6 @@ impl<B: Backend<Payload = Bytes>> Writer<B> {
     async fn read_chunk(&mut self) -> Bytes {
         if self.encoded < self.batch.len() {
             self.encode_batch();
-            self.end_if_drained();
             return self.take_chunk();
         }
         let due = self.last_handed + self.shared.config.keep_alive;
@@ -166,7 +174,6 @@ impl<B: Backend<Payload = Bytes>> Writer<B> {
                 First::Main(Ok(_)) => {
                     self.encoded = 0;
                     self.encode_batch();
-                    self.end_if_drained();
                 }
                 First::Main(Err(err)) => {
                     self.finished = true;
@@ -205,32 +212,31 @@ impl<B: Backend<Payload = Bytes>> Writer<B> {
         std::mem::take(&mut self.buf).freeze()
     }
 
-    /// Once a batch is fully encoded: if the stream has ended and this connection now has every
-    /// event, appends the terminal frame to this chunk and ends the response with it. That spares
-    /// every connection one more wake-up, chunk and write at the end of a stream, when all of
-    /// them finish at once. Backends that cannot tell without a round trip say `None`, and the
-    /// next read reports the end as before.
-    fn end_if_drained(&mut self) {
-        // `encode_batch` clears the batch once every event of it is encoded.
-        if !self.batch.is_empty() {
-            return;
-        }
-        if let Some(reason) = self.shared.backend.ended_after(self.tail.cursor()) {
-            self.finished = true;
-            encode_terminal(&mut self.buf, &TailError::Closed(reason));
-        }
-    }
-
     /// Encodes events of `batch` from `encoded` on until the chunk reaches [`MAX_CHUNK_BYTES`].
+    ///
+    /// If the rest of the batch fits and the stream has ended after it, the chunk also carries the
+    /// terminal frame and ends the response: at the end of a stream every connection finishes at
+    /// once, and this spares each one more wake-up, chunk and write. Backends that cannot tell
+    /// without a round trip answer `None` ([`Backend::ended_after`]), and the next read reports the
+    /// end as before.
     fn encode_batch(&mut self) {
         // One allocation for the chunk, of the size its events take (exactly, for one-line
         // payloads: a `Bytes` made from a full allocation needs no second one for its count).
         let mut size = 0;
+        let mut rest_fits = true;
         for (id, payload) in &self.batch[self.encoded..] {
             size += stream_event_len_hint(self.id_prefix.len_with_seq(*id), payload.len());
             if size >= MAX_CHUNK_BYTES {
+                rest_fits = false;
                 break;
             }
+        }
+        // The tail's cursor is already past the whole batch.
+        let ending = rest_fits
+            .then(|| self.shared.backend.ended_after(self.tail.cursor()))
+            .flatten();
+        if ending.is_some() {
+            size += TERMINAL_FRAME_RESERVE;
         }
         self.buf.reserve(size);
         let mut last = 0;
@@ -251,6 +257,10 @@ impl<B: Backend<Payload = Bytes>> Writer<B> {
         }
         add(&self.shared.counters.frames_written, n as u64);
         self.handed = Some(last);
+        if let Some(reason) = ending {
+            self.finished = true;
+            encode_terminal(&mut self.buf, &TailError::Closed(reason));
+        }
     }
 }
 
