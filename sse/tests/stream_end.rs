@@ -108,3 +108,33 @@ async fn a_last_chunk_the_socket_never_takes_is_a_pending_write() {
     assert_eq!(cut, 1, "a connection stalled on its last chunk is cut");
     assert_eq!(stream.with_retention(|r| r.live_connections()), 0);
 }
+
+/// Payloads with many line breaks encode larger than their length says (each line is a `data:`
+/// field), so a batch the writer sized as fitting one chunk may fill it before its last event:
+/// the end frame must wait for the events that did not fit.
+#[tokio::test]
+async fn multi_line_events_that_overflow_the_chunk_all_come_before_the_end() {
+    let (stream, mut producer) = stream();
+    let mut body = stream
+        .respond(&HeaderMap::new())
+        .into_body()
+        .into_data_stream();
+    next(&mut body).await.expect("the priming chunk");
+    // 3 payloads of 20,000 bytes (under MAX_CHUNK_BYTES together), each 10,000 lines: about
+    // 80 KB encoded each.
+    let lines = "a\n".repeat(10_000);
+    for n in 1..=3 {
+        producer.send(format!("{lines}e{n}")).await.unwrap();
+    }
+    producer.close(CloseReason::Completed).await.unwrap();
+    let mut all = String::new();
+    while let Some(chunk) = next(&mut body).await {
+        all.push_str(text(&chunk));
+    }
+    let end = all.find("event: end\n").expect("the end frame");
+    for n in 1..=3 {
+        let at = all.find(&format!("data: e{n}\n")).expect("every event");
+        assert!(at < end, "event {n} after the end frame");
+    }
+    assert_eq!(stream.stats().frames_written, 3);
+}

@@ -86,7 +86,7 @@ impl<B: Backend<Payload = Bytes>> Writer<B> {
     /// The next chunk of the response body; `None` ends it.
     pub(crate) async fn next_chunk(&mut self) -> Option<Bytes> {
         if self.finished {
-            // A response that ended in a chunk carrying events (`end_if_drained`): record them
+            // A response that ended in a chunk carrying events (`encode_batch`): record them
             // written, as the next chunk would have.
             if let (Some(through), Some(conn)) = (self.handed.take(), &self.conn) {
                 let now = Instant::now().into_std();
@@ -250,14 +250,17 @@ impl<B: Backend<Payload = Bytes>> Writer<B> {
             }
         }
         self.encoded += n;
-        if self.encoded == self.batch.len() {
+        let whole = self.encoded == self.batch.len();
+        if whole {
             // Drops the payload handles now; `clear` keeps the capacity for the next read.
             self.batch.clear();
             self.encoded = 0;
         }
         add(&self.shared.counters.frames_written, n as u64);
         self.handed = Some(last);
-        if let Some(reason) = ending {
+        // Only after the batch's last event: the size above is a hint (each line break in a
+        // payload adds a field), so the chunk may have filled up before it.
+        if let (true, Some(reason)) = (whole, ending) {
             self.finished = true;
             encode_terminal(&mut self.buf, &TailError::Closed(reason));
         }
