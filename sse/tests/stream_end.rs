@@ -31,19 +31,32 @@ fn stream() -> (SseStream, replay_ring_sse::axum::SseProducer) {
     SseStream::new(me, SseConfig::default()).unwrap()
 }
 
-#[tokio::test]
-async fn events_read_after_the_close_end_the_body_in_their_own_chunk() {
-    let (stream, mut producer) = stream();
+/// A response body on `stream`, past its priming chunk.
+async fn body_after_priming(
+    stream: &SseStream,
+) -> impl futures_util::Stream<Item = Result<bytes::Bytes, ::axum::Error>> + Unpin {
     let mut body = stream
         .respond(&HeaderMap::new())
         .into_body()
         .into_data_stream();
     let priming = next(&mut body).await.expect("the priming chunk");
     assert!(text(&priming).starts_with("id: "));
+    body
+}
+
+/// Publishes `e1`, `e2`, `e3`, then closes the stream as completed.
+async fn send_three_and_complete(mut producer: replay_ring_sse::axum::SseProducer) {
     for n in 1..=3 {
         producer.send(format!("e{n}")).await.unwrap();
     }
     producer.close(CloseReason::Completed).await.unwrap();
+}
+
+#[tokio::test]
+async fn events_read_after_the_close_end_the_body_in_their_own_chunk() {
+    let (stream, producer) = stream();
+    let mut body = body_after_priming(&stream).await;
+    send_three_and_complete(producer).await;
 
     let last = next(&mut body).await.expect("the events");
     let last = text(&last);
@@ -65,11 +78,7 @@ async fn events_read_after_the_close_end_the_body_in_their_own_chunk() {
 #[tokio::test]
 async fn a_close_after_the_last_read_ends_the_body_in_a_chunk_of_its_own() {
     let (stream, mut producer) = stream();
-    let mut body = stream
-        .respond(&HeaderMap::new())
-        .into_body()
-        .into_data_stream();
-    next(&mut body).await.expect("the priming chunk");
+    let mut body = body_after_priming(&stream).await;
     producer.send("only").await.unwrap();
     let event = next(&mut body).await.expect("the event");
     assert!(text(&event).contains("data: only\n"));
@@ -89,16 +98,9 @@ async fn a_close_after_the_last_read_ends_the_body_in_a_chunk_of_its_own() {
 /// timeout cuts a client that stopped reading, and the connection stops capping releases.
 #[tokio::test]
 async fn a_last_chunk_the_socket_never_takes_is_a_pending_write() {
-    let (stream, mut producer) = stream();
-    let mut body = stream
-        .respond(&HeaderMap::new())
-        .into_body()
-        .into_data_stream();
-    next(&mut body).await.expect("the priming chunk");
-    for n in 1..=3 {
-        producer.send(format!("e{n}")).await.unwrap();
-    }
-    producer.close(CloseReason::Completed).await.unwrap();
+    let (stream, producer) = stream();
+    let mut body = body_after_priming(&stream).await;
+    send_three_and_complete(producer).await;
     let last = next(&mut body).await.expect("the events");
     assert!(text(&last).contains("data: e3\n") && text(&last).contains("event: end\n"));
     // The client stops reading: the body is never polled again (the socket does not take the
@@ -115,11 +117,7 @@ async fn a_last_chunk_the_socket_never_takes_is_a_pending_write() {
 #[tokio::test]
 async fn multi_line_events_that_overflow_the_chunk_all_come_before_the_end() {
     let (stream, mut producer) = stream();
-    let mut body = stream
-        .respond(&HeaderMap::new())
-        .into_body()
-        .into_data_stream();
-    next(&mut body).await.expect("the priming chunk");
+    let mut body = body_after_priming(&stream).await;
     // 3 payloads of 20,000 bytes (under MAX_CHUNK_BYTES together), each 10,000 lines: about
     // 80 KB encoded each.
     let lines = "a\n".repeat(10_000);
