@@ -80,6 +80,22 @@ fn unpin<T>(shared: &Shared<T>, slot: &ReaderEntry) {
     shared.wake_producer();
 }
 
+/// Moves a drain's or a gate's pin forward to `cursor`, the id its reader yields next (above the
+/// pin it replaces), and wakes the producer if it was waiting for the slots this frees.
+///
+/// No fence and no floor check: the ids at or above the old pin stayed protected since
+/// `pin_and_check` validated it, and the new pin is higher (docs/design.md, "Draining").
+#[inline]
+fn advance_pin<T>(shared: &Shared<T>, slot: &ReaderEntry, cursor: u64) {
+    // Relaxed: this reader is the only writer of its pin.
+    debug_assert!(slot.pin.load(Relaxed) < cursor);
+    // Release: pairs with the producer's Acquire pin scan (`Segment::scan_word` in table.rs): the
+    // reads of every id below the new pin happen-before the producer overwrites one of them.
+    slot.pin
+        .store(cursor, ord("advance_pin_relaxed", Release, Relaxed));
+    shared.wake_producer();
+}
+
 /// One event, cloned out of the ring (see [`Reader::try_recv`]).
 ///
 /// ```

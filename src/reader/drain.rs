@@ -4,11 +4,11 @@
 
 use std::ops::ControlFlow;
 
-use super::{unpin, Batch, Reader};
+use super::{advance_pin, unpin, Batch, Reader};
 use crate::error::ReadError;
 use crate::sync::{
     ord,
-    Ordering::{Acquire, Relaxed, Release},
+    Ordering::{Acquire, Relaxed},
 };
 
 /// Owns the drain's pin: dropping it, on return or while unwinding out of the caller's closure,
@@ -126,19 +126,7 @@ impl<T> Reader<T> {
             if reader.cursor > head {
                 break;
             }
-            let entry = reader.slot();
-            // Relaxed: this reader is the only writer of its pin.
-            debug_assert!(entry.pin.load(Relaxed) < reader.cursor);
-            // Release: pairs with the producer's Acquire pin scan (`Segment::scan_word` in
-            // table.rs): the reads of every id below the new pin, in the batches lent so far,
-            // happen-before the producer overwrites one of them. No fence and no floor check: ids
-            // at or above the old pin stayed protected since `pin_and_check` validated it, and the
-            // new pin is higher (docs/design.md, "Draining").
-            entry
-                .pin
-                .store(reader.cursor, ord("advance_pin_relaxed", Release, Relaxed));
-            // The advance may have freed the slots a waiting producer needs.
-            reader.shared.wake_producer();
+            advance_pin(&reader.shared, reader.slot(), reader.cursor);
         }
         let read = reader.cursor - start;
         drop(draining);

@@ -7,11 +7,11 @@
 
 use std::fmt;
 
-use super::{unpin, Batch, Reader};
+use super::{advance_pin, unpin, Batch, Reader};
 use crate::error::ReadError;
 use crate::sync::{
     ord,
-    Ordering::{Acquire, Relaxed, Release},
+    Ordering::{Acquire, Relaxed},
 };
 
 /// A [`Reader`] that holds its pin until this guard is dropped, so that it can poll without a
@@ -105,18 +105,9 @@ impl<T> Gating<'_, T> {
             return Err(reader.terminal_error());
         }
         if reader.cursor > self.pin {
-            // Release: pairs with the producer's Acquire pin scan (`Segment::scan_word` in
-            // table.rs): the reads of every id below the new pin happen-before the producer
-            // overwrites one of them. No fence and no floor check, as for a drain's advance: ids at
-            // or above the old pin stayed protected since `gating` validated it, and the new pin
-            // is higher (docs/design.md, "Draining").
-            reader
-                .slot()
-                .pin
-                .store(reader.cursor, ord("advance_pin_relaxed", Release, Relaxed));
+            // No fence and no floor check, as for a drain's advance (`advance_pin`).
+            advance_pin(&reader.shared, reader.slot(), reader.cursor);
             self.pin = reader.cursor;
-            // The advance may have freed the slots a waiting producer needs.
-            reader.shared.wake_producer();
         }
         // Acquire: pairs with the producer's Release publish: slots up to `head` are written, and
         // their slot segments' directory entries are stored (`slots.rs`).
