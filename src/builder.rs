@@ -11,7 +11,7 @@ use crate::producer::Producer;
 use crate::ring::ReplayRing;
 use crate::shared::{Shared, LAST_ID};
 use crate::slots::Slots;
-use crate::sync::{init_fences, Arc, AtomicBool, AtomicU64, AtomicWaker, Mutex, SlotTracker};
+use crate::sync::{init_fences, Arc, AtomicBool, AtomicU64, AtomicWaker, Mutex, SlotTrackers};
 use crate::table::ReaderTable;
 pub use crate::table::MAX_READERS;
 use crate::wait::WaitList;
@@ -256,9 +256,7 @@ impl<T: Send> Builder<T> {
             head: CachePadded::new(AtomicU64::new(self.first_id - 1)),
             floor: CachePadded::new(AtomicU64::new(self.first_id)),
             slots,
-            // A unit struct outside loom, a loom cell inside it.
-            #[allow(clippy::default_constructed_unit_structs)]
-            trackers: (0..capacity).map(|_| SlotTracker::default()).collect(),
+            trackers: SlotTrackers::new(capacity),
             first_id: self.first_id,
             readers: ReaderTable::new(self.max_readers),
             waiters: WaitList::new(),

@@ -232,8 +232,7 @@ impl<T> Producer<T> {
         let shared = &*self.shared;
         let index = shared.index(id);
         let replaced = id >= self.first_reuse;
-        // SAFETY: `index` is masked by `capacity - 1` and `trackers` has `capacity` entries.
-        let _track = unsafe { shared.trackers.get_unchecked(index) }.write();
+        let _track = shared.trackers.get(index).write();
         // SAFETY: `cell` points into an allocated segment, which lives as long as `shared`.
         // `id < write_limit`, so the slot's previous occupant `id - capacity` was released
         // and no reader pin covers it (see `refresh_limit`); readers only touch ids `<= head`, and

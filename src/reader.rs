@@ -766,7 +766,7 @@ impl<'a, T> Batch<'a, T> {
                     // The slot's address first, as `as_slices` computes it: its directory load
                     // asserts that the segment was published before this id (`slots.rs`).
                     let _ = shared.slots.slot(id);
-                    shared.trackers[shared.index(id)].read()
+                    shared.trackers.get(shared.index(id)).read()
                 })
                 .collect()
         } else {

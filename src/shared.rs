@@ -13,7 +13,7 @@ use crate::slots::Slots;
 use crate::sync::{
     light_fence, lock, AtomicBool, AtomicU64, AtomicWaker, Mutex,
     Ordering::{Acquire, Relaxed},
-    SlotTracker,
+    SlotTrackers,
 };
 use crate::table::{ReaderTable, TableFull};
 use crate::wait::WaitList;
@@ -34,9 +34,9 @@ pub(crate) struct Shared<T> {
     /// the producer allocates as the window first reaches them (`slots.rs`). Invariant: a segment
     /// is allocated before any id in it is published, and freed only with the ring. A std
     /// `UnsafeCell` per slot in every build so a run of slots can be lent out as one `&[T]`; loom
-    /// sees the accesses through `trackers` (one per index, allocated eagerly: loom builds only).
+    /// sees the accesses through `trackers` (one per index, allocated with the ring: loom builds only).
     pub(crate) slots: Slots<T>,
-    pub(crate) trackers: Box<[SlotTracker]>,
+    pub(crate) trackers: SlotTrackers,
     /// The first id this ring ever assigns (normally 1).
     pub(crate) first_id: u64,
     /// One entry per registered reader; grows on demand up to `max_readers`.

@@ -25,8 +25,25 @@ mod imp {
     /// of them as one `&[T]`; loom's cell cannot hand out such a slice. Under loom this type carries a
     /// `loom::cell::UnsafeCell<()>` whose guards span exactly the real accesses, so loom still reports
     /// a read that overlaps a write of the same slot.
-    #[derive(Debug, Default)]
+    #[derive(Debug)]
     pub(crate) struct SlotTracker;
+
+    /// One [`SlotTracker`] per slot index. Outside loom there is nothing to track, so this holds
+    /// nothing: building a ring costs no pass over its capacity.
+    #[derive(Debug)]
+    pub(crate) struct SlotTrackers;
+
+    impl SlotTrackers {
+        pub(crate) fn new(_capacity: usize) -> Self {
+            SlotTrackers
+        }
+
+        /// The tracker of slot `index`.
+        #[inline(always)]
+        pub(crate) fn get(&self, _index: usize) -> &SlotTracker {
+            &SlotTracker
+        }
+    }
 
     impl SlotTracker {
         #[inline(always)]
@@ -215,9 +232,22 @@ mod imp {
     #[derive(Debug)]
     pub(crate) struct SlotTracker(loom::cell::UnsafeCell<()>);
 
-    impl Default for SlotTracker {
-        fn default() -> Self {
-            SlotTracker(loom::cell::UnsafeCell::new(()))
+    /// One loom cell per slot index, allocated with the ring; see the std twin.
+    #[derive(Debug)]
+    pub(crate) struct SlotTrackers(Box<[SlotTracker]>);
+
+    impl SlotTrackers {
+        pub(crate) fn new(capacity: usize) -> Self {
+            SlotTrackers(
+                (0..capacity)
+                    .map(|_| SlotTracker(loom::cell::UnsafeCell::new(())))
+                    .collect(),
+            )
+        }
+
+        /// The tracker of slot `index` (`< capacity`).
+        pub(crate) fn get(&self, index: usize) -> &SlotTracker {
+            &self.0[index]
         }
     }
 
