@@ -163,13 +163,22 @@ impl<T: Send> Builder<T> {
     /// The id of the first event (default 1). For streams that continue an existing sequence, and for
     /// tests near `u64::MAX`.
     ///
+    /// The ids before it were never in this ring: it starts with the floor at `first_id` and the
+    /// head at `first_id - 1`, so a resume from `first_id - 1` is a resume at the head (it waits
+    /// for the first event), and one from an earlier id is refused as below the floor.
+    ///
     /// ```
+    /// use replay_ring::ResumeError;
+    ///
     /// let (mut producer, ring) = replay_ring::ReplayRing::<u8>::builder()
     ///     .first_id(41)
     ///     .build()
     ///     .unwrap();
     /// assert_eq!((ring.floor(), ring.head()), (41, 40));
+    /// let mut reader = ring.resume(Some(40)).unwrap();
+    /// assert!(matches!(ring.resume(Some(39)), Err(ResumeError::BelowFloor { .. })));
     /// assert_eq!(producer.try_push(0), Ok(41));
+    /// assert_eq!(reader.try_recv().unwrap().unwrap().id, 41);
     /// ```
     pub fn first_id(mut self, first_id: u64) -> Self {
         self.first_id = first_id;
