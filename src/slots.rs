@@ -191,8 +191,8 @@ fn layout_of<T>(len: usize) -> std::alloc::Layout {
 fn allocate_segment<T>(len: usize) -> Option<*mut Slot<T>> {
     let mut slots: Vec<Slot<T>> = Vec::new();
     slots.try_reserve_exact(len).ok()?;
-    // Not `extend` with `len` uninitialised values: that is a pass over the whole segment in an
-    // unoptimised build (seconds for a window of 2^30), where this is none in any build.
+    // `set_len`, not `extend` with `len` uninitialised values: the latter is a pass over the whole
+    // segment in an unoptimised build (seconds for a window of 2^30); this makes none in any build.
     // SAFETY: `try_reserve_exact` made room for `len` elements, and an `UnsafeCell<MaybeUninit<T>>`
     // has no validity requirement, so leaving them uninitialised makes `len` valid elements.
     unsafe { slots.set_len(len) };
