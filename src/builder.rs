@@ -143,10 +143,10 @@ impl<T: Send> Builder<T> {
     /// How many [`Reader`](crate::Reader)s may exist at once (default 16, at most [`MAX_READERS`]). The reader
     /// table grows on demand up to this limit: the first `min(max_readers, 64)` entries (rounded up
     /// to a power of two) are allocated here, later ones in segments that double in size, by the
-    /// registration that first needs them (a 128-byte entry plus a ~40-byte waker each on x86-64,
-    /// kept until the ring is dropped; about 210 bytes per registered reader at 100,000, counting
-    /// the doubling). Pushes, reads and waits never allocate, and a push costs the same however
-    /// many readers are registered.
+    /// registration that first needs them, and each entry is written by the registration that
+    /// first claims it (a 128-byte entry plus a ~40-byte waker each on x86-64, kept for reuse
+    /// until the ring is dropped; about 177 bytes resident per registered reader). Pushes, reads
+    /// and waits never allocate, and a push costs the same however many readers are registered.
     ///
     /// ```
     /// use replay_ring::ReplayRing;

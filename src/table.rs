@@ -7,7 +7,8 @@
 //!   at most 64), segment `k` holds `base << k`. A fixed directory of segment pointers means an
 //!   entry never moves once allocated, so a reader keeps a plain pointer to its entry and the
 //!   producer reaches any entry without a lock. Segments are allocated by registration, on demand,
-//!   and freed with the ring.
+//!   and freed with the ring. A segment is allocated, not written: each entry is initialised by the
+//!   registration that first claims it, so opening a large segment costs no pass over it.
 //! - Registration pops a free list (a Treiber stack with a generation tag against ABA) or, when it is
 //!   empty, takes the next never-used index: O(1) amortised, never a scan.
 //! - Per segment, bit `i` of `active` is set while entry `i` *may* be pinned, and bit `w` of
@@ -21,6 +22,8 @@
 //!   reading now, not the readers that are registered or that read once and stopped. A pinned
 //!   entry's bit is set for every scan whose fence follows the reader's last pin fence.
 
+use std::cell::UnsafeCell;
+use std::mem::MaybeUninit;
 use std::ptr::{self, NonNull};
 
 use crossbeam_utils::CachePadded;
@@ -121,7 +124,18 @@ impl ReaderEntry {
 }
 
 struct Segment {
-    entries: Box<[CachePadded<ReaderEntry>]>,
+    /// Entry `i`, once a registration has initialised it. Segment 0's entries are initialised with
+    /// the table; a later segment's entry by the registration that first claims it (`claim`), not
+    /// by the segment's installer: opening a segment costs one allocation rather than a pass over
+    /// all of it (64 MiB at a million readers), and pages of entries never claimed stay untouched.
+    /// Every index that reaches `entry` was handed out by `claim` after that initialisation and
+    /// was passed on by an Acquire that follows it (see `ReaderTable::initialise`).
+    entries: Box<[UnsafeCell<MaybeUninit<CachePadded<ReaderEntry>>>]>,
+    /// Bit `i % 64` of word `i / 64`: entry `i` is initialised. Read only by the walks that can
+    /// meet an entry whose claim has not initialised it yet: the metrics walk and `Drop`. A std
+    /// atomic in every build: loom models call neither walk, and the initialisation reaches every
+    /// other access through the Release/Acquire chains that hand the index over.
+    initialised: Box<[std::sync::atomic::AtomicU64]>,
     /// Bit `i % WORD_BITS` of word `i / WORD_BITS`: entry `i` may be pinned.
     active: Box<[AtomicU64]>,
     /// Bit `w % WORD_BITS` of word `w / WORD_BITS`: `active[w]` may be non-zero. Empty when
@@ -129,7 +143,13 @@ struct Segment {
     summary: Box<[AtomicU64]>,
 }
 
+// SAFETY: the entries are written once each, by the claim that owns the index before anyone else
+// can reach it (`ReaderTable::initialise`), and only shared as `&ReaderEntry` (all atomics and
+// locks) afterwards.
+unsafe impl Sync for Segment {}
+
 impl Segment {
+    /// A segment of `len` entries, none initialised: one allocation, no pass over the entries.
     fn new(len: usize) -> Segment {
         let words = len.div_ceil(WORD_BITS);
         let summary_words = if words == 1 {
@@ -137,13 +157,50 @@ impl Segment {
         } else {
             words.div_ceil(WORD_BITS)
         };
+        let mut entries = Vec::with_capacity(len);
+        // SAFETY: the capacity is `len`, and an `UnsafeCell<MaybeUninit<_>>` needs no
+        // initialisation; `initialised` records which entries hold a value.
+        unsafe { entries.set_len(len) };
         Segment {
-            entries: (0..len)
-                .map(|_| CachePadded::new(ReaderEntry::new()))
+            entries: entries.into_boxed_slice(),
+            initialised: (0..len.div_ceil(64))
+                .map(|_| std::sync::atomic::AtomicU64::new(0))
                 .collect(),
             active: (0..words).map(|_| AtomicU64::new(0)).collect(),
             summary: (0..summary_words).map(|_| AtomicU64::new(0)).collect(),
         }
+    }
+
+    /// Writes a new entry at `offset`, which must be uninitialised and reachable by no other
+    /// thread.
+    fn initialise(&self, offset: usize) {
+        // SAFETY: the caller owns `offset` exclusively (see `ReaderTable::initialise`), so nothing
+        // reads or writes the cell concurrently; it held no value, so nothing is leaked.
+        unsafe { (*self.entries[offset].get()).write(CachePadded::new(ReaderEntry::new())) };
+        // Release: pairs with the Acquire load in `is_initialised`, so a walk that finds the bit
+        // sees the entry written.
+        self.initialised[offset / 64]
+            .fetch_or(1 << (offset % 64), std::sync::atomic::Ordering::Release);
+    }
+
+    fn is_initialised(&self, offset: usize) -> bool {
+        // Acquire: pairs with the Release RMW in `initialise`.
+        self.initialised[offset / 64].load(std::sync::atomic::Ordering::Acquire)
+            & (1 << (offset % 64))
+            != 0
+    }
+
+    /// Entry `offset`, which a claim has initialised and handed out (every caller reached the
+    /// index through an Acquire that follows the initialisation).
+    #[inline]
+    fn entry(&self, offset: usize) -> &ReaderEntry {
+        debug_assert!(
+            self.is_initialised(offset),
+            "entry {offset} used before its claim"
+        );
+        // SAFETY: initialised (above), never written again while the segment lives, and the
+        // initialisation happens-before this read (the index came through an Acquire after it).
+        unsafe { (*self.entries[offset].get()).assume_init_ref() }
     }
 
     /// Visits the pin of every entry whose active bit is set in leaf word `word`, and deactivates
@@ -198,7 +255,7 @@ impl Segment {
         if cfg!(replay_ring_loom) {
             return false;
         }
-        let touched = &self.entries[word * WORD_BITS + b].touched;
+        let touched = &self.entry(word * WORD_BITS + b).touched;
         // Relaxed: a hint, read and cleared only here; its value orders nothing.
         touched.load(Relaxed) && {
             touched.store(false, Relaxed);
@@ -210,9 +267,11 @@ impl Segment {
     fn pin_of(&self, word: usize, b: usize) -> u64 {
         // Acquire: pairs with the Release pin and unpin stores in `reader.rs`, so the reader's
         // earlier slot reads happen-before we overwrite them.
-        self.entries[word * WORD_BITS + b]
-            .pin
-            .load(crate::sync::ord("pin_scan_relaxed", Acquire, Relaxed))
+        self.entry(word * WORD_BITS + b).pin.load(crate::sync::ord(
+            "pin_scan_relaxed",
+            Acquire,
+            Relaxed,
+        ))
     }
 }
 
@@ -248,10 +307,16 @@ impl ReaderTable {
     /// `min(limit, 64)` entries (rounded up to a power of two) allocated now.
     pub(crate) fn new(limit: usize) -> Self {
         let base = limit.min(MAX_BASE).next_power_of_two();
+        let first = Segment::new(base);
+        // Segment 0 is ready before any registration: a ring's first readers (at most 64) claim
+        // their entries without allocating.
+        for offset in 0..base {
+            first.initialise(offset);
+        }
         ReaderTable {
             limit,
             base_shift: base.trailing_zeros(),
-            first: Segment::new(base),
+            first,
             more: std::array::from_fn(|_| AtomicPtr::new(ptr::null_mut())),
             grown: AtomicUsize::new(0),
             active_segments: CachePadded::new(AtomicU64::new(0)),
@@ -295,7 +360,7 @@ impl ReaderTable {
     /// The entry at `index`, which must have been handed out by `claim`.
     pub(crate) fn entry(&self, index: usize) -> &ReaderEntry {
         let (segment, offset) = self.segment_of(index);
-        &segment.entries[offset]
+        segment.entry(offset)
     }
 
     /// A pointer to the entry at `index` that stays valid as long as the table lives.
@@ -335,6 +400,7 @@ impl ReaderTable {
             }
         }
         self.install(self.locate(fresh).0);
+        self.initialise(fresh);
         Ok(self.claimed(fresh))
     }
 
@@ -356,6 +422,18 @@ impl ReaderTable {
         index
     }
 
+    /// Writes the entry of `index`, a fresh index this claim just took (its segment installed),
+    /// unless it is in segment 0, which the table initialised. No other thread can reach the entry
+    /// yet: a fresh index is taken once (the CAS on `fresh`), and the entry becomes reachable only
+    /// through what its owner publishes later, with Release (its active bits, the wait list, the
+    /// free list) or through `initialised` (the metrics walk).
+    fn initialise(&self, index: usize) {
+        if self.locate(index).0 > 0 {
+            let (segment, offset) = self.segment_of(index);
+            segment.initialise(offset);
+        }
+    }
+
     /// Makes sure segment `seg` exists. Racing installers allocate one each; one wins, the others
     /// free theirs.
     #[cold]
@@ -365,7 +443,8 @@ impl ReaderTable {
         }
         let len = 1usize << (self.base_shift as usize + seg);
         let new = Box::into_raw(Box::new(Segment::new(len)));
-        // Release: pairs with the Acquire load in `segment`, publishing the initialised entries.
+        // Release: pairs with the Acquire load in `segment`, publishing the segment's bitmaps (its
+        // entries are initialised later, one by one, by their claims).
         match self.more[seg - 1].compare_exchange(ptr::null_mut(), new, Release, Relaxed) {
             Ok(_) => {
                 if crate::sync::mutant("grown_by_installer_only") {
@@ -530,8 +609,9 @@ impl ReaderTable {
         let fresh = self.fresh.load(Relaxed);
         for index in 0..fresh {
             let (seg, offset) = self.locate(index);
-            if let Some(segment) = self.segment(seg) {
-                f(&segment.entries[offset]);
+            match self.segment(seg) {
+                Some(segment) if segment.is_initialised(offset) => f(segment.entry(offset)),
+                _ => {}
             }
         }
     }
@@ -545,6 +625,21 @@ impl Drop for ReaderTable {
             if !p.is_null() {
                 // SAFETY: installed by `install` from `Box::into_raw`, freed only here, once.
                 drop(unsafe { Box::from_raw(p) });
+            }
+        }
+    }
+}
+
+impl Drop for Segment {
+    fn drop(&mut self) {
+        for (w, word) in self.initialised.iter_mut().enumerate() {
+            let mut word = *word.get_mut();
+            while word != 0 {
+                let offset = w * 64 + word.trailing_zeros() as usize;
+                word &= word - 1;
+                // SAFETY: the bit says the entry holds a value; `&mut self`: nothing else uses it,
+                // and it is dropped once (the segment goes with it).
+                unsafe { self.entries[offset].get_mut().assume_init_drop() };
             }
         }
     }

@@ -235,3 +235,57 @@ fn a_registered_reader_costs_at_most_256_bytes_of_heap() {
         "{per_reader} bytes per registered reader"
     );
 }
+
+/// Runs `f` with this thread's allocations counted: `(allocations, bytes)`.
+fn counted(f: impl FnOnce()) -> (usize, usize) {
+    let (a0, b0) = (allocations(), BYTES.with(Cell::get));
+    COUNTING.with(|c| c.set(true));
+    f();
+    COUNTING.with(|c| c.set(false));
+    (allocations() - a0, BYTES.with(Cell::get) - b0)
+}
+
+#[test]
+fn opening_a_reader_table_segment_allocates_the_segment_not_one_waker_per_entry() {
+    // The table starts with 64 ready entries; the 65th registration opens a segment of 128, whose
+    // entries are written one by one by the registrations that claim them.
+    let (_producer, ring) = ReplayRing::<u64>::builder()
+        .capacity(8)
+        .max_readers(1 << 20)
+        .build()
+        .unwrap();
+    let mut readers: Vec<_> = (0..63).map(|_| ring.reader().unwrap()).collect();
+    readers.reserve(4);
+    let (last_ready, _) = counted(|| readers.push(ring.reader().unwrap()));
+    assert_eq!(last_ready, 0, "an entry of the first segment comes ready");
+    let (opening, opening_bytes) = counted(|| readers.push(ring.reader().unwrap()));
+    // The segment (its header, its entries, three bitmaps) and the one claimed entry's
+    // blocking-wait waker: not a waker for each of the 128 entries.
+    assert!(
+        opening <= 6,
+        "opening a 128-entry segment made {opening} allocations"
+    );
+    assert!(
+        opening_bytes < 128 * 128 + 1024,
+        "opening a 128-entry segment asked for {opening_bytes} bytes"
+    );
+    let (second, _) = counted(|| readers.push(ring.reader().unwrap()));
+    assert_eq!(second, 1, "a never-used entry gets its blocking-wait waker");
+    // A freed entry comes back with everything it had.
+    drop(readers.pop());
+    let (reused, _) = counted(|| readers.push(ring.reader().unwrap()));
+    assert_eq!(reused, 0, "a registration that reuses an entry allocated");
+    // The metrics walk meets the entries claimed so far, and only those.
+    assert_eq!(ring.metrics().readers_active, 66);
+    drop(readers.drain(..10));
+    assert_eq!(ring.metrics().readers_active, 56);
+    // A blocking wait on an entry of the new segment works and allocates nothing.
+    let reader = readers.last_mut().unwrap();
+    let (waits, _) = counted(|| {
+        assert!(reader
+            .read_timeout(std::time::Duration::from_micros(1))
+            .unwrap()
+            .is_none())
+    });
+    assert_eq!(waits, 0);
+}
