@@ -1,60 +1,73 @@
 //! Blocking waits: the `*_timeout` calls turn the same poll functions the async waits use into a
-//! thread park with a deadline, through a `Waker` allocated with each handle so that no wait
-//! allocates. Compiled out under loom, whose models drive the poll functions directly.
+//! thread park with a deadline, through a `Waker` that lives in the state every handle shares (a
+//! reader's table entry, or the ring's shared state for the producer), so that no wait and no
+//! registration allocates for it. Compiled out under loom, whose models drive the poll functions
+//! directly.
 
-use std::sync::Arc;
-use std::task::{Context, Poll, Wake, Waker};
+use std::task::{Context, Poll, RawWaker, RawWakerVTable, Waker};
 use std::thread::{self, Thread};
 use std::time::{Duration, Instant};
 
-/// Unparks whichever thread is blocked on the handle right now.
-struct Unparker(parking_lot::Mutex<Option<Thread>>);
+/// The `Waker` of one handle's blocking waits: unparks whichever thread is blocked on the handle
+/// right now. It lives in place, in memory that outlives every clone of its waker, so the waker is
+/// a plain pointer to it and nothing is counted or allocated: a reader's in its reader-table entry
+/// (entries are freed only with the table), the producer's in the ring's shared state. Each wait
+/// only records the current thread in it (`thread::current()` clones a handle std already holds).
+#[derive(Debug, Default)]
+pub(crate) struct ThreadWaker {
+    thread: parking_lot::Mutex<Option<Thread>>,
+}
 
-impl Wake for Unparker {
-    fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
+impl ThreadWaker {
+    pub(crate) fn new() -> Self {
+        Self::default()
     }
 
-    fn wake_by_ref(self: &Arc<Self>) {
-        if let Some(thread) = &*self.0.lock() {
+    /// Points the waker at the calling thread and returns it.
+    ///
+    /// # Safety
+    ///
+    /// The returned waker and every clone of it must be dropped before `self` is: it holds a
+    /// plain pointer to `self`. The crate keeps them in the ring's shared state (the reader
+    /// table's wakers, the producer's waker slot) or on the stack of a thread that holds the ring
+    /// alive, so they cannot outlive the `ThreadWaker` stored in that same state.
+    pub(crate) unsafe fn bind(&self) -> Waker {
+        let current = thread::current();
+        let mut slot = self.thread.lock();
+        if slot.as_ref().is_none_or(|t| t.id() != current.id()) {
+            *slot = Some(current);
+        }
+        drop(slot);
+        let data: *const ThreadWaker = self;
+        // SAFETY: the vtable's functions only turn `data` back into `&ThreadWaker`, which the
+        // caller keeps alive for as long as the waker and its clones exist (this function's
+        // contract); a `ThreadWaker` is `Sync`, so any thread may use it.
+        unsafe { Waker::from_raw(RawWaker::new(data.cast(), &VTABLE)) }
+    }
+
+    fn wake(&self) {
+        if let Some(thread) = &*self.thread.lock() {
             thread.unpark();
         }
     }
 }
 
-/// The `Waker` of a handle's blocking waits, allocated with the handle (at registration), so that
-/// no blocking wait allocates, on whichever thread it runs: each wait only records the current
-/// thread in it (`thread::current()` clones a handle std already holds).
-#[derive(Debug)]
-pub(crate) struct ThreadWaker {
-    unparker: Arc<Unparker>,
-    waker: Waker,
+static VTABLE: RawWakerVTable =
+    RawWakerVTable::new(clone_waker, wake_waker, wake_waker, drop_waker);
+
+/// Another waker on the same `ThreadWaker`: nothing is counted, the pointee outlives them all.
+unsafe fn clone_waker(data: *const ()) -> RawWaker {
+    RawWaker::new(data, &VTABLE)
 }
 
-impl std::fmt::Debug for Unparker {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Unparker")
-    }
+/// `wake` and `wake_by_ref` alike: a waker owns nothing to release.
+unsafe fn wake_waker(data: *const ()) {
+    // SAFETY: `data` came from `ThreadWaker::bind`, whose caller keeps the `ThreadWaker` alive
+    // while any waker on it exists.
+    unsafe { &*data.cast::<ThreadWaker>() }.wake();
 }
 
-impl ThreadWaker {
-    pub(crate) fn new() -> Self {
-        let unparker = Arc::new(Unparker(parking_lot::Mutex::new(None)));
-        let waker = Waker::from(unparker.clone());
-        ThreadWaker { unparker, waker }
-    }
-
-    /// Points the waker at the calling thread and returns a handle on it (a reference count,
-    /// not an allocation).
-    pub(crate) fn bind(&self) -> Waker {
-        let current = thread::current();
-        let mut slot = self.unparker.0.lock();
-        if slot.as_ref().is_none_or(|t| t.id() != current.id()) {
-            *slot = Some(current);
-        }
-        self.waker.clone()
-    }
-}
+unsafe fn drop_waker(_: *const ()) {}
 
 /// The deadline `timeout` from now, or `None` (no deadline) when it is beyond what `Instant` can
 /// represent: `Duration::MAX` is the usual way to say "wait as long as it takes".

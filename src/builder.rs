@@ -143,10 +143,11 @@ impl<T: Send> Builder<T> {
     /// How many [`Reader`](crate::Reader)s may exist at once (default 16, at most [`MAX_READERS`]). The reader
     /// table grows on demand up to this limit: the first `min(max_readers, 64)` entries (rounded up
     /// to a power of two) are allocated here, later ones in segments that double in size, by the
-    /// registration that first needs them, and each entry is written by the registration that
-    /// first claims it (a 128-byte entry plus a ~40-byte waker each on x86-64, kept for reuse
-    /// until the ring is dropped; about 177 bytes resident per registered reader). Pushes, reads
-    /// and waits never allocate, and a push costs the same however many readers are registered.
+    /// registration that first needs them, whose entries are written one by one as registrations
+    /// claim them (a 128-byte entry on x86-64, kept for reuse until the ring is dropped; reserved
+    /// address space doubles with the table, resident memory follows the readers). Pushes, reads,
+    /// resumes into an open segment and waits never allocate, and a push costs the same however
+    /// many readers are registered.
     ///
     /// ```
     /// use replay_ring::ReplayRing;
@@ -206,7 +207,7 @@ impl<T: Send> Builder<T> {
     }
 
     /// Allocates the ring: the slots (all of them, or the first [`initial_slots`](Self::initial_slots)),
-    /// the reader table's first segment and its wakers. Nothing else is allocated after this,
+    /// and the reader table's first segment. Nothing else is allocated after this,
     /// except the slot segments a ring built with `initial_slots < capacity` grows into and the
     /// reader-table segments that registrations beyond the first 64 entries open
     /// ([`max_readers`](Self::max_readers)).
@@ -271,6 +272,8 @@ impl<T: Send> Builder<T> {
             waiters: WaitList::new(),
             producer_waiting: CachePadded::new(AtomicBool::new(false)),
             producer_waker: AtomicWaker::new(),
+            #[cfg(not(replay_ring_loom))]
+            producer_thread_waker: crate::blocking::ThreadWaker::new(),
             asymmetric_reader_wakeup: asymmetric && self.wakeup_fences == WakeupFences::Asymmetric,
             asymmetric_producer_wakeup: asymmetric,
             closed: AtomicBool::new(false),

@@ -19,8 +19,8 @@
 //! - **Wait-free, zero-copy replay.** A resume and each read take a bounded number of steps (no lock,
 //!   no CAS loop) and lend the events as at most two slices ([`Batch::as_slices`]); the producer
 //!   cannot overwrite them while they are lent.
-//! - **Bounded waiting.** Waiting producers and readers park wakers allocated with their handles;
-//!   push, read and waits allocate nothing, and a push wakes only the readers that wait. Readers
+//! - **Bounded waiting.** Waiting producers and readers park wakers that live in the ring's shared
+//!   state; push, read and waits allocate nothing, and a push wakes only the readers that wait. Readers
 //!   register by the hundred thousand (the reader table grows on demand, up to [`MAX_READERS`])
 //!   without slowing the producer down; a registration ([`ReplayRing::reader`] or
 //!   [`ReplayRing::resume`]) allocates only when it opens a new segment of the table. A ring may

@@ -70,8 +70,6 @@ pub struct Producer<T> {
     waits: u64,
     waiting: bool,
     closed: bool,
-    #[cfg(not(replay_ring_loom))]
-    thread_waker: crate::blocking::ThreadWaker,
 }
 
 // SAFETY: the producer moves `T` values into slots and drops replaced ones, which needs only
@@ -118,8 +116,6 @@ impl<T> Producer<T> {
             waits: 0,
             waiting: false,
             closed: false,
-            #[cfg(not(replay_ring_loom))]
-            thread_waker: crate::blocking::ThreadWaker::new(),
         }
     }
 
@@ -610,7 +606,10 @@ impl<T> Producer<T> {
     #[must_use = "the window may still be full when this returns false"]
     pub fn ready_timeout(&mut self, timeout: Duration) -> bool {
         let deadline = crate::blocking::deadline_after(timeout);
-        let waker = self.thread_waker.bind();
+        // SAFETY: the waker goes only to this thread's stack and, through `poll_ready`, into
+        // `producer_waker`; both it and `producer_thread_waker` are fields of the ring's shared
+        // state, and a releaser that takes the waker out to wake it holds that state.
+        let waker = unsafe { self.shared.producer_thread_waker.bind() };
         let ready = crate::blocking::block_on_deadline(waker, deadline, |cx| self.poll_ready(cx));
         self.stop_waiting();
         ready.is_some()

@@ -46,6 +46,11 @@ pub(crate) struct Shared<T> {
     /// Set by a producer about to sleep for space; releasers and unpinning readers then wake it.
     pub(crate) producer_waiting: CachePadded<AtomicBool>,
     pub(crate) producer_waker: AtomicWaker,
+    /// The producer's blocking waits park on this (`blocking.rs`). Here rather than in the
+    /// `Producer`, because the waker it hands out may sit in `producer_waker`, or be being woken
+    /// by a releaser, after the producer is gone: the state every handle shares outlives both.
+    #[cfg(not(replay_ring_loom))]
+    pub(crate) producer_thread_waker: crate::blocking::ThreadWaker,
     /// [`WakeupFences::Asymmetric`] and membarrier available: publishing skips the full fence,
     /// parking readers pay for it.
     pub(crate) asymmetric_reader_wakeup: bool,
