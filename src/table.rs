@@ -31,6 +31,7 @@ use crossbeam_utils::CachePadded;
 use crate::sync::{
     seq_cst_fence, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, AtomicWaker,
     Ordering::{Acquire, Relaxed, Release},
+    SlotTrackers,
 };
 
 /// `pin` value of a reader that borrows nothing.
@@ -100,8 +101,8 @@ pub(crate) struct ReaderEntry {
     /// Resume outcomes, written only by the reader that owns the entry (uncontended). They survive
     /// the entry's reuse, so the ring's totals stay exact.
     pub(crate) counters: ReaderCounters,
-    /// The waker of the owner's blocking waits, allocated with the entry so that neither a resume
-    /// (which reuses a freed entry) nor a wait allocates.
+    /// The waker of the owner's blocking waits, in place (`blocking.rs`): neither a registration
+    /// nor a wait allocates for it.
     #[cfg(not(replay_ring_loom))]
     pub(crate) thread_waker: crate::blocking::ThreadWaker,
 }
@@ -127,15 +128,21 @@ struct Segment {
     /// Entry `i`, once a registration has initialised it. Segment 0's entries are initialised with
     /// the table; a later segment's entry by the registration that first claims it (`claim`), not
     /// by the segment's installer: opening a segment costs one allocation rather than a pass over
-    /// all of it (64 MiB at a million readers), and pages of entries never claimed stay untouched.
+    /// all of it (128 MiB at the millionth reader), and pages of entries never claimed stay untouched.
     /// Every index that reaches `entry` was handed out by `claim` after that initialisation and
     /// was passed on by an Acquire that follows it (see `ReaderTable::initialise`).
     entries: Box<[UnsafeCell<MaybeUninit<CachePadded<ReaderEntry>>>]>,
-    /// Bit `i % 64` of word `i / 64`: entry `i` is initialised. Read only by the walks that can
-    /// meet an entry whose claim has not initialised it yet: the metrics walk and `Drop`. A std
-    /// atomic in every build: loom models call neither walk, and the initialisation reaches every
-    /// other access through the Release/Acquire chains that hand the index over.
+    /// Bit `i % 64` of word `i / 64`: entry `i` is initialised. Read by the walks that can meet an
+    /// entry whose claim has not initialised it yet (the metrics walk and `Drop`), and by a debug
+    /// assertion in `entry`. A std atomic in every build: loom models call neither walk, and a
+    /// loom atomic would add edges to the models that could hide a missing one; the
+    /// initialisation reaches every other access through the Release/Acquire chains that hand the
+    /// index over, which loom checks through `trackers`.
     initialised: Box<[std::sync::atomic::AtomicU64]>,
+    /// Loom builds: one tracked cell per entry, written by `initialise` and read by every `entry`,
+    /// so a model reports any access that the initialisation does not happen-before (nothing
+    /// outside loom).
+    trackers: SlotTrackers,
     /// Bit `i % WORD_BITS` of word `i / WORD_BITS`: entry `i` may be pinned.
     active: Box<[AtomicU64]>,
     /// Bit `w % WORD_BITS` of word `w / WORD_BITS`: `active[w]` may be non-zero. Empty when
@@ -144,9 +151,13 @@ struct Segment {
 }
 
 // SAFETY: the entries are written once each, by the claim that owns the index before anyone else
-// can reach it (`ReaderTable::initialise`), and only shared as `&ReaderEntry` (all atomics and
-// locks) afterwards.
+// can reach it (`ReaderTable::initialise`), and only shared as `&ReaderEntry` afterwards, which
+// is `Sync` (atomics and locks; checked below).
 unsafe impl Sync for Segment {}
+const _: () = {
+    fn send_and_sync<T: Send + Sync>() {}
+    let _ = send_and_sync::<ReaderEntry>;
+};
 
 impl Segment {
     /// A segment of `len` entries, none initialised: one allocation, no pass over the entries.
@@ -166,15 +177,21 @@ impl Segment {
             initialised: (0..len.div_ceil(64))
                 .map(|_| std::sync::atomic::AtomicU64::new(0))
                 .collect(),
+            trackers: SlotTrackers::new(len),
             active: (0..words).map(|_| AtomicU64::new(0)).collect(),
             summary: (0..summary_words).map(|_| AtomicU64::new(0)).collect(),
         }
     }
 
-    /// Writes a new entry at `offset`, which must be uninitialised and reachable by no other
-    /// thread.
-    fn initialise(&self, offset: usize) {
-        // SAFETY: the caller owns `offset` exclusively (see `ReaderTable::initialise`), so nothing
+    /// Writes a new entry at `offset`.
+    ///
+    /// # Safety
+    ///
+    /// Entry `offset` is uninitialised, and no other thread accesses it until something this
+    /// thread publishes later leads there.
+    unsafe fn initialise(&self, offset: usize) {
+        let _track = self.trackers.get(offset).write();
+        // SAFETY: the caller owns `offset` exclusively (this function's contract), so nothing
         // reads or writes the cell concurrently; it held no value, so nothing is leaked.
         unsafe { (*self.entries[offset].get()).write(CachePadded::new(ReaderEntry::new())) };
         // Release: pairs with the Acquire load in `is_initialised`, so a walk that finds the bit
@@ -194,10 +211,13 @@ impl Segment {
     /// index through an Acquire that follows the initialisation).
     #[inline]
     fn entry(&self, offset: usize) -> &ReaderEntry {
+        // Relaxed: a check only, which must not add an edge that would hide a missing one. If the
+        // initialisation happens-before this call, coherence makes its bit visible here.
         debug_assert!(
-            self.is_initialised(offset),
+            self.initialised[offset / 64].load(Relaxed) & (1 << (offset % 64)) != 0,
             "entry {offset} used before its claim"
         );
+        let _track = self.trackers.get(offset).read();
         // SAFETY: initialised (above), never written again while the segment lives, and the
         // initialisation happens-before this read (the index came through an Acquire after it).
         unsafe { (*self.entries[offset].get()).assume_init_ref() }
@@ -311,7 +331,8 @@ impl ReaderTable {
         // Segment 0 is ready before any registration: a ring's first readers (at most 64) claim
         // their entries without allocating.
         for offset in 0..base {
-            first.initialise(offset);
+            // SAFETY: the table is not shared yet.
+            unsafe { first.initialise(offset) };
         }
         ReaderTable {
             limit,
@@ -333,8 +354,16 @@ impl ReaderTable {
     #[inline]
     fn locate(&self, index: usize) -> (usize, usize) {
         let seg = ((index >> self.base_shift) + 1).ilog2() as usize;
-        let start = ((1usize << seg) - 1) << self.base_shift;
-        (seg, index - start)
+        (seg, index - self.segment_bounds(seg).0)
+    }
+
+    /// `(first index, full length)` of segment `seg`.
+    #[inline]
+    fn segment_bounds(&self, seg: usize) -> (usize, usize) {
+        (
+            ((1usize << seg) - 1) << self.base_shift,
+            1usize << (self.base_shift as usize + seg),
+        )
     }
 
     fn segment(&self, seg: usize) -> Option<&Segment> {
@@ -430,7 +459,9 @@ impl ReaderTable {
     fn initialise(&self, index: usize) {
         if self.locate(index).0 > 0 {
             let (segment, offset) = self.segment_of(index);
-            segment.initialise(offset);
+            // SAFETY: as above: this claim's CAS on `fresh` made the index ours alone, and nothing
+            // leads to the entry until we publish it.
+            unsafe { segment.initialise(offset) };
         }
     }
 
@@ -441,7 +472,10 @@ impl ReaderTable {
         if seg == 0 || self.segment(seg).is_some() {
             return;
         }
-        let len = 1usize << (self.base_shift as usize + seg);
+        // The last segment stops at the table's limit: `max_readers(2^24)` would otherwise
+        // reserve 2 GiB of entries for its last 64 readers.
+        let (start, full) = self.segment_bounds(seg);
+        let len = full.min(self.limit - start);
         let new = Box::into_raw(Box::new(Segment::new(len)));
         // Release: pairs with the Acquire load in `segment`, publishing the segment's bitmaps (its
         // entries are initialised later, one by one, by their claims).
@@ -686,6 +720,33 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Segments are written entry by entry as claims reach them, and the last one stops at the
+    /// limit.
+    #[test]
+    fn claims_initialise_their_entries_and_the_last_segment_stops_at_the_limit() {
+        let table = ReaderTable::new(100); // segment 0: 64 entries; segment 1: 36, not 128
+        let count = |table: &ReaderTable| {
+            let mut n = 0;
+            table.for_each_entry(|_| n += 1);
+            n
+        };
+        for _ in 0..64 {
+            table.claim().unwrap();
+        }
+        assert!(table.segment(1).is_none());
+        assert_eq!(count(&table), 64);
+        table.claim().unwrap();
+        let second = table.segment(1).unwrap();
+        assert_eq!(second.entries.len(), 36);
+        assert_eq!((0..36).filter(|&i| second.is_initialised(i)).count(), 1);
+        assert_eq!(count(&table), 65);
+        for _ in 65..100 {
+            table.claim().unwrap();
+        }
+        assert!(table.claim().is_err());
+        assert_eq!(count(&table), 100);
     }
 
     /// A scan deactivates every entry it finds unpinned, so the next scan visits only the pinned
