@@ -27,10 +27,11 @@ impl ThreadWaker {
     ///
     /// # Safety
     ///
-    /// The returned waker and every clone of it must be dropped before `self` is: it holds a
-    /// plain pointer to `self`. The crate keeps them in the ring's shared state (the reader
-    /// table's wakers, the producer's waker slot) or on the stack of a thread that holds the ring
-    /// alive, so they cannot outlive the `ThreadWaker` stored in that same state.
+    /// No clone of the returned waker may be woken after `self` is dropped: it holds a plain
+    /// pointer to `self` (cloning and dropping one never follow the pointer). The crate keeps
+    /// them in the ring's shared state (a reader's entry, the producer's waker slot) or on the
+    /// stack of the waiting thread, and only threads holding a handle on the ring wake them, so
+    /// the `ThreadWaker`, stored in that same state, is alive whenever one is woken.
     pub(crate) unsafe fn bind(&self) -> Waker {
         let current = thread::current();
         let mut slot = self.thread.lock();

@@ -388,6 +388,10 @@ impl<T> Producer<T> {
     }
 
     /// Ready when one push would be accepted (or ids are exhausted, which `try_push` reports).
+    ///
+    /// `cx` may carry a blocking wait's waker, a plain pointer into the shared state
+    /// (`ThreadWaker::bind`): store `cx.waker()` nowhere but `producer_waker`, and never hand `cx`
+    /// to code outside the crate.
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         if self.next_id < self.write_limit
             || self.next_id > LAST_ID
@@ -608,7 +612,8 @@ impl<T> Producer<T> {
         let deadline = crate::blocking::deadline_after(timeout);
         // SAFETY: the waker goes only to this thread's stack and, through `poll_ready`, into
         // `producer_waker`; both it and `producer_thread_waker` are fields of the ring's shared
-        // state, and a releaser that takes the waker out to wake it holds that state.
+        // state, and every thread that wakes it (a releaser, an unpinning reader) holds a handle
+        // on the ring.
         let waker = unsafe { self.shared.producer_thread_waker.bind() };
         let ready = crate::blocking::block_on_deadline(waker, deadline, |cx| self.poll_ready(cx));
         self.stop_waiting();

@@ -382,6 +382,10 @@ impl<T> Reader<T> {
     }
 
     /// Ready when a read would not return `Ok(None)`.
+    ///
+    /// `cx` may carry a blocking wait's waker, a plain pointer into the shared state
+    /// (`ThreadWaker::bind`): store `cx.waker()` nowhere but this reader's entry, and never hand
+    /// `cx` to code outside the crate (a tokio yield, for one, keeps the waker past the ring).
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ReadError>> {
         if self.has_next()? {
             // Found without parking: the reader is keeping up with a busy producer. Woken after
