@@ -472,10 +472,9 @@ impl ReaderTable {
         if seg == 0 || self.segment(seg).is_some() {
             return;
         }
-        // The last segment stops at the table's limit: `max_readers(2^24)` would otherwise
-        // reserve 2 GiB of entries for its last 64 readers.
-        let (start, full) = self.segment_bounds(seg);
-        let len = full.min(self.limit - start);
+        // Full length even for the last segment, past the limit: the loom models rely on it for
+        // a second segment with a summary word; untouched entries cost address space only.
+        let len = self.segment_bounds(seg).1;
         let new = Box::into_raw(Box::new(Segment::new(len)));
         // Release: pairs with the Acquire load in `segment`, publishing the segment's bitmaps (its
         // entries are initialised later, one by one, by their claims).
@@ -722,11 +721,10 @@ mod tests {
         }
     }
 
-    /// Segments are written entry by entry as claims reach them, and the last one stops at the
-    /// limit.
+    /// Segments are written entry by entry as claims reach them.
     #[test]
-    fn claims_initialise_their_entries_and_the_last_segment_stops_at_the_limit() {
-        let table = ReaderTable::new(100); // segment 0: 64 entries; segment 1: 36, not 128
+    fn claims_initialise_their_entries_not_their_segments() {
+        let table = ReaderTable::new(100); // segment 0: 64 entries; segment 1: 128
         let count = |table: &ReaderTable| {
             let mut n = 0;
             table.for_each_entry(|_| n += 1);
@@ -739,14 +737,15 @@ mod tests {
         assert_eq!(count(&table), 64);
         table.claim().unwrap();
         let second = table.segment(1).unwrap();
-        assert_eq!(second.entries.len(), 36);
-        assert_eq!((0..36).filter(|&i| second.is_initialised(i)).count(), 1);
+        assert_eq!(second.entries.len(), 128);
+        assert_eq!((0..128).filter(|&i| second.is_initialised(i)).count(), 1);
         assert_eq!(count(&table), 65);
         for _ in 65..100 {
             table.claim().unwrap();
         }
         assert!(table.claim().is_err());
         assert_eq!(count(&table), 100);
+        assert_eq!((0..128).filter(|&i| second.is_initialised(i)).count(), 36);
     }
 
     /// A scan deactivates every entry it finds unpinned, so the next scan visits only the pinned
