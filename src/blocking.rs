@@ -57,17 +57,30 @@ static VTABLE: RawWakerVTable =
     RawWakerVTable::new(clone_waker, wake_waker, wake_waker, drop_waker);
 
 /// Another waker on the same `ThreadWaker`: nothing is counted, the pointee outlives them all.
+///
+/// # Safety
+///
+/// `data` came from `ThreadWaker::bind` (the `RawWakerVTable` contract); it is not followed here.
 unsafe fn clone_waker(data: *const ()) -> RawWaker {
     RawWaker::new(data, &VTABLE)
 }
 
 /// `wake` and `wake_by_ref` alike: a waker owns nothing to release.
+///
+/// # Safety
+///
+/// `data` came from `ThreadWaker::bind`, and that `ThreadWaker` is still alive (`bind`'s contract).
 unsafe fn wake_waker(data: *const ()) {
     // SAFETY: `data` came from `ThreadWaker::bind`, whose caller keeps the `ThreadWaker` alive
     // while any waker on it exists.
     unsafe { &*data.cast::<ThreadWaker>() }.wake();
 }
 
+/// Nothing to release: a waker holds a plain pointer and no count.
+///
+/// # Safety
+///
+/// None beyond the `RawWakerVTable` contract; the pointer is not followed.
 unsafe fn drop_waker(_: *const ()) {}
 
 /// The deadline `timeout` from now, or `None` (no deadline) when it is beyond what `Instant` can
