@@ -459,7 +459,7 @@ impl<T> Reader<T> {
     /// wakes the dropped task.
     ///
     /// A reader task that keeps up with a busy producer reads batches of one or two events this way;
-    /// with the `tokio` feature, [`read_coalesced`](Self::read_coalesced) reads larger ones.
+    /// with the `tokio` feature, `read_coalesced` reads larger ones.
     ///
     /// ```
     /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
