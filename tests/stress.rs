@@ -244,3 +244,112 @@ fn stress(fences: WakeupFences) {
         "every value dropped exactly once"
     );
 }
+
+/// Readers registering by the thousand (so the reader table opens new segments and each claim
+/// writes its entry), resuming at random points, reading with blocking waits and leaving, while
+/// the producer pushes into a small window (so its pin scans run often), a releaser moves the
+/// floor and another thread walks the metrics. ThreadSanitizer and Miri run it too (entries are
+/// written by the registrations that claim them, and read by the producer's scans and the walk).
+#[test]
+fn readers_register_into_new_table_segments_while_the_producer_scans() {
+    const REGISTRANTS: u64 = 2;
+    const REGISTRATIONS: u64 = if cfg!(miri) { 80 } else { 3_000 };
+    const KEEP: usize = if cfg!(miri) { 40 } else { 1_000 };
+    let (mut producer, ring) = ReplayRing::<u64>::builder()
+        .capacity(64)
+        .max_readers(4_096)
+        .build()
+        .unwrap();
+    let done = Arc::new(AtomicBool::new(false));
+
+    let registrants: Vec<_> = (0..REGISTRANTS)
+        .map(|t| {
+            let ring = ring.clone();
+            std::thread::spawn(move || {
+                let mut rng = Rng(0x51_7CC1_B727_220A ^ t);
+                let mut kept = Vec::new();
+                let mut resumed = 0u64;
+                for _ in 0..REGISTRATIONS {
+                    let from = ring.head().saturating_sub(rng.below(48));
+                    let Ok(mut reader) = ring.resume(Some(from)) else {
+                        continue; // released meanwhile: below the floor (counted apart)
+                    };
+                    resumed += 1;
+                    let next = reader.cursor();
+                    match reader.read_timeout(Duration::from_millis(1)) {
+                        Ok(Some(batch)) => {
+                            let ids: Vec<u64> = batch
+                                .iter()
+                                .map(|(id, v)| {
+                                    assert_eq!(id, *v, "payload of id {id}");
+                                    id
+                                })
+                                .collect();
+                            let expected: Vec<u64> = (next..next + ids.len() as u64).collect();
+                            assert_eq!(ids, expected, "a batch continues the cursor exactly");
+                        }
+                        Ok(None) => {}
+                        Err(e) => assert!(
+                            matches!(e, ReadError::Gap { .. } | ReadError::Closed(_)),
+                            "{e}"
+                        ),
+                    }
+                    kept.push(reader);
+                    if kept.len() >= KEEP {
+                        // Leave in a scattered order, so later claims reuse freed entries too.
+                        let mut i = 0;
+                        kept.retain(|_| {
+                            i += 1;
+                            i % 2 == 0
+                        });
+                    }
+                }
+                resumed
+            })
+        })
+        .collect();
+
+    let walker = {
+        let (ring, done) = (ring.clone(), done.clone());
+        std::thread::spawn(move || {
+            let mut walks = 0u64;
+            while !done.load(SeqCst) {
+                let m = ring.metrics();
+                assert!(m.readers_active <= 4_096);
+                walks += 1;
+                std::thread::yield_now();
+            }
+            walks
+        })
+    };
+    let releaser = {
+        let (ring, done) = (ring.clone(), done.clone());
+        std::thread::spawn(move || {
+            while !done.load(SeqCst) {
+                ring.release_through(ring.head().saturating_sub(16))
+                    .unwrap();
+                std::thread::yield_now();
+            }
+        })
+    };
+
+    let mut id = 0;
+    while !registrants.iter().all(|r| r.is_finished()) {
+        id += 1;
+        let pushed = producer.push_timeout(id, LONG).unwrap();
+        assert_eq!(pushed, id, "ids are gap-free");
+    }
+    producer.close(CloseReason::Completed);
+    let resumed: u64 = registrants.into_iter().map(|r| r.join().unwrap()).sum();
+    done.store(true, SeqCst);
+    releaser.join().unwrap();
+    let walks = walker.join().unwrap();
+    let m = ring.metrics();
+    eprintln!("{resumed} resumes, {id} events, {walks} metrics walks, {m:?}");
+    assert_eq!(m.readers_active, 0, "every reader left");
+    assert_eq!(
+        m.resumes_ok + m.resumes_noop,
+        resumed,
+        "the metrics walk counts every accepted resume, across every table segment"
+    );
+}
