@@ -189,12 +189,21 @@ fn layout_of<T>(len: usize) -> std::alloc::Layout {
 
 /// A boxed slice of `len` uninitialised slots, leaked to a pointer; `None` if the allocator refuses.
 fn allocate_segment<T>(len: usize) -> Option<*mut Slot<T>> {
+    let slots = uninit_slots::<T>(len).ok()?;
+    Some(Box::into_raw(slots).cast::<Slot<T>>())
+}
+
+/// `len` slots holding no value, allocated without a pass over them in any build (also the
+/// reader table's entries, which registrations write one by one).
+pub(crate) fn uninit_slots<T>(
+    len: usize,
+) -> Result<Box<[Slot<T>]>, std::collections::TryReserveError> {
     let mut slots: Vec<Slot<T>> = Vec::new();
-    slots.try_reserve_exact(len).ok()?;
+    slots.try_reserve_exact(len)?;
     // `set_len`, not `extend` with `len` uninitialised values: the latter is a pass over the whole
     // segment in an unoptimised build (seconds for a window of 2^30); this makes none in any build.
     // SAFETY: `try_reserve_exact` made room for `len` elements, and an `UnsafeCell<MaybeUninit<T>>`
     // has no validity requirement, so leaving them uninitialised makes `len` valid elements.
     unsafe { slots.set_len(len) };
-    Some(Box::into_raw(slots.into_boxed_slice()).cast::<Slot<T>>())
+    Ok(slots.into_boxed_slice())
 }

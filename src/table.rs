@@ -22,12 +22,11 @@
 //!   reading now, not the readers that are registered or that read once and stopped. A pinned
 //!   entry's bit is set for every scan whose fence follows the reader's last pin fence.
 
-use std::cell::UnsafeCell;
-use std::mem::MaybeUninit;
 use std::ptr::{self, NonNull};
 
 use crossbeam_utils::CachePadded;
 
+use crate::slots::{uninit_slots, Slot};
 use crate::sync::{
     seq_cst_fence, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, AtomicWaker,
     Ordering::{Acquire, Relaxed, Release},
@@ -131,7 +130,7 @@ struct Segment {
     /// all of it (128 MiB at the millionth reader), and pages of entries never claimed stay untouched.
     /// Every index that reaches `entry` was handed out by `claim` after that initialisation and
     /// was passed on by an Acquire that follows it (see `ReaderTable::initialise`).
-    entries: Box<[UnsafeCell<MaybeUninit<CachePadded<ReaderEntry>>>]>,
+    entries: Box<[Slot<CachePadded<ReaderEntry>>]>,
     /// Bit `i % 64` of word `i / 64`: entry `i` is initialised. Read by the walks that can meet an
     /// entry whose claim has not initialised it yet (the metrics walk and `Drop`), and by a debug
     /// assertion in `entry`. A std atomic in every build: loom models call neither walk, and a
@@ -168,12 +167,14 @@ impl Segment {
         } else {
             words.div_ceil(WORD_BITS)
         };
-        let mut entries = Vec::with_capacity(len);
-        // SAFETY: the capacity is `len`, and an `UnsafeCell<MaybeUninit<_>>` needs no
-        // initialisation; `initialised` records which entries hold a value.
-        unsafe { entries.set_len(len) };
+        // `initialised` records which entries hold a value. Out of memory aborts, as a `Vec`'s
+        // growth does.
+        let entries = uninit_slots(len).unwrap_or_else(|_| {
+            let layout = std::alloc::Layout::array::<Slot<CachePadded<ReaderEntry>>>(len);
+            std::alloc::handle_alloc_error(layout.expect("at most MAX_READERS entries"))
+        });
         Segment {
-            entries: entries.into_boxed_slice(),
+            entries,
             initialised: (0..len.div_ceil(64))
                 .map(|_| std::sync::atomic::AtomicU64::new(0))
                 .collect(),
