@@ -145,9 +145,12 @@ impl std::fmt::Display for ResumeRefusal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.reason {
             RefusalReason::Decision(d) => write!(f, "{d}"),
-            RefusalReason::ForeignSession { stream } => {
-                write!(f, "the Last-Event-ID names stream {stream}, which is not one of this MCP session's")
-            }
+            // Worded exactly as an unknown stream, so that the message tells nothing either.
+            RefusalReason::ForeignSession { stream } => write!(
+                f,
+                "{}",
+                ResumeDecision::StreamLost(LastEventIdError::UnknownStream { stream: *stream })
+            ),
             RefusalReason::StreamEnded(CloseReason::Completed) => f.write_str(
                 "the stream is complete: the Last-Event-ID is its final event, nothing more will be sent",
             ),
@@ -677,6 +680,15 @@ impl RingEventStore {
             return Err(self.count_refusal(RefusalReason::Decision(decision), Some(state)));
         }
         self.check_not_ended(&entry, id.seq)?;
+        // Every reader slot taken: refused here, with its 503, because once rmcp runs the resume
+        // the only answer left is an event in a `200` (a JSON-RPC error that ends the call on a
+        // request stream, or a `retry:` hint on the GET stream). A slot taken between this check
+        // and the resume still gets that answer.
+        let limit = entry.ring.max_readers();
+        if entry.ring.metrics().readers_active >= limit {
+            let busy = ResumeDecision::Busy { limit };
+            return Err(self.count_refusal(RefusalReason::Decision(busy), Some(state)));
+        }
         Ok(state)
     }
 

@@ -425,6 +425,39 @@ async fn a_repeated_last_event_id_is_refused_as_ambiguous(kind: Kind) {
     assert_eq!(body["error"]["data"]["reason"], "duplicate", "{body}");
 }
 
+async fn a_resume_with_every_reader_slot_taken_is_503_not_an_error_event(kind: Kind) {
+    let config = StoreConfig {
+        max_readers: 2,
+        ..StoreConfig::default()
+    };
+    let f = app_on(kind, config).await;
+    let app = f.app.clone();
+    let session = initialize(&app).await;
+    let all = events(call(&app, post(Some(&session), long_task(1, 3))).await, 100).await;
+    let cursor = all[1].id.clone().unwrap();
+    // Two resumes whose bodies are not read yet hold both reader slots.
+    let held: Vec<_> =
+        futures::future::join_all((0..2).map(|_| call(&app, get(&session, Some(&cursor))))).await;
+    assert!(held.iter().all(|r| r.status() == StatusCode::OK));
+    let busy = call(&app, get(&session, Some(&cursor))).await;
+    assert_eq!(busy.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(
+        busy.headers().contains_key("retry-after"),
+        "{:?}",
+        busy.headers()
+    );
+    let body = json_body(busy).await;
+    assert_eq!(body["error"]["data"]["error"], "too_many_readers", "{body}");
+    assert_eq!(f.store.metrics().resumes_busy, 1);
+    // A slot freed: the same cursor replays the rest of the call, result included.
+    drop(held);
+    let again = call(&app, get(&session, Some(&cursor))).await;
+    assert_eq!(again.status(), StatusCode::OK);
+    let replay = events(again, 100).await;
+    assert_eq!(replay.len(), all.len() - 2, "{replay:?}");
+    assert_eq!(replay.last().unwrap().id, all.last().unwrap().id);
+}
+
 /// The progress value of an SSE event's JSON-RPC notification, if it is one.
 fn progress_of(e: &Sse) -> Option<u64> {
     let v: Value = serde_json::from_str(&e.data).ok()?;
@@ -578,4 +611,5 @@ on_both_logs!(
     a_request_stream_closed_by_backpressure_ends_with_an_error_for_its_request,
     a_repeated_last_event_id_is_refused_as_ambiguous,
     a_stalled_connection_is_cut_and_the_resumed_one_gets_every_event,
+    a_resume_with_every_reader_slot_taken_is_503_not_an_error_event,
 );

@@ -259,12 +259,35 @@ async fn a_resume_is_bound_to_the_session_of_its_stream(kind: Kind) {
     assert!(last.message.is_none(), "{last:?}");
     assert_eq!(last.retry, Some(StoreConfig::default().retry));
     assert!(next(&mut live).await.is_none());
-    assert!(matches!(
-        s.check_resume(Some("sess-1"), id.as_bytes())
-            .unwrap_err()
-            .reason,
-        Decision(ResumeDecision::StreamLost(_))
-    ));
+    let unknown = s.check_resume(Some("sess-1"), id.as_bytes()).unwrap_err();
+    assert!(
+        matches!(unknown.reason, Decision(ResumeDecision::StreamLost(_))),
+        "{unknown:?}"
+    );
+    // Another session's stream and a stream that does not exist read the same, word for word.
+    assert_eq!(foreign.to_string(), unknown.to_string());
+}
+
+async fn a_resume_finding_every_reader_slot_taken_is_refused_as_busy(kind: Kind) {
+    let f = store(kind, 64, LIMIT).await;
+    let s = &f.store;
+    let id = s.store_event("sess-1:common", &progress(1)).await.unwrap();
+    s.store_event("sess-1:common", &progress(2)).await.unwrap();
+    let limit = StoreConfig::default().max_readers;
+    let mut held: Vec<_> = (0..limit)
+        .map(|_| s.resume_stream(Some("sess-1"), id.as_bytes()).unwrap())
+        .collect();
+    // Refused by the check the guard runs before rmcp, not only by the resume itself.
+    let busy = s.check_resume(Some("sess-1"), id.as_bytes()).unwrap_err();
+    assert_eq!(
+        busy.reason,
+        Decision(ResumeDecision::Busy { limit }),
+        "{busy:?}"
+    );
+    assert_eq!(busy.code(), "too_many_readers");
+    assert_eq!(s.metrics().resumes_busy, 1);
+    held.pop();
+    assert!(s.check_resume(Some("sess-1"), id.as_bytes()).is_ok());
 }
 
 async fn full_window_backpressures_then_ends_the_stream_explicitly(kind: Kind) {
@@ -550,4 +573,5 @@ on_both_logs!(
     an_acknowledging_resume_frees_a_waiting_producer,
     frames_per_connection_ends_each_connection_with_a_retry_hint,
     only_the_get_stream_is_released_for_want_of_a_connection,
+    a_resume_finding_every_reader_slot_taken_is_refused_as_busy,
 );
