@@ -458,6 +458,35 @@ async fn a_resume_with_every_reader_slot_taken_is_503_not_an_error_event(kind: K
     assert_eq!(replay.last().unwrap().id, all.last().unwrap().id);
 }
 
+async fn a_browser_page_of_another_origin_is_refused(kind: Kind) {
+    let f = app_on(kind, StoreConfig::default()).await;
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}});
+    let with_origin = |origin: &str| {
+        let mut req = post(None, init.clone());
+        req.headers_mut().insert("origin", origin.parse().unwrap());
+        req
+    };
+    for origin in [
+        "http://evil.example.com",
+        "null",
+        "https://127.0.0.1.attacker.test:3000",
+    ] {
+        let resp = call(&f.app, with_origin(origin)).await;
+        assert_eq!(resp.status(), StatusCode::FORBIDDEN, "Origin: {origin}");
+        assert!(
+            !resp.headers().contains_key("mcp-session-id"),
+            "Origin: {origin}"
+        );
+    }
+    for origin in ["http://localhost:3000", "http://127.0.0.1:8080"] {
+        let resp = call(&f.app, with_origin(origin)).await;
+        assert_eq!(resp.status(), StatusCode::OK, "Origin: {origin}");
+    }
+    // No Origin at all: not a browser (SDK clients, curl).
+    initialize(&f.app).await;
+}
+
 /// The progress value of an SSE event's JSON-RPC notification, if it is one.
 fn progress_of(e: &Sse) -> Option<u64> {
     let v: Value = serde_json::from_str(&e.data).ok()?;
@@ -612,4 +641,5 @@ on_both_logs!(
     a_repeated_last_event_id_is_refused_as_ambiguous,
     a_stalled_connection_is_cut_and_the_resumed_one_gets_every_event,
     a_resume_with_every_reader_slot_taken_is_503_not_an_error_event,
+    a_browser_page_of_another_origin_is_refused,
 );

@@ -472,15 +472,29 @@ pub enum Storage {
     },
 }
 
+/// Browser origins the demo accepts: pages on this machine, any port. The server listens on
+/// loopback only; a page elsewhere whose host name an attacker re-binds to 127.0.0.1 (DNS
+/// rebinding) still sends its own `Origin`, and is answered 403 (MCP's transport rules: servers
+/// must validate `Origin`). Requests without an `Origin` (SDK clients, curl) are not browsers and
+/// pass; rmcp's `Host` check applies to every request.
+pub const ALLOWED_ORIGINS: [&str; 3] =
+    ["http://localhost:*", "http://127.0.0.1:*", "http://[::1]:*"];
+
+/// rmcp's transport settings for both apps: the `retry:` hint, keep-alives, and `Origin` checks.
+fn http_config(retry: Duration) -> StreamableHttpServerConfig {
+    StreamableHttpServerConfig::default()
+        .with_sse_retry(Some(retry))
+        .with_sse_keep_alive(Some(Duration::from_secs(15)))
+        .with_allowed_origins(ALLOWED_ORIGINS)
+}
+
 /// The demo app: MCP at `/mcp`, counters at `/metrics` (replay-ring only). Returns the store too.
 pub fn app(storage: Storage) -> (Router, Option<RingEventStore>) {
     let retry = match storage {
         Storage::ReplayRing(c) => c.retry,
         Storage::BuiltinCache { retry } => retry,
     };
-    let http_config = StreamableHttpServerConfig::default()
-        .with_sse_retry(Some(retry))
-        .with_sse_keep_alive(Some(Duration::from_secs(15)));
+    let http_config = http_config(retry);
     let mut local = LocalSessionManager::default();
     local.session_config.sse_retry = Some(retry);
     match storage {
@@ -503,9 +517,7 @@ pub fn app(storage: Storage) -> (Router, Option<RingEventStore>) {
 /// (`RingEventStore::with_redis`): MCP at `/mcp`, counters at `/metrics`.
 pub fn store_app(store: RingEventStore) -> Router {
     let retry = store.config().retry;
-    let http_config = StreamableHttpServerConfig::default()
-        .with_sse_retry(Some(retry))
-        .with_sse_keep_alive(Some(Duration::from_secs(15)));
+    let http_config = http_config(retry);
     let mut local = LocalSessionManager::default();
     local.session_config.sse_retry = Some(retry);
     let manager = Arc::new(ReplayRingSessionManager::new(store.clone(), local));
