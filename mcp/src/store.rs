@@ -37,6 +37,9 @@ use crate::stream::{Gate, RingStream};
 pub const DEFAULT_CAPACITY: usize = 1024;
 /// Default slots a stream's ring allocates up front (see [`StoreConfig::initial_slots`]).
 pub const DEFAULT_INITIAL_SLOTS: usize = 16;
+/// How often a backpressured push re-reads its deadline while it waits (a client that leaves
+/// shortens it).
+const ATTENDANCE_RECHECK: Duration = Duration::from_millis(250);
 /// Default simultaneous connections (readers) per stream.
 pub const DEFAULT_MAX_READERS: usize = 4;
 /// Default time a completed request stream stays resumable (rmcp's own cache keeps 60 s too).
@@ -256,6 +259,24 @@ impl StreamEntry {
         let filled = self.full_since.lock().unwrap_or(now);
         let unattended = self.unattended_since.lock().unwrap_or(now);
         filled.min(unattended).min(now)
+    }
+
+    /// When a backpressured push gives up: `retention.backpressure_timeout` after
+    /// [`waiting_since`](Self::waiting_since), plus one `resumption_window` while a client is
+    /// connected. A connected client's window fills with events it was sent, which stay
+    /// replayable for their resumption window and are then released: a stream faster than
+    /// `capacity / resumption_window` fills up with every client keeping up, and is paced by
+    /// those releases rather than closed. A connected client that stops reading is cut by the
+    /// slow-consumer policy; from then on the stream is unattended, and the plain bound counts
+    /// from its departure.
+    fn backpressure_deadline(&self, now: Instant, retention: &RetentionConfig) -> Instant {
+        let attended = self.unattended_since.lock().is_none();
+        let grace = if attended {
+            retention.resumption_window
+        } else {
+            Duration::ZERO
+        };
+        self.waiting_since(now) + retention.backpressure_timeout + grace
     }
 
     /// No free slot: the next push has to wait for a release.
@@ -510,7 +531,16 @@ impl RingEventStore {
             .max_readers(cfg.max_readers)
             .build()
             .map_err(|e| Box::new(e) as EventStoreError)?;
-        let publisher = Publisher::new(producer, cfg.retention);
+        // The publisher's own bound is the longest `push` allows (a client connected, see
+        // `StreamEntry::backpressure_deadline`); `push` applies the shorter ones itself.
+        let longest = RetentionConfig {
+            backpressure_timeout: cfg
+                .retention
+                .backpressure_timeout
+                .saturating_add(cfg.retention.resumption_window),
+            ..cfg.retention
+        };
+        let publisher = Publisher::new(producer, longest);
         let (is_common, session) = match rmcp_id.strip_suffix(":common") {
             Some(session) => (true, Some(SessionId::from(session))),
             None => (false, None),
@@ -845,15 +875,28 @@ impl RingEventStore {
             m.event_id = Some(identity.event_id(seq).to_string());
             m
         };
+        let retention = &self.inner.config.retention;
         let since = entry.waiting_since(Instant::now());
-        let deadline = since + self.inner.config.retention.backpressure_timeout;
         if entry.is_full() {
             counters.backpressure_waits.inc();
         }
         // `publish_with` is polled before the deadline is checked, so an event with room is
-        // always stored; a cancelled publish appends nothing.
-        let published =
-            tokio::time::timeout_at(deadline.into(), publisher.publish_with(make)).await;
+        // always stored; a cancelled publish appends nothing, so the wait can be restarted to
+        // re-read the deadline, which moves when the stream's client connects or leaves.
+        let published = loop {
+            let deadline = entry.backpressure_deadline(Instant::now(), retention);
+            let recheck = Instant::now() + ATTENDANCE_RECHECK;
+            match tokio::time::timeout_at(
+                deadline.min(recheck).into(),
+                publisher.publish_with(&make),
+            )
+            .await
+            {
+                Ok(published) => break Ok(published),
+                Err(elapsed) if Instant::now() >= deadline => break Err(elapsed),
+                Err(_) => {}
+            }
+        };
         let result = match published {
             Ok(Ok(seq)) => {
                 #[cfg(feature = "redis")]

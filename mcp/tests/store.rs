@@ -487,6 +487,56 @@ async fn an_acknowledging_resume_frees_a_waiting_producer(kind: Kind) {
     assert_eq!(progress_of(&next(&mut replay).await.unwrap()), Some(5));
 }
 
+async fn a_client_that_keeps_up_paces_a_fast_stream_rather_than_ending_it(kind: Kind) {
+    // Sent events stay replayable for the window, so four slots hold 4 events per 300 ms: a
+    // stream pushing faster fills up with its client reading everything, and waits longer than
+    // the 100 ms bound for each release.
+    let f = Fixture::new(
+        kind,
+        StoreConfig {
+            capacity: 4,
+            retention: RetentionConfig {
+                resumption_window: Duration::from_millis(300),
+                backpressure_timeout: Duration::from_millis(100),
+            },
+            ..StoreConfig::default()
+        },
+        Epoch::new(0xabc),
+    )
+    .await;
+    let s = &f.store;
+    s.store_event("req-a", &progress(1)).await.unwrap();
+    let mut client = s.replay_events_after("s1.abc.0").await.unwrap();
+    const EVENTS: u64 = 10;
+    let reader = tokio::spawn(async move {
+        let mut seen = Vec::new();
+        while seen.len() < EVENTS as usize {
+            seen.push(progress_of(&next(&mut client).await.unwrap()).unwrap());
+        }
+        (seen, client)
+    });
+    for p in 2..=EVENTS {
+        s.store_event("req-a", &progress(p)).await.unwrap();
+    }
+    let (seen, client) = reader.await.unwrap();
+    assert_eq!(seen, (1..=EVENTS).collect::<Vec<_>>());
+    let m = s.metrics();
+    assert!(m.backpressure_waits >= 2, "the window never filled: {m:?}");
+    assert_eq!(m.backpressure_timeouts, 0);
+    // The client leaves: a stream nobody reads ends at the plain bound, explicitly.
+    drop(client);
+    let mut p = EVENTS;
+    let err = loop {
+        p += 1;
+        match s.store_event("req-a", &progress(p)).await {
+            Ok(_) => assert!(p < EVENTS + 8, "still accepting events at {p}"),
+            Err(e) => break e,
+        }
+    };
+    assert!(err.to_string().contains("backpressure"), "{err}");
+    assert_eq!(s.metrics().backpressure_timeouts, 1);
+}
+
 async fn frames_per_connection_ends_each_connection_with_a_retry_hint(kind: Kind) {
     let f = Fixture::new(
         kind,
@@ -574,4 +624,5 @@ on_both_logs!(
     frames_per_connection_ends_each_connection_with_a_retry_hint,
     only_the_get_stream_is_released_for_want_of_a_connection,
     a_resume_finding_every_reader_slot_taken_is_refused_as_busy,
+    a_client_that_keeps_up_paces_a_fast_stream_rather_than_ending_it,
 );
