@@ -11,10 +11,12 @@
 //! Neither ever releases an event that a live connection has not written yet (the release is
 //! capped at the slowest live connection), so a connected reader never sees a gap.
 //!
-//! With nobody connected, every retained event becomes releasable one resumption window after
-//! the last connection left (or after the policy was created, if none ever connected): each client
-//! that left was promised that window and no more, so no resume can still ask for those events,
-//! and a stream nobody follows keeps publishing instead of filling up and ending. This holds only
+//! With nobody connected, each client that left is promised one resumption window from its
+//! departure for what came after the last event written to it (its **claim**; the policy's
+//! creation claims everything for one window). What no live claim covers, and was not written
+//! less than a window ago, is released: a client that visits at the head and leaves holds only
+//! what came after its visit, and a stream nobody follows keeps publishing instead of filling up
+//! and ending. One window after the last departure everything is releasable. This holds only
 //! where the policy sees every connection of the stream (one process); a replica of a stream
 //! shared through a network store turns it off
 //! ([`with_vacancy_release`](Retention::with_vacancy_release)).
@@ -34,6 +36,7 @@
 //! connections it cuts.
 
 mod checkpoints;
+mod claims;
 mod min_tree;
 #[cfg(test)]
 mod naive;
@@ -47,6 +50,7 @@ use replay_ring::{CloseReason, ReleaseError, ReplayRing};
 
 use crate::slow_consumer::{ConsumerProgress, SlowConsumerPolicy, Verdict, Window};
 use checkpoints::Checkpoints;
+use claims::Claims;
 use min_tree::MinTree;
 
 /// Number of `(id, written-at)` checkpoints kept; the window is tracked with a granularity of
@@ -243,12 +247,9 @@ pub struct Retention {
     indexes: Indexes,
     /// When each written position was reached: what a release one window later may free.
     checkpoints: Checkpoints,
-    /// Since when no connection has been live: the policy's creation, then the latest departure
-    /// (a disconnect or a cut) seen. The latest, not the last one processed: callers read the
-    /// clock before they take the lock, so a cut may arrive with an older `now` than a departure
-    /// recorded before it, and the vacancy must not start before that client's window did.
-    /// Read only while no connection is live.
-    vacant_since: Instant,
+    /// What departed clients may still come back for (the policy's creation counts as one
+    /// departure). Read only while no connection is live.
+    claims: Claims,
     /// Whether a vacancy of one window releases everything (this policy sees every connection).
     release_when_vacant: bool,
     stats: RetentionStats,
@@ -276,7 +277,7 @@ impl Retention {
                 SlowConsumerPolicy::default().max_lag_percent.is_some(),
             ),
             checkpoints: Checkpoints::new(config.resumption_window),
-            vacant_since: Instant::now(),
+            claims: Claims::new(config.resumption_window, Instant::now()),
             release_when_vacant: true,
             stats: RetentionStats::default(),
         }
@@ -306,7 +307,7 @@ impl Retention {
     /// drive time themselves.
     #[cfg(test)]
     pub(crate) fn opened_at(mut self, at: Instant) -> Self {
-        self.vacant_since = at;
+        self.claims = Claims::new(self.config.resumption_window, at);
         self
     }
 
@@ -466,9 +467,10 @@ impl Retention {
     /// connection had are checkpointed at `now`, unless they were checkpointed before it connected
     /// (a backlog it resumed into): the departed client gets a full window to come back for what
     /// arrived while it was connected, and the rest of their window for older events, so that no
-    /// client extends how long an event is kept by leaving and resuming again. If it was the last
-    /// live connection, everything retained becomes releasable one window after `now` (unless a
-    /// connection comes back before).
+    /// client extends how long an event is kept by leaving and resuming again. What came after the
+    /// last event written to it stays one window after `now` while nobody is connected (its
+    /// claim); if it was the last live connection, everything retained is releasable one window
+    /// after `now` (unless a connection comes back before).
     ///
     /// ```
     /// use std::time::{Duration, Instant};
@@ -483,10 +485,13 @@ impl Retention {
     /// assert_eq!(r.release_expired(&ring, t0 + Duration::from_secs(35)), Some(2));
     /// ```
     pub fn disconnect(&mut self, conn: ConnectionId, now: Instant) {
-        let was_live = matches!(self.connections[conn.0], Entry::Live { .. });
+        let departed = match self.connections[conn.0] {
+            Entry::Live { progress, .. } => Some(progress.written_through),
+            _ => None,
+        };
         self.set_entry(conn.0, Entry::Free);
-        if was_live {
-            self.vacant_since = self.vacant_since.max(now);
+        if let Some(through) = departed {
+            self.claims.record(through, now);
         }
         if let Some(min) = self.live_min() {
             self.checkpoints.record(min, now);
@@ -590,6 +595,8 @@ impl Retention {
             .filter(|_| self.indexes.live >= 2)
             .map(|id| window.head.saturating_sub(id));
         let mut cut = 0;
+        // The lowest written-through position among the connections cut: one claim for the look.
+        let mut cut_through: Option<u64> = None;
         // Write-timeout rule: the connections whose pending write waited longest, while any
         // waited the timeout. `judge` cuts each of them (the rule is checked first).
         if let Some(timeout) = self.policy.write_timeout {
@@ -598,10 +605,11 @@ impl Retention {
                 .pending
                 .find(|since| now.saturating_duration_since(since) >= timeout)
             {
-                if !self.judge_and_cut(i, window, others, now) {
+                let Some(through) = self.judge_and_cut(i, window, others, now) else {
                     debug_assert!(false, "a connection past the write timeout was kept");
                     break;
-                }
+                };
+                cut_through = Some(cut_through.map_or(through, |t| t.min(through)));
                 cut += 1;
             }
         }
@@ -624,7 +632,8 @@ impl Retention {
                     .past_grace
                     .find(|written| window.head.saturating_sub(written) > limit)
                 {
-                    if self.judge_and_cut(i, window, others, now) {
+                    if let Some(through) = self.judge_and_cut(i, window, others, now) {
+                        cut_through = Some(cut_through.map_or(through, |t| t.min(through)));
                         cut += 1;
                     } else {
                         // Past the grace at a later look than this one (callers' clocks race
@@ -634,7 +643,8 @@ impl Retention {
                 }
             }
         }
-        if cut > 0 {
+        if let Some(through) = cut_through {
+            self.claims.record(through, now);
             if let Some(min) = self.live_min() {
                 self.checkpoints.record(min, now);
             }
@@ -643,25 +653,25 @@ impl Retention {
     }
 
     /// Judges live connection `i` (`others`: the smallest lag among the other live connections
-    /// before this look) and cuts it if the policy says so. Returns whether it was cut.
+    /// before this look) and cuts it if the policy says so. Returns the written-through position
+    /// of a connection it cut.
     fn judge_and_cut(
         &mut self,
         i: usize,
         window: Window,
         others: Option<u64>,
         now: Instant,
-    ) -> bool {
+    ) -> Option<u64> {
         let Entry::Live { progress, .. } = self.connections[i] else {
-            return false;
+            return None;
         };
         let verdict = self.policy.judge(&progress, &window, others, now);
         if !verdict.is_cut() {
-            return false;
+            return None;
         }
         self.set_entry(i, Entry::Cut(verdict));
         self.stats.slow_consumers_cut += 1;
-        self.vacant_since = self.vacant_since.max(now);
-        true
+        Some(progress.written_through)
     }
 
     fn mark_past_grace(&mut self, i: usize, past_grace: bool) {
@@ -746,19 +756,32 @@ impl Retention {
     pub(crate) fn release_target(&mut self, window: Window, now: Instant) -> Option<u64> {
         self.cut_slow_consumers_in(window, now);
         self.checkpoints.flush_pending(now);
-        let head = window.head;
-        let window = self.config.resumption_window;
         let cap = self.live_min();
-        if self.release_when_vacant
-            && cap.is_none()
-            && now.saturating_duration_since(self.vacant_since) >= window
-        {
-            // Nobody connected for a whole window: no client that left may still come back for
-            // any of it (each was promised one window from its departure, which came earlier).
-            self.checkpoints.clear();
-            return Some(head);
+        if self.release_when_vacant && cap.is_none() {
+            return self.vacant_release_target(window.head, now);
         }
         self.checkpoints.take_expired(now, cap)
+    }
+
+    /// What to release with nobody connected: what was written a window ago and more, up to
+    /// what no departed client's claim covers, unless an id written less than a window ago comes
+    /// first. With no claim left, everything: no client that left may still come back for any
+    /// of it (each was promised one window from its departure).
+    fn vacant_release_target(&mut self, head: u64, now: Instant) -> Option<u64> {
+        let expired = self.checkpoints.take_expired(now, None);
+        if self.checkpoints.oldest().is_some() {
+            return expired;
+        }
+        match self.claims.unclaimed_through(now) {
+            None => {
+                self.checkpoints.clear();
+                Some(head)
+            }
+            Some(unclaimed) => {
+                let target = expired.unwrap_or(0).max(unclaimed.min(head));
+                (target > 0).then_some(target)
+            }
+        }
     }
 
     /// Counts a release planned by [`release_target`](Self::release_target) that moved the floor.
@@ -792,15 +815,18 @@ impl Retention {
     /// assert_eq!(r.next_expiry(), Some(t0 + Duration::from_secs(30)));
     /// ```
     pub fn next_expiry(&self) -> Option<Instant> {
-        let oldest = self.checkpoints.oldest();
-        // With nobody connected, everything goes one window after the vacancy began.
-        let vacancy =
-            (self.release_when_vacant && self.indexes.live == 0).then_some(self.vacant_since);
+        let oldest = self
+            .checkpoints
+            .oldest()
+            .map(|start| start + self.config.resumption_window);
+        // With nobody connected, more becomes releasable when the oldest claim ends.
+        let vacancy = (self.release_when_vacant && self.indexes.live == 0)
+            .then(|| self.claims.next_end())
+            .flatten();
         let window = match (oldest, vacancy) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
-        }
-        .map(|start| start + self.config.resumption_window);
+        };
         // The deadline is monotone in the pending write's start: the oldest comes due first.
         let stall = self.indexes.pending.min().and_then(|since| {
             self.policy.stall_deadline(&ConsumerProgress {

@@ -1,13 +1,15 @@
 //! The connection table's first form, kept as the reference the property test compares
 //! [`Retention`](super::Retention) against: every query walks all connections (O(connections)
 //! per written batch), which is easy to check by reading. Both keep their clock in the same
-//! [`Checkpoints`]: the comparison is about which connections hold the window.
+//! [`Checkpoints`] and their departures in the same [`Claims`]: the comparison is about which
+//! connections hold the window.
 
 use std::time::Instant;
 
 use replay_ring::{ReleaseError, ReplayRing};
 
 use super::checkpoints::Checkpoints;
+use super::claims::Claims;
 use super::{ConnectionId, RetentionConfig, RetentionStats};
 use crate::slow_consumer::{ConsumerProgress, SlowConsumerPolicy, Verdict, Window};
 
@@ -24,7 +26,7 @@ pub(super) struct NaiveRetention {
     policy: SlowConsumerPolicy,
     connections: Vec<Entry>,
     checkpoints: Checkpoints,
-    vacant_since: Instant,
+    claims: Claims,
     stats: RetentionStats,
 }
 
@@ -35,13 +37,13 @@ impl NaiveRetention {
             policy: SlowConsumerPolicy::default(),
             connections: vec![Entry::Free; max_connections],
             checkpoints: Checkpoints::new(config.resumption_window),
-            vacant_since: Instant::now(),
+            claims: Claims::new(config.resumption_window, Instant::now()),
             stats: RetentionStats::default(),
         }
     }
 
     pub(super) fn opened_at(mut self, at: Instant) -> Self {
-        self.vacant_since = at;
+        self.claims = Claims::new(self.config.resumption_window, at);
         self
     }
 
@@ -82,11 +84,10 @@ impl NaiveRetention {
     }
 
     pub(super) fn disconnect(&mut self, conn: ConnectionId, now: Instant) {
-        let was_live = matches!(self.connections[conn.0], Entry::Live(_));
-        self.connections[conn.0] = Entry::Free;
-        if was_live {
-            self.vacant_since = self.vacant_since.max(now);
+        if let Entry::Live(p) = self.connections[conn.0] {
+            self.claims.record(p.written_through, now);
         }
+        self.connections[conn.0] = Entry::Free;
         if let Some(min) = self.live_min() {
             self.checkpoints.record(min, now);
         }
@@ -143,6 +144,7 @@ impl NaiveRetention {
             }
         }
         let mut cut = 0;
+        let mut cut_through: Option<u64> = None;
         for i in 0..self.connections.len() {
             let Entry::Live(p) = self.connections[i] else {
                 continue;
@@ -156,10 +158,12 @@ impl NaiveRetention {
                 self.connections[i] = Entry::Cut(verdict);
                 self.stats.slow_consumers_cut += 1;
                 cut += 1;
+                cut_through =
+                    Some(cut_through.map_or(p.written_through, |t| t.min(p.written_through)));
             }
         }
-        if cut > 0 {
-            self.vacant_since = self.vacant_since.max(now);
+        if let Some(through) = cut_through {
+            self.claims.record(through, now);
             if let Some(min) = self.live_min() {
                 self.checkpoints.record(min, now);
             }
@@ -197,14 +201,26 @@ impl NaiveRetention {
     pub(super) fn release_target(&mut self, window: Window, now: Instant) -> Option<u64> {
         self.cut_slow_consumers_in(window, now);
         self.checkpoints.flush_pending(now);
-        let head = window.head;
-        let window = self.config.resumption_window;
         let cap = self.live_min();
-        if cap.is_none() && now.saturating_duration_since(self.vacant_since) >= window {
-            self.checkpoints.clear();
-            return Some(head);
+        if cap.is_some() {
+            return self.checkpoints.take_expired(now, cap);
         }
-        self.checkpoints.take_expired(now, cap)
+        // Nobody connected: the prefix that is neither written less than a window ago nor
+        // claimed by a departed client.
+        let expired = self.checkpoints.take_expired(now, None);
+        if self.checkpoints.oldest().is_some() {
+            return expired;
+        }
+        match self.claims.unclaimed_through(now) {
+            None => {
+                self.checkpoints.clear();
+                Some(window.head)
+            }
+            Some(unclaimed) => {
+                let target = expired.unwrap_or(0).max(unclaimed.min(window.head));
+                (target > 0).then_some(target)
+            }
+        }
     }
 
     pub(super) fn ack_target(&self, acked: u64) -> u64 {
@@ -216,14 +232,16 @@ impl NaiveRetention {
     }
 
     pub(super) fn next_expiry(&self) -> Option<Instant> {
-        let mut starts: Vec<Instant> = self.checkpoints.oldest().into_iter().collect();
-        if self.live_connections() == 0 {
-            starts.push(self.vacant_since);
-        }
-        let window = starts
+        let mut ends: Vec<Instant> = self
+            .checkpoints
+            .oldest()
+            .map(|start| start + self.config.resumption_window)
             .into_iter()
-            .min()
-            .map(|start| start + self.config.resumption_window);
+            .collect();
+        if self.live_connections() == 0 {
+            ends.extend(self.claims.next_end());
+        }
+        let window = ends.into_iter().min();
         let stall = self
             .live()
             .filter_map(|p| self.policy.stall_deadline(p))

@@ -1,0 +1,101 @@
+//! A stream nobody follows: brief visits must not hold back what came before them, or a ring sized
+//! by `rate × resumption_window` fills up and its producer's backpressure bound ends the stream.
+//! Time is passed in, so nothing here sleeps.
+
+use std::time::{Duration, Instant};
+
+use replay_ring::ReplayRing;
+use replay_ring_sse::{Retention, RetentionConfig};
+
+const WINDOW: Duration = Duration::from_secs(30);
+const S: Duration = Duration::from_secs(1);
+
+fn config() -> RetentionConfig {
+    RetentionConfig {
+        resumption_window: WINDOW,
+        ..RetentionConfig::default()
+    }
+}
+
+#[test]
+fn a_visit_at_the_head_holds_only_what_came_after_it() {
+    let (mut producer, ring) = ReplayRing::<u64>::new(16, 4).unwrap();
+    let mut retention = Retention::new(config(), 4);
+    let t0 = Instant::now();
+    let mut next = 1;
+    let mut push = |n: u64| {
+        for _ in 0..n {
+            producer.try_push(next).unwrap();
+            next += 1;
+        }
+    };
+    push(10);
+    // Nobody has come for a window: everything goes.
+    assert_eq!(retention.release_expired(&ring, t0 + WINDOW + S), Some(11));
+    push(4); // 11..=14
+             // A client subscribes at the head, reads nothing, and leaves.
+    let visit = retention.connect(ring.head()).unwrap();
+    retention.disconnect(visit, t0 + 40 * S);
+    push(2); // 15, 16
+             // It may come back for 15 and 16 within its window, never for what came before its visit.
+    assert_eq!(retention.release_expired(&ring, t0 + 41 * S), Some(15));
+    assert_eq!(ring.floor(), 15);
+    assert_eq!(retention.release_expired(&ring, t0 + 69 * S), None);
+    assert_eq!(retention.next_expiry(), Some(t0 + 40 * S + WINDOW));
+    assert_eq!(
+        retention.release_expired(&ring, t0 + 40 * S + WINDOW),
+        Some(17)
+    );
+}
+
+#[test]
+fn what_a_visit_was_written_keeps_the_window_of_when_it_was_written() {
+    let (mut producer, ring) = ReplayRing::<u64>::new(16, 4).unwrap();
+    let mut retention = Retention::new(config(), 4);
+    let t0 = Instant::now();
+    for v in 1..=10 {
+        producer.try_push(v).unwrap();
+    }
+    assert_eq!(retention.release_expired(&ring, t0 + WINDOW + S), Some(11));
+    for v in 11..=14 {
+        producer.try_push(v).unwrap();
+    }
+    // This visit resumes from 12: 13 and 14 are written to it, and it may not have received them.
+    let visit = retention.connect(12).unwrap();
+    retention.on_written(&visit, 14, t0 + 40 * S);
+    retention.disconnect(visit, t0 + 41 * S);
+    // 13 and 14 stay for a window from their writing (and what precedes them with them), not
+    // for a window from the departure.
+    retention.release_expired(&ring, t0 + 69 * S);
+    assert!(ring.floor() <= 13, "floor {}", ring.floor());
+    assert_eq!(
+        retention.release_expired(&ring, t0 + 40 * S + WINDOW),
+        Some(15)
+    );
+}
+
+#[test]
+fn visits_every_second_leave_a_window_of_events_not_a_full_ring() {
+    // 2 events per second against a 30 s window: 60 events held, in a ring of 128.
+    let (mut producer, ring) = ReplayRing::<u64>::new(128, 4).unwrap();
+    let mut retention = Retention::new(config(), 4);
+    let t0 = Instant::now();
+    let mut next = 1;
+    for second in 1..=300u32 {
+        let now = t0 + second * S;
+        for _ in 0..2 {
+            retention.release_expired(&ring, now);
+            producer
+                .try_push(next)
+                .unwrap_or_else(|_| panic!("full at {second} s: floor {}", ring.floor()));
+            next += 1;
+        }
+        // A visit that starts at the head and leaves at once (a HEAD request, a page reload).
+        let visit = retention.connect(ring.head()).unwrap();
+        retention.disconnect(visit, now);
+    }
+    // What a visit within the last window may still come back for, and not much more: about
+    // 60 events (the visits of the last 29 to 30 seconds), plus the claims' granule.
+    let held = ring.head() + 1 - ring.floor();
+    assert!((56..=70).contains(&held), "{held} events held");
+}
