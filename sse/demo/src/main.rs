@@ -59,9 +59,13 @@ struct DemoArgs {
     #[arg(long)]
     timestamps: bool,
     /// Pad each payload to at least this many bytes with a `"pad"` field (to load the sockets)
-    #[arg(long, default_value_t = 0)]
-    payload_bytes: usize,
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(..=MAX_PAYLOAD_BYTES))]
+    payload_bytes: u32,
 }
+
+/// The largest `--payload-bytes`: 16 MiB per event is far past any load test, and refused at
+/// startup rather than failing the producer's allocation later.
+const MAX_PAYLOAD_BYTES: i64 = 16 << 20;
 
 #[tokio::main]
 async fn main() -> Result<()> {
@@ -137,7 +141,7 @@ fn payload(args: &DemoArgs, id: u64) -> Bytes {
         false => format!("{{\"n\":{id}"),
     };
     // `,"pad":""` and the closing brace take 10 bytes.
-    let pad = args.payload_bytes.saturating_sub(json.len() + 10);
+    let pad = (args.payload_bytes as usize).saturating_sub(json.len() + 10);
     if pad > 0 {
         json.reserve_exact(pad + 10);
         json.push_str(",\"pad\":\"");
@@ -176,6 +180,32 @@ mod tests {
     #[test]
     fn the_flags_are_consistent() {
         DemoArgs::command().debug_assert();
+    }
+
+    #[test]
+    fn rates_and_payload_sizes_the_producer_cannot_use_are_refused_at_startup() {
+        use clap::Parser;
+        for bad in [
+            ["--rate", "1e-300"],
+            ["--rate", "1.8e19"],
+            ["--rate", "-1"],
+            ["--rate", "NaN"],
+            ["--rate", "inf"],
+            ["--payload-bytes", "18446744073709551615"],
+            ["--payload-bytes", "16777217"],
+        ] {
+            let parsed = DemoArgs::try_parse_from(["sse_server", bad[0], bad[1]]);
+            assert!(parsed.is_err(), "{bad:?} accepted");
+        }
+        for good in [
+            ["--rate", "0"],
+            ["--rate", "0.001"],
+            ["--rate", "1e9"],
+            ["--payload-bytes", "16777216"],
+        ] {
+            let parsed = DemoArgs::try_parse_from(["sse_server", good[0], good[1]]);
+            assert!(parsed.is_ok(), "{good:?} refused: {parsed:?}");
+        }
     }
 
     #[test]

@@ -20,6 +20,18 @@ use replay_ring_sse::{StreamId, StreamIdentity};
 
 const PAGE: &str = include_str!("page.html");
 
+/// `--rate`: 0, or a rate whose period (`1 / rate`) is a non-zero `Duration` the producer's
+/// ticker can take, so a bad value is refused at startup instead of ending the stream later.
+fn parse_rate(s: &str) -> Result<f64, String> {
+    let rate: f64 = s.parse().map_err(|e| format!("{e}"))?;
+    let period_ok = || Duration::try_from_secs_f64(1.0 / rate).is_ok_and(|p| !p.is_zero());
+    if rate == 0.0 || (rate > 0.0 && period_ok()) {
+        Ok(rate)
+    } else {
+        Err("not 0 or a rate between one event per 584 billion years and 10^9 per second".into())
+    }
+}
+
 /// A resumable server-sent event stream of `{"n":<id>}` events on 127.0.0.1.
 #[derive(Debug, Clone, clap::Parser)]
 pub struct Args {
@@ -30,7 +42,7 @@ pub struct Args {
     #[arg(long, default_value_t = 1024)]
     pub capacity: usize,
     /// Events per second; 0 = as fast as the window allows
-    #[arg(long, default_value_t = 20.0, value_parser = |s: &str| s.parse().ok().filter(|r: &f64| *r >= 0.0 && r.is_finite()).ok_or("not a finite number >= 0"))]
+    #[arg(long, default_value_t = 20.0, value_parser = parse_rate)]
     pub rate: f64,
     /// End the stream with `event: end` after the event with this id [default: never]
     #[arg(long)]
