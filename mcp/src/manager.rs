@@ -236,8 +236,15 @@ impl SessionManager for ReplayRingSessionManager {
             .map_err(|e| ManagerError::Store(e.to_string()))?;
         if entry.retention.lock().live_connections() > 0 {
             // One live GET stream per session: a second one gets keep-alives only, so a message
-            // is never delivered twice (rmcp's "shadow" streams do the same).
-            return Ok(SseStream::new(stream::pending()));
+            // is never delivered twice (rmcp's "shadow" streams do the same). Once the live one
+            // leaves, the second ends with a `retry:` hint: its client reconnects and takes over,
+            // instead of holding a stream that never carries anything.
+            let retry = self.store.config().retry;
+            let shadow = stream::once(async move {
+                entry.vacated().await;
+                ServerSseMessage::retry(retry)
+            });
+            return Ok(SseStream::new(shadow));
         }
         let head = entry.ring.head();
         let priming = ServerSseMessage::priming(

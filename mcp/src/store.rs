@@ -192,6 +192,8 @@ pub(crate) struct StreamEntry {
     unattended_since: Mutex<Option<Instant>>,
     /// Bumped to end every live connection of this stream (SEP-1699 server-side disconnect).
     disconnect: tokio::sync::watch::Sender<u64>,
+    /// Notified when the last connection reading the stream leaves ([`vacated`](Self::vacated)).
+    vacated: tokio::sync::Notify,
     is_common: bool,
 }
 
@@ -218,6 +220,7 @@ impl EntryParts {
             full_since: Mutex::new(None),
             unattended_since: Mutex::new(Some(Instant::now())),
             disconnect: tokio::sync::watch::channel(0).0,
+            vacated: tokio::sync::Notify::new(),
             is_common: self.is_common,
         }
     }
@@ -236,6 +239,20 @@ impl StreamEntry {
         self.disconnect.subscribe()
     }
 
+    /// Returns once no connection is reading the stream.
+    pub(crate) async fn vacated(&self) {
+        loop {
+            // Registered before the check, so a departure between the two is not missed.
+            let notified = self.vacated.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.retention.lock().live_connections() == 0 {
+                return;
+            }
+            notified.await;
+        }
+    }
+
     fn state(&self) -> StreamState {
         StreamState::of(self.identity, &self.ring)
     }
@@ -244,7 +261,10 @@ impl StreamEntry {
     pub(crate) fn on_connections_changed(&self, live: usize) {
         let mut unattended = self.unattended_since.lock();
         match (live, *unattended) {
-            (0, None) => *unattended = Some(Instant::now()),
+            (0, None) => {
+                *unattended = Some(Instant::now());
+                self.vacated.notify_waiters();
+            }
             (0, Some(_)) => {}
             _ => *unattended = None,
         }

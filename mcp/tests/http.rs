@@ -487,6 +487,31 @@ async fn a_browser_page_of_another_origin_is_refused(kind: Kind) {
     initialize(&f.app).await;
 }
 
+async fn a_second_get_stream_takes_over_once_the_first_leaves(kind: Kind) {
+    let f = app_on(kind, StoreConfig::default()).await;
+    let app = f.app.clone();
+    let session = initialize(&app).await;
+    let primed = |got: &[Sse]| got.iter().any(|e| e.id.is_some() && e.data.is_empty());
+    let mut first = call(&app, get(&session, None)).await.into_body();
+    // rmcp's retry frame, then the priming event naming the head: the live stream.
+    let got = events_from(&mut first, 2).await;
+    assert!(primed(&got), "{got:?}");
+    let second = call(&app, get(&session, None)).await;
+    assert_eq!(second.status(), StatusCode::OK);
+    drop(first);
+    // The second carried nothing; once the first has left it ends with a retry hint...
+    let got = events(second, 10).await;
+    assert!(
+        got.iter().all(|e| e.id.is_none() && e.data.is_empty()),
+        "{got:?}"
+    );
+    assert!(got.last().is_some_and(|e| e.retry.is_some()), "{got:?}");
+    // ...and its client's reconnect is the live stream.
+    let mut third = call(&app, get(&session, None)).await.into_body();
+    let got = events_from(&mut third, 2).await;
+    assert!(primed(&got), "{got:?}");
+}
+
 /// The progress value of an SSE event's JSON-RPC notification, if it is one.
 fn progress_of(e: &Sse) -> Option<u64> {
     let v: Value = serde_json::from_str(&e.data).ok()?;
@@ -642,4 +667,5 @@ on_both_logs!(
     a_stalled_connection_is_cut_and_the_resumed_one_gets_every_event,
     a_resume_with_every_reader_slot_taken_is_503_not_an_error_event,
     a_browser_page_of_another_origin_is_refused,
+    a_second_get_stream_takes_over_once_the_first_leaves,
 );
