@@ -9,7 +9,7 @@
 //! | `InvalidCursor` (incl. a repeated header) | 400 | `{"error":"invalid_last_event_id","reason":...}` |
 //! | `StreamLost` | 404 | `{"error":"stream_lost","reason":...}` |
 //! | `SessionLost` | 404 | `{"error":"session_lost"}` |
-//! | `Busy` | 503 + `Retry-After` | `{"error":"too_many_readers","limit":N}` |
+//! | `Busy` | 503 + `Retry-After` | `{"error":"too_many_readers","limit":N,"floor":F,"head":H}` |
 //! | `Unavailable` | 503 + `Retry-After` | `{"error":"backend_unavailable",...}` |
 //!
 //! Every response for an existing stream carries `Replay-Floor` and `Replay-Head`.
@@ -310,11 +310,7 @@ fn error_body(decision: &ResumeDecision, state: Option<&StreamState>) -> Bytes {
             body.requested = Some(requested);
             body.head = Some(head);
         }
-        ResumeDecision::Busy { limit } => {
-            body.limit = Some(limit);
-            body.floor = None;
-            body.head = None;
-        }
+        ResumeDecision::Busy { limit } => body.limit = Some(limit),
         _ => {}
     }
     // Serialising a struct of strings and integers cannot fail.

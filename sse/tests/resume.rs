@@ -216,6 +216,13 @@ fn http_mapping_of_every_decision() {
                 json_string(body, "message").is_some_and(|m| !m.is_empty()),
                 "{body}"
             );
+            // A refusal for an existing stream names its window in the body as in the headers.
+            if !session_gone {
+                assert!(
+                    body.contains(r#""floor":"#) && body.contains(r#""head":"#),
+                    "{decision:?}: {body}"
+                );
+            }
         }
         if session_gone {
             assert_eq!(r.header("replay-floor"), None);
