@@ -758,30 +758,14 @@ impl Retention {
         self.checkpoints.flush_pending(now);
         let cap = self.live_min();
         if self.release_when_vacant && cap.is_none() {
-            return self.vacant_release_target(window.head, now);
+            return vacant_release_target(
+                &mut self.checkpoints,
+                &mut self.claims,
+                window.head,
+                now,
+            );
         }
         self.checkpoints.take_expired(now, cap)
-    }
-
-    /// What to release with nobody connected: what was written a window ago and more, up to
-    /// what no departed client's claim covers, unless an id written less than a window ago comes
-    /// first. With no claim left, everything: no client that left may still come back for any
-    /// of it (each was promised one window from its departure).
-    fn vacant_release_target(&mut self, head: u64, now: Instant) -> Option<u64> {
-        let expired = self.checkpoints.take_expired(now, None);
-        if self.checkpoints.oldest().is_some() {
-            return expired;
-        }
-        match self.claims.unclaimed_through(now) {
-            None => {
-                self.checkpoints.clear();
-                Some(head)
-            }
-            Some(unclaimed) => {
-                let target = expired.unwrap_or(0).max(unclaimed.min(head));
-                (target > 0).then_some(target)
-            }
-        }
     }
 
     /// Counts a release planned by [`release_target`](Self::release_target) that moved the floor.
@@ -960,5 +944,31 @@ impl BackpressureClock {
     /// ```
     pub fn waiting_since(&self) -> Option<Instant> {
         self.since
+    }
+}
+
+/// What to release with nobody connected (the policy and its naive reference share it): what was
+/// written a window ago and more, up to what no departed client's claim covers, unless an id
+/// written less than a window ago comes first. With no claim left, everything: no client that
+/// left may still come back for any of it (each was promised one window from its departure).
+fn vacant_release_target(
+    checkpoints: &mut Checkpoints,
+    claims: &mut Claims,
+    head: u64,
+    now: Instant,
+) -> Option<u64> {
+    let expired = checkpoints.take_expired(now, None);
+    if checkpoints.oldest().is_some() {
+        return expired;
+    }
+    match claims.unclaimed_through(now) {
+        None => {
+            checkpoints.clear();
+            Some(head)
+        }
+        Some(unclaimed) => {
+            let target = expired.unwrap_or(0).max(unclaimed.min(head));
+            (target > 0).then_some(target)
+        }
     }
 }

@@ -205,22 +205,7 @@ impl NaiveRetention {
         if cap.is_some() {
             return self.checkpoints.take_expired(now, cap);
         }
-        // Nobody connected: the prefix that is neither written less than a window ago nor
-        // claimed by a departed client.
-        let expired = self.checkpoints.take_expired(now, None);
-        if self.checkpoints.oldest().is_some() {
-            return expired;
-        }
-        match self.claims.unclaimed_through(now) {
-            None => {
-                self.checkpoints.clear();
-                Some(window.head)
-            }
-            Some(unclaimed) => {
-                let target = expired.unwrap_or(0).max(unclaimed.min(window.head));
-                (target > 0).then_some(target)
-            }
-        }
+        super::vacant_release_target(&mut self.checkpoints, &mut self.claims, window.head, now)
     }
 
     pub(super) fn ack_target(&self, acked: u64) -> u64 {
