@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::Router;
 use bytes::Bytes;
 use replay_ring_sse::axum::{serve, ServeConfig};
@@ -43,6 +43,11 @@ async fn start(config: ServeConfig) -> (SocketAddr, Flags) {
     let ticks_flag = flags.ticks_dropped.clone();
     let app = Router::new()
         .route("/", get(|| async { "ok" }))
+        // Reads the whole request body: its length.
+        .route(
+            "/upload",
+            post(|body: Bytes| async move { body.len().to_string() }),
+        )
         // An endless body: only a client that reads keeps it moving.
         .route(
             "/endless",
@@ -350,6 +355,54 @@ async fn read_to_close(socket: &mut TcpStream, limit: Duration) -> Vec<u8> {
         .expect("closed in time")
         .expect("read");
     all
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_body_trickled_past_the_body_read_timeout_is_cut() {
+    let timeout = Duration::from_millis(300);
+    let (addr, _flags) = start(ServeConfig {
+        body_read_timeout: timeout,
+        ..ServeConfig::default()
+    })
+    .await;
+    // A body sent whole is read.
+    let mut whole = TcpStream::connect(addr).await.unwrap();
+    whole
+        .write_all(b"POST /upload HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello")
+        .await
+        .unwrap();
+    let reply = read_to_close(&mut whole, Duration::from_secs(5)).await;
+    let reply = String::from_utf8_lossy(&reply);
+    assert!(
+        reply.starts_with("HTTP/1.1 200") && reply.ends_with("\r\n\r\n5"),
+        "{reply}"
+    );
+    // A body of 100 bytes sent one byte every 50 ms: 5 s in all, moving bytes the whole time.
+    let slow = TcpStream::connect(addr).await.unwrap();
+    let (mut read, mut write) = slow.into_split();
+    write
+        .write_all(b"POST /upload HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n")
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let trickle = tokio::spawn(async move {
+        for _ in 0..100 {
+            if write.write_all(b"x").await.is_err() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+    let mut reply = Vec::new();
+    tokio::time::timeout(Duration::from_secs(4), read.read_to_end(&mut reply))
+        .await
+        .expect("the trickled body is still being read")
+        .ok();
+    let waited = started.elapsed();
+    trickle.abort();
+    let reply = String::from_utf8_lossy(&reply);
+    assert!(reply.starts_with("HTTP/1.1 4"), "{reply}");
+    assert!(waited >= timeout, "answered after {waited:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -7,7 +7,7 @@
 //! cargo run -p replay-ring-mcp-demo --example mcp_server -- --help
 //! ```
 //!
-//! Served with `replay_ring_sse::axum::serve`: header-read, write and idle timeouts on every
+//! Served with `replay_ring_sse::axum::serve`: header-read, body-read, write and idle timeouts on every
 //! connection and a connection cap answered with 503.
 //!
 //! Endpoints: `POST/GET/DELETE /mcp` (MCP), `GET /metrics` (Prometheus text from

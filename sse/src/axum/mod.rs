@@ -11,7 +11,7 @@
 //!   (it ends with a `slow_consumer` error frame where the socket still takes one) and then holds
 //!   events only as a disconnected client does, so one stalled client cannot end the stream for
 //!   everyone.
-//! - [`serve`] runs a router with header-read, write and idle timeouts and a connection cap
+//! - [`serve`] runs a router with header-read, body-read, write and idle timeouts and a connection cap
 //!   answered with 503; [`serve_with_shutdown`] also shuts down gracefully on a signal.
 //! - With feature `metrics`, [`SseStream::record_metrics`] publishes the counters through the
 //!   `metrics` facade, for any exporter.
@@ -49,6 +49,7 @@
 //! code is driven over real HTTP by the crate's tests):
 #![doc = concat!("```\n", include_str!("snippet.rs"), "```")]
 
+mod body_deadline;
 mod config;
 mod endpoint;
 mod frames;
@@ -61,6 +62,7 @@ mod side_wake;
 mod watchdog;
 mod writer;
 
+pub use body_deadline::BodyTimedOut;
 pub use config::{SseConfig, DEFAULT_KEEP_ALIVE, DEFAULT_RETRY};
 pub use endpoint::{backend_events, events, SseStream, LAST_EVENT_ID_QUERY};
 pub use producer::SseProducer;

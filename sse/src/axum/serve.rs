@@ -42,6 +42,7 @@ const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(50);
 /// | setting | default | closes a connection that … |
 /// |---|---|---|
 /// | [`header_read_timeout`](Self::header_read_timeout) | 10 s | has not sent a complete request head this long after it opened or its previous response ended (half-sent headers, silent or idle keep-alive connections) |
+/// | [`body_read_timeout`](Self::body_read_timeout) | 30 s | has not sent its request body in full this long after the request head (a body trickled a byte at a time): the handler reading it gets [`BodyTimedOut`](crate::axum::BodyTimedOut) as a body error, answers it, and the connection closes |
 /// | [`write_timeout`](Self::write_timeout) | 10 s | has had response bytes waiting that its socket did not accept for this long (a client that stopped reading) |
 /// | [`idle_timeout`](Self::idle_timeout) | 60 s | moved no byte in either direction for this long (a stalled request body, a handler that never answers; checked every quarter of the timeout, so closed up to a quarter later); event streams stay alive with their keep-alive comments, so keep [`SseConfig::keep_alive`](crate::axum::SseConfig::keep_alive) below it |
 /// | [`max_connections`](Self::max_connections) | half the file-descriptor limit (32..=16384; 512 where unknown) | would exceed the cap: it gets `503 Service Unavailable` with `Retry-After: 1` and a JSON body, then is closed; while 64 such answers are already under way (each reads the request head first and takes up to 2 s), it is closed without one |
@@ -61,6 +62,9 @@ pub struct ServeConfig {
     /// Time to send a complete request head, from the connection's start or the end of its
     /// previous response.
     pub header_read_timeout: Duration,
+    /// Time to send a complete request body, from its request head (a body sent a byte now and
+    /// then moves bytes, so the idle timeout does not close it).
+    pub body_read_timeout: Duration,
     /// Time response bytes may wait for a socket that accepts none.
     pub write_timeout: Duration,
     /// Time a connection may move no byte in either direction. The watchdog checks every quarter
@@ -78,6 +82,7 @@ impl Default for ServeConfig {
     fn default() -> Self {
         ServeConfig {
             header_read_timeout: Duration::from_secs(10),
+            body_read_timeout: Duration::from_secs(30),
             write_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),
             max_connections: default_max_connections(),
@@ -177,6 +182,10 @@ pub async fn serve_with_shutdown(
     config: ServeConfig,
     signal: impl Future<Output = ()> + Send,
 ) -> io::Result<()> {
+    let router = router.layer(::axum::middleware::map_request_with_state(
+        config.body_read_timeout,
+        super::body_deadline::with_body_deadline,
+    ));
     // `acquire_many` counts in u32; a larger cap is no cap in practice.
     let cap = u32::try_from(config.max_connections).unwrap_or(u32::MAX);
     let permits = Arc::new(Semaphore::new(cap as usize));
