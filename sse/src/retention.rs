@@ -13,10 +13,13 @@
 //!
 //! With nobody connected, each client that left is promised one resumption window from its
 //! departure for what came after the last event written to it (its **claim**; the policy's
-//! creation claims everything for one window). What no live claim covers, and was not written
-//! less than a window ago, is released: a client that visits at the head and leaves holds only
-//! what came after its visit, and a stream nobody follows keeps publishing instead of filling up
-//! and ending. One window after the last departure everything is releasable. This holds only
+//! creation claims everything for one window). What was written to a connection keeps the window
+//! of its writing; what was written to nobody (published while nobody was connected, below the
+//! cursor a later visit started at) is held by claims alone. So a client that visits at the head
+//! and leaves holds what it was written for a window from its writing and what came after it for
+//! a window from its departure, never the backlog before it, and a stream nobody follows keeps
+//! publishing instead of filling up and ending. One window after the last departure everything
+//! is releasable. This holds only
 //! where the policy sees every connection of the stream (one process); a replica of a stream
 //! shared through a network store turns it off
 //! ([`with_vacancy_release`](Retention::with_vacancy_release)).
@@ -447,6 +450,8 @@ impl Retention {
         }
         match self.indexes.free.min() {
             Some(i) => {
+                let first = self.indexes.live == 0;
+                self.checkpoints.on_connect(written_through, first);
                 self.set_entry(
                     i,
                     Entry::live(ConsumerProgress {
@@ -947,28 +952,18 @@ impl BackpressureClock {
     }
 }
 
-/// What to release with nobody connected (the policy and its naive reference share it): what was
-/// written a window ago and more, up to what no departed client's claim covers, unless an id
-/// written less than a window ago comes first. With no claim left, everything: no client that
-/// left may still come back for any of it (each was promised one window from its departure).
+/// What to release with nobody connected (the policy and its naive reference share it): the
+/// ids written at least a window ago, and those written to nobody that no departed client's
+/// claim covers, as far as they run from the oldest retained. With no claim and no checkpoint
+/// left, everything: no client that left may still come back for any of it (each was promised
+/// one window from its departure).
 fn vacant_release_target(
     checkpoints: &mut Checkpoints,
     claims: &mut Claims,
     head: u64,
     now: Instant,
 ) -> Option<u64> {
-    let expired = checkpoints.take_expired(now, None);
-    if checkpoints.oldest().is_some() {
-        return expired;
-    }
-    match claims.unclaimed_through(now) {
-        None => {
-            checkpoints.clear();
-            Some(head)
-        }
-        Some(unclaimed) => {
-            let target = expired.unwrap_or(0).max(unclaimed.min(head));
-            (target > 0).then_some(target)
-        }
-    }
+    // Also drops the claims that ended, so `next_expiry` names the next one.
+    let unclaimed = claims.unclaimed_through(now);
+    checkpoints.take_vacant(now, unclaimed, head)
 }

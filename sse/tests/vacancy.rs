@@ -99,3 +99,46 @@ fn visits_every_second_leave_a_window_of_events_not_a_full_ring() {
     let held = ring.head() + 1 - ring.floor();
     assert!((56..=70).contains(&held), "{held} events held");
 }
+
+/// 1..=100 published with nobody connected, and a window later.
+fn a_backlog_nobody_was_written() -> (
+    replay_ring::Producer<u64>,
+    ReplayRing<u64>,
+    Retention,
+    Instant,
+) {
+    let (mut producer, ring) = ReplayRing::<u64>::new(1024, 4).unwrap();
+    let retention = Retention::new(config(), 4);
+    let t0 = Instant::now();
+    for v in 1..=100 {
+        producer.try_push(v).unwrap();
+    }
+    (producer, ring, retention, t0 + WINDOW + S)
+}
+
+#[test]
+fn a_page_load_written_new_events_does_not_hold_the_backlog_before_it() {
+    let (mut producer, ring, mut retention, t1) = a_backlog_nobody_was_written();
+    let visit = retention.connect(ring.head()).unwrap();
+    for v in 101..=105 {
+        producer.try_push(v).unwrap();
+    }
+    retention.on_written(&visit, 105, t1);
+    retention.disconnect(visit, t1 + S / 2);
+    // 1..=100 were written to nobody and no claim covers them; 101..=105 keep their window.
+    assert_eq!(retention.release_expired(&ring, t1 + S), Some(101));
+    assert_eq!(retention.release_expired(&ring, t1 + WINDOW - S), None);
+    assert_eq!(retention.release_expired(&ring, t1 + WINDOW), Some(106));
+}
+
+#[test]
+fn a_page_load_written_only_its_cursor_does_not_hold_the_backlog_before_it() {
+    // A quiet stream: the visit is written its priming event, reported as its cursor.
+    let (_producer, ring, mut retention, t1) = a_backlog_nobody_was_written();
+    let visit = retention.connect(ring.head()).unwrap();
+    retention.on_written(&visit, 100, t1);
+    retention.disconnect(visit, t1 + S / 2);
+    assert_eq!(retention.release_expired(&ring, t1 + S), Some(101));
+    // Its claim (whatever comes after 100) ends a window after it left.
+    assert_eq!(retention.next_expiry(), Some(t1 + S / 2 + WINDOW));
+}

@@ -70,6 +70,8 @@ impl NaiveRetention {
             .position(|c| matches!(c, Entry::Free))
         {
             Some(i) => {
+                let first = self.live_connections() == 0;
+                self.checkpoints.on_connect(written_through, first);
                 self.connections[i] = Entry::Live(ConsumerProgress {
                     written_through,
                     write_pending_since: None,
