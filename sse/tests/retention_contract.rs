@@ -6,21 +6,25 @@
 //! callers that read it before taking the lock can be a few milliseconds early.
 use std::time::{Duration, Instant};
 
+use proptest::prelude::Rng as _;
+use proptest::test_runner::{RngAlgorithm, TestRng};
 use replay_ring::ReplayRing;
 use replay_ring_sse::{ConnectionId, Retention, RetentionConfig, SlowConsumerPolicy};
 
 const W: Duration = Duration::from_millis(640); // granule 10 ms
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
+/// The random choices of one case, reproducible from its number.
+struct Choices(TestRng);
+
+impl Choices {
+    fn new(case: u64) -> Self {
+        let mut seed = [0u8; 16];
+        seed[..8].copy_from_slice(&case.to_le_bytes());
+        Choices(TestRng::from_seed(RngAlgorithm::XorShift, &seed))
     }
+
     fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
+        self.0.next_u64() % n.max(1)
     }
 }
 
@@ -39,8 +43,8 @@ struct Protect {
     what: String,
 }
 
-fn run(seed: u64, backlog_resumes: bool, log: bool) -> Result<(), String> {
-    let mut rng = Rng(seed | 1);
+fn run(case: u64, backlog_resumes: bool, log: bool) -> Result<(), String> {
+    let mut rng = Choices::new(case);
     let (mut p, ring) = ReplayRing::<u64>::new(1 << 14, 64).unwrap();
     let t0 = Instant::now();
     let policy = SlowConsumerPolicy {
@@ -211,13 +215,13 @@ fn run(seed: u64, backlog_resumes: bool, log: bool) -> Result<(), String> {
                 let released = ring.floor() - 1;
                 for (i, c) in conns.iter().enumerate() {
                     if c.id.is_some() && c.w != u64::MAX && released > c.w {
-                        return Err(format!("seed {seed}: released {released} past live #{i} written through {}\n{trace}", c.w));
+                        return Err(format!("case {case}: released {released} past live #{i} written through {}\n{trace}", c.w));
                     }
                 }
                 for pr in &protects {
                     if clock < pr.until && released > pr.lo && pr.lo < pr.hi {
                         return Err(format!(
-                            "seed {seed}: released through {released} at {} ms, but ids ({}, {}] are protected until {} ms ({})\n{trace}",
+                            "case {case}: released through {released} at {} ms, but ids ({}, {}] are protected until {} ms ({})\n{trace}",
                             ms(now), pr.lo, pr.hi.min(ring.head()), ms(pr.until), pr.what
                         ));
                     }
@@ -229,24 +233,24 @@ fn run(seed: u64, backlog_resumes: bool, log: bool) -> Result<(), String> {
 }
 
 fn sweep(backlog: bool) {
-    let n: u64 = std::env::var("SEEDS")
+    let n: u64 = std::env::var("CASES")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(if cfg!(miri) { 2 } else { 1000 });
     let mut fails = Vec::new();
-    for seed in 1..=n {
-        if let Err(e) = run(seed * 0x9E37_79B9, backlog, false) {
-            fails.push((seed, e));
+    for case in 1..=n {
+        if let Err(e) = run(case, backlog, false) {
+            fails.push((case, e));
         }
     }
-    if let Some((seed, _)) = fails.first() {
-        let e = run(seed * 0x9E37_79B9, backlog, true).unwrap_err();
+    if let Some(&(case, _)) = fails.first() {
+        let e = run(case, backlog, true).unwrap_err();
         let head: String = e.lines().take(1).collect();
         for (_, e) in &fails {
             eprintln!("FAIL: {}", e.lines().next().unwrap());
         }
         panic!(
-            "{} of {n} seeds fail; first: {head}\n--- trace ---\n{}",
+            "{} of {n} cases fail; first: {head}\n--- trace ---\n{}",
             fails.len(),
             e.lines().skip(1).collect::<Vec<_>>().join("\n")
         );
