@@ -17,7 +17,8 @@
 //! | every reader slot taken | 503 | `too_many_readers` |
 //!
 //! Every refusal for an existing stream also carries `Replay-Floor`, `Replay-Head` and
-//! `Replay-Stream` headers.
+//! `Replay-Stream` headers. A `DELETE` naming a session this process does not have is answered
+//! 404 `session_lost` too (rmcp answers 202).
 //!
 //! With a Redis event log (feature `redis`), a resume whose MCP session or stream this process
 //! does not hold is served from Redis instead of being refused (`RingEventStore::remote_resume`);
@@ -46,6 +47,9 @@ use crate::store::{RefusalReason, ResumeRefusal};
 pub type Body = BoxBody<Bytes, Infallible>;
 
 const SESSION_HEADER: &str = "mcp-session-id";
+
+/// The future of a [`ResumeGuard`] call.
+type GuardFuture<E> = Pin<Box<dyn Future<Output = Result<Response<Body>, E>> + Send>>;
 
 /// Layer putting a [`ResumeGuard`] in front of rmcp's `StreamableHttpService`.
 #[derive(Debug, Clone)]
@@ -85,13 +89,16 @@ where
 {
     type Response = Response<Body>;
     type Error = S::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, S::Error>> + Send>>;
+    type Future = GuardFuture<S::Error>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
+        if req.method() == Method::DELETE {
+            return self.delete(req);
+        }
         if req.method() != Method::GET {
             return Box::pin(self.inner.call(req));
         }
@@ -142,6 +149,41 @@ where
                     Ok(refusal_response(&refusal))
                 }
             }
+        })
+    }
+}
+
+impl<S: Clone> ResumeGuard<S> {
+    /// A `DELETE` of a session this process does not have is answered 404 `session_lost`, as the
+    /// MCP transport requires for every request naming an unknown session (rmcp answers 202).
+    fn delete<B>(&mut self, req: Request<B>) -> GuardFuture<S::Error>
+    where
+        S: tower_service::Service<Request<B>, Response = Response<Body>> + Send + 'static,
+        S::Future: Send + 'static,
+        B: Send + 'static,
+    {
+        let Some(session) = req
+            .headers()
+            .get(SESSION_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .map(SessionId::from)
+        else {
+            return Box::pin(self.inner.call(req));
+        };
+        // The clone that was polled ready serves this request (tower's usual swap).
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let manager = self.manager.clone();
+        Box::pin(async move {
+            if manager.has_session(&session).await.unwrap_or(false) {
+                return inner.call(req).await;
+            }
+            // Not a resume: built here rather than counted among the refused resumes.
+            let lost = ResumeRefusal {
+                reason: RefusalReason::Decision(ResumeDecision::SessionLost),
+                state: None,
+            };
+            Ok(refusal_response(&lost))
         })
     }
 }

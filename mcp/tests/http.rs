@@ -512,6 +512,28 @@ async fn a_second_get_stream_takes_over_once_the_first_leaves(kind: Kind) {
     assert!(primed(&got), "{got:?}");
 }
 
+async fn a_delete_of_an_unknown_session_is_404_session_lost(kind: Kind) {
+    let f = app_on(kind, StoreConfig::default()).await;
+    let delete = |session: &str| {
+        Request::delete("/mcp")
+            .header("host", "127.0.0.1")
+            .header("mcp-protocol-version", "2025-11-25")
+            .header("mcp-session-id", session)
+            .body(Body::empty())
+            .unwrap()
+    };
+    let session = initialize(&f.app).await;
+    assert!(call(&f.app, delete(&session)).await.status().is_success());
+    for gone in [session.as_str(), "never-was-a-session"] {
+        let resp = call(&f.app, delete(gone)).await;
+        assert_eq!(resp.status(), StatusCode::NOT_FOUND, "{gone}");
+        let body = json_body(resp).await;
+        assert_eq!(body["error"]["data"]["error"], "session_lost", "{body}");
+    }
+    // Not a resume: no refused resume is counted.
+    assert_eq!(f.store.metrics().resumes_session_lost, 0);
+}
+
 /// The progress value of an SSE event's JSON-RPC notification, if it is one.
 fn progress_of(e: &Sse) -> Option<u64> {
     let v: Value = serde_json::from_str(&e.data).ok()?;
@@ -668,4 +690,5 @@ on_both_logs!(
     a_resume_with_every_reader_slot_taken_is_503_not_an_error_event,
     a_browser_page_of_another_origin_is_refused,
     a_second_get_stream_takes_over_once_the_first_leaves,
+    a_delete_of_an_unknown_session_is_404_session_lost,
 );
