@@ -18,7 +18,8 @@
 //!
 //! Every refusal for an existing stream also carries `Replay-Floor`, `Replay-Head` and
 //! `Replay-Stream` headers. A `DELETE` naming a session this process does not have is answered
-//! 404 `session_lost` too (rmcp answers 202).
+//! 404 `session_lost` too (rmcp answers 202), and a request that would open a session beyond
+//! [`ReplayRingSessionManager::with_max_sessions`] 503 `too_many_sessions` with `Retry-After`.
 //!
 //! With a Redis event log (feature `redis`), a resume whose MCP session or stream this process
 //! does not hold is served from Redis instead of being refused (`RingEventStore::remote_resume`);
@@ -99,6 +100,9 @@ where
         if req.method() == Method::DELETE {
             return self.delete(req);
         }
+        if req.method() == Method::POST && !req.headers().contains_key(SESSION_HEADER) {
+            return self.open_session(req);
+        }
         if req.method() != Method::GET {
             return Box::pin(self.inner.call(req));
         }
@@ -154,6 +158,27 @@ where
 }
 
 impl<S: Clone> ResumeGuard<S> {
+    /// A `POST` without a session opens one (an `initialize`): refused with 503 while the
+    /// manager's session cap is reached.
+    fn open_session<B>(&mut self, req: Request<B>) -> GuardFuture<S::Error>
+    where
+        S: tower_service::Service<Request<B>, Response = Response<Body>> + Send + 'static,
+        S::Future: Send + 'static,
+        B: Send + 'static,
+    {
+        // The clone that was polled ready serves this request (tower's usual swap).
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let manager = self.manager.clone();
+        Box::pin(async move {
+            let limit = manager.max_sessions();
+            if manager.session_count().await >= limit {
+                return Ok(too_many_sessions(limit));
+            }
+            inner.call(req).await
+        })
+    }
+
     /// A `DELETE` of a session this process does not have is answered 404 `session_lost`, as the
     /// MCP transport requires for every request naming an unknown session (rmcp answers 202).
     fn delete<B>(&mut self, req: Request<B>) -> GuardFuture<S::Error>
@@ -264,6 +289,29 @@ pub fn refusal_response(refusal: &ResumeRefusal) -> Response<Body> {
         http::header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
+    resp
+}
+
+/// 503 for a request that would open a session beyond the cap, as a JSON-RPC error (`id: null`).
+fn too_many_sessions(limit: usize) -> Response<Body> {
+    let message = format!("all {limit} MCP sessions of this server are open; retry later");
+    let body = serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": null,
+        "error": {
+            "code": crate::STREAM_BROKEN_CODE,
+            "message": message,
+            "data": { "error": "too_many_sessions", "message": message, "limit": limit },
+        },
+    });
+    let mut resp = Response::new(Full::new(Bytes::from(body.to_string())).boxed());
+    *resp.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+    let headers = resp.headers_mut();
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    headers.insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
     resp
 }
 

@@ -62,7 +62,7 @@ mod store;
 mod stream;
 
 pub use layer::{refusal_response, refusal_status, Body, ResumeGuard, ResumeGuardLayer};
-pub use manager::{ManagerError, ReplayRingSessionManager, SseStream};
+pub use manager::{ManagerError, ReplayRingSessionManager, SseStream, DEFAULT_MAX_SESSIONS};
 pub use metrics::StoreMetrics;
 #[cfg(feature = "redis")]
 pub use redis_log::RedisEventLog;

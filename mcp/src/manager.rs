@@ -100,13 +100,42 @@ impl Stream for SseStream {
 pub struct ReplayRingSessionManager {
     inner: LocalSessionManager,
     store: RingEventStore,
+    max_sessions: usize,
 }
+
+/// Default [`ReplayRingSessionManager::with_max_sessions`]: 10,000 sessions at once.
+pub const DEFAULT_MAX_SESSIONS: usize = 10_000;
 
 impl ReplayRingSessionManager {
     /// Wraps `local` (its `session_config` is kept) and installs `store` as its event store.
     pub fn new(store: RingEventStore, local: LocalSessionManager) -> Self {
         let inner = local.with_event_store(Arc::new(store.clone()));
-        ReplayRingSessionManager { inner, store }
+        ReplayRingSessionManager {
+            inner,
+            store,
+            max_sessions: DEFAULT_MAX_SESSIONS,
+        }
+    }
+
+    /// At most `max` MCP sessions at once (default [`DEFAULT_MAX_SESSIONS`]): with that many
+    /// open, [`ResumeGuardLayer`](crate::ResumeGuardLayer) answers a request that would open
+    /// another with 503 `too_many_sessions` and `Retry-After`. rmcp closes a session after its
+    /// `keep_alive` without activity (300 s by default), so without a cap a client opening
+    /// sessions in a loop holds memory for every one of them until then.
+    #[must_use]
+    pub fn with_max_sessions(mut self, max: usize) -> Self {
+        self.max_sessions = max;
+        self
+    }
+
+    /// The session cap.
+    pub fn max_sessions(&self) -> usize {
+        self.max_sessions
+    }
+
+    /// MCP sessions open right now.
+    pub async fn session_count(&self) -> usize {
+        self.inner.sessions.read().await.len()
     }
 
     /// The store.

@@ -10,7 +10,7 @@ use axum::Router;
 use http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use replay_ring_mcp::{RedisEventLog, RingEventStore, StoreConfig};
-use replay_ring_mcp_demo::{app, store_app, Storage};
+use replay_ring_mcp_demo::{app, store_app, store_app_with_max_sessions, Storage};
 use replay_ring_sse::{RetentionConfig, SlowConsumerPolicy};
 use serde_json::{json, Value};
 
@@ -532,6 +532,39 @@ async fn a_delete_of_an_unknown_session_is_404_session_lost(kind: Kind) {
     }
     // Not a resume: no refused resume is counted.
     assert_eq!(f.store.metrics().resumes_session_lost, 0);
+}
+
+#[tokio::test]
+async fn a_request_that_would_open_a_session_past_the_cap_is_503() {
+    let app = store_app_with_max_sessions(RingEventStore::new(StoreConfig::default()), 2);
+    let first = initialize(&app).await;
+    initialize(&app).await;
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}});
+    let refused = call(&app, post(None, init.clone())).await;
+    assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(refused.headers()["retry-after"], "1");
+    assert!(!refused.headers().contains_key("mcp-session-id"));
+    let body = json_body(refused).await;
+    assert_eq!(
+        body["error"]["data"]["error"], "too_many_sessions",
+        "{body}"
+    );
+    assert_eq!(body["error"]["data"]["limit"], 2, "{body}");
+    // Requests of open sessions go on; a session that ends makes room.
+    let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"});
+    assert_eq!(
+        call(&app, post(Some(&first), ping)).await.status(),
+        StatusCode::OK
+    );
+    let delete = Request::delete("/mcp")
+        .header("host", "127.0.0.1")
+        .header("mcp-protocol-version", "2025-11-25")
+        .header("mcp-session-id", &first)
+        .body(Body::empty())
+        .unwrap();
+    assert!(call(&app, delete).await.status().is_success());
+    initialize(&app).await;
 }
 
 /// The progress value of an SSE event's JSON-RPC notification, if it is one.

@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use replay_ring_mcp::{RedisEventLog, RingEventStore, StoreConfig};
-use replay_ring_mcp_demo::{app, store_app, MetricsEndpoint, Storage};
+use replay_ring_mcp_demo::{app, store_app_with_max_sessions, MetricsEndpoint, Storage};
 use replay_ring_redis::RedisConfig;
 use replay_ring_sse::axum::{serve, ServeConfig};
 use replay_ring_sse::{RetentionConfig, SlowConsumerPolicy};
@@ -72,6 +72,10 @@ struct Args {
     /// limit).
     #[arg(long)]
     max_connections: Option<usize>,
+    /// MCP sessions open at once; a request that would open one more gets an explicit 503
+    /// (sessions close after 300 s without activity).
+    #[arg(long, default_value_t = replay_ring_mcp::DEFAULT_MAX_SESSIONS)]
+    max_sessions: usize,
     /// Serve the same tools on rmcp's built-in cache instead, for comparison.
     #[arg(long, conflicts_with = "redis")]
     builtin_cache: bool,
@@ -143,7 +147,17 @@ async fn main() -> std::io::Result<()> {
                 .await
                 .map_err(|e| std::io::Error::other(format!("--redis {url}: {e}")))?;
             let store = RingEventStore::with_redis(config, log);
-            (store_app(store.clone()), Some(store))
+            (
+                store_app_with_max_sessions(store.clone(), args.max_sessions),
+                Some(store),
+            )
+        }
+        (_, Storage::ReplayRing(config)) => {
+            let store = RingEventStore::new(config);
+            (
+                store_app_with_max_sessions(store.clone(), args.max_sessions),
+                Some(store),
+            )
         }
         (_, storage) => app(storage),
     };

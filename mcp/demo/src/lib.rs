@@ -516,11 +516,18 @@ pub fn app(storage: Storage) -> (Router, Option<RingEventStore>) {
 /// The demo app on a given replay-ring store, for example one whose event log is on Redis
 /// (`RingEventStore::with_redis`): MCP at `/mcp`, counters at `/metrics`.
 pub fn store_app(store: RingEventStore) -> Router {
+    store_app_with_max_sessions(store, replay_ring_mcp::DEFAULT_MAX_SESSIONS)
+}
+
+/// [`store_app`] with at most `max_sessions` MCP sessions open at once (more get a 503).
+pub fn store_app_with_max_sessions(store: RingEventStore, max_sessions: usize) -> Router {
     let retry = store.config().retry;
     let http_config = http_config(retry);
     let mut local = LocalSessionManager::default();
     local.session_config.sse_retry = Some(retry);
-    let manager = Arc::new(ReplayRingSessionManager::new(store.clone(), local));
+    let manager = Arc::new(
+        ReplayRingSessionManager::new(store.clone(), local).with_max_sessions(max_sessions),
+    );
     let tools = Tools {
         store: Some(store.clone()),
     };
