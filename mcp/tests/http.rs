@@ -19,7 +19,8 @@ mod in_process;
 mod redis_support;
 
 use in_process::{
-    call, events, events_from, get, initialize, json_body, long_task, long_task_paced, post, Sse,
+    call, delete, events, events_from, get, initialize, json_body, long_task, long_task_paced,
+    post, Sse,
 };
 use redis_support::RedisServer;
 
@@ -514,14 +515,6 @@ async fn a_second_get_stream_takes_over_once_the_first_leaves(kind: Kind) {
 
 async fn a_delete_of_an_unknown_session_is_404_session_lost(kind: Kind) {
     let f = app_on(kind, StoreConfig::default()).await;
-    let delete = |session: &str| {
-        Request::delete("/mcp")
-            .header("host", "127.0.0.1")
-            .header("mcp-protocol-version", "2025-11-25")
-            .header("mcp-session-id", session)
-            .body(Body::empty())
-            .unwrap()
-    };
     let session = initialize(&f.app).await;
     assert!(call(&f.app, delete(&session)).await.status().is_success());
     for gone in [session.as_str(), "never-was-a-session"] {
@@ -557,13 +550,7 @@ async fn a_request_that_would_open_a_session_past_the_cap_is_503() {
         call(&app, post(Some(&first), ping)).await.status(),
         StatusCode::OK
     );
-    let delete = Request::delete("/mcp")
-        .header("host", "127.0.0.1")
-        .header("mcp-protocol-version", "2025-11-25")
-        .header("mcp-session-id", &first)
-        .body(Body::empty())
-        .unwrap();
-    assert!(call(&app, delete).await.status().is_success());
+    assert!(call(&app, delete(&first)).await.status().is_success());
     initialize(&app).await;
 }
 

@@ -11,7 +11,7 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::Router;
 use futures::StreamExt;
-use http::{Request, Response, StatusCode};
+use http::{Response, StatusCode};
 use http_body_util::BodyExt;
 use replay_ring_mcp::{RedisEventLog, RingEventStore, StoreConfig};
 use replay_ring_mcp_demo::store_app;
@@ -25,7 +25,9 @@ mod in_process;
 #[path = "../../redis/tests/common/mod.rs"]
 mod redis_support;
 
-use in_process::{call, events_from, get, initialize, json_body, long_task_paced, post, Sse};
+use in_process::{
+    call, delete, events_from, get, initialize, json_body, long_task_paced, post, Sse,
+};
 use redis_support::RedisServer;
 
 const LIMIT: Duration = Duration::from_secs(10);
@@ -242,13 +244,7 @@ async fn another_replica_checks_the_session_and_refuses_unreplayable_cursors_exp
     let unknown = call(&r.b, get(&session, Some(&format!("{prefix}9.1")))).await;
     assert_eq!(unknown.status(), StatusCode::NOT_FOUND);
     // The MCP session is deleted on A: B then answers as A does, 404 `session_lost`.
-    let delete = Request::delete("/mcp")
-        .header("host", "127.0.0.1")
-        .header("mcp-protocol-version", "2025-11-25")
-        .header("mcp-session-id", &session)
-        .body(Body::empty())
-        .unwrap();
-    assert!(call(&r.a, delete).await.status().is_success());
+    assert!(call(&r.a, delete(&session)).await.status().is_success());
     let mut answers = Vec::new();
     for _ in 0..100 {
         // The owner is forgotten in the background, right after the DELETE.

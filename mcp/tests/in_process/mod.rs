@@ -40,6 +40,16 @@ pub fn get(session: &str, last_event_id: Option<&str>) -> Request<Body> {
     b.body(Body::empty()).unwrap()
 }
 
+/// A `DELETE` of `/mcp` ending `session`.
+pub fn delete(session: &str) -> Request<Body> {
+    Request::delete("/mcp")
+        .header("host", "127.0.0.1")
+        .header("mcp-protocol-version", "2025-11-25")
+        .header("mcp-session-id", session)
+        .body(Body::empty())
+        .unwrap()
+}
+
 pub async fn call(app: &Router, req: Request<Body>) -> Response<Body> {
     tokio::time::timeout(RESPONSE_LIMIT, app.clone().oneshot(req))
         .await
