@@ -105,15 +105,17 @@ mod tests {
         assert_eq!(c.unclaimed_through(t0 + 10 * S + WINDOW), None);
     }
 
-    #[test]
-    fn a_later_departure_through_less_covers_the_earlier_one() {
+    /// Claims whose creation claim has ended, and the instant they were created.
+    fn past_the_creation_claim() -> (Instant, Claims) {
         let t0 = Instant::now();
         let mut c = Claims::new(WINDOW, t0);
-        assert_eq!(
-            c.unclaimed_through(t0 + WINDOW),
-            None,
-            "the creation's claim ended"
-        );
+        assert_eq!(c.unclaimed_through(t0 + WINDOW), None);
+        (t0, c)
+    }
+
+    #[test]
+    fn a_later_departure_through_less_covers_the_earlier_one() {
+        let (t0, mut c) = past_the_creation_claim();
         c.record(500, t0 + 70 * S);
         c.record(300, t0 + 80 * S);
         assert_eq!(c.entries.len(), 1);
@@ -123,13 +125,7 @@ mod tests {
 
     #[test]
     fn departures_within_a_granule_merge_into_the_lower_claim() {
-        let t0 = Instant::now();
-        let mut c = Claims::new(WINDOW, t0);
-        assert_eq!(
-            c.unclaimed_through(t0 + WINDOW),
-            None,
-            "the creation's claim ended"
-        );
+        let (t0, mut c) = past_the_creation_claim();
         c.record(100, t0 + 70 * S);
         c.record(200, t0 + 70 * S + S / 2);
         assert_eq!(c.entries.len(), 1);
