@@ -281,22 +281,22 @@ impl StreamEntry {
         filled.min(unattended).min(now)
     }
 
-    /// When a backpressured push gives up: `retention.backpressure_timeout` after
-    /// [`waiting_since`](Self::waiting_since), plus one `resumption_window` while a client is
-    /// connected. A connected client's window fills with events it was sent, which stay
-    /// replayable for their resumption window and are then released: a stream faster than
-    /// `capacity / resumption_window` fills up with every client keeping up, and is paced by
-    /// those releases rather than closed. A connected client that stops reading is cut by the
-    /// slow-consumer policy; from then on the stream is unattended, and the plain bound counts
-    /// from its departure.
-    fn backpressure_deadline(&self, now: Instant, retention: &RetentionConfig) -> Instant {
+    /// When a backpressured push that began waiting at `since`
+    /// ([`waiting_since`](Self::waiting_since)) gives up: `retention.backpressure_timeout` later,
+    /// plus one `resumption_window` while a client is connected. A connected client's window
+    /// fills with events it was sent, which stay replayable for their resumption window and are
+    /// then released: a stream faster than `capacity / resumption_window` fills up with every
+    /// client keeping up, and is paced by those releases rather than closed. A connected client
+    /// that stops reading is cut by the slow-consumer policy; from then on the stream is
+    /// unattended, and the plain bound applies.
+    fn backpressure_deadline(&self, since: Instant, retention: &RetentionConfig) -> Instant {
         let attended = self.unattended_since.lock().is_none();
         let grace = if attended {
             retention.resumption_window
         } else {
             Duration::ZERO
         };
-        self.waiting_since(now) + retention.backpressure_timeout + grace
+        since + retention.backpressure_timeout + grace
     }
 
     /// No free slot: the next push has to wait for a release.
@@ -904,7 +904,7 @@ impl RingEventStore {
         // always stored; a cancelled publish appends nothing, so the wait can be restarted to
         // re-read the deadline, which moves when the stream's client connects or leaves.
         let published = loop {
-            let deadline = entry.backpressure_deadline(Instant::now(), retention);
+            let deadline = entry.backpressure_deadline(since, retention);
             let recheck = Instant::now() + ATTENDANCE_RECHECK;
             match tokio::time::timeout_at(
                 deadline.min(recheck).into(),
