@@ -134,6 +134,10 @@ impl ReplayRingSessionManager {
     }
 
     /// MCP sessions open right now.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: it only reads the session table (under rmcp's read lock) and changes nothing.
     pub async fn session_count(&self) -> usize {
         self.inner.sessions.read().await.len()
     }

@@ -18,9 +18,9 @@ struct Choices(TestRng);
 
 impl Choices {
     fn new(case: u64) -> Self {
-        let mut seed = [0u8; 16];
-        seed[..8].copy_from_slice(&case.to_le_bytes());
-        Choices(TestRng::from_seed(RngAlgorithm::XorShift, &seed))
+        let mut start = [0u8; 16];
+        start[..8].copy_from_slice(&case.to_le_bytes());
+        Choices(TestRng::from_seed(RngAlgorithm::XorShift, &start))
     }
 
     fn below(&mut self, n: u64) -> u64 {
