@@ -7,9 +7,11 @@
 //!   resumption window, so whatever retention lets go has expired by the time a cursor is
 //!   checked (the range is read from the store with a cursor at the head).
 //!
-//! Checked for every request: nothing panics; a request without a cursor, or not a `GET`, reaches
-//! the inner service untouched; a cursor reaches it exactly when it names a retained position of
-//! a stream the request may read (decided here from the fixture and the retained range); every
+//! Checked for every request: nothing panics; a `DELETE` reaches the inner service exactly when
+//! it names the live session or no session; any other request without a cursor, or not a `GET`,
+//! reaches it untouched (a `POST` opening a session is far below the session cap); a cursor
+//! reaches it exactly when it names a retained position of a stream the request may read
+//! (decided here from the fixture and the retained range); every
 //! refusal has the status of the module's table, a JSON-RPC error body whose `error.data.error`
 //! names the refusal, and `Replay-Floor` / `Replay-Head` headers that agree with the fixture.
 #![no_main]
@@ -157,6 +159,14 @@ fn expected(
     names: &[String; 2],
     ranges: &[(u64, u64); 2],
 ) -> Expected {
+    // A `DELETE` names a session to end: one this process does not have is lost, as for any
+    // request naming an unknown session; without a (textual) session it is rmcp's to answer.
+    if method == Method::DELETE {
+        return match session {
+            Some(s) if s != live => Expected::Refused(404, "session_lost"),
+            _ => Expected::Inner,
+        };
+    }
     let Some(cursor) = cursor.filter(|_| method == Method::GET) else {
         return Expected::Inner;
     };
