@@ -387,13 +387,20 @@ async fn a_cursor_in_the_query_string_resumes_like_the_header() {
             refused.text()
         );
     }
-    for bad in ["/events?lastEventId=garbage", "/events?lastEventId=%01"] {
+    for (bad, offset) in [
+        ("/events?lastEventId=garbage", 7),
+        ("/events?lastEventId=%01", 0),
+        // A control character that no header value can carry is still reported where it is.
+        ("/events?lastEventId=events.abc.1%7F", 12),
+        ("/events?lastEventId=ev%00ents.abc.1", 2),
+    ] {
         let refused = http_get(addr, bad, &[]).await;
         assert_eq!(refused.status, 400, "{bad}");
+        let text = refused.text();
+        assert!(text.contains("invalid_last_event_id"), "{bad}: {text}");
         assert!(
-            refused.text().contains("invalid_last_event_id"),
-            "{bad}: {}",
-            refused.text()
+            text.contains(&format!("malformed at offset {offset}:")),
+            "{bad}: {text}"
         );
     }
 }

@@ -463,9 +463,14 @@ fn with_query_cursor(mut headers: HeaderMap, query: Option<&str>) -> HeaderMap {
                 .any(|v| v.as_bytes() == value.as_bytes());
         compared = true;
         if !sent {
-            // Not a valid header value (control characters): still a cursor, and a malformed one.
+            // A control character cannot be in a header value: it becomes a `?`, which no id
+            // contains either, so the cursor is refused as malformed at that byte's offset.
+            let bytes: Vec<u8> = value
+                .bytes()
+                .map(|b| if b.is_ascii_control() { b'?' } else { b })
+                .collect();
             let value =
-                HeaderValue::from_str(&value).unwrap_or(HeaderValue::from_static("malformed"));
+                HeaderValue::from_bytes(&bytes).unwrap_or(HeaderValue::from_static("malformed"));
             headers.append(LAST_EVENT_ID_HEADER, value);
         }
     }
