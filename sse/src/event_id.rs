@@ -246,6 +246,29 @@ impl fmt::Display for Epoch {
     }
 }
 
+/// Parses an epoch as it is spelled in an event id: lowercase hexadecimal, no sign, no leading
+/// zero (the inverse of `Display`), so a configured epoch is the one clients will quote back.
+///
+/// ```
+/// use replay_ring_sse::{Epoch, LastEventIdError, Malformed};
+///
+/// assert_eq!("2a".parse::<Epoch>(), Ok(Epoch::new(0x2a)));
+/// assert_eq!(
+///     "2A".parse::<Epoch>(),
+///     Err(LastEventIdError::Malformed { position: 1, reason: Malformed::InvalidEpochByte })
+/// );
+/// assert!("02a".parse::<Epoch>().is_err());
+/// assert!("+2a".parse::<Epoch>().is_err());
+/// assert!("".parse::<Epoch>().is_err());
+/// ```
+impl std::str::FromStr for Epoch {
+    type Err = LastEventIdError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        parse_number(s.as_bytes(), 0, 16, IdField::Epoch).map(Epoch)
+    }
+}
+
 /// Which numeric field of an id overflowed `u64`.
 ///
 /// ```

@@ -500,3 +500,20 @@ async fn disconnect_then_resume_delivers_every_event_exactly_once() {
     assert_eq!(all, (1..=100).collect::<Vec<_>>());
     assert_eq!(frames.last().unwrap().event.as_deref(), Some("end"));
 }
+
+#[test]
+fn the_command_line_refuses_what_the_server_could_not_use() {
+    let parse = |args: &[&str]| app::Args::try_parse_from([&["sse_server"][..], args].concat());
+    let epoch = parse(&["--epoch", "2a"]).unwrap().epoch;
+    assert_eq!(epoch, Some(Epoch::new(0x2a)));
+    // Only the spelling ids carry: a client would quote back `2a`, never `2A` or `02a`.
+    for bad in ["2A", "02a", "+2a", "", "10000000000000000"] {
+        let err = parse(&["--epoch", bad]).unwrap_err();
+        assert_eq!(err.kind(), clap::error::ErrorKind::ValueValidation, "{bad}");
+    }
+    assert_eq!(parse(&["--rate", "0"]).unwrap().rate, 0.0);
+    for bad in ["-1", "NaN", "inf", "1e10"] {
+        let err = parse(&[&format!("--rate={bad}")]).unwrap_err();
+        assert_eq!(err.kind(), clap::error::ErrorKind::ValueValidation, "{bad}");
+    }
+}

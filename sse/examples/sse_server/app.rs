@@ -32,6 +32,12 @@ fn parse_rate(s: &str) -> Result<f64, String> {
     }
 }
 
+/// `--epoch`: spelled as in the event ids the server will send, so clients quote back this value.
+fn parse_epoch(s: &str) -> Result<Epoch, &'static str> {
+    s.parse()
+        .map_err(|_| "not lowercase hexadecimal without leading zeros (an id's epoch, e.g. 2a)")
+}
+
 /// A resumable server-sent event stream of `{"n":<id>}` events on 127.0.0.1.
 #[derive(Debug, Clone, clap::Parser)]
 pub struct Args {
@@ -66,7 +72,7 @@ pub struct Args {
     #[arg(long, default_value_t = 16)]
     pub max_readers: usize,
     /// Stream epoch, lowercase hex [default: random per process]
-    #[arg(long, value_parser = |s: &str| u64::from_str_radix(s, 16).map(Epoch::new))]
+    #[arg(long, value_parser = parse_epoch)]
     pub epoch: Option<Epoch>,
     /// Start producing at startup, not at the first /events request
     #[arg(long)]
