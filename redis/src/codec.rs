@@ -231,7 +231,16 @@ mod tests {
     fn epochs_round_trip_and_garbage_is_refused() {
         let e = Epoch::new(0x3f9a2c71d0);
         assert_eq!(decode_epoch(&encode_epoch(e)), Some(e));
-        for bad in ["", "xyz", "12345678901234567", "-1"] {
+        for bad in [
+            "",
+            "xyz",
+            "12345678901234567",
+            "-1",
+            "+2a",
+            "2A",
+            "02a",
+            "10000000000000000",
+        ] {
             assert_eq!(decode_epoch(bad), None, "{bad:?}");
         }
     }
