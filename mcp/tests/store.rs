@@ -406,7 +406,10 @@ async fn ended_streams_of_every_kind_are_forgotten_after_the_ttl(kind: Kind) {
                 resumption_window: Duration::from_secs(30),
                 backpressure_timeout: Duration::from_millis(20),
             },
-            completed_ttl: Duration::from_millis(100),
+            // Long enough that the setup below (a Redis round trip per event, a 20 ms
+            // backpressure wait) cannot outlast it on a loaded machine: opening a stream sweeps
+            // expired ones, so a shorter TTL could forget "done" before the first check.
+            completed_ttl: Duration::from_secs(1),
             ..StoreConfig::default()
         },
         Epoch::new(0xabc),
