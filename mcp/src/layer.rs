@@ -42,7 +42,7 @@ use replay_ring_sse::{
 use rmcp::transport::streamable_http_server::session::{SessionId, SessionManager};
 
 use crate::manager::ReplayRingSessionManager;
-use crate::store::{RefusalReason, ResumeRefusal};
+use crate::refusal::{RefusalReason, ResumeRefusal};
 
 /// The response body type of rmcp's `StreamableHttpService` (and of this layer's refusals).
 pub type Body = BoxBody<Bytes, Infallible>;

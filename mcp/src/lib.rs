@@ -49,6 +49,7 @@
 //! 2026-07-28; see `docs/mcp.md`.
 #![deny(missing_docs)]
 
+mod config;
 #[cfg(feature = "metrics")]
 mod facade;
 mod layer;
@@ -56,18 +57,21 @@ mod manager;
 mod metrics;
 #[cfg(feature = "redis")]
 mod redis_log;
+mod refusal;
 #[cfg(feature = "redis")]
 mod remote;
 mod store;
 mod stream;
 
+pub use config::{
+    StoreConfig, DEFAULT_CAPACITY, DEFAULT_COMPLETED_TTL, DEFAULT_INITIAL_SLOTS,
+    DEFAULT_MAX_READERS, DEFAULT_RETRY,
+};
 pub use layer::{refusal_response, refusal_status, Body, ResumeGuard, ResumeGuardLayer};
 pub use manager::{ManagerError, ReplayRingSessionManager, SseStream, DEFAULT_MAX_SESSIONS};
 pub use metrics::StoreMetrics;
 #[cfg(feature = "redis")]
 pub use redis_log::RedisEventLog;
-pub use store::{
-    RefusalReason, ResumeRefusal, RingEventStore, StoreConfig, DEFAULT_CAPACITY,
-    DEFAULT_COMPLETED_TTL, DEFAULT_INITIAL_SLOTS, DEFAULT_MAX_READERS, DEFAULT_RETRY,
-};
+pub use refusal::{RefusalReason, ResumeRefusal};
+pub use store::RingEventStore;
 pub use stream::{RingStream, STREAM_BROKEN_CODE};

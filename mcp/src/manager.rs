@@ -22,7 +22,8 @@ use rmcp::transport::streamable_http_server::session::{
 };
 use sync_wrapper::SyncWrapper;
 
-use crate::store::{ResumeRefusal, RingEventStore};
+use crate::refusal::ResumeRefusal;
+use crate::store::RingEventStore;
 use crate::stream::broken_frame;
 
 /// Errors of [`ReplayRingSessionManager`].

@@ -22,7 +22,8 @@ use sync_wrapper::SyncWrapper;
 
 use crate::layer::{refusal_response, Body};
 use crate::redis_log::RedisEventLog;
-use crate::store::{RefusalReason, RingEventStore, StreamEntry};
+use crate::refusal::RefusalReason;
+use crate::store::{RingEventStore, StreamEntry};
 use crate::stream::broken_frame;
 
 /// Idle time after which a resumed connection gets a keep-alive comment and checks that the

@@ -20,152 +20,23 @@ use parking_lot::Mutex;
 use replay_ring::{CloseReason, Producer, ReplayRing};
 use replay_ring_sse::{
     Epoch, EventId, LastEventIdError, PublishError, Publisher, Refused, ResumeDecision, Resumed,
-    Retention, RetentionConfig, SharedRetention, SlowConsumerPolicy, StreamId, StreamIdentity,
-    StreamState,
+    Retention, RetentionConfig, SharedRetention, StreamId, StreamIdentity, StreamState,
 };
 use rmcp::model::{RequestId, ServerJsonRpcMessage};
 use rmcp::transport::streamable_http_server::session::{
     EventStore, EventStoreError, EventStream, ServerSseMessage, SessionId,
 };
 
+use crate::config::StoreConfig;
 use crate::metrics::{Counters, StoreMetrics};
 #[cfg(feature = "redis")]
 use crate::redis_log::{LogWriter, RedisEventLog};
+use crate::refusal::{RefusalReason, ResumeRefusal};
 use crate::stream::{Gate, RingStream};
 
-/// Default events retained per stream.
-pub const DEFAULT_CAPACITY: usize = 1024;
-/// Default slots a stream's ring allocates up front (see [`StoreConfig::initial_slots`]).
-pub const DEFAULT_INITIAL_SLOTS: usize = 16;
 /// How often a backpressured push re-reads its deadline while it waits (a client that leaves
 /// shortens it).
 const ATTENDANCE_RECHECK: Duration = Duration::from_millis(250);
-/// Default simultaneous connections (readers) per stream.
-pub const DEFAULT_MAX_READERS: usize = 4;
-/// Default time a completed request stream stays resumable (rmcp's own cache keeps 60 s too).
-pub const DEFAULT_COMPLETED_TTL: Duration = Duration::from_secs(60);
-/// Default `retry:` hint sent when the server ends a connection (rmcp's default `sse_retry`).
-pub const DEFAULT_RETRY: Duration = Duration::from_secs(3);
-
-/// Settings of a [`RingEventStore`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StoreConfig {
-    /// Events retained per stream (rounded up to a power of two by the ring).
-    pub capacity: usize,
-    /// Slots each stream's ring allocates when the stream is created (rounded up to a power of
-    /// two, at most `capacity`); the ring grows, in segments that double, up to `capacity` as
-    /// events arrive ([`replay_ring::Builder::initial_slots`]). The default, 16, holds a typical
-    /// request stream (a few progress notifications and the result) without growing, so an idle
-    /// or short stream costs 16 slots instead of `capacity` (with the default 1,024, about 60
-    /// times less slot memory); a long stream pays a few allocations on the producer's slow path
-    /// as it first reaches 32, 64, … events. Set it to `capacity` to allocate everything up front.
-    pub initial_slots: usize,
-    /// Simultaneous connections per stream (reader slots).
-    pub max_readers: usize,
-    /// Resumption window and backpressure bound, shared with every replay-ring SSE server.
-    pub retention: RetentionConfig,
-    /// How long a finished request stream stays resumable.
-    pub completed_ttl: Duration,
-    /// `retry:` hint on frames that end a connection on purpose. Keep it equal to rmcp's
-    /// `StreamableHttpServerConfig::sse_retry`.
-    pub retry: Duration,
-    /// End each connection (with a `retry:` hint, SEP-1699 polling) after this many events;
-    /// `None` keeps connections open until their stream completes.
-    pub frames_per_connection: Option<usize>,
-    /// When a connection may no longer hold its stream back (the SSE layer's policy): one whose
-    /// transport takes nothing for the write timeout, or that lags while another connection of
-    /// the stream keeps up, is cut; it then holds events only as a departed client does, and its
-    /// connection ends with a `retry:` hint.
-    pub slow_consumer: SlowConsumerPolicy,
-}
-
-impl Default for StoreConfig {
-    fn default() -> Self {
-        StoreConfig {
-            capacity: DEFAULT_CAPACITY,
-            initial_slots: DEFAULT_INITIAL_SLOTS,
-            max_readers: DEFAULT_MAX_READERS,
-            retention: RetentionConfig::default(),
-            completed_ttl: DEFAULT_COMPLETED_TTL,
-            retry: DEFAULT_RETRY,
-            frames_per_connection: None,
-            slow_consumer: SlowConsumerPolicy::default(),
-        }
-    }
-}
-
-/// Why a resume was refused.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum RefusalReason {
-    /// The SSE layer's decision: `Gap`, `Mismatch`, `InvalidCursor`, `StreamLost`, `SessionLost`
-    /// or `Busy`.
-    Decision(ResumeDecision),
-    /// The cursor names a stream of another MCP session. Answered like an unknown stream, so a
-    /// client learns nothing about other sessions.
-    ForeignSession {
-        /// The stream the cursor names.
-        stream: StreamId,
-    },
-    /// The cursor is the last id of a stream that has ended: there is nothing more to send, ever.
-    /// `Completed` when its final JSON-RPC response was stored.
-    StreamEnded(CloseReason),
-}
-
-/// Why a resume was refused, with everything an explicit answer needs.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ResumeRefusal {
-    /// Why.
-    pub reason: RefusalReason,
-    /// The stream's window, when the stream exists (and the cursor's session owns it).
-    pub state: Option<StreamState>,
-}
-
-impl ResumeRefusal {
-    /// The machine-readable code of the refusal (the `error` member of its JSON body).
-    ///
-    /// ```
-    /// use replay_ring_mcp::{RefusalReason, ResumeRefusal};
-    /// use replay_ring::CloseReason;
-    ///
-    /// let done = ResumeRefusal { reason: RefusalReason::StreamEnded(CloseReason::Completed), state: None };
-    /// assert_eq!(done.code(), "stream_complete");
-    /// let stream = replay_ring_sse::StreamId::new("s1").unwrap();
-    /// let foreign = ResumeRefusal { reason: RefusalReason::ForeignSession { stream }, state: None };
-    /// assert_eq!(foreign.code(), "stream_lost");
-    /// ```
-    pub fn code(&self) -> &'static str {
-        match &self.reason {
-            RefusalReason::Decision(d) => d.code(),
-            RefusalReason::ForeignSession { .. } => "stream_lost",
-            RefusalReason::StreamEnded(CloseReason::Completed) => "stream_complete",
-            RefusalReason::StreamEnded(_) => "stream_closed",
-        }
-    }
-}
-
-impl std::fmt::Display for ResumeRefusal {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.reason {
-            RefusalReason::Decision(d) => write!(f, "{d}"),
-            // Worded exactly as an unknown stream, so that the message tells nothing either.
-            RefusalReason::ForeignSession { stream } => write!(
-                f,
-                "{}",
-                ResumeDecision::StreamLost(LastEventIdError::UnknownStream { stream: *stream })
-            ),
-            RefusalReason::StreamEnded(CloseReason::Completed) => f.write_str(
-                "the stream is complete: the Last-Event-ID is its final event, nothing more will be sent",
-            ),
-            RefusalReason::StreamEnded(reason) => write!(
-                f,
-                "the stream ended ({reason}) after the Last-Event-ID: nothing more will be sent"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for ResumeRefusal {}
 
 /// One SSE stream: its ring, its publisher, and what it is bound to.
 pub(crate) struct StreamEntry {
