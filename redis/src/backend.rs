@@ -33,7 +33,8 @@ pub struct RedisConfig {
     /// An abandoned stream expires this long after its last append, release, renewal or close
     /// (`PEXPIRE`, refreshed by each). Expiry is "stream lost": resumes are then refused with 404.
     /// `Duration::ZERO` disables expiry; otherwise it must be at least `lease`, so that a stream
-    /// never expires while its producer holds the lease.
+    /// never expires while its producer holds the lease. `stream_ttl`, `lease` and `block` must
+    /// each be below 2^53 milliseconds ([`RedisBackend::connect`] refuses more).
     pub stream_ttl: Duration,
     /// How long a producer lease lasts without renewal. Appends renew it.
     pub lease: Duration,
@@ -167,6 +168,14 @@ impl RedisBackend {
         if config.read_batch == 0 || config.lease.is_zero() || config.block.is_zero() {
             return Err(Error::InvalidArgument(
                 "read_batch, lease and block must be non-zero",
+            ));
+        }
+        // Each of them reaches Redis in milliseconds (`PEXPIRE`, `SET PX`, `XREAD BLOCK`), read
+        // back by the scripts as exact Lua numbers.
+        let max = Duration::from_millis(crate::MAX_ID);
+        if config.stream_ttl > max || config.lease > max || config.block > max {
+            return Err(Error::InvalidArgument(
+                "stream_ttl, lease and block must be below 2^53 milliseconds",
             ));
         }
         if !config.stream_ttl.is_zero() && config.stream_ttl < config.lease {
@@ -324,7 +333,7 @@ impl RedisBackend {
         let c = &self.shared.config;
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(c.connect_timeout))
-            .set_response_timeout(Some(c.block + c.response_timeout));
+            .set_response_timeout(Some(c.block.saturating_add(c.response_timeout)));
         self.shared
             .client
             .get_multiplexed_async_connection_with_config(&config)

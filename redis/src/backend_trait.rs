@@ -129,12 +129,21 @@ impl BackendProducer for RedisProducer {
             return Err(AppendError::IdsExhausted(make));
         }
         let capacity = self.stream().window_capacity();
+        if self.known_floor > id {
+            // Released past this producer's next id: another producer appended since, so the
+            // lease has moved (floors only rise, and only through appended ids).
+            return Err(AppendError::Superseded(Some(make)));
+        }
         if id - self.known_floor >= capacity {
             match self.stream().state().await {
                 Ok(state) => {
                     self.known_floor = state.floor;
                     if let Some(_reason) = state.closed {
                         return Err(AppendError::Closed(make));
+                    }
+                    if state.floor > id {
+                        // As above.
+                        return Err(AppendError::Superseded(Some(make)));
                     }
                     if id - state.floor >= capacity {
                         return Err(AppendError::Full(make));
@@ -163,7 +172,9 @@ impl BackendProducer for RedisProducer {
             .await
             .map_err(|e| unavailable("ready", e))?;
         self.known_floor = state.floor;
-        if state.closed.is_some() || self.next_id() - state.floor < state.capacity {
+        // A floor past `next_id` (another producer appended and released since) is room as far
+        // as waiting goes: the append that follows finds the lease gone.
+        if state.closed.is_some() || self.next_id().saturating_sub(state.floor) < state.capacity {
             return Ok(());
         }
         let wait = self.stream().backend.config().block;

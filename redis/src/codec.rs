@@ -43,8 +43,9 @@ pub(crate) fn encode_reason(reason: &CloseReason) -> String {
     match reason {
         CloseReason::Completed => "completed".to_owned(),
         CloseReason::ProducerDropped => "producer_dropped".to_owned(),
+        // In nanoseconds, so readers get back exactly the reason the producer closed with.
         CloseReason::BackpressureTimeout { waited } => {
-            format!("backpressure_timeout:{}", waited.as_millis())
+            format!("backpressure_timeout_ns:{}", waited.as_nanos())
         }
         CloseReason::Error(message) => format!("error:{message}"),
         // The enum is non-exhaustive; anything new is stored as a failure with its text.
@@ -58,7 +59,14 @@ pub(crate) fn decode_reason(raw: &str) -> Option<CloseReason> {
         "completed" => Some(CloseReason::Completed),
         "producer_dropped" => Some(CloseReason::ProducerDropped),
         _ => {
-            if let Some(ms) = raw.strip_prefix("backpressure_timeout:") {
+            if let Some(ns) = raw.strip_prefix("backpressure_timeout_ns:") {
+                let ns: u128 = ns.parse().ok()?;
+                let secs = u64::try_from(ns / 1_000_000_000).ok()?;
+                // The remainder is below 10^9, so it fits.
+                let waited = Duration::new(secs, (ns % 1_000_000_000) as u32);
+                Some(CloseReason::BackpressureTimeout { waited })
+            } else if let Some(ms) = raw.strip_prefix("backpressure_timeout:") {
+                // Whole milliseconds: the spelling of earlier versions, still read back.
                 let ms: u64 = ms.parse().ok()?;
                 Some(CloseReason::BackpressureTimeout {
                     waited: Duration::from_millis(ms),
@@ -219,12 +227,32 @@ mod tests {
             CloseReason::BackpressureTimeout {
                 waited: Duration::from_millis(1500),
             },
+            CloseReason::BackpressureTimeout {
+                waited: Duration::from_nanos(1_500_001),
+            },
+            CloseReason::BackpressureTimeout {
+                waited: Duration::from_micros(500),
+            },
+            CloseReason::BackpressureTimeout {
+                waited: Duration::MAX,
+            },
             CloseReason::error("tool crashed: x:y"),
         ] {
             assert_eq!(decode_reason(&encode_reason(&r)), Some(r));
         }
+        assert_eq!(
+            decode_reason("backpressure_timeout:1500"),
+            Some(CloseReason::BackpressureTimeout {
+                waited: Duration::from_millis(1500)
+            })
+        );
         assert_eq!(decode_reason("garbage"), None);
         assert_eq!(decode_reason("backpressure_timeout:x"), None);
+        assert_eq!(decode_reason("backpressure_timeout_ns:-1"), None);
+        assert_eq!(
+            decode_reason(&format!("backpressure_timeout_ns:{}", u128::MAX)),
+            None
+        );
     }
 
     #[test]

@@ -195,8 +195,9 @@ impl RedisProducer {
         }
     }
 
-    /// Like [`append`](Self::append), but when the window is full waits (up to `timeout`) for a
-    /// release to make room, woken by the release itself (no polling).
+    /// Like [`append`](Self::append), but when the window is full waits (up to `timeout`;
+    /// `Duration::MAX` waits without a deadline) for a release to make room, woken by the release
+    /// itself (no polling).
     ///
     /// # Errors
     /// As [`append`](Self::append); [`Error::Full`] once `timeout` has passed without room.
@@ -204,7 +205,8 @@ impl RedisProducer {
     /// # Cancel safety
     /// As [`append`](Self::append): a cancelled call leaves the payload pending at worst.
     pub async fn append_wait(&mut self, payload: &[u8], timeout: Duration) -> Result<u64, Error> {
-        let deadline = Instant::now() + timeout;
+        // `None`: no deadline (`Duration::MAX` and anything else past the clock's range).
+        let deadline = Instant::now().checked_add(timeout);
         let mut mark: Option<String> = None;
         loop {
             match self.append(payload).await {
@@ -214,7 +216,7 @@ impl RedisProducer {
                     capacity,
                 }) => {
                     let now = Instant::now();
-                    if now >= deadline {
+                    if deadline.is_some_and(|d| now >= d) {
                         return Err(Error::Full {
                             floor,
                             head,
@@ -226,7 +228,8 @@ impl RedisProducer {
                         // landing between that try and the blocking read still wakes us.
                         None => mark = Some(self.ctl_mark().await?),
                         Some(m) => {
-                            let wait = (deadline - now).min(self.stream.backend.config().block);
+                            let block = self.stream.backend.config().block;
+                            let wait = deadline.map_or(block, |d| (d - now).min(block));
                             self.wait_ctl(m, wait).await?;
                             mark = None;
                         }
@@ -270,15 +273,26 @@ impl RedisProducer {
     /// Closes the stream with `reason`: readers get every event, then the reason. Gives up the
     /// lease. Closing twice keeps the first reason.
     ///
+    /// An event still pending ([`has_pending`](Self::has_pending)) is resent first. If the window
+    /// has no room for it (or ids are exhausted), it was never stored and has no id; the close
+    /// goes ahead without it, since a closing stream will not make room again.
+    ///
     /// # Errors
     /// [`Error::Closed`] (already closed, with the stored reason), [`Error::Fenced`], and the
-    /// backend errors of [`append`](Self::append). An event still pending is resent first.
+    /// backend errors of [`append`](Self::append) from resending a pending event.
     ///
     /// # Cancel safety
     /// Cancel safe: one atomic script; the producer is consumed either way, and a lease left
     /// behind expires.
     pub async fn close(mut self, reason: CloseReason) -> Result<(), Error> {
-        self.resolve_pending().await?;
+        match self.resolve_pending().await {
+            // Refused before it was written (the script answers `DUP` for an event that did
+            // arrive): nothing to wait for once the stream ends.
+            Err(Error::Full { .. } | Error::IdsExhausted) => self.pending = None,
+            other => {
+                other?;
+            }
+        }
         let s = &self.stream;
         let value: redis::Value = scripts::CLOSE_SCRIPT
             .key(&s.keys.meta)

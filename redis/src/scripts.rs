@@ -41,6 +41,12 @@ local function num(v, name)
   if n > LIMIT then corrupt('field ' .. name .. ' is out of range') end
   return n
 end
+-- A stored head: an id, so below LIMIT (a floor may reach LIMIT, one past the last id).
+local function head_of(v)
+  local n = num(v, 'head')
+  if n >= LIMIT then corrupt('field head is out of range') end
+  return n
+end
 local function dec(n) return string.format('%d', n) end
 local function eid(n) return string.format('0-%d', n) end
 local function touch(ttl, ...)
@@ -59,11 +65,12 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
   local m = redis.call('HMGET', KEYS[1], 'epoch', 'cap')
   return {'EXISTS', m[1] or '', m[2] or ''}
 end
+local ttl = num(ARGV[3], 'ttl')
 redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])
 redis.call('HSET', KEYS[1], 'epoch', ARGV[1], 'cap', ARGV[2], 'head', '0', 'floor', '1',
   'fence', '0', 'ttl', ARGV[3])
 redis.call('XADD', KEYS[3], 'MAXLEN', '16', '*', 'n', '1')
-touch(num(ARGV[3], 'ttl'), KEYS[1], KEYS[3])
+touch(ttl, KEYS[1], KEYS[3])
 return {'CREATED', ARGV[1], ARGV[2]}
 "#;
 
@@ -84,20 +91,22 @@ return {'OK'}
 "#;
 
 /// KEYS: meta lease. ARGV: epoch lease_ms seen.
-/// Takes the producer lease if nobody holds it and the log reaches `seen` (the highest head the
-/// caller saw; `BEHIND` if Redis lost events since): a fresh fencing token from the meta counter.
+/// Takes the producer lease if the stream is open, nobody holds the lease and the log reaches
+/// `seen` (the highest head the caller saw; `BEHIND` if Redis lost events since): a fresh fencing
+/// token from the meta counter. A closed stream is answered `CLOSED` without touching the lease.
 const ACQUIRE: &str = r#"
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'NOSTREAM'} end
 local m = redis.call('HMGET', KEYS[1], 'epoch', 'head', 'closed', 'fence')
 if m[1] ~= ARGV[1] then return {'LOST', m[1] or ''} end
-local head = num(m[2], 'head')
+local head = head_of(m[2])
 num(m[4], 'fence')
 if head < num(ARGV[3], 'seen') then return {'BEHIND', dec(head)} end
+if m[3] then return {'CLOSED', m[3]} end
 local holder = redis.call('GET', KEYS[2])
 if holder then return {'HELD', holder, dec(redis.call('PTTL', KEYS[2]))} end
 local token = redis.call('HINCRBY', KEYS[1], 'fence', 1)
 redis.call('SET', KEYS[2], dec(token), 'PX', ARGV[2])
-return {'OK', dec(token), dec(head), m[3] or ''}
+return {'OK', dec(token), dec(head)}
 "#;
 
 /// KEYS: lease meta log ctl. ARGV: token lease_ms epoch.
@@ -136,7 +145,7 @@ if m[6] ~= ARGV[4] then return {'LOST', m[6] or ''} end
 local holder = redis.call('GET', KEYS[3])
 if holder ~= ARGV[1] then return {'FENCED', holder or ''} end
 local cap = num(m[1], 'cap')
-local head = num(m[2], 'head')
+local head = head_of(m[2])
 local floor = num(m[3], 'floor')
 local ttl = num(m[5], 'ttl')
 local first = num(ARGV[2], 'id')
@@ -176,7 +185,7 @@ const RELEASE: &str = r#"
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'NOSTREAM'} end
 local m = redis.call('HMGET', KEYS[1], 'head', 'floor', 'ttl', 'epoch')
 if m[4] ~= ARGV[2] then return {'LOST', m[4] or ''} end
-local head = num(m[1], 'head')
+local head = head_of(m[1])
 local floor = num(m[2], 'floor')
 local ttl = num(m[3], 'ttl')
 local x = num(ARGV[1], 'through')
@@ -218,7 +227,7 @@ const READ: &str = r#"
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'NOSTREAM'} end
 local m = redis.call('HMGET', KEYS[1], 'epoch', 'head', 'floor', 'closed')
 if m[1] ~= ARGV[1] then return {'LOST', m[1] or ''} end
-local head = num(m[2], 'head')
+local head = head_of(m[2])
 local floor = num(m[3], 'floor')
 local x = num(ARGV[2], 'after')
 local closed = m[4] or ''

@@ -237,8 +237,9 @@ impl RedisStream {
     /// [`RedisProducer::release_lease`].
     ///
     /// # Errors
-    /// [`Error::LeaseHeld`] while another producer holds it; [`Error::NotFound`],
-    /// [`Error::EpochChanged`], [`Error::Corrupt`], [`Error::Unavailable`],
+    /// [`Error::LeaseHeld`] while another producer holds it; [`Error::Closed`] once the stream
+    /// was closed (the lease is left alone); [`Error::NotFound`], [`Error::EpochChanged`],
+    /// [`Error::LogRolledBack`], [`Error::Corrupt`], [`Error::Unavailable`],
     /// [`Error::OutOfMemory`].
     ///
     /// # Cancel safety
@@ -263,12 +264,14 @@ impl RedisStream {
             "OK" => {
                 let token = reply.string("token")?;
                 let head = reply.id("head")?;
-                if let Some(reason) = reply.reason("closed")? {
-                    return Err(Error::Closed(reason));
-                }
                 self.check_head(seen, head)?;
                 Ok(RedisProducer::new(self.clone(), token, head))
             }
+            "CLOSED" => Err(Error::Closed(
+                reply
+                    .reason("closed")?
+                    .unwrap_or_else(|| CloseReason::error("closed")),
+            )),
             "BEHIND" => Err(Error::LogRolledBack {
                 stream: self.id,
                 seen,
@@ -497,7 +500,7 @@ pub(crate) async fn read_state(
     let closed = reply.reason("closed")?;
     let fence = reply.id("fence")?;
     let _ttl = reply.id("ttl")?;
-    if floor > head + 1 || floor == 0 || capacity == 0 {
+    if head > crate::MAX_ID || floor > head + 1 || floor == 0 || capacity == 0 {
         return Err(codec::corrupt(
             id,
             &format!("inconsistent window: floor {floor}, head {head}, capacity {capacity}"),

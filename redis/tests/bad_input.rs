@@ -70,6 +70,30 @@ async fn impossible_configurations_are_refused_up_front() {
         ..base()
     })
     .await;
+    // Durations Redis takes in milliseconds, which the scripts read as exact Lua numbers.
+    let too_long = Duration::from_millis(1 << 53);
+    for config in [
+        RedisConfig {
+            stream_ttl: Duration::MAX,
+            ..base()
+        },
+        RedisConfig {
+            stream_ttl: too_long,
+            ..base()
+        },
+        RedisConfig {
+            lease: Duration::MAX,
+            stream_ttl: Duration::ZERO,
+            ..base()
+        },
+        RedisConfig {
+            block: Duration::MAX,
+            ..base()
+        },
+    ] {
+        let why = refused(config).await;
+        assert!(why.contains("2^53"), "{why}");
+    }
 
     // No expiry at all, or an expiry of at least the lease, is accepted.
     let server = RedisServer::start();
@@ -119,6 +143,31 @@ async fn garbage_meta_fields_are_corrupt() {
             assert_corrupt(&format!("append {what}"), p.append(b"x").await);
         }
     }
+}
+
+/// A head of 2^53 (one past the last id the backend hands out) written behind its back is
+/// corrupt for every operation, so no cursor above the last id is taken for "at the head".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_head_past_the_last_id_is_corrupt() {
+    let server = RedisServer::start();
+    let backend = server.backend().await;
+    let stream = with_events(&backend, "past-last", 2).await;
+    let meta = stream.key_names()[0].to_owned();
+    hset(&server, &meta, "head", "9007199254740992");
+    hset(&server, &meta, "floor", "9007199254740992");
+    assert_corrupt("state", stream.state().await);
+    assert_corrupt("open", backend.open(&sid("past-last")).await.map(|_| ()));
+    for cursor in [u64::MAX, (1 << 53) + 5, 1 << 53, 1] {
+        assert_corrupt(
+            &format!("resume {cursor}"),
+            stream.resume(Some(cursor)).await.map(|_| ()),
+        );
+        assert_corrupt(
+            &format!("release {cursor}"),
+            stream.release_through(cursor).await,
+        );
+    }
+    assert_corrupt("acquire", stream.acquire_producer().await.map(|_| ()));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

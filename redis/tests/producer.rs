@@ -511,3 +511,154 @@ async fn a_standby_takes_the_lease_when_it_is_handed_back_or_lapses() {
         ]
     );
 }
+
+/// Every event and then the close reason a reader from 0 gets.
+async fn read_to_close(stream: &RedisStream) -> (Vec<(u64, Bytes)>, CloseReason) {
+    let mut reader = stream.resume(Some(0)).await.unwrap();
+    let mut events = Vec::new();
+    loop {
+        match tokio::time::timeout(Duration::from_secs(10), reader.recv())
+            .await
+            .expect("the reader ends with the close")
+            .unwrap()
+        {
+            ReadItem::Events(batch) => events.extend(batch),
+            ReadItem::Closed(reason) => return (events, reason),
+        }
+    }
+}
+
+/// A close whose pending resend finds the window full goes ahead: the script answers `DUP` for
+/// an event that was written, so a `FULL` answer means the event never was (it has no id), and
+/// readers get every stored event, then exactly the reason given (to the nanosecond).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_close_goes_ahead_when_the_full_window_refuses_the_pending_event() {
+    let server = RedisServer::start();
+    let proxy = CutProxy::start(server.port).await;
+    let config = RedisConfig {
+        response_timeout: Duration::from_millis(500),
+        ..RedisConfig::default()
+    };
+    let backend = replay_ring_redis::RedisBackend::connect(&proxy.url(), config)
+        .await
+        .unwrap();
+    let stream = backend.create(&sid("close-full"), 2).await.unwrap();
+    let mut p = stream.acquire_producer().await.unwrap();
+    p.append(b"e1").await.unwrap();
+    p.append(b"e2").await.unwrap();
+    proxy.set(Mode::LoseReply);
+    let lost = p.append(b"e3").await;
+    proxy.set(Mode::Pass);
+    assert!(
+        matches!(lost, Err(Error::Unknown { id: 3, .. })),
+        "{lost:?}"
+    );
+    assert!(
+        matches!(resolve(&mut p).await, Err(Error::Full { .. })),
+        "the window is still full"
+    );
+    assert!(p.has_pending(), "an append keeps it for the next call");
+
+    let reason = CloseReason::BackpressureTimeout {
+        waited: Duration::from_nanos(1_500_001),
+    };
+    p.close(reason.clone()).await.unwrap();
+    let (events, got) = read_to_close(&stream).await;
+    assert_eq!(
+        events,
+        vec![
+            (1, Bytes::from_static(b"e1")),
+            (2, Bytes::from_static(b"e2"))
+        ]
+    );
+    assert_eq!(got, reason);
+    let state = stream.state().await.unwrap();
+    assert_eq!((state.head, state.closed), (2, Some(reason)));
+    assert_eq!(log(&server, &stream).len(), 2, "event 3 was never written");
+}
+
+/// A producer whose lease moved while it was paused, and whose successor has since appended and
+/// released past its next id, is told it was superseded by the SSE layer's producer interface
+/// (with its closure handed back), and its wait returns at once; nothing is written for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_producer_behind_the_floor_is_superseded_through_the_trait() {
+    use replay_ring_sse::backend::{AppendError, BackendProducer};
+    let server = RedisServer::start();
+    let config = RedisConfig {
+        lease: Duration::from_millis(300),
+        ..RedisConfig::default()
+    };
+    let backend = server.backend_with(config).await;
+    let stream = backend.create(&sid("stale"), 2).await.unwrap();
+    let mut stale = stream.acquire_producer().await.unwrap();
+    stale.append(b"a1").await.unwrap();
+    stale.append(b"a2").await.unwrap(); // full, as far as this producer knows
+    lease_expired(&server, &stream).await;
+    let mut next = stream.acquire_producer().await.unwrap();
+    for id in 3..=10 {
+        stream.release_through(id - 1).await.unwrap();
+        assert_eq!(next.append(b"b").await.unwrap(), id);
+    }
+    stream.release_through(9).await.unwrap(); // floor 10, past the stale producer's id 3
+
+    tokio::time::timeout(Duration::from_secs(5), BackendProducer::ready(&mut stale))
+        .await
+        .expect("no wait for room that cannot come")
+        .unwrap();
+    match BackendProducer::try_append_with(&mut stale, |id| Bytes::from(format!("s{id}"))).await {
+        Err(AppendError::Superseded(Some(make))) => assert_eq!(make(7), "s7"),
+        other => panic!(
+            "expected Superseded with the closure, got {:?}",
+            other.map_err(|e| e.to_string())
+        ),
+    }
+    assert_eq!(stream.state().await.unwrap().head, 10, "nothing written");
+}
+
+/// `append_wait` with `Duration::MAX` waits without a deadline: it appends at once when there
+/// is room, and otherwise until a release makes some.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn append_wait_without_a_deadline_waits_for_the_release() {
+    let server = RedisServer::start();
+    let backend = server.backend().await;
+    let stream = backend.create(&sid("forever"), 1).await.unwrap();
+    let mut p = stream.acquire_producer().await.unwrap();
+    assert_eq!(p.append_wait(b"e1", Duration::MAX).await.unwrap(), 1);
+    let waiting = tokio::spawn(async move { p.append_wait(b"e2", Duration::MAX).await });
+    stream.release_through(1).await.unwrap();
+    let id = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("woken by the release")
+        .unwrap()
+        .unwrap();
+    assert_eq!(id, 2);
+}
+
+/// Acquiring the producer of a closed stream is refused with the stored reason, and the lease
+/// and the fencing counter are left as they were.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquiring_a_closed_stream_leaves_the_lease_alone() {
+    let server = RedisServer::start();
+    let backend = server.backend().await;
+    let stream = backend.create(&sid("closed"), 8).await.unwrap();
+    let mut p = stream.acquire_producer().await.unwrap();
+    p.append(b"e1").await.unwrap();
+    p.close(CloseReason::Completed).await.unwrap();
+    let fence = stream.state().await.unwrap().fence;
+    for _ in 0..3 {
+        assert!(matches!(
+            stream.acquire_producer().await,
+            Err(Error::Closed(CloseReason::Completed))
+        ));
+    }
+    assert_eq!(
+        stream.state().await.unwrap().fence,
+        fence,
+        "no token used up"
+    );
+    let lease: Option<String> = redis::cmd("GET")
+        .arg(stream.key_names()[3])
+        .query(&mut server.raw())
+        .unwrap();
+    assert_eq!(lease, None, "no lease taken");
+}
