@@ -46,6 +46,7 @@
 //! assert_eq!(HttpResponse::refused(&lost).status, 404);
 //! ```
 
+mod deadline;
 mod event_id;
 mod frame;
 mod http;

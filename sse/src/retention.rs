@@ -51,6 +51,7 @@ use std::time::{Duration, Instant};
 
 use replay_ring::{CloseReason, ReleaseError, ReplayRing};
 
+use crate::deadline::after;
 use crate::slow_consumer::{ConsumerProgress, SlowConsumerPolicy, Verdict, Window};
 use checkpoints::Checkpoints;
 use claims::Claims;
@@ -807,7 +808,7 @@ impl Retention {
         let oldest = self
             .checkpoints
             .oldest()
-            .map(|start| start + self.config.resumption_window);
+            .map(|start| after(start, self.config.resumption_window));
         // With nobody connected, more becomes releasable when the oldest claim ends.
         let vacancy = (self.release_when_vacant && self.indexes.live == 0)
             .then(|| self.claims.next_end())
@@ -919,7 +920,7 @@ impl BackpressureClock {
         if waited >= self.bound {
             Err(CloseReason::BackpressureTimeout { waited })
         } else {
-            Ok(since + self.bound)
+            Ok(after(since, self.bound))
         }
     }
 

@@ -31,6 +31,8 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
+use crate::deadline::after;
+
 /// Default [`SlowConsumerPolicy::write_timeout`]: 5 s, half the default backpressure timeout, so
 /// a stalled consumer is cut before the producer would give up.
 ///
@@ -312,8 +314,8 @@ impl SlowConsumerPolicy {
     /// ```
     pub fn stall_deadline(&self, consumer: &ConsumerProgress) -> Option<Instant> {
         let since = consumer.write_pending_since?;
-        let timeout = self.write_timeout.map(|t| since + t);
-        let lag = self.max_lag_percent.map(|_| since + self.lag_grace);
+        let timeout = self.write_timeout.map(|t| after(since, t));
+        let lag = self.max_lag_percent.map(|_| after(since, self.lag_grace));
         match (timeout, lag) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),

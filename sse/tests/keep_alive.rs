@@ -75,3 +75,32 @@ async fn keep_alives_come_only_after_a_silent_interval() {
         .unwrap()
         .contains("data: late\n"));
 }
+
+/// `keep_alive` of zero or `Duration::MAX` sends no keep-alive comments (zero used to write them
+/// in a busy loop, `MAX` to panic on the deadline): an idle stream stays silent for an hour of
+/// virtual time, then delivers the next event as usual.
+#[tokio::test(start_paused = true)]
+async fn a_keep_alive_of_zero_or_max_sends_none() {
+    for keep_alive in [Duration::ZERO, Duration::MAX] {
+        let me = StreamIdentity::new(StreamId::new("none").unwrap(), Epoch::new(7));
+        let config = SseConfig {
+            keep_alive,
+            ..SseConfig::default()
+        };
+        let (stream, mut producer) = SseStream::new(me, config).unwrap();
+        let mut body = stream
+            .respond(&HeaderMap::new())
+            .into_body()
+            .into_data_stream();
+        let priming = next_chunk(&mut body).await;
+        assert!(std::str::from_utf8(&priming).unwrap().starts_with("id: "));
+        let silent = tokio::time::timeout(Duration::from_secs(3600), body.next()).await;
+        assert!(silent.is_err(), "{keep_alive:?}: {silent:?}");
+        assert_eq!(stream.stats().keep_alives, 0, "{keep_alive:?}");
+        producer.send("after").await.unwrap();
+        let chunk = next_chunk(&mut body).await;
+        assert!(std::str::from_utf8(&chunk)
+            .unwrap()
+            .contains("data: after\n"));
+    }
+}

@@ -506,3 +506,38 @@ async fn shutdown_refuses_new_connections_finishes_responses_and_closes_streams_
         .unwrap()
         .unwrap();
 }
+
+/// Every timeout of `serve` takes `Duration::MAX`, the usual "never": requests with and without a
+/// body are answered (hyper's header timer and the body deadline used to overflow `Instant`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timeouts_of_duration_max_mean_never() {
+    let (addr, _flags) = start(ServeConfig {
+        header_read_timeout: Duration::MAX,
+        body_read_timeout: Duration::MAX,
+        write_timeout: Duration::MAX,
+        idle_timeout: Duration::MAX,
+        shutdown_grace: Duration::MAX,
+        ..ServeConfig::default()
+    })
+    .await;
+    let requests: [(&[u8], &str); 2] = [
+        (
+            b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
+            "\r\n\r\nok",
+        ),
+        (
+            b"POST /upload HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello",
+            "\r\n\r\n5",
+        ),
+    ];
+    for (request, ending) in requests {
+        let mut socket = TcpStream::connect(addr).await.unwrap();
+        socket.write_all(request).await.unwrap();
+        let reply = read_to_close(&mut socket, Duration::from_secs(5)).await;
+        let reply = String::from_utf8_lossy(&reply);
+        assert!(
+            reply.starts_with("HTTP/1.1 200") && reply.ends_with(ending),
+            "{reply}"
+        );
+    }
+}

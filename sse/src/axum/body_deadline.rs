@@ -16,6 +16,8 @@ use bytes::Bytes;
 use hyper::body::{Body as HttpBody, Frame, SizeHint};
 use tokio::time::{Instant, Sleep};
 
+use crate::deadline::after_tokio;
+
 /// Middleware (`map_request_with_state`): gives the request's body until `timeout` after now to
 /// arrive in full; a body still arriving then ends with [`BodyTimedOut`], which the handler
 /// reading it answers as a bad body, and the connection closes after that response.
@@ -23,7 +25,7 @@ pub(super) async fn with_body_deadline(
     State(timeout): State<Duration>,
     request: Request<Body>,
 ) -> Request<Body> {
-    let deadline = Instant::now() + timeout;
+    let deadline = after_tokio(Instant::now(), timeout);
     request.map(|inner| {
         Body::new(BodyDeadline {
             inner,

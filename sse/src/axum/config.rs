@@ -41,7 +41,9 @@ pub struct SseConfig {
     pub retention: RetentionConfig,
     /// When one connection may no longer hold the stream back.
     pub slow_consumer: SlowConsumerPolicy,
-    /// Idle time after which a `: keep-alive` comment is written.
+    /// Idle time after which a `: keep-alive` comment is written. `Duration::ZERO` or
+    /// `Duration::MAX`: none (a stream that stays silent for [`ServeConfig::idle_timeout`](super::ServeConfig::idle_timeout)
+    /// is then closed by [`serve`](super::serve)).
     pub keep_alive: Duration,
     /// Reconnection delay announced in the priming event (`None`: leave the client's default).
     pub retry: Option<Duration>,

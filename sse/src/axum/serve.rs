@@ -27,6 +27,7 @@ use tokio::time::sleep;
 
 use super::side_wake::{First, SideWake, Supervised};
 use super::watchdog::{Action, Activity, Tracked, Watchdog};
+use crate::deadline::capped;
 
 /// Connections over the cap that are still answered with a 503 at the same time; beyond that an
 /// excess connection is closed at once.
@@ -266,7 +267,7 @@ async fn serve_connection(
     let service = TowerToHyperService::new(router);
     let connection = http1::Builder::new()
         .timer(TokioTimer::new())
-        .header_read_timeout(config.header_read_timeout)
+        .header_read_timeout(capped(config.header_read_timeout))
         .serve_connection(io, service)
         .with_upgrades();
     tokio::pin!(connection);

@@ -24,6 +24,7 @@ use tokio::time::{sleep_until, Instant};
 use super::serve::ServeConfig;
 #[cfg(doc)]
 use super::side_wake::Supervised;
+use crate::deadline::after_tokio;
 
 /// What the watchdog asks of the connection.
 pub(crate) enum Action {
@@ -96,17 +97,9 @@ impl Activity {
     fn write_deadline(&self, config: &ServeConfig) -> Option<Instant> {
         match self.blocked_since_ms.load(Ordering::Relaxed) {
             NOT_BLOCKED => None,
-            since => Some(after(self.at(since), config.write_timeout)),
+            since => Some(after_tokio(self.at(since), config.write_timeout)),
         }
     }
-}
-
-/// `at + d`, or a point too far ahead to matter where that does not fit in an `Instant`.
-fn after(at: Instant, d: Duration) -> Instant {
-    // Thirty years: the largest timeout any config means in practice.
-    const FAR: Duration = Duration::from_secs(30 * 365 * 86_400);
-    at.checked_add(d)
-        .unwrap_or_else(|| at.checked_add(FAR).unwrap_or(at))
 }
 
 /// Checks for idleness this many times per idle timeout: a connection is closed between the idle
@@ -165,7 +158,7 @@ impl Watchdog {
                     if changed.is_err() {
                         self.watching = false;
                     } else if *self.stopping.borrow_and_update() {
-                        self.drain_until = Some(after(Instant::now(), self.config.shutdown_grace));
+                        self.drain_until = Some(after_tokio(Instant::now(), self.config.shutdown_grace));
                         return Action::Drain;
                     }
                 }
@@ -186,7 +179,7 @@ impl Watchdog {
         {
             return Some("replay_ring_http_write_timeouts_total");
         }
-        (now >= after(self.active_at, self.config.idle_timeout))
+        (now >= after_tokio(self.active_at, self.config.idle_timeout))
             .then_some("replay_ring_http_idle_timeouts_total")
     }
 
@@ -194,7 +187,8 @@ impl Watchdog {
     /// (idleness is seen from the move counter, so only a check notices bytes that moved).
     fn next_check(&self, now: Instant) -> Instant {
         let quarter = self.config.idle_timeout / IDLE_CHECKS_PER_TIMEOUT;
-        let mut next = after(self.active_at, self.config.idle_timeout).min(after(now, quarter));
+        let mut next =
+            after_tokio(self.active_at, self.config.idle_timeout).min(after_tokio(now, quarter));
         if let Some(deadline) = self.activity.write_deadline(&self.config) {
             next = next.min(deadline);
         }

@@ -3,6 +3,7 @@
 
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use tokio::time::{sleep_until, Instant, Sleep};
@@ -11,6 +12,7 @@ use super::frames::{encode_cut, encode_terminal};
 use super::shared::{add, Shared};
 use super::side_wake::{First, SideWake, Supervised};
 use crate::backend::{Backend, Tail, TailError};
+use crate::deadline::after_tokio;
 use crate::frame::{encode_stream_event, stream_event_len_hint};
 use crate::{encode_keep_alive, ConnectionId, EventIdBuf};
 
@@ -158,7 +160,12 @@ impl<B: Backend<Payload = Bytes>> Writer<B> {
             self.encode_batch();
             return self.take_chunk();
         }
-        let due = self.last_handed + self.shared.config.keep_alive;
+        // Zero would be a comment per poll, a busy loop: it means none, like `Duration::MAX`.
+        let keep_alive = match self.shared.config.keep_alive {
+            Duration::ZERO => Duration::MAX,
+            interval => interval,
+        };
+        let due = after_tokio(self.last_handed, keep_alive);
         let timer = self.keep_alive.get_or_insert_with(|| {
             self.timer_wake.arm();
             Box::pin(sleep_until(due))

@@ -12,6 +12,7 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use super::CHECKPOINTS;
+use crate::deadline::after;
 
 /// Claims kept at once: with claims less than a granule apart merged, one window holds at most
 /// `CHECKPOINTS + 1` of them.
@@ -43,7 +44,7 @@ impl Claims {
         self.drop_ended(now);
         // Callers read the clock before they take the lock, so `now` may be a little older than a
         // departure recorded before: keep the ends monotone (a later end only delays a release).
-        let until = (now + self.window).max(self.entries.back().map_or(now, |&(_, _, u)| u));
+        let until = after(now, self.window).max(self.entries.back().map_or(now, |&(_, _, u)| u));
         while self.entries.back().is_some_and(|&(w, _, _)| w >= through) {
             self.entries.pop_back();
         }

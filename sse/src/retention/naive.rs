@@ -11,6 +11,7 @@ use replay_ring::{ReleaseError, ReplayRing};
 use super::checkpoints::Checkpoints;
 use super::claims::Claims;
 use super::{ConnectionId, RetentionConfig, RetentionStats};
+use crate::deadline::after;
 use crate::slow_consumer::{ConsumerProgress, SlowConsumerPolicy, Verdict, Window};
 
 #[derive(Debug, Clone, Copy)]
@@ -222,7 +223,7 @@ impl NaiveRetention {
         let mut ends: Vec<Instant> = self
             .checkpoints
             .oldest()
-            .map(|start| start + self.config.resumption_window)
+            .map(|start| after(start, self.config.resumption_window))
             .into_iter()
             .collect();
         if self.live_connections() == 0 {
