@@ -18,7 +18,8 @@ use rmcp::transport::streamable_http_server::session::local::{
     LocalSessionManager, LocalSessionManagerError,
 };
 use rmcp::transport::streamable_http_server::session::{
-    EventStore, RestoreOutcome, ServerSseMessage, SessionId, SessionManager,
+    EventStore, EventStoreError, EventStream, RestoreOutcome, ServerSseMessage, SessionId,
+    SessionManager,
 };
 use sync_wrapper::SyncWrapper;
 
@@ -110,7 +111,7 @@ pub const DEFAULT_MAX_SESSIONS: usize = 10_000;
 impl ReplayRingSessionManager {
     /// Wraps `local` (its `session_config` is kept) and installs `store` as its event store.
     pub fn new(store: RingEventStore, local: LocalSessionManager) -> Self {
-        let inner = local.with_event_store(Arc::new(store.clone()));
+        let inner = local.with_event_store(Arc::new(SessionEvents(store.clone())));
         ReplayRingSessionManager {
             inner,
             store,
@@ -265,7 +266,7 @@ impl SessionManager for ReplayRingSessionManager {
         }
         let entry = self
             .store
-            .entry_for(&format!("{id}:common"))
+            .entry_for(&format!("{id}:common"), true)
             .await
             .map_err(|e| ManagerError::Store(e.to_string()))?;
         if entry.retention.lock().live_connections() > 0 {
@@ -317,5 +318,31 @@ impl SessionManager for ReplayRingSessionManager {
 
     fn event_store(&self) -> Option<Arc<dyn EventStore>> {
         Some(Arc::new(self.store.clone()))
+    }
+}
+
+/// The store as a session's worker sees it: every stream stored through it belongs to that
+/// session (a request stream is bound to it at its POST, the GET stream by its name), so a
+/// request without a session, such as rmcp's stateless replay, is refused it.
+#[derive(Debug)]
+struct SessionEvents(RingEventStore);
+
+#[async_trait::async_trait]
+impl EventStore for SessionEvents {
+    async fn store_event(
+        &self,
+        stream_id: &str,
+        event: &ServerSseMessage,
+    ) -> Result<String, EventStoreError> {
+        self.0.store_event_as(stream_id, event, true).await
+    }
+
+    /// Not reached: [`ReplayRingSessionManager::resume`] answers session resumes itself. Kept
+    /// session-less, so it serves no session's stream.
+    async fn replay_events_after(
+        &self,
+        last_event_id: &str,
+    ) -> Result<EventStream, EventStoreError> {
+        self.0.replay_events_after(last_event_id).await
     }
 }

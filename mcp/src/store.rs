@@ -66,6 +66,10 @@ pub(crate) struct StreamEntry {
     /// Notified when the last connection reading the stream leaves ([`vacated`](Self::vacated)).
     vacated: tokio::sync::Notify,
     is_common: bool,
+    /// Created by an MCP session's worker (a request stream of a session, or its GET stream):
+    /// resumable only by that session, never by a request without one. Only rmcp's stateless
+    /// (2026-07-28) requests create streams without a session.
+    session_scoped: bool,
 }
 
 /// A stream being created: everything but its writer.
@@ -75,6 +79,7 @@ struct EntryParts {
     retention: SharedRetention,
     session: Option<SessionId>,
     is_common: bool,
+    session_scoped: bool,
 }
 
 impl EntryParts {
@@ -93,6 +98,7 @@ impl EntryParts {
             disconnect: tokio::sync::watch::channel(0).0,
             vacated: tokio::sync::Notify::new(),
             is_common: self.is_common,
+            session_scoped: self.session_scoped,
         }
     }
 }
@@ -334,10 +340,11 @@ impl RingEventStore {
     }
 
     /// The stream rmcp calls `rmcp_id`, created on first use (with its Redis stream when the
-    /// store has an event log).
+    /// store has an event log); `session_scoped` for a stream an MCP session creates.
     pub(crate) async fn entry_for(
         &self,
         rmcp_id: &str,
+        session_scoped: bool,
     ) -> Result<Arc<StreamEntry>, EventStoreError> {
         {
             let mut streams = self.inner.streams.lock();
@@ -346,7 +353,7 @@ impl RingEventStore {
             }
             self.sweep(&mut streams, Instant::now());
         }
-        let (entry, writer) = self.build(rmcp_id)?;
+        let (entry, writer) = self.build(rmcp_id, session_scoped)?;
         #[cfg(feature = "redis")]
         let entry = self.attach_log(entry, writer).await?;
         #[cfg(not(feature = "redis"))]
@@ -411,7 +418,11 @@ impl RingEventStore {
     }
 
     /// Builds a stream's ring and publisher (not yet registered).
-    fn build(&self, rmcp_id: &str) -> Result<(EntryParts, Writer), EventStoreError> {
+    fn build(
+        &self,
+        rmcp_id: &str,
+        session_scoped: bool,
+    ) -> Result<(EntryParts, Writer), EventStoreError> {
         let cfg = &self.inner.config;
         // Relaxed: a unique counter; nothing is published through it.
         let n = self.inner.next_stream.fetch_add(1, Ordering::Relaxed);
@@ -454,6 +465,7 @@ impl RingEventStore {
             ring,
             session,
             is_common,
+            session_scoped,
         };
         let writer = Writer {
             publisher,
@@ -650,11 +662,15 @@ impl RingEventStore {
         let Some(entry) = self.entry_by_event_id(&id) else {
             return Err(lost(LastEventIdError::UnknownStream { stream: id.stream }));
         };
-        if let Some(session) = session {
-            if entry.session().as_deref() != Some(session) {
-                let stream = id.stream;
-                return Err(self.count_refusal(RefusalReason::ForeignSession { stream }, None));
-            }
+        // A session's stream is answered to that session only, and a request without a session
+        // (rmcp's stateless path, or a header that is not text) learns nothing about it either.
+        let foreign = match session {
+            Some(session) => entry.session().as_deref() != Some(session),
+            None => entry.session_scoped,
+        };
+        if foreign {
+            let stream = id.stream;
+            return Err(self.count_refusal(RefusalReason::ForeignSession { stream }, None));
         }
         // The window is enforced lazily: whatever expired is released before the decision.
         entry
@@ -860,6 +876,20 @@ impl RingEventStore {
     }
 }
 
+impl RingEventStore {
+    /// `store_event` for a stream created `session_scoped` (by an MCP session) or not.
+    pub(crate) async fn store_event_as(
+        &self,
+        stream_id: &str,
+        event: &ServerSseMessage,
+        session_scoped: bool,
+    ) -> Result<String, EventStoreError> {
+        let entry = self.entry_for(stream_id, session_scoped).await?;
+        let seq = self.push(&entry, event).await?;
+        Ok(entry.identity.event_id(seq).to_string())
+    }
+}
+
 #[async_trait::async_trait]
 impl EventStore for RingEventStore {
     /// Commits `event` to the ring of `stream_id` (created on first use) and returns its wire id.
@@ -883,9 +913,9 @@ impl EventStore for RingEventStore {
         stream_id: &str,
         event: &ServerSseMessage,
     ) -> Result<String, EventStoreError> {
-        let entry = self.entry_for(stream_id).await?;
-        let seq = self.push(&entry, event).await?;
-        Ok(entry.identity.event_id(seq).to_string())
+        // Called directly by rmcp only on its stateless path; a session's worker stores through
+        // the session manager's view of the store, which scopes its streams to the session.
+        self.store_event_as(stream_id, event, false).await
     }
 
     /// Used by rmcp only for session-less (2026-07-28 stateless) GETs; session-bound resumes go

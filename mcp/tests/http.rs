@@ -699,6 +699,45 @@ async fn metrics_endpoint_publishes_the_store_counters_through_the_facade() {
     );
 }
 
+/// A GET without a session (no `Mcp-Session-Id`, or rmcp's stateless 2026-07-28 resume) that
+/// names a session's stream is answered like a stream that does not exist: no events, no window,
+/// and no acknowledgement, so the session's own resume still gets everything after its cursor.
+async fn a_sessions_stream_is_not_resumable_without_the_session(kind: Kind) {
+    let f = app_on(kind, StoreConfig::default()).await;
+    let app = f.app.clone();
+    let session = initialize(&app).await;
+    let all = events(call(&app, post(Some(&session), long_task(1, 4))).await, 100).await;
+    let ids: Vec<String> = all.iter().map(|e| e.id.clone().unwrap()).collect();
+    let (prefix, _) = ids[0].rsplit_once('.').unwrap();
+    for version in ["2026-07-28", "2025-11-25"] {
+        for cursor in [ids[1].clone(), ids[4].clone(), format!("{prefix}.99")] {
+            let req = Request::get("/mcp")
+                .header("host", "127.0.0.1")
+                .header("accept", "text/event-stream")
+                .header("mcp-protocol-version", version)
+                .header("last-event-id", &cursor)
+                .body(Body::empty())
+                .unwrap();
+            let resp = call(&app, req).await;
+            assert_eq!(resp.status(), StatusCode::NOT_FOUND, "{version} {cursor}");
+            assert!(!resp.headers().contains_key("replay-floor"), "{cursor}");
+            let body = json_body(resp).await;
+            assert_eq!(body["error"]["data"]["error"], "stream_lost", "{body}");
+            assert!(body["error"]["data"]["head"].is_null(), "{body}");
+        }
+    }
+    assert_eq!(f.store.metrics().resumes_ok, 0);
+    // The session resumes from id 2 and gets 3..: nothing was acknowledged by the others.
+    let resp = call(&app, get(&session, Some(&ids[1]))).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let replay: Vec<_> = events(resp, 100)
+        .await
+        .into_iter()
+        .filter_map(|e| e.id)
+        .collect();
+    assert_eq!(replay, ids[2..].to_vec());
+}
+
 on_both_logs!(
     post_stream_then_resume_replays_exactly_after_the_cursor,
     unreplayable_cursors_get_explicit_json_rpc_errors_never_an_empty_200,
@@ -711,4 +750,5 @@ on_both_logs!(
     a_browser_page_of_another_origin_is_refused,
     a_second_get_stream_takes_over_once_the_first_leaves,
     a_delete_of_an_unknown_session_is_404_session_lost,
+    a_sessions_stream_is_not_resumable_without_the_session,
 );
