@@ -19,7 +19,6 @@ async fn every_stream_timing_setting_takes_duration_max() {
         retention: RetentionConfig {
             resumption_window: Duration::MAX,
             backpressure_timeout: Duration::MAX,
-            ..RetentionConfig::default()
         },
         slow_consumer: SlowConsumerPolicy {
             write_timeout: Some(Duration::MAX),

@@ -13,7 +13,7 @@ use axum::body::Body;
 use axum::routing::{get, post};
 use axum::Router;
 use bytes::Bytes;
-use replay_ring_sse::axum::{serve, ServeConfig};
+use replay_ring_sse::axum::{serve, serve_stats, ServeConfig};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 
@@ -183,6 +183,7 @@ async fn connections_over_the_cap_get_an_explicit_503() {
         ..ServeConfig::default()
     })
     .await;
+    let refused_before = serve_stats().connections_refused;
     let mut held: Vec<TcpStream> = Vec::new();
     for _ in 0..4 {
         held.push(TcpStream::connect(addr).await.unwrap());
@@ -205,6 +206,8 @@ async fn connections_over_the_cap_get_an_explicit_503() {
     assert_eq!(body["error"], "too_many_connections", "{body}");
     assert_eq!(body["limit"], 4, "{body}");
     assert!(body["message"].is_string(), "{body}");
+    // Counted (process-wide, so other tests of this binary may add to it too).
+    assert!(serve_stats().connections_refused > refused_before);
     // Once they leave, requests are served again.
     drop(held);
     let deadline = Instant::now() + common::LIMIT;
@@ -228,6 +231,7 @@ async fn a_client_that_never_reads_is_closed_after_the_write_timeout() {
         ..ServeConfig::default()
     })
     .await;
+    let timeouts_before = serve_stats().write_timeouts;
     let socket = TcpSocket::new_v4().unwrap();
     socket.set_recv_buffer_size(4096).unwrap();
     let mut client = socket.connect(addr).await.unwrap();
@@ -245,6 +249,8 @@ async fn a_client_that_never_reads_is_closed_after_the_write_timeout() {
     .await;
     // The server keeps its connection clocks in whole milliseconds (rounded down): 1 ms slack.
     assert!(start.elapsed() + Duration::from_millis(1) >= Duration::from_millis(300));
+    // Counted before the connection (and the body with it) was dropped.
+    assert!(serve_stats().write_timeouts > timeouts_before);
     assert_eq!(common::get(addr, "/", &[]).await.status, 200);
 }
 
@@ -255,6 +261,7 @@ async fn a_connection_that_moves_no_byte_is_closed_after_the_idle_timeout() {
         ..ServeConfig::default()
     })
     .await;
+    let idle_before = serve_stats().idle_timeouts;
     let mut client = TcpStream::connect(addr).await.unwrap();
     client
         .write_all(b"GET /never HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
@@ -270,6 +277,8 @@ async fn a_connection_that_moves_no_byte_is_closed_after_the_idle_timeout() {
         flags.handler_dropped.load(Ordering::Acquire),
         "the pending handler was dropped"
     );
+    // Counted before the connection (and the handler with it) was dropped.
+    assert!(serve_stats().idle_timeouts > idle_before);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -423,6 +423,20 @@ async fn page_and_metrics_are_served() {
     assert!(metrics
         .text()
         .contains("\nreplay_ring_resumes_below_floor_total{stream=\"events\"} 0\n"));
+    // `serve`'s connection counters are rendered with the stream's (their values are
+    // process-wide, shared with the other tests of this binary).
+    for series in [
+        "replay_ring_http_connections_refused_total ",
+        "replay_ring_http_write_timeouts_total ",
+        "replay_ring_http_idle_timeouts_total ",
+        "replay_ring_http_closed_at_shutdown_total ",
+    ] {
+        assert!(
+            metrics.text().contains(&format!("\n{series}")),
+            "{series}: {}",
+            metrics.text()
+        );
+    }
 }
 
 /// Reads a stream response until a complete frame with id `>= until` arrived, then hangs up.

@@ -560,9 +560,13 @@ impl MetricsEndpoint {
         Self { store, recorder }
     }
 
-    /// Records the store's counters now and returns the Prometheus text exposition.
+    /// Records the store's counters (and `serve`'s connection counters) now and returns the
+    /// Prometheus text exposition.
     pub fn render(&self) -> String {
-        metrics::with_local_recorder(&*self.recorder, || self.store.record_metrics());
+        metrics::with_local_recorder(&*self.recorder, || {
+            self.store.record_metrics();
+            replay_ring_sse::axum::record_serve_metrics();
+        });
         self.recorder.handle().render()
     }
 }

@@ -200,7 +200,10 @@ async fn metrics<B: Backend<Payload = Bytes>>(State(app): State<App<B>>) -> Resp
     let Ok((counters, closed)) = app.stream.backend_counters().await else {
         return StatusCode::SERVICE_UNAVAILABLE.into_response();
     };
-    let record = || app.stream.record_metrics_from(&counters, closed);
+    let record = || {
+        app.stream.record_metrics_from(&counters, closed);
+        replay_ring_sse::axum::record_serve_metrics();
+    };
     metrics::with_local_recorder(&*app.recorder, record);
     let text = app.recorder.handle().render();
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()

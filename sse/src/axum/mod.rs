@@ -57,6 +57,7 @@ mod frames;
 mod metrics;
 mod producer;
 mod serve;
+mod serve_stats;
 mod shared;
 mod side_wake;
 mod watchdog;
@@ -67,5 +68,8 @@ pub use config::{SseConfig, DEFAULT_KEEP_ALIVE, DEFAULT_RETRY};
 pub use endpoint::{backend_events, events, SseStream, LAST_EVENT_ID_QUERY};
 pub use producer::SseProducer;
 pub use serve::{serve, serve_with_shutdown, ServeConfig};
+#[cfg(feature = "metrics")]
+pub use serve_stats::record_serve_metrics;
+pub use serve_stats::{serve_stats, ServeStats};
 pub use shared::EndpointStats;
 pub use writer::MAX_CHUNK_BYTES;

@@ -25,6 +25,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio::time::sleep;
 
+use super::serve_stats::{count, Closed};
 use super::side_wake::{First, SideWake, Supervised};
 use super::watchdog::{Action, Activity, Tracked, Watchdog};
 use crate::deadline::capped;
@@ -221,7 +222,7 @@ pub async fn serve_with_shutdown(
                 ));
             }
             Err(_) => {
-                count("replay_ring_http_connections_refused_total");
+                count(Closed::Refused);
                 if let Ok(permit) = overflow.clone().try_acquire_owned() {
                     tokio::spawn(refuse_connection(tcp, config.max_connections, permit));
                 }
@@ -246,14 +247,6 @@ fn is_per_connection(e: &io::Error) -> bool {
             | io::ErrorKind::Interrupted
     )
 }
-
-#[cfg(feature = "metrics")]
-fn count(name: &'static str) {
-    metrics::counter!(name).increment(1);
-}
-
-#[cfg(not(feature = "metrics"))]
-fn count(_name: &'static str) {}
 
 async fn serve_connection(
     tcp: TcpStream,

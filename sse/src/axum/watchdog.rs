@@ -22,6 +22,7 @@ use tokio::sync::{watch, Notify};
 use tokio::time::{sleep_until, Instant};
 
 use super::serve::ServeConfig;
+use super::serve_stats::Closed;
 #[cfg(doc)]
 use super::side_wake::Supervised;
 use crate::deadline::after_tokio;
@@ -30,8 +31,8 @@ use crate::deadline::after_tokio;
 pub(crate) enum Action {
     /// The server is shutting down: finish the response in progress, then close.
     Drain,
-    /// Close now; the reason is the counter to bump.
-    Close(&'static str),
+    /// Close now, for this reason (counted in [`serve_stats`](super::serve_stats)).
+    Close(Closed),
 }
 
 /// What moved on a connection's socket. Written by the socket side (the connection's own task),
@@ -167,20 +168,20 @@ impl Watchdog {
         }
     }
 
-    /// Which limit ran out at `now`, as the counter to bump, if one did.
-    fn expired(&self, now: Instant) -> Option<&'static str> {
+    /// Which limit ran out at `now`, if one did.
+    fn expired(&self, now: Instant) -> Option<Closed> {
         if self.drain_until.is_some_and(|drain| now >= drain) {
-            return Some("replay_ring_http_closed_at_shutdown_total");
+            return Some(Closed::AtShutdown);
         }
         if self
             .activity
             .write_deadline(&self.config)
             .is_some_and(|deadline| now >= deadline)
         {
-            return Some("replay_ring_http_write_timeouts_total");
+            return Some(Closed::WriteTimeout);
         }
         (now >= after_tokio(self.active_at, self.config.idle_timeout))
-            .then_some("replay_ring_http_idle_timeouts_total")
+            .then_some(Closed::IdleTimeout)
     }
 
     /// When to look again: the earliest deadline, and at least every quarter of the idle timeout
