@@ -214,14 +214,15 @@ impl ContinuityVerifier {
             self.cursor = Some(id);
             return Ok(());
         };
+        // Saturates only at a cursor of `u64::MAX`, after which every id is at or below it.
         let expected = cursor.saturating_add(1);
-        if id == expected {
-            self.cursor = Some(id);
-            Ok(())
-        } else if id < expected {
+        if id <= cursor {
             // Keep the reconnect flag: the first *new* event still has to be cursor + 1.
             self.after_reconnect = after_reconnect;
             Err(ContinuityError::Duplicate { expected, got: id })
+        } else if id == expected {
+            self.cursor = Some(id);
+            Ok(())
         } else {
             self.cursor = Some(id);
             Err(ContinuityError::Gap {
@@ -502,14 +503,15 @@ pub fn classify(observation: &Observation) -> StallClass {
     if !r.session_durable {
         return StallClass::ResumptionFailed(F::NotDurable);
     }
+    // Saturates only at a cursor of `u64::MAX`, after which every id repeats one at or below it.
     let expected = r.cursor.saturating_add(1);
     match r.first_event {
+        Some(got) if got <= r.cursor => StallClass::ResumptionFailed(F::Repeated { expected, got }),
         Some(got) if got == expected => match r.body {
             BodyState::OpenSilent => StallClass::Reconnect,
             _ => StallClass::Delayed,
         },
-        Some(got) if got > expected => StallClass::ResumptionFailed(F::Skipped { expected, got }),
-        Some(got) => StallClass::ResumptionFailed(F::Repeated { expected, got }),
+        Some(got) => StallClass::ResumptionFailed(F::Skipped { expected, got }),
         None => match (r.body, r.replay_floor) {
             (BodyState::EndedEmpty, _) => StallClass::ResumptionFailed(F::EmptyStream),
             (_, None) => StallClass::ResumptionFailed(F::Unproven),

@@ -2,11 +2,13 @@
 //! reaches its window only through the backend traits (it wraps a ring and calls nothing but
 //! `Backend`, `BackendProducer` and `Tail` methods on it), so the endpoint provably depends on
 //! the contract and not on the ring. The backend can be switched "down" to answer every call with
-//! `Unavailable`, as a network store does when it cannot be reached.
+//! `Unavailable`, as a network store does when it cannot be reached, and can release events right
+//! after a resume opened its tail, as another connection's release may land.
 
 mod common;
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -31,11 +33,14 @@ use tokio::sync::watch;
 struct ViaTraits {
     ring: ReplayRing<Bytes>,
     down: Arc<watch::Sender<bool>>,
+    /// When non-zero, each resume releases through this id right after opening its tail.
+    release_after_resume: Arc<AtomicU64>,
 }
 
 struct ViaProducer {
     inner: Producer<Bytes>,
     down: Arc<watch::Sender<bool>>,
+    release_after_resume: Arc<AtomicU64>,
 }
 
 struct ViaTail {
@@ -85,6 +90,11 @@ impl Backend for ViaTraits {
             return Err(OpenError::Unavailable(unreachable_store()));
         }
         let inner = Backend::resume(&self.ring, last_event_id).await?;
+        // Relaxed: a test knob set before the request; nothing else is published through it.
+        let through = self.release_after_resume.load(Ordering::Relaxed);
+        if through > 0 {
+            Backend::release_through(&self.ring, through).await.unwrap();
+        }
         Ok(ViaTail {
             inner,
             down: self.down.clone(),
@@ -107,6 +117,7 @@ impl BackendProducer for ViaProducer {
         ViaTraits {
             ring: BackendProducer::backend(&self.inner),
             down: self.down.clone(),
+            release_after_resume: self.release_after_resume.clone(),
         }
     }
 
@@ -155,6 +166,7 @@ async fn start() -> (
     let producer = ViaProducer {
         inner,
         down: down.clone(),
+        release_after_resume: Arc::default(),
     };
     let me = StreamIdentity::new(StreamId::new("events").unwrap(), Epoch::new(0xabc));
     let config = SseConfig {
@@ -320,6 +332,7 @@ async fn only_a_backend_whose_readers_are_all_local_releases_a_vacant_window() {
     let producer = ViaProducer {
         inner,
         down: Arc::new(watch::Sender::new(false)),
+        release_after_resume: Arc::default(),
     };
     let (_shared_stream, mut shared) = SseStream::with_backend(producer, me, config);
     for expected in 1..=2 {
@@ -331,4 +344,49 @@ async fn only_a_backend_whose_readers_are_all_local_releases_a_vacant_window() {
         }
         other => panic!("expected the bound, got {other:?}"),
     }
+}
+
+/// A release that lands between a resume opening its tail and the response's window snapshot
+/// (another connection's, or the resumption window's) does not show in the 200's headers as a
+/// floor above the cursor, which a client checking `Replay-Floor <= cursor + 1` would take for a
+/// failed resume: the headers state the window the resume was decided on, and the body replays
+/// from `cursor + 1` (the tail was open before the release).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_racing_a_resume_does_not_raise_its_advertised_floor() {
+    let (inner, _ring) = ReplayRing::<Bytes>::new(16, 4).unwrap();
+    let release_after_resume = Arc::new(AtomicU64::new(0));
+    let producer = ViaProducer {
+        inner,
+        down: Arc::new(watch::Sender::new(false)),
+        release_after_resume: release_after_resume.clone(),
+    };
+    let me = StreamIdentity::new(StreamId::new("events").unwrap(), Epoch::new(0xabc));
+    let (stream, mut producer) = SseStream::with_backend(producer, me, SseConfig::default());
+    for n in 1..=10 {
+        assert_eq!(producer.send(format!("e{n}")).await.unwrap(), n);
+    }
+    // Relaxed: see `ViaTraits::release_after_resume`.
+    release_after_resume.store(8, Ordering::Relaxed);
+    let mut headers = axum::http::HeaderMap::new();
+    headers.insert("last-event-id", "events.abc.3".parse().unwrap());
+    let response = stream.respond_async(&headers).await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["replay-floor"], "4");
+    assert_eq!(response.headers()["replay-head"], "10");
+    assert_eq!(Backend::window(stream.backend()).await.unwrap().floor, 9);
+    let mut body = response.into_body().into_data_stream();
+    let mut text = String::new();
+    while !text.contains("data: e10\n") {
+        let chunk = tokio::time::timeout(
+            Duration::from_secs(5),
+            futures_util::StreamExt::next(&mut body),
+        )
+        .await
+        .expect("the replay comes at once")
+        .unwrap()
+        .unwrap();
+        text.push_str(std::str::from_utf8(&chunk).unwrap());
+    }
+    let first = text.find("data: e").unwrap();
+    assert!(text[first..].starts_with("data: e4\n"), "{text}");
 }

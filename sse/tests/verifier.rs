@@ -356,3 +356,30 @@ fn verifier_rejects_a_restarted_stream_by_epoch() {
     );
     assert_eq!(v.cursor(), Some(1));
 }
+
+/// At the end of the id space there is no `cursor + 1`: an id at `u64::MAX` after a cursor of
+/// `u64::MAX` repeats it, for the verifier and for the classifier alike.
+#[test]
+fn the_last_id_is_never_followed_by_itself() {
+    let mut v = ContinuityVerifier::with_cursor(u64::MAX - 1);
+    assert_eq!(v.on_event(u64::MAX), Ok(()));
+    for _ in 0..2 {
+        assert!(
+            matches!(
+                v.on_event(u64::MAX),
+                Err(ContinuityError::Duplicate { got: u64::MAX, .. })
+            ),
+            "a repeat of the last id"
+        );
+    }
+    let at_the_end = Reconnect {
+        cursor: u64::MAX,
+        replay_head: Some(u64::MAX),
+        first_event: Some(u64::MAX),
+        ..healthy()
+    };
+    assert!(matches!(
+        classify(&Observation::Reconnected(at_the_end)),
+        StallClass::ResumptionFailed(F::Repeated { got: u64::MAX, .. })
+    ));
+}

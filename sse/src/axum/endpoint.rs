@@ -389,11 +389,14 @@ impl<B: Backend<Payload = Bytes>> SseStream<B> {
                 }
             }
         }
-        // Snapshot after the acknowledgement, so the advertised floor is the one now in force.
+        // Snapshot after the acknowledgement, so the advertised floor is the one now in force;
+        // but never above `start + 1`. The tail was opened at `start`, so the replay begins
+        // there, and a release that landed since (another connection's, or the window's) must not
+        // make this 200 look like a failed resume (`Replay-Floor > cursor + 1`) to a client.
         let state = match shared.backend.window().await {
             Ok(w) => StreamState {
                 identity: shared.identity,
-                floor: w.floor,
+                floor: w.floor.min(start + 1),
                 head: w.head,
             },
             Err(_) => {

@@ -30,19 +30,24 @@
 //! ```
 //! use axum::{routing::get, Router};
 //! use bytes::Bytes;
-//! use replay_ring_sse::axum::{backend_events, SseConfig, SseStream};
+//! use replay_ring_sse::axum::{backend_events, SseConfig, SseProducer, SseStream};
 //! use replay_ring_sse::backend::{Backend, BackendProducer};
 //! use replay_ring_sse::{Epoch, StreamId, StreamIdentity};
 //!
-//! /// The same app over any backend, given its producer.
-//! fn app<B: Backend<Payload = Bytes>>(producer: B::Producer) -> Router {
+//! /// The same app over any backend, given its producer; returns the publisher with the router.
+//! /// Keep the publisher (send with it): dropping it closes the stream (`producer_dropped`).
+//! fn app<B: Backend<Payload = Bytes>>(producer: B::Producer) -> (Router, SseProducer<B>) {
 //!     let me = StreamIdentity::new(StreamId::new("events").unwrap(), Epoch::generate());
-//!     let (stream, _publisher) = SseStream::with_backend(producer, me, SseConfig::default());
-//!     Router::new().route("/events", get(backend_events::<B>)).with_state(stream)
+//!     let (stream, publisher) = SseStream::with_backend(producer, me, SseConfig::default());
+//!     let router = Router::new().route("/events", get(backend_events::<B>)).with_state(stream);
+//!     (router, publisher)
 //! }
 //!
+//! # tokio::runtime::Runtime::new().unwrap().block_on(async {
 //! let (producer, _ring) = replay_ring::ReplayRing::<Bytes>::new(1024, 64).unwrap();
-//! let _app = app::<replay_ring::ReplayRing<Bytes>>(producer);
+//! let (_router, mut publisher) = app::<replay_ring::ReplayRing<Bytes>>(producer);
+//! assert_eq!(publisher.send("first").await.unwrap(), 1);
+//! # });
 //! ```
 //!
 //! A resumable endpoint in an existing axum app (`run` serves it on a bound listener; the same
