@@ -104,12 +104,12 @@ where
             return self.open_session(req);
         }
         if req.method() != Method::GET {
-            return Box::pin(self.inner.call(req));
+            return self.in_session(req);
         }
         let values = req.headers().get_all(LAST_EVENT_ID_HEADER);
         let cursor = match last_event_id(values.iter().map(HeaderValue::as_bytes)) {
             Ok(Some(cursor)) => cursor.to_vec(),
-            Ok(None) => return Box::pin(self.inner.call(req)),
+            Ok(None) => return self.in_session(req),
             // Two values: the cursor is ambiguous, and rmcp would take the first.
             Err(e) => {
                 let response = refusal_response(&self.manager.store().malformed(e));
@@ -158,6 +158,39 @@ where
 }
 
 impl<S: Clone> ResumeGuard<S> {
+    /// A request in a session that is not a resume (a POST, the standalone GET): passed on. rmcp
+    /// checks the session first and answers 404 if it is gone, but a session deleted while rmcp
+    /// serves the request (a `DELETE` racing it) fails inside with a 500; that is answered 404
+    /// `session_lost` too, as the transport requires for a request naming an unknown session.
+    fn in_session<B>(&mut self, req: Request<B>) -> GuardFuture<S::Error>
+    where
+        S: tower_service::Service<Request<B>, Response = Response<Body>> + Send + 'static,
+        S::Future: Send + 'static,
+        B: Send + 'static,
+    {
+        let Some(session) = req
+            .headers()
+            .get(SESSION_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .map(SessionId::from)
+        else {
+            return Box::pin(self.inner.call(req));
+        };
+        // The clone that was polled ready serves this request (tower's usual swap).
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let manager = self.manager.clone();
+        Box::pin(async move {
+            let response = inner.call(req).await?;
+            if response.status() == StatusCode::INTERNAL_SERVER_ERROR
+                && !manager.has_session(&session).await.unwrap_or(true)
+            {
+                return Ok(refusal_response(&session_lost()));
+            }
+            Ok(response)
+        })
+    }
+
     /// A `POST` without a session opens one (an `initialize`): refused with 503 while the
     /// manager's session cap is reached.
     fn open_session<B>(&mut self, req: Request<B>) -> GuardFuture<S::Error>
@@ -203,13 +236,17 @@ impl<S: Clone> ResumeGuard<S> {
             if manager.has_session(&session).await.unwrap_or(false) {
                 return inner.call(req).await;
             }
-            // Not a resume: built here rather than counted among the refused resumes.
-            let lost = ResumeRefusal {
-                reason: RefusalReason::Decision(ResumeDecision::SessionLost),
-                state: None,
-            };
-            Ok(refusal_response(&lost))
+            Ok(refusal_response(&session_lost()))
         })
+    }
+}
+
+/// The refusal for a request, other than a resume, naming a session that is gone: built here
+/// rather than counted among the refused resumes.
+fn session_lost() -> ResumeRefusal {
+    ResumeRefusal {
+        reason: RefusalReason::Decision(ResumeDecision::SessionLost),
+        state: None,
     }
 }
 

@@ -205,7 +205,12 @@ impl SessionManager for ReplayRingSessionManager {
     /// error, the GET stream with a `retry:` hint), then closes the session in rmcp.
     async fn close_session(&self, id: &SessionId) -> Result<(), Self::Error> {
         self.store.drop_session(id);
-        Ok(self.inner.close_session(id).await?)
+        let closed = self.inner.close_session(id).await;
+        // Again once the session is gone: a GET stream created while it was closing was missed
+        // by the first pass (`create_standalone_stream` checks for the session after creating
+        // its stream, which covers one created after this).
+        self.store.drop_session(id);
+        Ok(closed?)
     }
 
     /// The POST's stream: rmcp routes the request and stores the priming event; the connection
@@ -269,6 +274,12 @@ impl SessionManager for ReplayRingSessionManager {
             .entry_for(&format!("{id}:common"), true)
             .await
             .map_err(|e| ManagerError::Store(e.to_string()))?;
+        // Closed while the stream was being created (with a Redis event log that takes round
+        // trips): `close_session` may have looked for its streams before this one existed.
+        if !self.inner.has_session(id).await? {
+            self.store.drop_session(id);
+            return Err(LocalSessionManagerError::SessionNotFound(id.clone()).into());
+        }
         if entry.retention.lock().live_connections() > 0 {
             // One live GET stream per session: a second one gets keep-alives only, so a message
             // is never delivered twice (rmcp's "shadow" streams do the same). Once the live one

@@ -70,6 +70,7 @@ pub(crate) struct StreamEntry {
     /// resumable only by that session, never by a request without one. Only rmcp's stateless
     /// (2026-07-28) requests create streams without a session.
     session_scoped: bool,
+    created_at: Instant,
 }
 
 /// A stream being created: everything but its writer.
@@ -99,6 +100,7 @@ impl EntryParts {
             vacated: tokio::sync::Notify::new(),
             is_common: self.is_common,
             session_scoped: self.session_scoped,
+            created_at: Instant::now(),
         }
     }
 }
@@ -475,9 +477,27 @@ impl RingEventStore {
         Ok((parts, writer))
     }
 
-    /// Forgets streams that ended (completed or closed) `completed_ttl` ago.
+    /// Forgets streams that ended (completed or closed) `completed_ttl` ago, and ends and forgets
+    /// orphans: request streams a session's worker created whose POST never bound them (the
+    /// session was deleted between the priming event and the binding), `completed_ttl` after
+    /// their creation. Binding follows the priming event at once, so nothing else stays unbound,
+    /// and no request can ever resume an orphan (it belongs to no session).
     fn sweep(&self, streams: &mut Streams, now: Instant) {
         let ttl = self.inner.config.completed_ttl;
+        let orphans: Vec<String> = streams
+            .by_rmcp
+            .iter()
+            .filter(|(_, e)| {
+                e.session_scoped
+                    && e.session().is_none()
+                    && now.saturating_duration_since(e.created_at) >= ttl
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in orphans {
+            Self::end_and_forget(streams, &k);
+            self.inner.counters.streams_expired.inc();
+        }
         let expired: Vec<String> = streams
             .by_rmcp
             .iter()
@@ -558,23 +578,28 @@ impl RingEventStore {
             .map(|(k, _)| k.clone())
             .collect();
         for k in gone {
-            if let Some(entry) = streams.by_rmcp.get(&k) {
-                // Live connections of a deleted session end explicitly instead of idling (a request
-                // stream with a JSON-RPC error, the GET stream with a retry hint whose reconnect
-                // gets 404). A push in progress holds the lock; it finishes on its own.
-                if let Ok(mut writer) = entry.writer.try_lock() {
-                    // The ring records a close at once: the future is ready on its first poll.
-                    let _ = writer
-                        .publisher
-                        .close(CloseReason::error("session closed"))
-                        .now_or_never();
-                }
-                #[cfg(feature = "redis")]
-                Self::close_log_later(entry.clone(), CloseReason::error("session closed"));
-            }
-            streams.remove(&k);
+            Self::end_and_forget(&mut streams, &k);
         }
         streams.pending_disconnects.retain(|(s, _)| &**s != session);
+    }
+
+    /// Closes a stream whose session is gone and forgets it.
+    fn end_and_forget(streams: &mut Streams, rmcp_id: &str) {
+        if let Some(entry) = streams.by_rmcp.get(rmcp_id) {
+            // Live connections of a deleted session end explicitly instead of idling (a request
+            // stream with a JSON-RPC error, the GET stream with a retry hint whose reconnect gets
+            // 404). A push in progress holds the lock; it finishes on its own.
+            if let Ok(mut writer) = entry.writer.try_lock() {
+                // The ring records a close at once: the future is ready on its first poll.
+                let _ = writer
+                    .publisher
+                    .close(CloseReason::error("session closed"))
+                    .now_or_never();
+            }
+            #[cfg(feature = "redis")]
+            Self::close_log_later(entry.clone(), CloseReason::error("session closed"));
+        }
+        streams.remove(rmcp_id);
     }
 
     /// Ends the live connections of the stream answering `request` in `session` (they get a

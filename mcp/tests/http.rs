@@ -738,6 +738,52 @@ async fn a_sessions_stream_is_not_resumable_without_the_session(kind: Kind) {
     assert_eq!(replay, ids[2..].to_vec());
 }
 
+/// A `DELETE` racing a tool call or a GET of its session: each racing request is served (200) or
+/// answered 404 `session_lost`, never 500, and once the sessions are gone the store forgets every
+/// stream they had within the completed-stream TTL, including a call's stream that the DELETE
+/// cut off before its POST could bind it to the session.
+async fn a_delete_racing_requests_of_its_session_leaves_nothing_behind(kind: Kind) {
+    let config = StoreConfig {
+        completed_ttl: Duration::from_millis(300),
+        ..StoreConfig::default()
+    };
+    let f = app_on(kind, config).await;
+    let app = f.app.clone();
+    for round in 0..60 {
+        let session = initialize(&app).await;
+        let request = if round % 3 == 2 {
+            get(&session, None)
+        } else {
+            post(Some(&session), long_task_paced(2, 3, 5))
+        };
+        let racing = tokio::spawn({
+            let app = app.clone();
+            async move { call(&app, request).await.status() }
+        });
+        tokio::task::yield_now().await;
+        let deleted = call(&app, delete(&session)).await.status();
+        assert!(matches!(deleted.as_u16(), 200 | 202 | 404), "{deleted}");
+        let status = racing.await.unwrap();
+        assert!(
+            matches!(status.as_u16(), 200 | 404),
+            "round {round}: {status}"
+        );
+    }
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    loop {
+        f.store.maintain();
+        let m = f.store.metrics();
+        if m.streams_open == 0 && m.retained == 0 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "streams left behind: {m:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 on_both_logs!(
     post_stream_then_resume_replays_exactly_after_the_cursor,
     unreplayable_cursors_get_explicit_json_rpc_errors_never_an_empty_200,
@@ -751,4 +797,5 @@ on_both_logs!(
     a_second_get_stream_takes_over_once_the_first_leaves,
     a_delete_of_an_unknown_session_is_404_session_lost,
     a_sessions_stream_is_not_resumable_without_the_session,
+    a_delete_racing_requests_of_its_session_leaves_nothing_behind,
 );
