@@ -13,7 +13,7 @@ use std::sync::Arc;
 use futures::stream::{self, BoxStream};
 use futures::{Stream, StreamExt};
 use replay_ring_sse::EventId;
-use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
+use rmcp::model::{ClientJsonRpcMessage, ClientNotification, ServerJsonRpcMessage};
 use rmcp::transport::streamable_http_server::session::local::{
     LocalSessionManager, LocalSessionManagerError,
 };
@@ -24,7 +24,7 @@ use rmcp::transport::streamable_http_server::session::{
 use sync_wrapper::SyncWrapper;
 
 use crate::refusal::ResumeRefusal;
-use crate::store::RingEventStore;
+use crate::store::{RingEventStore, StreamEntry};
 use crate::stream::broken_frame;
 
 /// Errors of [`ReplayRingSessionManager`].
@@ -158,6 +158,18 @@ impl ReplayRingSessionManager {
     /// window moved in between): a JSON-RPC error for the stream's request when it has one, else a
     /// `retry:` hint that ends the connection, so the client's reconnect gets the explicit HTTP
     /// status from [`ResumeGuardLayer`](crate::ResumeGuardLayer). Never an empty stream.
+    /// A second connection to a session's GET stream while one follows it live: keep-alives only,
+    /// so a message is never delivered twice (rmcp's "shadow" streams do the same). Once the live
+    /// one leaves, it ends with a `retry:` hint: its client reconnects and takes over, instead of
+    /// holding a stream that never carries anything.
+    fn shadow(&self, entry: Arc<StreamEntry>) -> SseStream {
+        let retry = self.store.config().retry;
+        SseStream::new(stream::once(async move {
+            entry.vacated().await;
+            ServerSseMessage::retry(retry)
+        }))
+    }
+
     fn refusal_stream(&self, last_event_id: &str, refusal: &ResumeRefusal) -> SseStream {
         let request = EventId::parse(last_event_id)
             .ok()
@@ -254,12 +266,26 @@ impl SessionManager for ReplayRingSessionManager {
         Ok(SseStream::new(live))
     }
 
+    /// Passes the message to the session; a `notifications/cancelled` also ends the cancelled
+    /// request's stream (no response will come for it), which rmcp's worker would otherwise hold
+    /// open until the session ends.
     async fn accept_message(
         &self,
         id: &SessionId,
         message: ClientJsonRpcMessage,
     ) -> Result<(), Self::Error> {
-        Ok(self.inner.accept_message(id, message).await?)
+        let cancelled = match &message {
+            ClientJsonRpcMessage::Notification(n) => match &n.notification {
+                ClientNotification::CancelledNotification(c) => c.params.request_id.clone(),
+                _ => None,
+            },
+            _ => None,
+        };
+        self.inner.accept_message(id, message).await?;
+        if let Some(request) = cancelled {
+            self.store.cancel_request(id, &request);
+        }
+        Ok(())
     }
 
     async fn create_standalone_stream(
@@ -281,16 +307,7 @@ impl SessionManager for ReplayRingSessionManager {
             return Err(LocalSessionManagerError::SessionNotFound(id.clone()).into());
         }
         if entry.retention.lock().live_connections() > 0 {
-            // One live GET stream per session: a second one gets keep-alives only, so a message
-            // is never delivered twice (rmcp's "shadow" streams do the same). Once the live one
-            // leaves, the second ends with a `retry:` hint: its client reconnects and takes over,
-            // instead of holding a stream that never carries anything.
-            let retry = self.store.config().retry;
-            let shadow = stream::once(async move {
-                entry.vacated().await;
-                ServerSseMessage::retry(retry)
-            });
-            return Ok(SseStream::new(shadow));
+            return Ok(self.shadow(entry));
         }
         let head = entry.ring.head();
         let priming = ServerSseMessage::priming(
@@ -309,11 +326,25 @@ impl SessionManager for ReplayRingSessionManager {
     /// A resume bound to the session: replay after `last_event_id`, then live events. A refusal
     /// here (the window moved after [`ResumeGuardLayer`](crate::ResumeGuardLayer)'s check) is
     /// still explicit, never an empty stream.
+    /// A resume of the session's GET stream while another connection follows it live is a
+    /// shadow too (as in rmcp): the messages go to one connection only, and once that one leaves,
+    /// the shadow's `retry:` hint brings its client back with its `Last-Event-ID`, to the replay.
     async fn resume(
         &self,
         id: &SessionId,
         last_event_id: String,
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        let followed_get_stream = EventId::parse(&last_event_id)
+            .ok()
+            .and_then(|cursor| self.store.entry_by_event_id(&cursor))
+            .filter(|entry| {
+                entry.is_common
+                    && entry.session().as_deref() == Some(&**id)
+                    && entry.retention.lock().live_connections() > 0
+            });
+        if let Some(entry) = followed_get_stream {
+            return Ok(self.shadow(entry));
+        }
         match self.store.resume_stream(Some(id), last_event_id.as_bytes()) {
             Ok(s) => Ok(SseStream::new(s)),
             Err(refusal) => Ok(self.refusal_stream(&last_event_id, &refusal)),

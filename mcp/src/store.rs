@@ -65,7 +65,8 @@ pub(crate) struct StreamEntry {
     disconnect: tokio::sync::watch::Sender<u64>,
     /// Notified when the last connection reading the stream leaves ([`vacated`](Self::vacated)).
     vacated: tokio::sync::Notify,
-    is_common: bool,
+    /// The session's GET stream (`<session>:common`), not a request's.
+    pub(crate) is_common: bool,
     /// Created by an MCP session's worker (a request stream of a session, or its GET stream):
     /// resumable only by that session, never by a request without one. Only rmcp's stateless
     /// (2026-07-28) requests create streams without a session.
@@ -203,7 +204,14 @@ struct Streams {
     by_request: HashMap<(SessionId, RequestId), Arc<StreamEntry>>,
     /// Disconnects asked for before the request's stream was bound (the tool ran first).
     pending_disconnects: std::collections::HashSet<(SessionId, RequestId)>,
+    /// Cancellations that arrived before the request's stream was bound, newest last; a client
+    /// sends these, so at most [`PENDING_CANCELS`] are kept (the race they cover is a few
+    /// microseconds wide).
+    pending_cancels: std::collections::VecDeque<(SessionId, RequestId)>,
 }
+
+/// Most cancellations kept for requests whose stream is not bound yet.
+const PENDING_CANCELS: usize = 256;
 
 impl Streams {
     fn remove(&mut self, rmcp_id: &str) {
@@ -548,8 +556,47 @@ impl RingEventStore {
         let key = (session.clone(), r);
         let mut streams = self.inner.streams.lock();
         let pending = streams.pending_disconnects.remove(&key);
+        if let Some(at) = streams.pending_cancels.iter().position(|k| *k == key) {
+            streams.pending_cancels.remove(at);
+            Self::end_cancelled(entry.clone());
+        }
         streams.by_request.insert(key, entry.clone());
         pending
+    }
+
+    /// Ends the stream answering `request` in `session` because the client cancelled the request
+    /// (MCP `notifications/cancelled`): no response will come, so the stream is closed as
+    /// complete. Its connections end once they have sent what was stored, a resume at its last id
+    /// is answered 410 `stream_complete`, and it is forgotten `completed_ttl` later.
+    pub fn cancel_request(&self, session: &str, request: &RequestId) {
+        let key = (SessionId::from(session), request.clone());
+        let mut streams = self.inner.streams.lock();
+        match streams.by_request.get(&key) {
+            Some(entry) => Self::end_cancelled(entry.clone()),
+            None => {
+                if streams.pending_cancels.len() == PENDING_CANCELS {
+                    streams.pending_cancels.pop_front();
+                }
+                streams.pending_cancels.push_back(key);
+            }
+        }
+    }
+
+    /// Closes a cancelled request's stream as complete, in a task: a push in progress (waiting
+    /// for room) holds the writer until it is done.
+    fn end_cancelled(entry: Arc<StreamEntry>) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        runtime.spawn(async move {
+            let mut writer = entry.writer.lock().await;
+            let _ = writer.publisher.close(CloseReason::Completed).await;
+            entry.mark_closed();
+            #[cfg(feature = "redis")]
+            if let Some(log) = writer.log.as_mut() {
+                let _ = log.close(CloseReason::Completed).await;
+            }
+        });
     }
 
     /// Housekeeping for a timer (the demo server runs it every second): releases events whose
@@ -581,6 +628,7 @@ impl RingEventStore {
             Self::end_and_forget(&mut streams, &k);
         }
         streams.pending_disconnects.retain(|(s, _)| &**s != session);
+        streams.pending_cancels.retain(|(s, _)| &**s != session);
     }
 
     /// Closes a stream whose session is gone and forgets it.

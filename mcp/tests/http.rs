@@ -784,6 +784,75 @@ async fn a_delete_racing_requests_of_its_session_leaves_nothing_behind(kind: Kin
     }
 }
 
+/// A client that cancels its call (`notifications/cancelled`) gets no response for it, so the
+/// call's stream ends: the POST's connection closes once it has sent what was stored, instead of
+/// idling on keep-alives until the session ends, and a resume at its last id is 410.
+async fn a_cancelled_call_ends_its_stream(kind: Kind) {
+    let f = app_on(kind, StoreConfig::default()).await;
+    let app = f.app.clone();
+    let session = initialize(&app).await;
+    let resp = call(&app, post(Some(&session), long_task_paced(2, 50, 100))).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let mut body = resp.into_body();
+    // The priming event and the first progress notification: the call is running.
+    let mut seen = events_from(&mut body, 2).await;
+    assert!(seen[1].data.contains("notifications/progress"), "{seen:?}");
+    let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": 2, "reason": "the user gave up"}});
+    assert_eq!(
+        call(&app, post(Some(&session), cancel)).await.status(),
+        StatusCode::ACCEPTED
+    );
+    // The rest of the body, to its end (each frame within the response limit; keep-alives alone
+    // would not end it, and the whole call would take 5 s).
+    let started = tokio::time::Instant::now();
+    seen.extend(events_from(&mut body, usize::MAX).await);
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "ended by the cancel"
+    );
+    assert!(
+        seen.iter().all(|e| !e.data.contains("\"result\"")),
+        "no response after the cancel: {seen:?}"
+    );
+    let last = seen.iter().rev().find_map(|e| e.id.clone()).unwrap();
+    let resume = call(&app, get(&session, Some(&last))).await;
+    assert_eq!(resume.status(), StatusCode::GONE);
+    let body = json_body(resume).await;
+    assert_eq!(body["error"]["data"]["error"], "stream_complete", "{body}");
+}
+
+/// A resume of the GET stream while another connection follows it live is a shadow as well: the
+/// session's messages go to the live connection only, never to both; once that one leaves, the
+/// shadow ends with a retry hint, and the reconnect with the same cursor replays them.
+async fn a_get_stream_resume_beside_a_live_one_delivers_nothing_twice(kind: Kind) {
+    let f = app_on(kind, StoreConfig::default()).await;
+    let app = f.app.clone();
+    let session = initialize(&app).await;
+    let mut live = call(&app, get(&session, None)).await.into_body();
+    let got = events_from(&mut live, 2).await;
+    let cursor = got.iter().find_map(|e| e.id.clone()).expect("primed");
+    let resumed = call(&app, get(&session, Some(&cursor))).await;
+    assert_eq!(resumed.status(), StatusCode::OK);
+    let tool = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "test_tool_with_logging", "arguments": {}}});
+    events(call(&app, post(Some(&session), tool)).await, 100).await;
+    let messages = |got: &[Sse]| {
+        got.iter()
+            .filter(|e| e.data.contains("notifications/message"))
+            .count()
+    };
+    assert_eq!(messages(&events_from(&mut live, 3).await), 3);
+    drop(live);
+    let got = events(resumed, 10).await;
+    assert_eq!(messages(&got), 0, "{got:?}");
+    assert!(got.last().is_some_and(|e| e.retry.is_some()), "{got:?}");
+    let again = call(&app, get(&session, Some(&cursor))).await;
+    assert_eq!(again.status(), StatusCode::OK);
+    let mut again = again.into_body();
+    assert_eq!(messages(&events_from(&mut again, 3).await), 3);
+}
+
 on_both_logs!(
     post_stream_then_resume_replays_exactly_after_the_cursor,
     unreplayable_cursors_get_explicit_json_rpc_errors_never_an_empty_200,
@@ -798,4 +867,6 @@ on_both_logs!(
     a_delete_of_an_unknown_session_is_404_session_lost,
     a_sessions_stream_is_not_resumable_without_the_session,
     a_delete_racing_requests_of_its_session_leaves_nothing_behind,
+    a_cancelled_call_ends_its_stream,
+    a_get_stream_resume_beside_a_live_one_delivers_nothing_twice,
 );
