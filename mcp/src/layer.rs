@@ -116,14 +116,8 @@ where
                 return Box::pin(async move { Ok(response) });
             }
         };
-        let session: Option<SessionId> = req
-            .headers()
-            .get(SESSION_HEADER)
-            .and_then(|v| v.to_str().ok())
-            .map(SessionId::from);
-        // The clone that was polled ready serves this request (tower's usual swap).
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let session = session_of(&req);
+        let mut inner = self.take_ready();
         let manager = self.manager.clone();
         Box::pin(async move {
             let store = manager.store();
@@ -158,6 +152,13 @@ where
 }
 
 impl<S: Clone> ResumeGuard<S> {
+    /// The inner service that was polled ready, to serve this request; a clone takes its place
+    /// (tower's usual swap).
+    fn take_ready(&mut self) -> S {
+        let clone = self.inner.clone();
+        std::mem::replace(&mut self.inner, clone)
+    }
+
     /// A request in a session that is not a resume (a POST, the standalone GET): passed on. rmcp
     /// checks the session first and answers 404 if it is gone, but a session deleted while rmcp
     /// serves the request (a `DELETE` racing it) fails inside with a 500; that is answered 404
@@ -168,17 +169,10 @@ impl<S: Clone> ResumeGuard<S> {
         S::Future: Send + 'static,
         B: Send + 'static,
     {
-        let Some(session) = req
-            .headers()
-            .get(SESSION_HEADER)
-            .and_then(|v| v.to_str().ok())
-            .map(SessionId::from)
-        else {
+        let Some(session) = session_of(&req) else {
             return Box::pin(self.inner.call(req));
         };
-        // The clone that was polled ready serves this request (tower's usual swap).
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let mut inner = self.take_ready();
         let manager = self.manager.clone();
         Box::pin(async move {
             let response = inner.call(req).await?;
@@ -199,9 +193,7 @@ impl<S: Clone> ResumeGuard<S> {
         S::Future: Send + 'static,
         B: Send + 'static,
     {
-        // The clone that was polled ready serves this request (tower's usual swap).
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let mut inner = self.take_ready();
         let manager = self.manager.clone();
         Box::pin(async move {
             let limit = manager.max_sessions();
@@ -220,17 +212,10 @@ impl<S: Clone> ResumeGuard<S> {
         S::Future: Send + 'static,
         B: Send + 'static,
     {
-        let Some(session) = req
-            .headers()
-            .get(SESSION_HEADER)
-            .and_then(|v| v.to_str().ok())
-            .map(SessionId::from)
-        else {
+        let Some(session) = session_of(&req) else {
             return Box::pin(self.inner.call(req));
         };
-        // The clone that was polled ready serves this request (tower's usual swap).
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let mut inner = self.take_ready();
         let manager = self.manager.clone();
         Box::pin(async move {
             if manager.has_session(&session).await.unwrap_or(false) {
@@ -239,6 +224,14 @@ impl<S: Clone> ResumeGuard<S> {
             Ok(refusal_response(&session_lost()))
         })
     }
+}
+
+/// The request's `Mcp-Session-Id`, if it has one that is text.
+fn session_of<B>(req: &Request<B>) -> Option<SessionId> {
+    req.headers()
+        .get(SESSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(SessionId::from)
 }
 
 /// The refusal for a request, other than a resume, naming a session that is gone: built here

@@ -49,6 +49,20 @@ async fn lease_expired(server: &RedisServer, stream: &RedisStream) {
     .await;
 }
 
+/// A backend whose connections go through a proxy that can lose a request or a reply; a lost
+/// reply is an error after half a second.
+async fn through_cut_proxy(server: &RedisServer) -> (CutProxy, replay_ring_redis::RedisBackend) {
+    let proxy = CutProxy::start(server.port).await;
+    let config = RedisConfig {
+        response_timeout: Duration::from_millis(500),
+        ..RedisConfig::default()
+    };
+    let backend = replay_ring_redis::RedisBackend::connect(&proxy.url(), config)
+        .await
+        .unwrap();
+    (proxy, backend)
+}
+
 /// Resends the pending append until the connection is back (the manager reconnects after a drop).
 async fn resolve(p: &mut replay_ring_redis::RedisProducer) -> Result<Option<u64>, Error> {
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
@@ -259,14 +273,7 @@ async fn a_producer_of_an_earlier_incarnation_cannot_touch_the_new_one() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lost_replies_are_resent_without_duplicates_or_gaps() {
     let server = RedisServer::start();
-    let proxy = CutProxy::start(server.port).await;
-    let config = RedisConfig {
-        response_timeout: Duration::from_millis(500),
-        ..RedisConfig::default()
-    };
-    let backend = replay_ring_redis::RedisBackend::connect(&proxy.url(), config)
-        .await
-        .unwrap();
+    let (proxy, backend) = through_cut_proxy(&server).await;
     let stream = backend.create(&sid("retry"), 64).await.unwrap();
     let mut p = stream.acquire_producer().await.unwrap();
 
@@ -534,14 +541,7 @@ async fn read_to_close(stream: &RedisStream) -> (Vec<(u64, Bytes)>, CloseReason)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_close_goes_ahead_when_the_full_window_refuses_the_pending_event() {
     let server = RedisServer::start();
-    let proxy = CutProxy::start(server.port).await;
-    let config = RedisConfig {
-        response_timeout: Duration::from_millis(500),
-        ..RedisConfig::default()
-    };
-    let backend = replay_ring_redis::RedisBackend::connect(&proxy.url(), config)
-        .await
-        .unwrap();
+    let (proxy, backend) = through_cut_proxy(&server).await;
     let stream = backend.create(&sid("close-full"), 2).await.unwrap();
     let mut p = stream.acquire_producer().await.unwrap();
     p.append(b"e1").await.unwrap();

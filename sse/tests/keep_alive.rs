@@ -3,9 +3,10 @@
 
 use std::time::Duration;
 
+use ::axum::body::BodyDataStream;
 use ::axum::http::HeaderMap;
 use futures_util::StreamExt;
-use replay_ring_sse::axum::{SseConfig, SseStream};
+use replay_ring_sse::axum::{SseConfig, SseProducer, SseStream};
 use replay_ring_sse::{Epoch, StreamId, StreamIdentity};
 use tokio::time::{sleep, Instant};
 
@@ -25,20 +26,26 @@ where
         .unwrap()
 }
 
-#[tokio::test(start_paused = true)]
-async fn keep_alives_come_only_after_a_silent_interval() {
+/// A stream with `keep_alive`, and a new subscriber's body past its priming event.
+async fn primed(keep_alive: Duration) -> (SseStream, SseProducer, BodyDataStream) {
     let me = StreamIdentity::new(StreamId::new("ka").unwrap(), Epoch::new(7));
     let config = SseConfig {
-        keep_alive: KEEP_ALIVE,
+        keep_alive,
         ..SseConfig::default()
     };
-    let (stream, mut producer) = SseStream::new(me, config).unwrap();
+    let (stream, producer) = SseStream::new(me, config).unwrap();
     let mut body = stream
         .respond(&HeaderMap::new())
         .into_body()
         .into_data_stream();
     let priming = next_chunk(&mut body).await;
     assert!(std::str::from_utf8(&priming).unwrap().starts_with("id: "));
+    (stream, producer, body)
+}
+
+#[tokio::test(start_paused = true)]
+async fn keep_alives_come_only_after_a_silent_interval() {
+    let (stream, mut producer, mut body) = primed(KEEP_ALIVE).await;
 
     // Events 60 ms apart, for ten keep-alive intervals' worth of waits: each wait is shorter than
     // the interval, so no keep-alive goes out between them (the timer armed for an earlier chunk
@@ -82,18 +89,7 @@ async fn keep_alives_come_only_after_a_silent_interval() {
 #[tokio::test(start_paused = true)]
 async fn a_keep_alive_of_zero_or_max_sends_none() {
     for keep_alive in [Duration::ZERO, Duration::MAX] {
-        let me = StreamIdentity::new(StreamId::new("none").unwrap(), Epoch::new(7));
-        let config = SseConfig {
-            keep_alive,
-            ..SseConfig::default()
-        };
-        let (stream, mut producer) = SseStream::new(me, config).unwrap();
-        let mut body = stream
-            .respond(&HeaderMap::new())
-            .into_body()
-            .into_data_stream();
-        let priming = next_chunk(&mut body).await;
-        assert!(std::str::from_utf8(&priming).unwrap().starts_with("id: "));
+        let (stream, mut producer, mut body) = primed(keep_alive).await;
         let silent = tokio::time::timeout(Duration::from_secs(3600), body.next()).await;
         assert!(silent.is_err(), "{keep_alive:?}: {silent:?}");
         assert_eq!(stream.stats().keep_alives, 0, "{keep_alive:?}");
