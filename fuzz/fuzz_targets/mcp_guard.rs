@@ -3,7 +3,7 @@
 //! against two stores with known contents:
 //!
 //! - one stream with three events, bound to no session, and one with two events on the live
-//!   session's common stream. One store keeps everything (floor 1), the other has a zero
+//!   session's common stream (readable only in that session). One store keeps everything (floor 1), the other has a zero
 //!   resumption window, so whatever retention lets go has expired by the time a cursor is
 //!   checked (the range is read from the store with a cursor at the head).
 //!
@@ -183,8 +183,9 @@ fn expected(
         return Expected::Refused(404, "stream_lost");
     }
     // The first stream belongs to no session, the second to the live one: to a session, another
-    // session's stream does not exist.
-    if session.is_some() && stream == 0 {
+    // session's stream does not exist, and neither does a session's stream to a request without
+    // one.
+    if session.is_some() == (stream == 0) {
         return Expected::Refused(404, "stream_lost");
     }
     let (floor, head) = ranges[stream];
@@ -210,9 +211,12 @@ fuzz_target!(|input: Input| {
     // to map a cursor against the range correctly.
     let ranges = [0, 1].map(|stream| {
         let at_head = format!("{}.{EPOCH:x}.{}", names[stream], HEADS[stream]);
+        // Each stream as the request that may read it: the first without a session, the
+        // session's GET stream in its session.
+        let reader = (stream == 1).then_some(&**live);
         let state = manager
             .store()
-            .check_resume(None, at_head.as_bytes())
+            .check_resume(reader, at_head.as_bytes())
             .expect("a cursor at the head is accepted");
         assert_eq!(state.head, HEADS[stream]);
         assert!(state.floor >= 1 && state.floor <= state.head + 1);

@@ -475,7 +475,8 @@ impl RingEventStore {
             ring,
             session,
             is_common,
-            session_scoped,
+            // A stream named for a session is that session's, whoever stores into it.
+            session_scoped: session_scoped || is_common,
         };
         let writer = Writer {
             publisher,

@@ -248,7 +248,19 @@ async fn a_resume_is_bound_to_the_session_of_its_stream(kind: Kind) {
     );
     assert_eq!((foreign.code(), foreign.state), ("stream_lost", None));
     assert!(s.resume_stream(Some("sess-2"), id.as_bytes()).is_err());
-    assert_eq!(s.metrics().resumes_foreign_session, 2);
+    // Nor is it anyone's without a session (rmcp's stateless replay calls the store with none).
+    for refused in [
+        s.check_resume(None, id.as_bytes()).map(drop),
+        s.resume_stream(None, id.as_bytes()).map(drop),
+    ] {
+        let refused = refused.unwrap_err();
+        assert!(
+            matches!(refused.reason, RefusalReason::ForeignSession { .. }),
+            "{refused:?}"
+        );
+        assert_eq!(refused.state, None);
+    }
+    assert_eq!(s.metrics().resumes_foreign_session, 4);
     let mut live = s.resume_stream(Some("sess-1"), id.as_bytes()).unwrap();
     assert_eq!(progress_of(&next(&mut live).await.unwrap()), Some(2));
     // Dropping the session forgets its streams. The GET stream answers no request, so its live
