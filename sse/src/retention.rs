@@ -762,16 +762,19 @@ impl Retention {
     pub(crate) fn release_target(&mut self, window: Window, now: Instant) -> Option<u64> {
         self.cut_slow_consumers_in(window, now);
         self.checkpoints.flush_pending(now);
-        let cap = self.live_min();
-        if self.release_when_vacant && cap.is_none() {
-            return vacant_release_target(
+        match self.live_min() {
+            None if self.release_when_vacant => {
+                vacant_release_target(&mut self.checkpoints, &mut self.claims, window.head, now)
+            }
+            Some(cap) if self.release_when_vacant => live_release_target(
                 &mut self.checkpoints,
                 &mut self.claims,
+                cap,
                 window.head,
                 now,
-            );
+            ),
+            cap => self.checkpoints.take_expired(now, cap),
         }
-        self.checkpoints.take_expired(now, cap)
     }
 
     /// Counts a release planned by [`release_target`](Self::release_target) that moved the floor.
@@ -809,8 +812,10 @@ impl Retention {
             .checkpoints
             .oldest()
             .map(|start| after(start, self.config.resumption_window));
-        // With nobody connected, more becomes releasable when the oldest claim ends.
-        let vacancy = (self.release_when_vacant && self.indexes.live == 0)
+        // More becomes releasable when the oldest claim ends: with nobody connected, or when the
+        // live connections started above a backlog written to nobody.
+        let backlog = self.indexes.live == 0 || self.checkpoints.unwritten_front() > 0;
+        let vacancy = (self.release_when_vacant && backlog)
             .then(|| self.claims.next_end())
             .flatten();
         let window = match (oldest, vacancy) {
@@ -967,4 +972,29 @@ fn vacant_release_target(
     // Also drops the claims that ended, so `next_expiry` names the next one.
     let unclaimed = claims.unclaimed_through(now);
     checkpoints.take_vacant(now, unclaimed, head)
+}
+
+/// What to release while connections are live, where the policy sees every connection (the
+/// policy and its naive reference share it): the ids written to them at least a window ago,
+/// capped at the slowest (`cap`), and the backlog written to nobody below the live period's first
+/// cursor that no departed client's claim covers. A client that subscribes at the head holds
+/// what it is written, never the backlog before it: a visit does not hold more than nobody.
+fn live_release_target(
+    checkpoints: &mut Checkpoints,
+    claims: &mut Claims,
+    cap: u64,
+    head: u64,
+    now: Instant,
+) -> Option<u64> {
+    let expired = checkpoints.take_expired(now, Some(cap));
+    // Also drops the claims that ended, so `next_expiry` names the next one.
+    let free = claims
+        .unclaimed_through(now)
+        .map_or(head, |u| u.min(head))
+        .min(cap);
+    let backlog = checkpoints.unwritten_front().min(free);
+    match expired {
+        Some(target) => Some(target.max(backlog)),
+        None => (backlog > 0).then_some(backlog),
+    }
 }

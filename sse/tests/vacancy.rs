@@ -142,3 +142,51 @@ fn a_page_load_written_only_its_cursor_does_not_hold_the_backlog_before_it() {
     // Its claim (whatever comes after 100) ends a window after it left.
     assert_eq!(retention.next_expiry(), Some(t1 + S / 2 + WINDOW));
 }
+
+/// A client that subscribes at the head of a full window and stays does not hold the backlog
+/// before it either: it goes once no claim covers it, so the producer can publish again instead
+/// of timing out because someone is reading.
+#[test]
+fn a_live_subscriber_at_the_head_does_not_hold_the_backlog_before_it() {
+    let (mut producer, ring) = ReplayRing::<u64>::new(8, 2).unwrap();
+    let t0 = Instant::now();
+    let mut retention = Retention::new(config(), 2);
+    for v in 1..=8 {
+        producer.try_push(v).unwrap();
+    }
+    assert!(producer.try_push(9).is_err(), "the window is full");
+    let reader = retention.connect(ring.head()).unwrap();
+    retention.on_written(&reader, 8, t0 + S);
+    // The creation claim covers everything for one window; the producer may be woken then.
+    assert_eq!(retention.release_expired(&ring, t0 + 2 * S), None);
+    let claim_end = retention.next_expiry().expect("the creation claim's end");
+    assert!(claim_end >= t0 + WINDOW && claim_end < t0 + WINDOW + S);
+    // Then the backlog written to nobody goes, with the reader still connected.
+    assert_eq!(retention.release_expired(&ring, claim_end), Some(9));
+    producer.try_push(9).unwrap();
+    // What it is written from now on keeps the window of its writing.
+    retention.on_written(&reader, 9, t0 + WINDOW + S);
+    assert_eq!(retention.release_expired(&ring, t0 + 2 * WINDOW), None);
+    assert_eq!(
+        retention.release_expired(&ring, t0 + 2 * WINDOW + S),
+        Some(10)
+    );
+}
+
+/// Events written to a client that resumed into the backlog keep their window from that
+/// writing, also when another client subscribed at the head and was written its cursor first:
+/// the order in which two connections report their writes does not shorten anyone's window.
+#[test]
+fn a_resume_into_the_backlog_keeps_its_window_whoever_wrote_first() {
+    let (_producer, ring, mut retention, t1) = a_backlog_nobody_was_written();
+    let at_head = retention.connect(100).unwrap();
+    retention.on_written(&at_head, 100, t1);
+    let resumed = retention.connect(40).unwrap();
+    retention.on_written(&resumed, 100, t1 + S);
+    retention.disconnect(at_head, t1 + 2 * S);
+    retention.disconnect(resumed, t1 + 2 * S);
+    // 1..=40 were written to nobody; 41..=100 were written to the resumed client at t1 + 1 s.
+    assert_eq!(retention.release_expired(&ring, t1 + 3 * S), Some(41));
+    assert_eq!(retention.release_expired(&ring, t1 + WINDOW), None);
+    assert_eq!(retention.release_expired(&ring, t1 + S + WINDOW), Some(101));
+}

@@ -74,10 +74,13 @@ impl Checkpoints {
             return;
         }
         let lo = self.recorded.max(self.unwritten_through);
-        self.recorded = id;
         if id <= lo {
+            // Nothing to checkpoint: these ids were written to nobody before this period. Not
+            // marked recorded either, so that a connection resuming below them later (which
+            // lowers `unwritten_through`) checkpoints them when they are written to it.
             return;
         }
+        self.recorded = id;
         self.pending = Some(match self.pending {
             // Coalesced with the position not checkpointed yet (`lo` is its `id`).
             Some((pending_lo, _, _)) => (pending_lo, id, now),
@@ -146,6 +149,17 @@ impl Checkpoints {
             }
         }
         target
+    }
+
+    /// The end of the run of ids written to nobody that starts what the checkpoints hold: the
+    /// oldest checkpoint's `lo`, or the first cursor of the live period when nothing is
+    /// checkpointed (ids above it are to be written to a live connection and get checkpoints).
+    /// Call after [`take_expired`](Self::take_expired), which takes the checkpoints below it.
+    pub(super) fn unwritten_front(&self) -> u64 {
+        self.entries
+            .front()
+            .or(self.pending.as_ref())
+            .map_or(self.unwritten_through, |&(lo, _, _)| lo)
     }
 
     /// With nobody connected: the end of the longest run of ids, from the oldest retained,

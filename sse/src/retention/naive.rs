@@ -204,11 +204,21 @@ impl NaiveRetention {
     pub(super) fn release_target(&mut self, window: Window, now: Instant) -> Option<u64> {
         self.cut_slow_consumers_in(window, now);
         self.checkpoints.flush_pending(now);
-        let cap = self.live_min();
-        if cap.is_some() {
-            return self.checkpoints.take_expired(now, cap);
+        match self.live_min() {
+            Some(cap) => super::live_release_target(
+                &mut self.checkpoints,
+                &mut self.claims,
+                cap,
+                window.head,
+                now,
+            ),
+            None => super::vacant_release_target(
+                &mut self.checkpoints,
+                &mut self.claims,
+                window.head,
+                now,
+            ),
         }
-        super::vacant_release_target(&mut self.checkpoints, &mut self.claims, window.head, now)
     }
 
     pub(super) fn ack_target(&self, acked: u64) -> u64 {
@@ -226,7 +236,7 @@ impl NaiveRetention {
             .map(|start| after(start, self.config.resumption_window))
             .into_iter()
             .collect();
-        if self.live_connections() == 0 {
+        if self.live_connections() == 0 || self.checkpoints.unwritten_front() > 0 {
             ends.extend(self.claims.next_end());
         }
         let window = ends.into_iter().min();
