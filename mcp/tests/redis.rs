@@ -402,7 +402,7 @@ async fn redis_refusing_an_event_out_of_memory_ends_the_stream_explicitly() {
         .store_event("sess-1:common", &progress(0))
         .await
         .is_err());
-    let mut replay = store.resume_stream(None, b"s1.abc.0").unwrap();
+    let mut replay = store.resume_stream(Some("sess-1"), b"s1.abc.0").unwrap();
     for p in 1..=stored {
         let m = tokio::time::timeout(LIMIT, replay.next())
             .await

@@ -615,7 +615,7 @@ async fn only_the_get_stream_is_released_for_want_of_a_connection(kind: Kind) {
         s.check_resume(None, request[0].as_bytes()).is_ok(),
         "request stream kept"
     );
-    let get_resume = s.check_resume(None, before_first.as_bytes());
+    let get_resume = s.check_resume(Some("sess"), before_first.as_bytes());
     match kind {
         Kind::Ring => {
             let refused = get_resume.unwrap_err();
