@@ -314,11 +314,16 @@ impl RingStream {
     fn on_event(&mut self, event: Event<ServerSseMessage>) -> ServerSseMessage {
         self.store.counters.events_delivered.inc();
         self.frames += 1;
-        if self
-            .store
-            .config
-            .frames_per_connection
-            .is_some_and(|limit| self.frames >= limit)
+        // The last event of a stream that has ended is followed by its end (the result was in it,
+        // or an explicit error follows), not by a retry hint: a resume at that id has nothing more
+        // to send, so the end must come on this connection.
+        let ended_here = self.entry.ring.is_closed() && event.id == self.entry.ring.head();
+        if !ended_here
+            && self
+                .store
+                .config
+                .frames_per_connection
+                .is_some_and(|limit| self.frames >= limit)
         {
             self.store.counters.server_disconnects.inc();
             self.state = State::Ending(Some(self.retry_frame()));

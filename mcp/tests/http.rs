@@ -853,6 +853,33 @@ async fn a_get_stream_resume_beside_a_live_one_delivers_nothing_twice(kind: Kind
     assert_eq!(messages(&events_from(&mut again, 3).await), 3);
 }
 
+/// With polling (`frames_per_connection`), the connection that delivers the last event of a
+/// stream closed early still ends with the JSON-RPC error for its request, not with a retry hint
+/// whose reconnect could only be told 410: the error is what the SDKs surface to the caller.
+async fn polling_still_ends_a_stream_closed_early_with_its_error(kind: Kind) {
+    let config = StoreConfig {
+        frames_per_connection: Some(7),
+        ..small_window(8)
+    };
+    let f = app_on(kind, config).await;
+    let (app, store) = (f.app.clone(), &f.store);
+    let session = initialize(&app).await;
+    let priming = abandoned_call(&app, &session, 41, 50).await;
+    assert!(
+        eventually(LIMIT, || store.metrics().backpressure_timeouts == 1).await,
+        "{:?}",
+        store.metrics()
+    );
+    // Seven events after the priming id fill this connection's quota exactly, with the last one.
+    let resp = call(&app, get(&session, Some(&priming))).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let got = events(resp, 100).await;
+    assert_eq!(got.iter().filter(|e| e.id.is_some()).count(), 7, "{got:?}");
+    let error: Value = serde_json::from_str(&got.last().unwrap().data).unwrap();
+    assert_eq!(error["id"], 41, "{error}");
+    assert_eq!(error["error"]["data"]["error"], "stream_closed", "{error}");
+}
+
 on_both_logs!(
     post_stream_then_resume_replays_exactly_after_the_cursor,
     unreplayable_cursors_get_explicit_json_rpc_errors_never_an_empty_200,
@@ -869,4 +896,5 @@ on_both_logs!(
     a_delete_racing_requests_of_its_session_leaves_nothing_behind,
     a_cancelled_call_ends_its_stream,
     a_get_stream_resume_beside_a_live_one_delivers_nothing_twice,
+    polling_still_ends_a_stream_closed_early_with_its_error,
 );

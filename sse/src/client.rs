@@ -96,9 +96,10 @@ impl std::error::Error for ContinuityError {}
 
 /// Tracks the last id seen and checks every next one.
 ///
-/// Feed it dispatched events only ([`on_event`](Self::on_event)), priming events (id + empty
-/// data) to [`on_priming`](Self::on_priming), and nothing for comments/keep-alives (they carry no
-/// id). A duplicate leaves the cursor where it was; a gap moves it to the new id, so each gap is
+/// Feed it dispatched events only ([`on_event`](Self::on_event)), each response's first message
+/// (the priming event: id + empty data) to [`on_priming`](Self::on_priming), and nothing for
+/// comments/keep-alives (they carry no id). Recognise the priming event by its place, not only its
+/// shape: an application event may have empty data too. A duplicate leaves the cursor where it was; a gap moves it to the new id, so each gap is
 /// reported once.
 ///
 /// ```

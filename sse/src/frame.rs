@@ -400,7 +400,8 @@ pub fn encode_keep_alive(buf: &mut BytesMut) {
 /// Appends the priming event a server sends first on every stream response: the client's
 /// current position as `id` (so a connection that drops before any real event still reconnects
 /// with a `Last-Event-ID`), the reconnection delay, and one empty `data:` line (MCP 2025-11-25).
-/// Browsers dispatch it as a `message` with empty data; pages should skip those.
+/// Browsers dispatch it as a `message` with empty data; pages should skip it, recognised as the
+/// first message of each response (an application event may have empty data too).
 ///
 /// ```
 /// use bytes::BytesMut;
