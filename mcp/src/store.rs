@@ -204,14 +204,18 @@ struct Streams {
     by_request: HashMap<(SessionId, RequestId), Arc<StreamEntry>>,
     /// Disconnects asked for before the request's stream was bound (the tool ran first).
     pending_disconnects: std::collections::HashSet<(SessionId, RequestId)>,
-    /// Cancellations that arrived before the request's stream was bound, newest last; a client
-    /// sends these, so at most [`PENDING_CANCELS`] are kept (the race they cover is a few
-    /// microseconds wide).
-    pending_cancels: std::collections::VecDeque<(SessionId, RequestId)>,
+    /// Cancellations that arrived before the request's stream was bound, newest last, with when
+    /// they arrived. A client sends these, so at most [`PENDING_CANCELS`] are kept, each for
+    /// [`PENDING_CANCEL_TTL`]: the race they cover is microseconds wide, and a cancellation of a
+    /// request rmcp never saw (an id not issued yet, or of another type) must not end a later
+    /// request that happens to reuse the id.
+    pending_cancels: std::collections::VecDeque<(SessionId, RequestId, Instant)>,
 }
 
 /// Most cancellations kept for requests whose stream is not bound yet.
 const PENDING_CANCELS: usize = 256;
+/// How long a cancellation waits for its request's stream to be bound.
+const PENDING_CANCEL_TTL: Duration = Duration::from_secs(1);
 
 impl Streams {
     fn remove(&mut self, rmcp_id: &str) {
@@ -557,7 +561,15 @@ impl RingEventStore {
         let key = (session.clone(), r);
         let mut streams = self.inner.streams.lock();
         let pending = streams.pending_disconnects.remove(&key);
-        if let Some(at) = streams.pending_cancels.iter().position(|k| *k == key) {
+        let now = Instant::now();
+        streams
+            .pending_cancels
+            .retain(|&(_, _, at)| now.saturating_duration_since(at) < PENDING_CANCEL_TTL);
+        if let Some(at) = streams
+            .pending_cancels
+            .iter()
+            .position(|(s, r, _)| (s, r) == (&key.0, &key.1))
+        {
             streams.pending_cancels.remove(at);
             Self::end_cancelled(entry.clone());
         }
@@ -578,7 +590,9 @@ impl RingEventStore {
                 if streams.pending_cancels.len() == PENDING_CANCELS {
                     streams.pending_cancels.pop_front();
                 }
-                streams.pending_cancels.push_back(key);
+                streams
+                    .pending_cancels
+                    .push_back((key.0, key.1, Instant::now()));
             }
         }
     }
@@ -629,7 +643,7 @@ impl RingEventStore {
             Self::end_and_forget(&mut streams, &k);
         }
         streams.pending_disconnects.retain(|(s, _)| &**s != session);
-        streams.pending_cancels.retain(|(s, _)| &**s != session);
+        streams.pending_cancels.retain(|(s, _, _)| &**s != session);
     }
 
     /// Closes a stream whose session is gone and forgets it.

@@ -880,6 +880,33 @@ async fn polling_still_ends_a_stream_closed_early_with_its_error(kind: Kind) {
     assert_eq!(error["error"]["data"]["error"], "stream_closed", "{error}");
 }
 
+/// A cancellation naming a request the server has not seen (an id not issued yet) is not kept
+/// for whichever later request reuses that id: the later call gets its result.
+async fn a_cancellation_of_an_unknown_request_does_not_end_a_later_one(kind: Kind) {
+    let f = app_on(kind, StoreConfig::default()).await;
+    let app = f.app.clone();
+    let session = initialize(&app).await;
+    let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": 42, "reason": "not issued"}});
+    assert_eq!(
+        call(&app, post(Some(&session), cancel)).await.status(),
+        StatusCode::ACCEPTED
+    );
+    // Past the short time a cancellation may wait for its request's stream to be bound: the
+    // passage of time is what this is about.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let got = events(
+        call(&app, post(Some(&session), long_task(42, 2))).await,
+        100,
+    )
+    .await;
+    assert!(
+        got.last()
+            .is_some_and(|e| e.data.contains(r#""structuredContent":{"n":2}"#)),
+        "{got:?}"
+    );
+}
+
 on_both_logs!(
     post_stream_then_resume_replays_exactly_after_the_cursor,
     unreplayable_cursors_get_explicit_json_rpc_errors_never_an_empty_200,
@@ -897,4 +924,5 @@ on_both_logs!(
     a_cancelled_call_ends_its_stream,
     a_get_stream_resume_beside_a_live_one_delivers_nothing_twice,
     polling_still_ends_a_stream_closed_early_with_its_error,
+    a_cancellation_of_an_unknown_request_does_not_end_a_later_one,
 );
