@@ -279,8 +279,11 @@ async fn abandoned_call(app: &Router, session: &str, id: u64, n: u64) -> String 
     priming[0].id.clone().expect("priming id")
 }
 
-async fn a_request_stream_closed_by_backpressure_ends_with_an_error_for_its_request(kind: Kind) {
-    let f = app_on(kind, small_window(8)).await;
+/// A call abandoned after its priming event, closed by backpressure once its window of eight is
+/// full; its client then comes back from the priming id. Checks that the resume gets the seven
+/// stored events after it (nothing dropped), then a JSON-RPC error that names its request, and
+/// returns what it got with the session.
+async fn resume_a_call_closed_by_backpressure(f: &Fixture) -> (String, Vec<Sse>) {
     let (app, store) = (f.app.clone(), &f.store);
     let session = initialize(&app).await;
     let priming = abandoned_call(&app, &session, 41, 50).await;
@@ -289,8 +292,6 @@ async fn a_request_stream_closed_by_backpressure_ends_with_an_error_for_its_requ
         "{:?}",
         store.metrics()
     );
-    // The client comes back: all eight stored events (nothing dropped), then a JSON-RPC error
-    // that names its request.
     let resp = call(&app, get(&session, Some(&priming))).await;
     assert_eq!(resp.status(), StatusCode::OK);
     let got = events(resp, 100).await;
@@ -298,6 +299,13 @@ async fn a_request_stream_closed_by_backpressure_ends_with_an_error_for_its_requ
     let error: Value = serde_json::from_str(&got.last().unwrap().data).unwrap();
     assert_eq!(error["id"], 41, "{error}");
     assert_eq!(error["error"]["data"]["error"], "stream_closed", "{error}");
+    (session, got)
+}
+
+async fn a_request_stream_closed_by_backpressure_ends_with_an_error_for_its_request(kind: Kind) {
+    let f = app_on(kind, small_window(8)).await;
+    let (app, store) = (f.app.clone(), &f.store);
+    let (session, got) = resume_a_call_closed_by_backpressure(&f).await;
     // Its last id is answered explicitly, and the stream is forgotten after the TTL.
     let head = got[got.len() - 2].id.clone().unwrap();
     let resp = call(&app, get(&session, Some(&head))).await;
@@ -862,22 +870,8 @@ async fn polling_still_ends_a_stream_closed_early_with_its_error(kind: Kind) {
         ..small_window(8)
     };
     let f = app_on(kind, config).await;
-    let (app, store) = (f.app.clone(), &f.store);
-    let session = initialize(&app).await;
-    let priming = abandoned_call(&app, &session, 41, 50).await;
-    assert!(
-        eventually(LIMIT, || store.metrics().backpressure_timeouts == 1).await,
-        "{:?}",
-        store.metrics()
-    );
-    // Seven events after the priming id fill this connection's quota exactly, with the last one.
-    let resp = call(&app, get(&session, Some(&priming))).await;
-    assert_eq!(resp.status(), StatusCode::OK);
-    let got = events(resp, 100).await;
-    assert_eq!(got.iter().filter(|e| e.id.is_some()).count(), 7, "{got:?}");
-    let error: Value = serde_json::from_str(&got.last().unwrap().data).unwrap();
-    assert_eq!(error["id"], 41, "{error}");
-    assert_eq!(error["error"]["data"]["error"], "stream_closed", "{error}");
+    // Seven events after the priming id fill the resume's quota exactly, with the last one.
+    resume_a_call_closed_by_backpressure(&f).await;
 }
 
 /// A cancellation naming a request the server has not seen (an id not issued yet) is not kept
