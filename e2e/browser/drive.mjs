@@ -30,6 +30,8 @@ const browser = await chromium.launch({
 const page = await browser.newPage();
 page.on('console', (m) => process.stderr.write(`[console.${m.type()}] ${m.text()}\n`));
 page.on('pageerror', (e) => process.stderr.write(`[pageerror] ${e}\n`));
+// Network failures (a truncated event stream, a refused connection): what a stalled test needs.
+page.on('requestfailed', (r) => process.stderr.write(`[requestfailed] ${r.url()} ${r.failure()?.errorText}\n`));
 out({ ready: true, version: browser.version() });
 
 async function handle(msg) {

@@ -94,17 +94,59 @@ async fn wait_metrics(server: &DemoServer, what: &str, pred: impl Fn(&Metrics) -
     }
 }
 
-async fn wait_page(b: &mut Browser, what: &str, pred: impl FnMut(&PageState) -> bool) -> PageState {
+/// Who else saw a browser test's exchange: what a timed-out wait reports besides the page state,
+/// so that a stall says where it stopped (server, proxy or browser).
+struct Witnesses<'a> {
+    /// The test's artifact name (its browser log is `<name>-browser.log`).
+    name: &'a str,
+    proxy: &'a ProxyHandle,
+    server: Option<&'a DemoServer>,
+}
+
+impl Witnesses<'_> {
+    /// The proxy's log of every request, the server's counters and the end of the browser's log.
+    async fn report(&self) -> String {
+        let mut out = format!("proxy:\n{}", summary(&self.proxy.requests()));
+        if let Some(server) = self.server {
+            match tokio::time::timeout(Duration::from_secs(5), server.metrics()).await {
+                Ok(Ok(m)) => {
+                    let mut pairs: Vec<_> = m.0.iter().collect();
+                    pairs.sort_by(|a, b| a.0.cmp(b.0));
+                    out += &format!("server /metrics: {pairs:?}\n");
+                }
+                Ok(Err(e)) => out += &format!("server /metrics failed: {e}\n"),
+                Err(_) => out += "server /metrics did not answer within 5 s\n",
+            }
+        }
+        let path = artifacts_dir().join(format!("{}-browser.log", self.name));
+        let browser_log = std::fs::read_to_string(&path).unwrap_or_default();
+        let lines: Vec<_> = browser_log.lines().collect();
+        out += &format!(
+            "browser log (last 30 lines):\n{}\n",
+            lines[lines.len().saturating_sub(30)..].join("\n")
+        );
+        out
+    }
+}
+
+async fn wait_page(
+    b: &mut Browser,
+    seen_by: &Witnesses<'_>,
+    what: &str,
+    pred: impl FnMut(&PageState) -> bool,
+) -> PageState {
     match b.wait_for_state(LONG, pred).await.expect("browser driver") {
         Ok(s) => s,
         Err(s) => panic!(
-            "timed out waiting for {what}: ids={} reconnects={} gaps={} dups={} error={:?} text={:?}",
+            "timed out waiting for {what}: ids={} (last {:?}) reconnects={} gaps={} dups={} error={:?} text={:?}\n{}",
             s.ids.len(),
+            s.ids.last(),
             s.reconnects,
             s.gaps,
             s.duplicates,
             s.error,
-            s.text
+            s.text,
+            seen_by.report().await
         ),
     }
 }
@@ -112,12 +154,12 @@ async fn wait_page(b: &mut Browser, what: &str, pred: impl FnMut(&PageState) -> 
 /// [`wait_page`], then a screenshot of the state it waited for.
 async fn wait_and_shoot(
     b: &mut Browser,
-    name: &str,
+    seen_by: &Witnesses<'_>,
     what: &str,
     pred: impl FnMut(&PageState) -> bool,
 ) -> PageState {
-    let s = wait_page(b, what, pred).await;
-    shot(b, name).await;
+    let s = wait_page(b, seen_by, what, pred).await;
+    shot(b, seen_by.name).await;
     s
 }
 
@@ -138,13 +180,16 @@ fn summary(log: &[RequestLog]) -> String {
     log.iter()
         .map(|l| {
             format!(
-                "#{} {} {} lei={:?} -> {:?} frames={} dropped={} {:?}\n",
+                "#{} {} {} lei={:?} -> {:?} frames={} (last id {:?}) keep-alives={} bytes={} dropped={} {:?}\n",
                 l.seq,
                 l.method,
                 l.path,
                 l.last_event_id,
                 l.status,
                 l.frames,
+                l.frame_ids.last(),
+                l.comment_frames,
+                l.body_bytes,
                 l.dropped_frames,
                 l.outcome
             )
@@ -197,7 +242,17 @@ async fn harness_mock_page_survives_cuts() {
         ..c
     })
     .await;
-    let s = wait_page(&mut b, "mock stream done", |s| s.done).await;
+    let s = wait_page(
+        &mut b,
+        &Witnesses {
+            name: "mock",
+            proxy: &proxy,
+            server: None,
+        },
+        "mock stream done",
+        |s| s.done,
+    )
+    .await;
     assert_eq!(s.ids, (1..=60).collect::<Vec<_>>());
     assert_eq!((s.gaps, s.duplicates), (0, 0));
     assert!(s.reconnects >= 5, "{} reconnects", s.reconnects);
@@ -218,7 +273,7 @@ async fn exactly_once_in_order_across_forced_disconnects() {
     const K: usize = 25;
     let _serial = SERIAL.lock().await;
     let name = "a-exactly-once";
-    let (_server, proxy, mut b) = start_all(
+    let (server, proxy, mut b) = start_all(
         name,
         ServerOptions {
             capacity: Some(1024),
@@ -232,7 +287,12 @@ async fn exactly_once_in_order_across_forced_disconnects() {
         },
     )
     .await;
-    let s = wait_and_shoot(&mut b, name, "all events and `end`", |s| s.done).await;
+    let seen_by = Witnesses {
+        name,
+        proxy: &proxy,
+        server: Some(&server),
+    };
+    let s = wait_and_shoot(&mut b, &seen_by, "all events and `end`", |s| s.done).await;
     let log = proxy.requests();
 
     assert_exactly_once(&s, N, &log);
@@ -278,7 +338,7 @@ async fn exactly_once_across_scheduled_cuts() {
     const N: u64 = 300;
     let _serial = SERIAL.lock().await;
     let name = "a2-scheduled-cuts";
-    let (_server, proxy, mut b) = start_all(
+    let (server, proxy, mut b) = start_all(
         name,
         ServerOptions {
             rate: Some(200),
@@ -291,7 +351,12 @@ async fn exactly_once_across_scheduled_cuts() {
         },
     )
     .await;
-    let s = wait_and_shoot(&mut b, name, "all events and `end`", |s| s.done).await;
+    let seen_by = Witnesses {
+        name,
+        proxy: &proxy,
+        server: Some(&server),
+    };
+    let s = wait_and_shoot(&mut b, &seen_by, "all events and `end`", |s| s.done).await;
     let log = proxy.requests();
     assert_exactly_once(&s, N, &log);
     let ev = event_requests(&log);
@@ -329,7 +394,12 @@ async fn resume_below_floor_is_an_explicit_gap() {
         },
     )
     .await;
-    wait_page(&mut b, "first events", |s| s.ids.len() >= 20).await;
+    let seen_by = Witnesses {
+        name,
+        proxy: &proxy,
+        server: Some(&server),
+    };
+    wait_page(&mut b, &seen_by, "first events", |s| s.ids.len() >= 20).await;
 
     proxy.set_hold(true);
     proxy.set_cut_after_frames(Some(1));
@@ -349,7 +419,7 @@ async fn resume_below_floor_is_an_explicit_gap() {
     proxy.set_cut_after_frames(None);
     proxy.set_hold(false);
 
-    let s = wait_and_shoot(&mut b, name, "explicit error", |s| {
+    let s = wait_and_shoot(&mut b, &seen_by, "explicit error", |s| {
         s.error.is_some() && s.text_of("status") == "failed"
     })
     .await;
@@ -432,6 +502,11 @@ async fn slow_consumer_backpressures_without_loss() {
         paused_reads,
     )
     .await;
+    let seen_by = Witnesses {
+        name,
+        proxy: &proxy,
+        server: Some(&server),
+    };
 
     let m = wait_metrics(&server, "producer backpressured with a full window", |m| {
         m.get("producer_waits").is_some_and(|w| w >= 1.0)
@@ -459,7 +534,7 @@ async fn slow_consumer_backpressures_without_loss() {
     let rss_mid = server.rss_kib().expect("server RSS");
     proxy.set_throttle(None);
 
-    let s = wait_and_shoot(&mut b, name, "all events and `end`", |s| s.done).await;
+    let s = wait_and_shoot(&mut b, &seen_by, "all events and `end`", |s| s.done).await;
     let rss_end = server.rss_kib().expect("server RSS");
     let log = proxy.requests();
     assert_eq!(s.error, None, "{}", summary(&log));
@@ -506,6 +581,11 @@ async fn backpressure_past_the_bound_ends_with_explicit_error() {
         paused_reads,
     )
     .await;
+    let seen_by = Witnesses {
+        name,
+        proxy: &proxy,
+        server: Some(&server),
+    };
     let m = wait_metrics(&server, "backpressure timeout", |m| {
         m.get("backpressure_timeouts").is_some_and(|t| t >= 1.0)
     })
@@ -514,7 +594,10 @@ async fn backpressure_past_the_bound_ends_with_explicit_error() {
     let head = metric(&m, "head") as u64;
     proxy.set_throttle(None);
 
-    let s = wait_and_shoot(&mut b, name, "explicit stream error", |s| s.error.is_some()).await;
+    let s = wait_and_shoot(&mut b, &seen_by, "explicit stream error", |s| {
+        s.error.is_some()
+    })
+    .await;
     let log = proxy.requests();
     let err = &s.raw["error"];
     assert_eq!(
