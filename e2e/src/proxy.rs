@@ -27,6 +27,10 @@ use crate::sse::FrameScanner;
 const OFF: u64 = u64::MAX;
 /// How much of a response body the log keeps (enough for a JSON error body).
 const BODY_PREFIX: usize = 4096;
+/// `SO_RCVBUF` an upstream socket with [`ProxyConfig::upstream_recv_buffer`] gets once its reads are
+/// unthrottled (the kernel caps it at `net.core.rmem_max`).
+pub const WIDE_RECV_BUFFER: usize = 4 << 20;
+
 /// Largest single read from upstream when not throttled.
 const MAX_READ: usize = 64 * 1024;
 
@@ -44,6 +48,11 @@ pub struct ProxyConfig {
     /// Read responses from upstream at most this many bytes per second (`Some(0)` pauses reads).
     pub throttle_bytes_per_sec: Option<u64>,
     /// `SO_RCVBUF` for upstream sockets, so a throttled read backs up into the server quickly.
+    /// Once an event stream's reads are unthrottled (`set_throttle(None)`), its socket's buffer
+    /// is widened to [`WIDE_RECV_BUFFER`] for the rest of the connection: a buffer smaller than
+    /// loopback's segments makes the kernel drop segments it advertised room for, and each
+    /// dropped segment then waits for the server's retransmission timer, whose backoff grows
+    /// while the proxy is blocked on a slow client.
     pub upstream_recv_buffer: Option<u32>,
     /// After a cut, keep reading (and discarding) the upstream stream, so the server believes
     /// its writes were delivered — as when a network path dies beyond the server's socket.
@@ -679,10 +688,17 @@ async fn pump_body(
     };
     let mut scanner = FrameScanner::new();
     let mut frames = 0usize;
+    let mut narrow = shared.upstream_recv_buffer.is_some();
     loop {
         let step = tokio::select! {
             r = async {
                 let max = throttle.permit().await;
+                if narrow && throttle.current.is_none() {
+                    narrow = false;
+                    // Best effort: a socket that refuses keeps its small buffer, which still works.
+                    let _ = socket2::SockRef::from(up.inner.as_ref())
+                        .set_recv_buffer_size(WIDE_RECV_BUFFER);
+                }
                 framing.next_piece(up, max).await
             } => r,
             _ = sleep_until_opt(cut_at) => {
