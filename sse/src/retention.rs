@@ -40,6 +40,7 @@
 
 mod checkpoints;
 mod claims;
+mod connection_id;
 mod min_tree;
 #[cfg(test)]
 mod naive;
@@ -55,6 +56,8 @@ use crate::deadline::after;
 use crate::slow_consumer::{ConsumerProgress, SlowConsumerPolicy, Verdict, Window};
 use checkpoints::Checkpoints;
 use claims::Claims;
+pub use connection_id::ConnectionId;
+use connection_id::TableTag;
 use min_tree::MinTree;
 
 /// Number of `(id, written-at)` checkpoints kept; the window is tracked with a granularity of
@@ -114,17 +117,6 @@ impl Default for RetentionConfig {
 /// Entries a retention table starts with (fewer if its `max_connections` is smaller); it doubles
 /// as connections arrive.
 const INITIAL_CONNECTIONS: usize = if cfg!(test) { 1 } else { 64 };
-
-/// A live connection's entry in a [`Retention`] table (not `Clone`: one per connection).
-///
-/// ```
-/// let mut r = replay_ring_sse::Retention::new(Default::default(), 2);
-/// let a = r.connect(0).unwrap();
-/// let b = r.connect(0).unwrap();
-/// assert_ne!(a, b);
-/// ```
-#[derive(Debug, PartialEq, Eq)]
-pub struct ConnectionId(usize);
 
 /// Counters of what the policy released, for metrics.
 ///
@@ -257,6 +249,8 @@ pub struct Retention {
     /// Whether a vacancy of one window releases everything (this policy sees every connection).
     release_when_vacant: bool,
     stats: RetentionStats,
+    /// Stamped on the ids this table issues.
+    tag: TableTag,
 }
 
 impl Retention {
@@ -284,6 +278,7 @@ impl Retention {
             claims: Claims::new(config.resumption_window, Instant::now()),
             release_when_vacant: true,
             stats: RetentionStats::default(),
+            tag: TableTag::new(),
         }
     }
 
@@ -460,7 +455,7 @@ impl Retention {
                         write_pending_since: None,
                     }),
                 );
-                Some(ConnectionId(i))
+                Some(self.tag.issue(i))
             }
             None => {
                 self.stats.connections_refused += 1;
@@ -491,11 +486,12 @@ impl Retention {
     /// assert_eq!(r.release_expired(&ring, t0 + Duration::from_secs(35)), Some(2));
     /// ```
     pub fn disconnect(&mut self, conn: ConnectionId, now: Instant) {
-        let departed = match self.connections[conn.0] {
+        let i = self.tag.index_of(&conn);
+        let departed = match self.connections[i] {
             Entry::Live { progress, .. } => Some(progress.written_through),
             _ => None,
         };
-        self.set_entry(conn.0, Entry::Free);
+        self.set_entry(i, Entry::Free);
         if let Some(through) = departed {
             self.claims.record(through, now);
         }
@@ -526,15 +522,16 @@ impl Retention {
     /// assert!(r.cut_verdict(&c).is_some());
     /// ```
     pub fn on_write_pending(&mut self, conn: &ConnectionId, now: Instant) {
+        let i = self.tag.index_of(conn);
         if let Entry::Live {
             mut progress,
             past_grace,
-        } = self.connections[conn.0]
+        } = self.connections[i]
         {
             if progress.write_pending_since.is_none() {
                 progress.write_pending_since = Some(now);
                 self.set_entry(
-                    conn.0,
+                    i,
                     Entry::Live {
                         progress,
                         past_grace,
@@ -553,7 +550,7 @@ impl Retention {
     /// assert_eq!(r.cut_verdict(&c), None);
     /// ```
     pub fn cut_verdict(&self, conn: &ConnectionId) -> Option<Verdict> {
-        match self.connections[conn.0] {
+        match self.connections[self.tag.index_of(conn)] {
             Entry::Cut(verdict) => Some(verdict),
             _ => None,
         }
@@ -708,9 +705,10 @@ impl Retention {
     /// assert_eq!(r.release_expired(&ring, t0 + Duration::from_secs(60)), Some(2));
     /// ```
     pub fn on_written(&mut self, conn: &ConnectionId, through: u64, now: Instant) {
-        if let Entry::Live { progress, .. } = self.connections[conn.0] {
+        let i = self.tag.index_of(conn);
+        if let Entry::Live { progress, .. } = self.connections[i] {
             self.set_entry(
-                conn.0,
+                i,
                 Entry::live(ConsumerProgress {
                     written_through: progress.written_through.max(through),
                     write_pending_since: None,

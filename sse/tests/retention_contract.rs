@@ -266,3 +266,39 @@ fn nothing_protected_is_released_with_connections_at_the_head() {
 fn nothing_protected_is_released_with_resumes_into_the_backlog() {
     sweep(true)
 }
+
+/// A `ConnectionId` handed to a table that did not issue it is refused with a panic, and the
+/// table's own connection at the same index is untouched: it still holds back what it has not
+/// written.
+#[test]
+fn an_id_from_another_table_is_refused_and_moves_nothing() {
+    let (mut producer, ring) = ReplayRing::<u64>::new(8, 2).unwrap();
+    let config = RetentionConfig {
+        resumption_window: W,
+        ..RetentionConfig::default()
+    };
+    let mut other = Retention::new(config, 1);
+    let mut table = Retention::new(config, 1);
+    let foreign = other.connect(0).unwrap();
+    let own = table.connect(0).unwrap();
+    for n in 1..=5 {
+        producer.try_push(n).unwrap();
+    }
+    let t0 = Instant::now();
+    let refused = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        table.on_written(&foreign, 5, t0);
+    }));
+    let message = refused.expect_err("a foreign id must be refused");
+    let message = message
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| message.downcast_ref::<String>().cloned())
+        .unwrap_or_default();
+    assert!(message.contains("another Retention"), "{message}");
+    // Nothing was written to `own`: nothing is releasable, however long the window has passed.
+    assert_eq!(table.release_expired(&ring, t0 + 10 * W), None);
+    table.on_written(&own, 5, t0);
+    assert_eq!(table.release_expired(&ring, t0 + 10 * W), Some(6), "the new floor");
+    table.disconnect(own, t0);
+    other.disconnect(foreign, t0);
+}

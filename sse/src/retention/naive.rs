@@ -10,7 +10,7 @@ use replay_ring::{ReleaseError, ReplayRing};
 
 use super::checkpoints::Checkpoints;
 use super::claims::Claims;
-use super::{ConnectionId, RetentionConfig, RetentionStats};
+use super::{ConnectionId, RetentionConfig, RetentionStats, TableTag};
 use crate::deadline::after;
 use crate::slow_consumer::{ConsumerProgress, SlowConsumerPolicy, Verdict, Window};
 
@@ -29,6 +29,7 @@ pub(super) struct NaiveRetention {
     checkpoints: Checkpoints,
     claims: Claims,
     stats: RetentionStats,
+    tag: TableTag,
 }
 
 impl NaiveRetention {
@@ -40,6 +41,7 @@ impl NaiveRetention {
             checkpoints: Checkpoints::new(config.resumption_window),
             claims: Claims::new(config.resumption_window, Instant::now()),
             stats: RetentionStats::default(),
+            tag: TableTag::new(),
         }
     }
 
@@ -77,7 +79,7 @@ impl NaiveRetention {
                     written_through,
                     write_pending_since: None,
                 });
-                Some(ConnectionId(i))
+                Some(self.tag.issue(i))
             }
             None => {
                 self.stats.connections_refused += 1;
@@ -87,10 +89,10 @@ impl NaiveRetention {
     }
 
     pub(super) fn disconnect(&mut self, conn: ConnectionId, now: Instant) {
-        if let Entry::Live(p) = self.connections[conn.0] {
+        if let Entry::Live(p) = self.connections[self.tag.index_of(&conn)] {
             self.claims.record(p.written_through, now);
         }
-        self.connections[conn.0] = Entry::Free;
+        self.connections[self.tag.index_of(&conn)] = Entry::Free;
         if let Some(min) = self.live_min() {
             self.checkpoints.record(min, now);
         }
@@ -108,13 +110,13 @@ impl NaiveRetention {
     }
 
     pub(super) fn on_write_pending(&mut self, conn: &ConnectionId, now: Instant) {
-        if let Entry::Live(p) = &mut self.connections[conn.0] {
+        if let Entry::Live(p) = &mut self.connections[self.tag.index_of(conn)] {
             p.write_pending_since.get_or_insert(now);
         }
     }
 
     pub(super) fn cut_verdict(&self, conn: &ConnectionId) -> Option<Verdict> {
-        match self.connections[conn.0] {
+        match self.connections[self.tag.index_of(conn)] {
             Entry::Cut(verdict) => Some(verdict),
             _ => None,
         }
@@ -175,7 +177,7 @@ impl NaiveRetention {
     }
 
     pub(super) fn on_written(&mut self, conn: &ConnectionId, through: u64, now: Instant) {
-        if let Entry::Live(p) = &mut self.connections[conn.0] {
+        if let Entry::Live(p) = &mut self.connections[self.tag.index_of(conn)] {
             p.written_through = p.written_through.max(through);
             p.write_pending_since = None;
         }
