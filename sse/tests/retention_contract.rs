@@ -298,7 +298,11 @@ fn an_id_from_another_table_is_refused_and_moves_nothing() {
     // Nothing was written to `own`: nothing is releasable, however long the window has passed.
     assert_eq!(table.release_expired(&ring, t0 + 10 * W), None);
     table.on_written(&own, 5, t0);
-    assert_eq!(table.release_expired(&ring, t0 + 10 * W), Some(6), "the new floor");
+    assert_eq!(
+        table.release_expired(&ring, t0 + 10 * W),
+        Some(6),
+        "the new floor"
+    );
     table.disconnect(own, t0);
     other.disconnect(foreign, t0);
 }
