@@ -103,7 +103,16 @@ struct Witnesses<'a> {
     server: Option<&'a DemoServer>,
 }
 
-impl Witnesses<'_> {
+impl<'a> Witnesses<'a> {
+    /// The usual set: the test's demo server and the proxy in front of it.
+    fn of_server(name: &'a str, proxy: &'a ProxyHandle, server: &'a DemoServer) -> Self {
+        Witnesses {
+            name,
+            proxy,
+            server: Some(server),
+        }
+    }
+
     /// The proxy's log of every request, the server's counters and the end of the browser's log.
     async fn report(&self) -> String {
         let mut out = format!("proxy:\n{}", summary(&self.proxy.requests()));
@@ -287,11 +296,7 @@ async fn exactly_once_in_order_across_forced_disconnects() {
         },
     )
     .await;
-    let seen_by = Witnesses {
-        name,
-        proxy: &proxy,
-        server: Some(&server),
-    };
+    let seen_by = Witnesses::of_server(name, &proxy, &server);
     let s = wait_and_shoot(&mut b, &seen_by, "all events and `end`", |s| s.done).await;
     let log = proxy.requests();
 
@@ -351,11 +356,7 @@ async fn exactly_once_across_scheduled_cuts() {
         },
     )
     .await;
-    let seen_by = Witnesses {
-        name,
-        proxy: &proxy,
-        server: Some(&server),
-    };
+    let seen_by = Witnesses::of_server(name, &proxy, &server);
     let s = wait_and_shoot(&mut b, &seen_by, "all events and `end`", |s| s.done).await;
     let log = proxy.requests();
     assert_exactly_once(&s, N, &log);
@@ -394,11 +395,7 @@ async fn resume_below_floor_is_an_explicit_gap() {
         },
     )
     .await;
-    let seen_by = Witnesses {
-        name,
-        proxy: &proxy,
-        server: Some(&server),
-    };
+    let seen_by = Witnesses::of_server(name, &proxy, &server);
     wait_page(&mut b, &seen_by, "first events", |s| s.ids.len() >= 20).await;
 
     proxy.set_hold(true);
@@ -516,11 +513,7 @@ async fn slow_consumer_backpressures_without_loss() {
         paused_reads,
     )
     .await;
-    let seen_by = Witnesses {
-        name,
-        proxy: &proxy,
-        server: Some(&server),
-    };
+    let seen_by = Witnesses::of_server(name, &proxy, &server);
 
     let m = wait_metrics(&server, "producer backpressured with a full window", |m| {
         m.get("producer_waits").is_some_and(|w| w >= 1.0)
@@ -604,11 +597,7 @@ async fn backpressure_past_the_bound_ends_with_explicit_error() {
         },
     )
     .await;
-    let seen_by = Witnesses {
-        name,
-        proxy: &proxy,
-        server: Some(&server),
-    };
+    let seen_by = Witnesses::of_server(name, &proxy, &server);
     let m = wait_metrics(&server, "backpressure timeout", |m| {
         m.get("backpressure_timeouts").is_some_and(|t| t >= 1.0)
     })
