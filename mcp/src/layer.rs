@@ -16,6 +16,11 @@
 //! | malformed or repeated `Last-Event-ID` | 400 | `invalid_last_event_id` |
 //! | every reader slot taken | 503 | `too_many_readers` |
 //!
+//! A `POST` whose body is declared `application/json` but is not a JSON-RPC message is answered
+//! 400 with a JSON-RPC parse error (code -32700, `error.data.error` = `invalid_json_rpc`), as the
+//! MCP transport suggests and the TypeScript SDK's server does; rmcp 3.11 answers it 415, which
+//! tells the client to change its `Content-Type` rather than its body.
+//!
 //! Every refusal for an existing stream also carries `Replay-Floor`, `Replay-Head` and
 //! `Replay-Stream` headers. A `DELETE` naming a session this process does not have is answered
 //! 404 `session_lost` too (rmcp answers 202), and a request that would open a session beyond
@@ -169,8 +174,12 @@ impl<S: Clone> ResumeGuard<S> {
         S::Future: Send + 'static,
         B: Send + 'static,
     {
+        let json_post = is_json_post(&req);
         let Some(session) = session_of(&req) else {
-            return Box::pin(self.inner.call(req));
+            let response = self.inner.call(req);
+            return Box::pin(
+                async move { Ok(parse_error_if_unparsed(response.await?, json_post)) },
+            );
         };
         let mut inner = self.take_ready();
         let manager = self.manager.clone();
@@ -181,7 +190,7 @@ impl<S: Clone> ResumeGuard<S> {
             {
                 return Ok(refusal_response(&session_lost()));
             }
-            Ok(response)
+            Ok(parse_error_if_unparsed(response, json_post))
         })
     }
 
@@ -193,6 +202,7 @@ impl<S: Clone> ResumeGuard<S> {
         S::Future: Send + 'static,
         B: Send + 'static,
     {
+        let json_post = is_json_post(&req);
         let mut inner = self.take_ready();
         let manager = self.manager.clone();
         Box::pin(async move {
@@ -200,7 +210,7 @@ impl<S: Clone> ResumeGuard<S> {
             if manager.session_count().await >= limit {
                 return Ok(too_many_sessions(limit));
             }
-            inner.call(req).await
+            Ok(parse_error_if_unparsed(inner.call(req).await?, json_post))
         })
     }
 
@@ -224,6 +234,56 @@ impl<S: Clone> ResumeGuard<S> {
             Ok(refusal_response(&session_lost()))
         })
     }
+}
+
+/// Whether `req` is a `POST` whose `Content-Type` is `application/json` (parameters allowed):
+/// then a 415 from rmcp can only mean that the body did not parse.
+fn is_json_post<B>(req: &Request<B>) -> bool {
+    req.method() == Method::POST
+        && req
+            .headers()
+            .get(http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split(';').next())
+            .is_some_and(|essence| essence.trim().eq_ignore_ascii_case("application/json"))
+}
+
+/// rmcp answers `415 Unsupported Media Type` both to a `Content-Type` other than JSON and to a
+/// JSON body that does not deserialize as a JSON-RPC message. For the second (`json_post`), the
+/// answer becomes 400 with a JSON-RPC parse error, which names the body as the problem; every other
+/// response passes unchanged.
+fn parse_error_if_unparsed(response: Response<Body>, json_post: bool) -> Response<Body> {
+    if json_post && response.status() == StatusCode::UNSUPPORTED_MEDIA_TYPE {
+        invalid_json_rpc()
+    } else {
+        response
+    }
+}
+
+/// JSON-RPC's code for a request body that is not valid JSON, which the MCP SDKs also use for JSON
+/// that is not a JSON-RPC message.
+pub const PARSE_ERROR_CODE: i64 = -32700;
+
+/// 400 for a `POST` body that is not a JSON-RPC message, as a JSON-RPC error (`id: null`: the
+/// request's id, if any, could not be read).
+fn invalid_json_rpc() -> Response<Body> {
+    let message = "Parse error: the request body is not a JSON-RPC message";
+    let body = serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": null,
+        "error": {
+            "code": PARSE_ERROR_CODE,
+            "message": message,
+            "data": { "error": "invalid_json_rpc", "message": message },
+        },
+    });
+    let mut resp = Response::new(Full::new(Bytes::from(body.to_string())).boxed());
+    *resp.status_mut() = StatusCode::BAD_REQUEST;
+    resp.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp
 }
 
 /// The request's `Mcp-Session-Id`, if it has one that is text.

@@ -67,7 +67,9 @@ pub use config::{
     StoreConfig, DEFAULT_CAPACITY, DEFAULT_COMPLETED_TTL, DEFAULT_INITIAL_SLOTS,
     DEFAULT_MAX_READERS, DEFAULT_RETRY,
 };
-pub use layer::{refusal_response, refusal_status, Body, ResumeGuard, ResumeGuardLayer};
+pub use layer::{
+    refusal_response, refusal_status, Body, ResumeGuard, ResumeGuardLayer, PARSE_ERROR_CODE,
+};
 pub use manager::{ManagerError, ReplayRingSessionManager, SseStream, DEFAULT_MAX_SESSIONS};
 pub use metrics::StoreMetrics;
 #[cfg(feature = "redis")]

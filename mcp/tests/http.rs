@@ -562,6 +562,54 @@ async fn a_request_that_would_open_a_session_past_the_cap_is_503() {
     initialize(&app).await;
 }
 
+/// `post` with a raw body and content type.
+fn post_raw(session: Option<&str>, content_type: &str, body: &'static str) -> Request<Body> {
+    let mut req = post(session, json!(null));
+    *req.body_mut() = Body::from(body);
+    req.headers_mut()
+        .insert("content-type", content_type.parse().unwrap());
+    req
+}
+
+#[tokio::test]
+async fn a_post_body_that_is_not_json_rpc_is_400_parse_error_not_415() {
+    let app = store_app(RingEventStore::new(StoreConfig::default()));
+    let session = initialize(&app).await;
+    let bodies = [
+        "{\"jsonrpc\": \"2.0\", \"id\": 1, \"method\": ",
+        "not json at all",
+        "{\"hello\": \"world\"}",
+        "",
+    ];
+    for in_session in [None, Some(session.as_str())] {
+        for content_type in ["application/json", "Application/JSON; charset=utf-8"] {
+            for body in bodies {
+                let resp = call(&app, post_raw(in_session, content_type, body)).await;
+                let what = format!("{body:?} as {content_type}, session {in_session:?}");
+                assert_eq!(resp.status(), StatusCode::BAD_REQUEST, "{what}");
+                assert_eq!(resp.headers()["content-type"], "application/json", "{what}");
+                let reply = json_body(resp).await;
+                assert_eq!(reply["jsonrpc"], "2.0", "{what}: {reply}");
+                assert_eq!(reply["id"], Value::Null, "{what}: {reply}");
+                assert_eq!(reply["error"]["code"], -32700, "{what}: {reply}");
+                assert_eq!(
+                    reply["error"]["data"]["error"], "invalid_json_rpc",
+                    "{what}: {reply}"
+                );
+            }
+        }
+        // Another content type is still refused as a media type (rmcp's 415).
+        let resp = call(&app, post_raw(in_session, "text/plain", "{}")).await;
+        assert_eq!(resp.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    }
+    // The session is unharmed: its next request is served.
+    let ping = json!({"jsonrpc": "2.0", "id": 7, "method": "ping"});
+    assert_eq!(
+        call(&app, post(Some(&session), ping)).await.status(),
+        StatusCode::OK
+    );
+}
+
 /// The progress value of an SSE event's JSON-RPC notification, if it is one.
 fn progress_of(e: &Sse) -> Option<u64> {
     let v: Value = serde_json::from_str(&e.data).ok()?;
