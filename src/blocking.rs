@@ -46,6 +46,17 @@ impl ThreadWaker {
         unsafe { Waker::from_raw(RawWaker::new(data.cast(), &VTABLE)) }
     }
 
+    /// Forgets the thread, so that an entry handed to another reader does not keep a thread that
+    /// may have exited (its handle holds the thread's name and parker).
+    pub(crate) fn unbind(&self) {
+        *self.thread.lock() = None;
+    }
+
+    #[cfg(test)]
+    pub(crate) fn is_bound(&self) -> bool {
+        self.thread.lock().is_some()
+    }
+
     fn wake(&self) {
         if let Some(thread) = &*self.thread.lock() {
             thread.unpark();

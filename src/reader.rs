@@ -942,3 +942,26 @@ impl<T> Drop for Batch<'_, T> {
         }
     }
 }
+
+#[cfg(all(test, not(replay_ring_loom)))]
+mod tests {
+    use std::time::Duration;
+
+    use crate::ReplayRing;
+
+    /// A dropped reader's entry keeps neither the task waker nor the thread handle of its last
+    /// wait, so a freed entry does not hold a thread that may have exited.
+    #[test]
+    fn a_dropped_reader_releases_the_thread_of_its_blocking_waits() {
+        let (_producer, ring) = ReplayRing::<u8>::new(4, 1).unwrap();
+        let mut reader = ring.reader().unwrap();
+        let (shared, index) = (reader.shared.clone(), reader.index);
+        assert!(reader
+            .read_timeout(Duration::from_millis(1))
+            .unwrap()
+            .is_none());
+        assert!(shared.readers.entry(index).thread_waker.is_bound());
+        drop(reader);
+        assert!(!shared.readers.entry(index).thread_waker.is_bound());
+    }
+}

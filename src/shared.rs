@@ -122,9 +122,9 @@ impl<T> Shared<T> {
     }
 
     /// Returns a reader-table entry to the pool. The entry must be unpinned; `active` says whether
-    /// its active bit may be set, `waker` whether a waker may be registered in it. The waker is
-    /// released (a dropped reader keeps no task alive); the entry may stay on the wait list until
-    /// the next push, which then wakes nobody.
+    /// its active bit may be set, `waker` whether a waker may be registered in it. The waker and
+    /// the thread of blocking waits are released (a dropped reader keeps no task or thread handle
+    /// alive); the entry may stay on the wait list until the next push, which then wakes nobody.
     pub(crate) fn free_reader_slot(&self, index: usize, active: bool, waker: bool) {
         if active {
             self.readers.deactivate(index);
@@ -132,6 +132,9 @@ impl<T> Shared<T> {
         if waker {
             drop(self.readers.entry(index).waker.take());
         }
+        // A blocking wait's thread: the owner is gone, and no wait of it is pending.
+        #[cfg(not(replay_ring_loom))]
+        self.readers.entry(index).thread_waker.unbind();
         self.readers.free(index);
     }
 
