@@ -268,17 +268,28 @@ pub const PARSE_ERROR_CODE: i64 = -32700;
 /// request's id, if any, could not be read).
 fn invalid_json_rpc() -> Response<Body> {
     let message = "Parse error: the request body is not a JSON-RPC message";
+    json_rpc_error(
+        StatusCode::BAD_REQUEST,
+        PARSE_ERROR_CODE,
+        message,
+        serde_json::json!({ "error": "invalid_json_rpc", "message": message }),
+    )
+}
+
+/// A JSON-RPC error response (`id: null`) with `status`, as `application/json`.
+fn json_rpc_error(
+    status: StatusCode,
+    code: i64,
+    message: &str,
+    data: serde_json::Value,
+) -> Response<Body> {
     let body = serde_json::json!({
         "jsonrpc": "2.0",
         "id": null,
-        "error": {
-            "code": PARSE_ERROR_CODE,
-            "message": message,
-            "data": { "error": "invalid_json_rpc", "message": message },
-        },
+        "error": { "code": code, "message": message, "data": data },
     });
     let mut resp = Response::new(Full::new(Bytes::from(body.to_string())).boxed());
-    *resp.status_mut() = StatusCode::BAD_REQUEST;
+    *resp.status_mut() = status;
     resp.headers_mut().insert(
         http::header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
@@ -363,45 +374,33 @@ pub fn refusal_response(refusal: &ResumeRefusal) -> Response<Body> {
             data["head"] = state.head.into();
         }
     }
-    let body = serde_json::json!({
-        "jsonrpc": "2.0",
-        "id": null,
-        "error": { "code": crate::STREAM_BROKEN_CODE, "message": refusal.to_string(), "data": data },
-    });
-    let mut resp = Response::new(Full::new(Bytes::from(body.to_string())).boxed());
-    *resp.status_mut() = refusal_status(refusal);
+    let mut resp = json_rpc_error(
+        refusal_status(refusal),
+        crate::STREAM_BROKEN_CODE.into(),
+        &refusal.to_string(),
+        data,
+    );
     for (name, value) in sse.headers.iter().filter(|(n, _)| *n != "content-type") {
         if let Ok(v) = HeaderValue::from_str(value) {
             resp.headers_mut().insert(*name, v);
         }
     }
-    resp.headers_mut().insert(
-        http::header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
     resp
 }
 
 /// 503 for a request that would open a session beyond the cap, as a JSON-RPC error (`id: null`).
 fn too_many_sessions(limit: usize) -> Response<Body> {
     let message = format!("all {limit} MCP sessions of this server are open; retry later");
-    let body = serde_json::json!({
-        "jsonrpc": "2.0",
-        "id": null,
-        "error": {
-            "code": crate::STREAM_BROKEN_CODE,
-            "message": message,
-            "data": { "error": "too_many_sessions", "message": message, "limit": limit },
-        },
-    });
-    let mut resp = Response::new(Full::new(Bytes::from(body.to_string())).boxed());
-    *resp.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
-    let headers = resp.headers_mut();
-    headers.insert(
-        http::header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
+    let data =
+        serde_json::json!({ "error": "too_many_sessions", "message": message, "limit": limit });
+    let mut resp = json_rpc_error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        crate::STREAM_BROKEN_CODE.into(),
+        &message,
+        data,
     );
-    headers.insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
+    resp.headers_mut()
+        .insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
     resp
 }
 
