@@ -39,7 +39,7 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http::{HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Full};
+use http_body_util::{BodyExt, Full, Limited};
 use replay_ring_sse::{
     last_event_id, HttpResponse, LastEventIdError, ResumeDecision, StreamState,
     LAST_EVENT_ID_HEADER, REPLAY_FLOOR_HEADER, REPLAY_HEAD_HEADER, REPLAY_STREAM_HEADER,
@@ -177,9 +177,10 @@ impl<S: Clone> ResumeGuard<S> {
         let json_post = is_json_post(&req);
         let Some(session) = session_of(&req) else {
             let response = self.inner.call(req);
-            return Box::pin(
-                async move { Ok(parse_error_if_unparsed(response.await?, json_post)) },
-            );
+            return Box::pin(async move {
+                let response = response.await?;
+                Ok(parse_error_if_unparsed(response, json_post).await)
+            });
         };
         let mut inner = self.take_ready();
         let manager = self.manager.clone();
@@ -190,7 +191,7 @@ impl<S: Clone> ResumeGuard<S> {
             {
                 return Ok(refusal_response(&session_lost()));
             }
-            Ok(parse_error_if_unparsed(response, json_post))
+            Ok(parse_error_if_unparsed(response, json_post).await)
         })
     }
 
@@ -210,7 +211,8 @@ impl<S: Clone> ResumeGuard<S> {
             if manager.session_count().await >= limit {
                 return Ok(too_many_sessions(limit));
             }
-            Ok(parse_error_if_unparsed(inner.call(req).await?, json_post))
+            let response = inner.call(req).await?;
+            Ok(parse_error_if_unparsed(response, json_post).await)
         })
     }
 
@@ -252,28 +254,43 @@ fn is_json_post<B>(req: &Request<B>) -> bool {
 /// JSON body that does not deserialize as a JSON-RPC message. For the second (`json_post`), the
 /// answer becomes 400 with a JSON-RPC parse error, which names the body as the problem; every other
 /// response passes unchanged.
-fn parse_error_if_unparsed(response: Response<Body>, json_post: bool) -> Response<Body> {
-    if json_post && response.status() == StatusCode::UNSUPPORTED_MEDIA_TYPE {
-        invalid_json_rpc()
-    } else {
-        response
+async fn parse_error_if_unparsed(response: Response<Body>, json_post: bool) -> Response<Body> {
+    if !(json_post && response.status() == StatusCode::UNSUPPORTED_MEDIA_TYPE) {
+        return response;
     }
+    // rmcp's text names what did not parse (serde_json's message with line and column); a body
+    // that is not a short text is left out.
+    let detail = Limited::new(response.into_body(), 4096)
+        .collect()
+        .await
+        .ok()
+        .and_then(|body| String::from_utf8(body.to_bytes().to_vec()).ok())
+        .map(|text| {
+            let text = text.trim();
+            text.strip_prefix(RMCP_PARSE_FAILURE)
+                .unwrap_or(text)
+                .trim()
+                .to_owned()
+        });
+    invalid_json_rpc(detail)
 }
+
+/// How rmcp 3.11 begins the body of a 415 for a body that did not deserialize.
+const RMCP_PARSE_FAILURE: &str = "fail to deserialize request body";
 
 /// JSON-RPC's code for a request body that is not valid JSON, which the MCP SDKs also use for JSON
 /// that is not a JSON-RPC message.
 pub const PARSE_ERROR_CODE: i64 = -32700;
 
 /// 400 for a `POST` body that is not a JSON-RPC message, as a JSON-RPC error (`id: null`: the
-/// request's id, if any, could not be read).
-fn invalid_json_rpc() -> Response<Body> {
+/// request's id, if any, could not be read), with what failed to parse as `data.detail`.
+fn invalid_json_rpc(detail: Option<String>) -> Response<Body> {
     let message = "Parse error: the request body is not a JSON-RPC message";
-    json_rpc_error(
-        StatusCode::BAD_REQUEST,
-        PARSE_ERROR_CODE,
-        message,
-        serde_json::json!({ "error": "invalid_json_rpc", "message": message }),
-    )
+    let mut data = serde_json::json!({ "error": "invalid_json_rpc", "message": message });
+    if let Some(detail) = detail.filter(|d| !d.is_empty()) {
+        data["detail"] = detail.into();
+    }
+    json_rpc_error(StatusCode::BAD_REQUEST, PARSE_ERROR_CODE, message, data)
 }
 
 /// A JSON-RPC error response (`id: null`) with `status`, as `application/json`.

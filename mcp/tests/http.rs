@@ -596,6 +596,16 @@ async fn a_post_body_that_is_not_json_rpc_is_400_parse_error_not_415() {
                     reply["error"]["data"]["error"], "invalid_json_rpc",
                     "{what}: {reply}"
                 );
+                // What did not parse: for a body that is not JSON, with its position.
+                let detail = reply["error"]["data"]["detail"]
+                    .as_str()
+                    .unwrap_or_default();
+                assert!(!detail.is_empty(), "{what}: {reply}");
+                let is_json = serde_json::from_str::<Value>(body).is_ok();
+                assert!(
+                    is_json || detail.contains("line 1 column"),
+                    "{what}: {reply}"
+                );
             }
         }
         // Another content type is still refused as a media type (rmcp's 415).
