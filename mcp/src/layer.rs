@@ -16,10 +16,9 @@
 //! | malformed or repeated `Last-Event-ID` | 400 | `invalid_last_event_id` |
 //! | every reader slot taken | 503 | `too_many_readers` |
 //!
-//! A `POST` whose body is declared `application/json` but is not a JSON-RPC message is answered
-//! 400 with a JSON-RPC parse error (code -32700, `error.data.error` = `invalid_json_rpc`), as the
-//! MCP transport suggests and the TypeScript SDK's server does; rmcp 3.11 answers it 415, which
-//! tells the client to change its `Content-Type` rather than its body.
+//! A `POST` body that did not parse, or did not arrive, is answered as a client error too (see
+//! `body_failure.rs`: 400 `invalid_json_rpc`, 400 `incomplete_body`, 408 `body_timeout`), where
+//! rmcp 3.11 answers 415 and 500.
 //!
 //! Every refusal for an existing stream also carries `Replay-Floor`, `Replay-Head` and
 //! `Replay-Stream` headers. A `DELETE` naming a session this process does not have is answered
@@ -39,13 +38,14 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http::{HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Full};
 use replay_ring_sse::{
     last_event_id, HttpResponse, LastEventIdError, ResumeDecision, StreamState,
     LAST_EVENT_ID_HEADER, REPLAY_FLOOR_HEADER, REPLAY_HEAD_HEADER, REPLAY_STREAM_HEADER,
 };
 use rmcp::transport::streamable_http_server::session::{SessionId, SessionManager};
 
+use crate::body_failure::{answer_body_failure, BodyKind};
 use crate::manager::ReplayRingSessionManager;
 use crate::refusal::{RefusalReason, ResumeRefusal};
 
@@ -165,33 +165,38 @@ impl<S: Clone> ResumeGuard<S> {
     }
 
     /// A request in a session that is not a resume (a POST, the standalone GET): passed on. rmcp
-    /// checks the session first and answers 404 if it is gone, but a session deleted while rmcp
-    /// serves the request (a `DELETE` racing it) fails inside with a 500; that is answered 404
-    /// `session_lost` too, as the transport requires for a request naming an unknown session.
+    /// checks the session first and answers a plain-text 404 if it is gone, and a session deleted
+    /// while rmcp serves the request (a `DELETE` racing it) fails inside with a 500; both are
+    /// answered 404 `session_lost`, as the transport requires for a request naming an unknown
+    /// session. A body that did not arrive or parse is answered as `body_failure.rs` says.
     fn in_session<B>(&mut self, req: Request<B>) -> GuardFuture<S::Error>
     where
         S: tower_service::Service<Request<B>, Response = Response<Body>> + Send + 'static,
         S::Future: Send + 'static,
         B: Send + 'static,
     {
-        let json_post = is_json_post(&req);
+        let body = BodyKind::of(&req);
         let Some(session) = session_of(&req) else {
             let response = self.inner.call(req);
             return Box::pin(async move {
                 let response = response.await?;
-                Ok(parse_error_if_unparsed(response, json_post).await)
+                Ok(answer_body_failure(response, body).await)
             });
         };
         let mut inner = self.take_ready();
         let manager = self.manager.clone();
         Box::pin(async move {
             let response = inner.call(req).await?;
-            if response.status() == StatusCode::INTERNAL_SERVER_ERROR
+            let response = answer_body_failure(response, body).await;
+            // rmcp's own 404 for a session it does not have is plain text; a 500 is a session
+            // deleted while rmcp served the request.
+            let status = response.status();
+            if (status == StatusCode::NOT_FOUND || status == StatusCode::INTERNAL_SERVER_ERROR)
                 && !manager.has_session(&session).await.unwrap_or(true)
             {
                 return Ok(refusal_response(&session_lost()));
             }
-            Ok(parse_error_if_unparsed(response, json_post).await)
+            Ok(response)
         })
     }
 
@@ -203,7 +208,7 @@ impl<S: Clone> ResumeGuard<S> {
         S::Future: Send + 'static,
         B: Send + 'static,
     {
-        let json_post = is_json_post(&req);
+        let body = BodyKind::of(&req);
         let mut inner = self.take_ready();
         let manager = self.manager.clone();
         Box::pin(async move {
@@ -212,7 +217,7 @@ impl<S: Clone> ResumeGuard<S> {
                 return Ok(too_many_sessions(limit));
             }
             let response = inner.call(req).await?;
-            Ok(parse_error_if_unparsed(response, json_post).await)
+            Ok(answer_body_failure(response, body).await)
         })
     }
 
@@ -238,63 +243,8 @@ impl<S: Clone> ResumeGuard<S> {
     }
 }
 
-/// Whether `req` is a `POST` whose `Content-Type` is `application/json` (parameters allowed):
-/// then a 415 from rmcp can only mean that the body did not parse.
-fn is_json_post<B>(req: &Request<B>) -> bool {
-    req.method() == Method::POST
-        && req
-            .headers()
-            .get(http::header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.split(';').next())
-            .is_some_and(|essence| essence.trim().eq_ignore_ascii_case("application/json"))
-}
-
-/// rmcp answers `415 Unsupported Media Type` both to a `Content-Type` other than JSON and to a
-/// JSON body that does not deserialize as a JSON-RPC message. For the second (`json_post`), the
-/// answer becomes 400 with a JSON-RPC parse error, which names the body as the problem; every other
-/// response passes unchanged.
-async fn parse_error_if_unparsed(response: Response<Body>, json_post: bool) -> Response<Body> {
-    if !(json_post && response.status() == StatusCode::UNSUPPORTED_MEDIA_TYPE) {
-        return response;
-    }
-    // rmcp's text names what did not parse (serde_json's message with line and column); a body
-    // that is not a short text is left out.
-    let detail = Limited::new(response.into_body(), 4096)
-        .collect()
-        .await
-        .ok()
-        .and_then(|body| String::from_utf8(body.to_bytes().to_vec()).ok())
-        .map(|text| {
-            let text = text.trim();
-            text.strip_prefix(RMCP_PARSE_FAILURE)
-                .unwrap_or(text)
-                .trim()
-                .to_owned()
-        });
-    invalid_json_rpc(detail)
-}
-
-/// How rmcp 3.11 begins the body of a 415 for a body that did not deserialize.
-const RMCP_PARSE_FAILURE: &str = "fail to deserialize request body";
-
-/// JSON-RPC's code for a request body that is not valid JSON, which the MCP SDKs also use for JSON
-/// that is not a JSON-RPC message.
-pub const PARSE_ERROR_CODE: i64 = -32700;
-
-/// 400 for a `POST` body that is not a JSON-RPC message, as a JSON-RPC error (`id: null`: the
-/// request's id, if any, could not be read), with what failed to parse as `data.detail`.
-fn invalid_json_rpc(detail: Option<String>) -> Response<Body> {
-    let message = "Parse error: the request body is not a JSON-RPC message";
-    let mut data = serde_json::json!({ "error": "invalid_json_rpc", "message": message });
-    if let Some(detail) = detail.filter(|d| !d.is_empty()) {
-        data["detail"] = detail.into();
-    }
-    json_rpc_error(StatusCode::BAD_REQUEST, PARSE_ERROR_CODE, message, data)
-}
-
 /// A JSON-RPC error response (`id: null`) with `status`, as `application/json`.
-fn json_rpc_error(
+pub(crate) fn json_rpc_error(
     status: StatusCode,
     code: i64,
     message: &str,

@@ -49,6 +49,7 @@
 //! 2026-07-28; see `docs/mcp.md`.
 #![deny(missing_docs)]
 
+mod body_failure;
 mod config;
 #[cfg(feature = "metrics")]
 mod facade;
@@ -63,13 +64,12 @@ mod remote;
 mod store;
 mod stream;
 
+pub use body_failure::PARSE_ERROR_CODE;
 pub use config::{
     StoreConfig, DEFAULT_CAPACITY, DEFAULT_COMPLETED_TTL, DEFAULT_INITIAL_SLOTS,
     DEFAULT_MAX_READERS, DEFAULT_RETRY,
 };
-pub use layer::{
-    refusal_response, refusal_status, Body, ResumeGuard, ResumeGuardLayer, PARSE_ERROR_CODE,
-};
+pub use layer::{refusal_response, refusal_status, Body, ResumeGuard, ResumeGuardLayer};
 pub use manager::{ManagerError, ReplayRingSessionManager, SseStream, DEFAULT_MAX_SESSIONS};
 pub use metrics::StoreMetrics;
 #[cfg(feature = "redis")]

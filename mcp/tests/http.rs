@@ -620,6 +620,75 @@ async fn a_post_body_that_is_not_json_rpc_is_400_parse_error_not_415() {
     );
 }
 
+/// `post` whose body sends `first` and then fails with `error`, as hyper's body does when the
+/// client's connection breaks (or the server's body read timeout runs out) mid-body.
+fn post_breaking_off(
+    session: Option<&str>,
+    first: &'static str,
+    error: Box<dyn std::error::Error + Send + Sync>,
+) -> Request<Body> {
+    let chunks: Vec<Result<&'static str, Box<dyn std::error::Error + Send + Sync>>> =
+        vec![Ok(first), Err(error)];
+    let mut req = post(session, json!(null));
+    *req.body_mut() = Body::from_stream(futures::stream::iter(chunks));
+    req
+}
+
+#[tokio::test]
+async fn a_post_body_that_breaks_off_is_a_client_error_not_500() {
+    let app = store_app(RingEventStore::new(StoreConfig::default()));
+    let session = initialize(&app).await;
+    for in_session in [None, Some(session.as_str())] {
+        let reset = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "connection reset");
+        let resp = call(
+            &app,
+            post_breaking_off(in_session, "{\"jsonrpc\":", reset.into()),
+        )
+        .await;
+        assert_eq!(resp.status(), StatusCode::BAD_REQUEST, "{in_session:?}");
+        let reply = json_body(resp).await;
+        assert_eq!(reply["error"]["code"], -32700, "{reply}");
+        assert_eq!(
+            reply["error"]["data"]["error"], "incomplete_body",
+            "{reply}"
+        );
+        let detail = reply["error"]["data"]["detail"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(detail.contains("connection reset"), "{reply}");
+
+        let timed_out = replay_ring_sse::axum::BodyTimedOut;
+        let resp = call(&app, post_breaking_off(in_session, "{", timed_out.into())).await;
+        assert_eq!(resp.status(), StatusCode::REQUEST_TIMEOUT, "{in_session:?}");
+        let reply = json_body(resp).await;
+        assert_eq!(reply["error"]["data"]["error"], "body_timeout", "{reply}");
+    }
+    // The session is unharmed: its next request is served.
+    let ping = json!({"jsonrpc": "2.0", "id": 7, "method": "ping"});
+    assert_eq!(
+        call(&app, post(Some(&session), ping)).await.status(),
+        StatusCode::OK
+    );
+}
+
+#[tokio::test]
+async fn a_request_naming_an_unknown_session_is_404_session_lost_as_json() {
+    let app = store_app(RingEventStore::new(StoreConfig::default()));
+    let deleted = initialize(&app).await;
+    assert!(call(&app, delete(&deleted)).await.status().is_success());
+    let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"});
+    for session in [deleted.as_str(), "never-was-a-session"] {
+        for req in [post(Some(session), ping.clone()), get(session, None)] {
+            let method = req.method().clone();
+            let resp = call(&app, req).await;
+            assert_eq!(resp.status(), StatusCode::NOT_FOUND, "{method} {session}");
+            assert_eq!(resp.headers()["content-type"], "application/json");
+            let reply = json_body(resp).await;
+            assert_eq!(reply["error"]["data"]["error"], "session_lost", "{reply}");
+        }
+    }
+}
+
 /// The progress value of an SSE event's JSON-RPC notification, if it is one.
 fn progress_of(e: &Sse) -> Option<u64> {
     let v: Value = serde_json::from_str(&e.data).ok()?;

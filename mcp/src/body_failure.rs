@@ -1,0 +1,134 @@
+//! Client errors in a `POST` body, answered as such. rmcp 3.11 answers a JSON body that does not
+//! deserialize as a JSON-RPC message with `415 Unsupported Media Type` (as for a `Content-Type`
+//! other than JSON), and a body that could not be read (the client stopped sending, sent a bad
+//! chunk, or ran out the server's body read timeout) with `500 Internal Server Error`, both in
+//! plain text. The guard answers them instead, as JSON-RPC errors (`id: null`):
+//!
+//! | body | status | `error.code` | `error.data.error` |
+//! |---|---|---|---|
+//! | declared `application/json`, not a JSON-RPC message | 400 | -32700 | `invalid_json_rpc` (+ `detail`) |
+//! | ended before it was complete, or malformed framing | 400 | -32700 | `incomplete_body` (+ `detail`) |
+//! | not complete within the body read timeout | 408 | -32000 | `body_timeout` |
+//!
+//! The cases are told apart by rmcp's status and the start of its text, which this module pins
+//! (rmcp is pinned to 3.11); a response that does not match passes unchanged.
+
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full, Limited};
+
+use crate::layer::{json_rpc_error, Body};
+
+/// JSON-RPC's code for a request body that is not valid JSON, which the MCP SDKs also use for JSON
+/// that is not a JSON-RPC message.
+pub const PARSE_ERROR_CODE: i64 = -32700;
+
+/// How rmcp 3.11 begins the body of a 415 for a body that did not deserialize.
+const RMCP_PARSE_FAILURE: &str = "fail to deserialize request body";
+/// How rmcp 3.11 begins the body of a 500 for a body that could not be read.
+const RMCP_READ_FAILURE: &str = "Failed to read request body:";
+/// The body error of `replay_ring_sse::axum::serve`'s body read timeout (`BodyTimedOut`).
+const BODY_TIMED_OUT: &str = "the request body did not arrive within the body read timeout";
+/// rmcp's texts are a line or two; a longer body is not one of them.
+const TEXT_LIMIT: usize = 4096;
+
+/// What a request's body is, as far as the answers here go.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BodyKind {
+    post: bool,
+    json: bool,
+}
+
+impl BodyKind {
+    pub(crate) fn of<B>(req: &Request<B>) -> Self {
+        let json = req
+            .headers()
+            .get(http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split(';').next())
+            .is_some_and(|essence| essence.trim().eq_ignore_ascii_case("application/json"));
+        BodyKind {
+            post: req.method() == Method::POST,
+            json,
+        }
+    }
+}
+
+/// `response` from rmcp, or the client error it stands for (see the module table).
+pub(crate) async fn answer_body_failure(
+    response: Response<Body>,
+    body: BodyKind,
+) -> Response<Body> {
+    let status = response.status();
+    let parse_failure = body.post && body.json && status == StatusCode::UNSUPPORTED_MEDIA_TYPE;
+    let read_failure = body.post && status == StatusCode::INTERNAL_SERVER_ERROR;
+    if !parse_failure && !read_failure {
+        return response;
+    }
+    let (parts, inner) = response.into_parts();
+    let Ok(text) = Limited::new(inner, TEXT_LIMIT).collect().await else {
+        // Longer than any of rmcp's texts: not one of them, and already consumed.
+        return Response::from_parts(parts, Full::new(Bytes::new()).boxed());
+    };
+    let text = text.to_bytes();
+    let detail = String::from_utf8_lossy(&text).trim().to_owned();
+    if parse_failure {
+        let detail = detail.strip_prefix(RMCP_PARSE_FAILURE).unwrap_or(&detail);
+        return invalid_json_rpc(detail.trim());
+    }
+    match detail.strip_prefix(RMCP_READ_FAILURE).map(str::trim) {
+        Some(reason) if reason.contains(BODY_TIMED_OUT) => body_timeout(),
+        Some(reason) => incomplete_body(reason),
+        None => Response::from_parts(parts, Full::new(text).boxed()),
+    }
+}
+
+/// 400: a body that is not a JSON-RPC message (`detail`: what did not parse).
+fn invalid_json_rpc(detail: &str) -> Response<Body> {
+    let message = "Parse error: the request body is not a JSON-RPC message";
+    client_error(
+        StatusCode::BAD_REQUEST,
+        PARSE_ERROR_CODE,
+        "invalid_json_rpc",
+        message,
+        detail,
+    )
+}
+
+/// 400: a body that ended early or was framed wrongly (`detail`: the read error).
+fn incomplete_body(detail: &str) -> Response<Body> {
+    let message = "Parse error: the request body ended before it was complete";
+    client_error(
+        StatusCode::BAD_REQUEST,
+        PARSE_ERROR_CODE,
+        "incomplete_body",
+        message,
+        detail,
+    )
+}
+
+/// 408: a body still arriving when the server's body read timeout ran out.
+fn body_timeout() -> Response<Body> {
+    let message = "the request body did not arrive within the server's body read timeout";
+    client_error(
+        StatusCode::REQUEST_TIMEOUT,
+        crate::STREAM_BROKEN_CODE.into(),
+        "body_timeout",
+        message,
+        "",
+    )
+}
+
+fn client_error(
+    status: StatusCode,
+    code: i64,
+    error: &str,
+    message: &str,
+    detail: &str,
+) -> Response<Body> {
+    let mut data = serde_json::json!({ "error": error, "message": message });
+    if !detail.is_empty() {
+        data["detail"] = detail.into();
+    }
+    json_rpc_error(status, code, message, data)
+}
