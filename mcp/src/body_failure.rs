@@ -27,7 +27,10 @@ pub const PARSE_ERROR_CODE: i64 = -32700;
 const RMCP_PARSE_FAILURE: &str = "fail to deserialize request body";
 /// How rmcp 3.11 begins the body of a 500 for a body that could not be read.
 const RMCP_READ_FAILURE: &str = "Failed to read request body:";
-/// The body error of `replay_ring_sse::axum::serve`'s body read timeout (`BodyTimedOut`).
+/// The body error of `replay_ring_sse::axum::serve`'s body read timeout: `BodyTimedOut`'s text,
+/// which lives behind `replay-ring-sse`'s `axum` feature (this crate does not enable it); the test
+/// `a_post_body_that_breaks_off_is_a_client_error_not_500` sends the real error, so the two cannot
+/// drift apart unnoticed.
 const BODY_TIMED_OUT: &str = "the request body did not arrive within the body read timeout";
 /// rmcp's texts are a line or two; a longer body is not one of them.
 const TEXT_LIMIT: usize = 4096;
@@ -74,51 +77,35 @@ pub(crate) async fn answer_body_failure(
     let detail = String::from_utf8_lossy(&text).trim().to_owned();
     if parse_failure {
         let detail = detail.strip_prefix(RMCP_PARSE_FAILURE).unwrap_or(&detail);
-        return invalid_json_rpc(detail.trim());
+        return client_error(
+            StatusCode::BAD_REQUEST,
+            PARSE_ERROR_CODE,
+            "invalid_json_rpc",
+            "Parse error: the request body is not a JSON-RPC message",
+            detail.trim(),
+        );
     }
     match detail.strip_prefix(RMCP_READ_FAILURE).map(str::trim) {
-        Some(reason) if reason.contains(BODY_TIMED_OUT) => body_timeout(),
-        Some(reason) => incomplete_body(reason),
+        Some(reason) if reason.contains(BODY_TIMED_OUT) => client_error(
+            StatusCode::REQUEST_TIMEOUT,
+            crate::STREAM_BROKEN_CODE.into(),
+            "body_timeout",
+            "the request body did not arrive within the server's body read timeout",
+            "",
+        ),
+        Some(reason) => client_error(
+            StatusCode::BAD_REQUEST,
+            PARSE_ERROR_CODE,
+            "incomplete_body",
+            "Parse error: the request body ended before it was complete",
+            reason,
+        ),
         None => Response::from_parts(parts, Full::new(text).boxed()),
     }
 }
 
-/// 400: a body that is not a JSON-RPC message (`detail`: what did not parse).
-fn invalid_json_rpc(detail: &str) -> Response<Body> {
-    let message = "Parse error: the request body is not a JSON-RPC message";
-    client_error(
-        StatusCode::BAD_REQUEST,
-        PARSE_ERROR_CODE,
-        "invalid_json_rpc",
-        message,
-        detail,
-    )
-}
-
-/// 400: a body that ended early or was framed wrongly (`detail`: the read error).
-fn incomplete_body(detail: &str) -> Response<Body> {
-    let message = "Parse error: the request body ended before it was complete";
-    client_error(
-        StatusCode::BAD_REQUEST,
-        PARSE_ERROR_CODE,
-        "incomplete_body",
-        message,
-        detail,
-    )
-}
-
-/// 408: a body still arriving when the server's body read timeout ran out.
-fn body_timeout() -> Response<Body> {
-    let message = "the request body did not arrive within the server's body read timeout";
-    client_error(
-        StatusCode::REQUEST_TIMEOUT,
-        crate::STREAM_BROKEN_CODE.into(),
-        "body_timeout",
-        message,
-        "",
-    )
-}
-
+/// A client error as a JSON-RPC error whose `data` names it (`error`), says what happened
+/// (`message`) and, when there is one, what the server saw (`detail`).
 fn client_error(
     status: StatusCode,
     code: i64,

@@ -175,14 +175,11 @@ impl<S: Clone> ResumeGuard<S> {
         S::Future: Send + 'static,
         B: Send + 'static,
     {
-        let body = BodyKind::of(&req);
+        // A POST without a session went to `open_session`: nothing here has a body to answer for.
         let Some(session) = session_of(&req) else {
-            let response = self.inner.call(req);
-            return Box::pin(async move {
-                let response = response.await?;
-                Ok(answer_body_failure(response, body).await)
-            });
+            return Box::pin(self.inner.call(req));
         };
+        let body = BodyKind::of(&req);
         let mut inner = self.take_ready();
         let manager = self.manager.clone();
         Box::pin(async move {

@@ -89,10 +89,11 @@ impl NaiveRetention {
     }
 
     pub(super) fn disconnect(&mut self, conn: ConnectionId, now: Instant) {
-        if let Entry::Live(p) = self.connections[self.tag.index_of(&conn)] {
+        let i = self.tag.index_of(&conn);
+        if let Entry::Live(p) = self.connections[i] {
             self.claims.record(p.written_through, now);
         }
-        self.connections[self.tag.index_of(&conn)] = Entry::Free;
+        self.connections[i] = Entry::Free;
         if let Some(min) = self.live_min() {
             self.checkpoints.record(min, now);
         }
