@@ -17,8 +17,9 @@
 //! | every reader slot taken | 503 | `too_many_readers` |
 //!
 //! A `POST` body that did not parse, or did not arrive, is answered as a client error too (see
-//! `body_failure.rs`: 400 `invalid_json_rpc`, 400 `incomplete_body`, 408 `body_timeout`), where
-//! rmcp 3.11 answers 415 and 500.
+//! `client_errors.rs`: 400 `invalid_json_rpc`, 400 `incomplete_body`, 408 `body_timeout`), where
+//! rmcp 3.11 answers 415 and 500, and rmcp's other plain-text client errors (406, 405, 413, 415,
+//! 403, 400) keep their status and become JSON-RPC errors.
 //!
 //! Every refusal for an existing stream also carries `Replay-Floor`, `Replay-Head` and
 //! `Replay-Stream` headers. A `DELETE` naming a session this process does not have is answered
@@ -45,7 +46,7 @@ use replay_ring_sse::{
 };
 use rmcp::transport::streamable_http_server::session::{SessionId, SessionManager};
 
-use crate::body_failure::{answer_body_failure, BodyKind};
+use crate::client_errors::{answer_body_failure, answer_plain_text, BodyKind};
 use crate::manager::ReplayRingSessionManager;
 use crate::refusal::{RefusalReason, ResumeRefusal};
 
@@ -102,6 +103,22 @@ where
     }
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
+        let guarded = self.guard(req);
+        Box::pin(async move {
+            let response = guarded.await?;
+            Ok(answer_plain_text(response).await)
+        })
+    }
+}
+
+impl<S> ResumeGuard<S> {
+    /// The guard's answer to `req`, or rmcp's.
+    fn guard<B>(&mut self, req: Request<B>) -> GuardFuture<S::Error>
+    where
+        S: tower_service::Service<Request<B>, Response = Response<Body>> + Clone + Send + 'static,
+        S::Future: Send + 'static,
+        B: Send + 'static,
+    {
         if req.method() == Method::DELETE {
             return self.delete(req);
         }
@@ -168,7 +185,7 @@ impl<S: Clone> ResumeGuard<S> {
     /// checks the session first and answers a plain-text 404 if it is gone, and a session deleted
     /// while rmcp serves the request (a `DELETE` racing it) fails inside with a 500; both are
     /// answered 404 `session_lost`, as the transport requires for a request naming an unknown
-    /// session. A body that did not arrive or parse is answered as `body_failure.rs` says.
+    /// session. A body that did not arrive or parse is answered as `client_errors.rs` says.
     fn in_session<B>(&mut self, req: Request<B>) -> GuardFuture<S::Error>
     where
         S: tower_service::Service<Request<B>, Response = Response<Body>> + Send + 'static,

@@ -1,8 +1,11 @@
-//! Client errors in a `POST` body, answered as such. rmcp 3.11 answers a JSON body that does not
-//! deserialize as a JSON-RPC message with `415 Unsupported Media Type` (as for a `Content-Type`
-//! other than JSON), and a body that could not be read (the client stopped sending, sent a bad
-//! chunk, or ran out the server's body read timeout) with `500 Internal Server Error`, both in
-//! plain text. The guard answers them instead, as JSON-RPC errors (`id: null`):
+//! rmcp's client errors, answered as JSON-RPC errors (`id: null`, `application/json`) like every
+//! other refusal of the guard. rmcp 3.11 answers them in plain text, and two of them with the
+//! wrong status.
+//!
+//! A `POST` body that could not be used: rmcp answers a JSON body that does not deserialize as a
+//! JSON-RPC message with `415 Unsupported Media Type` (as for a `Content-Type` other than JSON),
+//! and a body that could not be read (the client stopped sending, sent a bad chunk, or ran out the
+//! server's body read timeout) with `500 Internal Server Error`. The guard answers instead:
 //!
 //! | body | status | `error.code` | `error.data.error` |
 //! |---|---|---|---|
@@ -12,9 +15,17 @@
 //!
 //! The cases are told apart by rmcp's status and the start of its text, which this module pins
 //! (rmcp is pinned to 3.11); a response that does not match passes unchanged.
+//!
+//! Every other plain-text 4xx of rmcp (406 for an `Accept` without `text/event-stream`, 405 for
+//! another method, 413 for a body over its limit, 415 for another `Content-Type`, 403 for a
+//! `Host` or `Origin` it does not allow, 400 for a missing session id or an unsupported protocol
+//! version) keeps its status and headers (`Allow` on a 405) and becomes a JSON-RPC error with code
+//! -32000, rmcp's text as `message`, and `error.data.error` naming the status (`not_acceptable`,
+//! `method_not_allowed`, `payload_too_large`, `unsupported_media_type`, `forbidden`,
+//! `bad_request`), as the TypeScript SDK's server answers them.
 
 use bytes::Bytes;
-use http::{Method, Request, Response, StatusCode};
+use http::{HeaderMap, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
 
 use crate::layer::{json_rpc_error, Body};
@@ -32,6 +43,8 @@ const RMCP_READ_FAILURE: &str = "Failed to read request body:";
 /// `a_post_body_that_breaks_off_is_a_client_error_not_500` sends the real error, so the two cannot
 /// drift apart unnoticed.
 const BODY_TIMED_OUT: &str = "the request body did not arrive within the body read timeout";
+const JSON: &str = "application/json";
+const EVENT_STREAM: &str = "text/event-stream";
 /// rmcp's texts are a line or two; a longer body is not one of them.
 const TEXT_LIMIT: usize = 4096;
 
@@ -44,15 +57,9 @@ pub(crate) struct BodyKind {
 
 impl BodyKind {
     pub(crate) fn of<B>(req: &Request<B>) -> Self {
-        let json = req
-            .headers()
-            .get(http::header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.split(';').next())
-            .is_some_and(|essence| essence.trim().eq_ignore_ascii_case("application/json"));
         BodyKind {
             post: req.method() == Method::POST,
-            json,
+            json: media_type(req.headers()).is_some_and(|m| m.eq_ignore_ascii_case(JSON)),
         }
     }
 }
@@ -102,6 +109,52 @@ pub(crate) async fn answer_body_failure(
         ),
         None => Response::from_parts(parts, Full::new(text).boxed()),
     }
+}
+
+/// JSON-RPC's first implementation-defined server error, which the MCP SDKs' servers use for
+/// refusals at the transport level.
+const TRANSPORT_ERROR_CODE: i64 = crate::STREAM_BROKEN_CODE as i64;
+
+/// `response` from rmcp, as a JSON-RPC error if it is a client error in plain text (see the
+/// module docs); anything else passes unchanged.
+pub(crate) async fn answer_plain_text(response: Response<Body>) -> Response<Body> {
+    if !response.status().is_client_error() || is_structured(response.headers()) {
+        return response;
+    }
+    let (parts, inner) = response.into_parts();
+    let Ok(text) = Limited::new(inner, TEXT_LIMIT).collect().await else {
+        // Longer than any of rmcp's texts: not one of them, and already consumed.
+        return Response::from_parts(parts, Full::new(Bytes::new()).boxed());
+    };
+    let text = text.to_bytes();
+    let status = parts.status;
+    let reason = status.canonical_reason().unwrap_or("Client Error");
+    let text = String::from_utf8_lossy(&text);
+    let message = match text.trim() {
+        "" => reason,
+        text => text,
+    };
+    let error = reason.to_ascii_lowercase().replace([' ', '-'], "_");
+    let mut answer = client_error(status, TRANSPORT_ERROR_CODE, &error, message, "");
+    // What rmcp says about what to do next (`Allow` on a 405) stays; the body's own headers go.
+    for (name, value) in &parts.headers {
+        if name != http::header::CONTENT_TYPE && name != http::header::CONTENT_LENGTH {
+            answer.headers_mut().append(name, value.clone());
+        }
+    }
+    answer
+}
+
+/// Whether a response already has a body in a format clients parse (JSON, or an event stream).
+fn is_structured(headers: &HeaderMap) -> bool {
+    media_type(headers)
+        .is_some_and(|m| m.eq_ignore_ascii_case(JSON) || m.eq_ignore_ascii_case(EVENT_STREAM))
+}
+
+/// The media type of a `Content-Type` (its parameters, such as `charset`, left out).
+fn media_type(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(http::header::CONTENT_TYPE)?.to_str().ok()?;
+    value.split(';').next().map(str::trim)
 }
 
 /// A client error as a JSON-RPC error whose `data` names it (`error`), says what happened

@@ -1,0 +1,239 @@
+//! rmcp's client errors through the guard: every one is a JSON-RPC error (`id: null`) with the
+//! status the case calls for; a body that did not parse or arrive is a client error, not 415 or
+//! 500; a request naming an unknown session is 404 `session_lost`.
+
+use axum::body::Body;
+use http::{Request, StatusCode};
+use replay_ring_mcp::{RingEventStore, StoreConfig};
+use replay_ring_mcp_demo::store_app;
+use serde_json::{json, Value};
+
+mod in_process;
+
+use in_process::{call, delete, get, initialize, json_body, post};
+
+/// `post` with a raw body and content type.
+fn post_raw(session: Option<&str>, content_type: &str, body: &'static str) -> Request<Body> {
+    let mut req = post(session, json!(null));
+    *req.body_mut() = Body::from(body);
+    req.headers_mut()
+        .insert("content-type", content_type.parse().unwrap());
+    req
+}
+
+#[tokio::test]
+async fn a_post_body_that_is_not_json_rpc_is_400_parse_error_not_415() {
+    let app = store_app(RingEventStore::new(StoreConfig::default()));
+    let session = initialize(&app).await;
+    let bodies = [
+        "{\"jsonrpc\": \"2.0\", \"id\": 1, \"method\": ",
+        "not json at all",
+        "{\"hello\": \"world\"}",
+        "",
+    ];
+    for in_session in [None, Some(session.as_str())] {
+        for content_type in ["application/json", "Application/JSON; charset=utf-8"] {
+            for body in bodies {
+                let resp = call(&app, post_raw(in_session, content_type, body)).await;
+                let what = format!("{body:?} as {content_type}, session {in_session:?}");
+                assert_eq!(resp.status(), StatusCode::BAD_REQUEST, "{what}");
+                assert_eq!(resp.headers()["content-type"], "application/json", "{what}");
+                let reply = json_body(resp).await;
+                assert_eq!(reply["jsonrpc"], "2.0", "{what}: {reply}");
+                assert_eq!(reply["id"], Value::Null, "{what}: {reply}");
+                assert_eq!(reply["error"]["code"], -32700, "{what}: {reply}");
+                assert_eq!(
+                    reply["error"]["data"]["error"], "invalid_json_rpc",
+                    "{what}: {reply}"
+                );
+                // What did not parse: for a body that is not JSON, with its position.
+                let detail = reply["error"]["data"]["detail"]
+                    .as_str()
+                    .unwrap_or_default();
+                assert!(!detail.is_empty(), "{what}: {reply}");
+                let is_json = serde_json::from_str::<Value>(body).is_ok();
+                assert!(
+                    is_json || detail.contains("line 1 column"),
+                    "{what}: {reply}"
+                );
+            }
+        }
+        // Another content type is still refused as a media type (rmcp's 415).
+        let resp = call(&app, post_raw(in_session, "text/plain", "{}")).await;
+        assert_eq!(resp.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    }
+    // The session is unharmed: its next request is served.
+    let ping = json!({"jsonrpc": "2.0", "id": 7, "method": "ping"});
+    assert_eq!(
+        call(&app, post(Some(&session), ping)).await.status(),
+        StatusCode::OK
+    );
+}
+
+/// `post` whose body sends `first` and then fails with `error`, as hyper's body does when the
+/// client's connection breaks (or the server's body read timeout runs out) mid-body.
+fn post_breaking_off(
+    session: Option<&str>,
+    first: &'static str,
+    error: Box<dyn std::error::Error + Send + Sync>,
+) -> Request<Body> {
+    let chunks: Vec<Result<&'static str, Box<dyn std::error::Error + Send + Sync>>> =
+        vec![Ok(first), Err(error)];
+    let mut req = post(session, json!(null));
+    *req.body_mut() = Body::from_stream(futures::stream::iter(chunks));
+    req
+}
+
+#[tokio::test]
+async fn a_post_body_that_breaks_off_is_a_client_error_not_500() {
+    let app = store_app(RingEventStore::new(StoreConfig::default()));
+    let session = initialize(&app).await;
+    for in_session in [None, Some(session.as_str())] {
+        let reset = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "connection reset");
+        let resp = call(
+            &app,
+            post_breaking_off(in_session, "{\"jsonrpc\":", reset.into()),
+        )
+        .await;
+        assert_eq!(resp.status(), StatusCode::BAD_REQUEST, "{in_session:?}");
+        let reply = json_body(resp).await;
+        assert_eq!(reply["error"]["code"], -32700, "{reply}");
+        assert_eq!(
+            reply["error"]["data"]["error"], "incomplete_body",
+            "{reply}"
+        );
+        let detail = reply["error"]["data"]["detail"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(detail.contains("connection reset"), "{reply}");
+
+        let timed_out = replay_ring_sse::axum::BodyTimedOut;
+        let resp = call(&app, post_breaking_off(in_session, "{", timed_out.into())).await;
+        assert_eq!(resp.status(), StatusCode::REQUEST_TIMEOUT, "{in_session:?}");
+        let reply = json_body(resp).await;
+        assert_eq!(reply["error"]["data"]["error"], "body_timeout", "{reply}");
+    }
+    // The session is unharmed: its next request is served.
+    let ping = json!({"jsonrpc": "2.0", "id": 7, "method": "ping"});
+    assert_eq!(
+        call(&app, post(Some(&session), ping)).await.status(),
+        StatusCode::OK
+    );
+}
+
+#[tokio::test]
+async fn a_request_naming_an_unknown_session_is_404_session_lost_as_json() {
+    let app = store_app(RingEventStore::new(StoreConfig::default()));
+    let deleted = initialize(&app).await;
+    assert!(call(&app, delete(&deleted)).await.status().is_success());
+    let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"});
+    for session in [deleted.as_str(), "never-was-a-session"] {
+        for req in [post(Some(session), ping.clone()), get(session, None)] {
+            let method = req.method().clone();
+            let resp = call(&app, req).await;
+            assert_eq!(resp.status(), StatusCode::NOT_FOUND, "{method} {session}");
+            assert_eq!(resp.headers()["content-type"], "application/json");
+            let reply = json_body(resp).await;
+            assert_eq!(reply["error"]["data"]["error"], "session_lost", "{reply}");
+        }
+    }
+}
+
+/// `req` with its header `name` set to `value`.
+fn with_header(mut req: Request<Body>, name: &'static str, value: &str) -> Request<Body> {
+    req.headers_mut().insert(name, value.parse().unwrap());
+    req
+}
+
+#[tokio::test]
+async fn every_other_client_error_of_rmcp_is_a_json_rpc_error_with_its_status() {
+    let app = store_app(RingEventStore::new(StoreConfig::default()));
+    let session = initialize(&app).await;
+    let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"});
+    let s = Some(session.as_str());
+    let mut put = post(s, ping.clone());
+    *put.method_mut() = http::Method::PUT;
+    let mut no_session = get(&session, None);
+    no_session.headers_mut().remove("mcp-session-id");
+    let oversized = Request::post("/mcp")
+        .header("host", "127.0.0.1")
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2025-11-25")
+        .header("mcp-session-id", &session)
+        .body(Body::from(vec![b' '; 4 * 1024 * 1024 + 1]))
+        .unwrap();
+    let cases = [
+        (
+            "a standalone GET not accepting an event stream",
+            with_header(get(&session, None), "accept", "application/json"),
+            StatusCode::NOT_ACCEPTABLE,
+            "not_acceptable",
+        ),
+        (
+            "a POST not accepting an event stream",
+            with_header(post(s, ping.clone()), "accept", "application/json"),
+            StatusCode::NOT_ACCEPTABLE,
+            "not_acceptable",
+        ),
+        (
+            "a PUT",
+            put,
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method_not_allowed",
+        ),
+        (
+            "a POST of text/plain",
+            with_header(post(s, ping.clone()), "content-type", "text/plain"),
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+        ),
+        (
+            "a POST for a Host that is not allowed",
+            with_header(post(s, ping.clone()), "host", "attacker.example.com"),
+            StatusCode::FORBIDDEN,
+            "forbidden",
+        ),
+        (
+            "a standalone GET without a session",
+            no_session,
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        ),
+        (
+            "a GET naming a protocol version that does not exist",
+            with_header(get(&session, None), "mcp-protocol-version", "1999-01-01"),
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        ),
+        (
+            "a POST body over the 4 MiB limit",
+            oversized,
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+        ),
+    ];
+    for (what, req, status, error) in cases {
+        let resp = call(&app, req).await;
+        assert_eq!(resp.status(), status, "{what}");
+        assert_eq!(resp.headers()["content-type"], "application/json", "{what}");
+        if status == StatusCode::METHOD_NOT_ALLOWED {
+            // What the client may do instead survives the rewrite.
+            assert!(resp.headers().contains_key("allow"), "{what}");
+        }
+        let reply = json_body(resp).await;
+        assert_eq!(reply["jsonrpc"], "2.0", "{what}: {reply}");
+        assert_eq!(reply["id"], Value::Null, "{what}: {reply}");
+        assert_eq!(reply["error"]["code"], -32000, "{what}: {reply}");
+        assert_eq!(reply["error"]["data"]["error"], error, "{what}: {reply}");
+        // rmcp's own explanation is the message, whole.
+        let message = reply["error"]["message"].as_str().unwrap_or_default();
+        assert!(!message.is_empty(), "{what}: {reply}");
+        assert_eq!(
+            reply["error"]["data"]["message"], message,
+            "{what}: {reply}"
+        );
+    }
+    // The session is unharmed: its next request is served.
+    assert_eq!(call(&app, post(s, ping)).await.status(), StatusCode::OK);
+}
