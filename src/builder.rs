@@ -19,6 +19,19 @@ use crate::wait::WaitList;
 /// The largest capacity [`Builder::capacity`] accepts (after rounding up to a power of two).
 pub const MAX_CAPACITY: usize = 1 << 30;
 
+/// The largest capacity for slots of `slot_bytes` bytes: [`MAX_CAPACITY`], or the largest power of
+/// two whose slot array stays within `isize::MAX` bytes (what an allocation may span). At least 1:
+/// no Rust type is larger than `isize::MAX` bytes.
+const fn max_capacity(slot_bytes: usize) -> usize {
+    let slots = isize::MAX as usize / if slot_bytes == 0 { 1 } else { slot_bytes };
+    let fits = 1 << (usize::BITS - 1 - slots.leading_zeros());
+    if fits < MAX_CAPACITY {
+        fits
+    } else {
+        MAX_CAPACITY
+    }
+}
+
 /// How the push-vs-parked-reader race is fenced (see `docs/design.md`, "Who pays for the wake-up
 /// fences"). Both are correct; they differ in who pays.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -230,16 +243,13 @@ impl<T: Send> Builder<T> {
         if self.capacity == 0 {
             return Err(BuildError::ZeroCapacity);
         }
+        let max = max_capacity(size_of::<T>());
         let too_large = BuildError::CapacityTooLarge {
             requested: self.capacity,
-            max: MAX_CAPACITY,
+            max,
         };
         let capacity = self.capacity.checked_next_power_of_two().ok_or(too_large)?;
-        if capacity > MAX_CAPACITY
-            || capacity
-                .checked_mul(size_of::<T>().max(1))
-                .is_none_or(|b| b > isize::MAX as usize)
-        {
+        if capacity > max {
             return Err(too_large);
         }
         if self.max_readers == 0 {

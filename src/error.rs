@@ -347,12 +347,14 @@ impl std::error::Error for ReleaseError {}
 pub enum BuildError {
     /// A capacity of zero can retain nothing.
     ZeroCapacity,
-    /// The capacity (after rounding up to a power of two) exceeds the supported maximum, or the
-    /// slot array would not fit in memory.
+    /// The capacity (after rounding up to a power of two) exceeds the supported maximum
+    /// ([`MAX_CAPACITY`](crate::MAX_CAPACITY)), or the slot array would span more than
+    /// `isize::MAX` bytes.
     CapacityTooLarge {
         /// The capacity asked for.
         requested: usize,
-        /// The largest accepted capacity.
+        /// The largest accepted capacity for this payload type: `MAX_CAPACITY`, or less for a
+        /// payload so large that `MAX_CAPACITY` slots of it would exceed `isize::MAX` bytes.
         max: usize,
     },
     /// The allocator refused the slot array.

@@ -83,10 +83,27 @@ fn bad_configurations_are_errors_not_panics() {
 )]
 fn a_huge_payload_times_capacity_is_refused() {
     // The slot array's size overflows: refused before asking the allocator.
+    // The maximum it names is the one for this payload: 2^23 - 1 slots of 2^40 bytes fit in
+    // isize::MAX (2^63 - 1) bytes, so the largest power of two is 2^22.
     let err = ReplayRing::<[u8; 1 << 40]>::new(1 << 30, 1).unwrap_err();
-    assert!(
-        matches!(err, BuildError::CapacityTooLarge { .. }),
-        "{err:?}"
+    assert_eq!(
+        err,
+        BuildError::CapacityTooLarge {
+            requested: 1 << 30,
+            max: 1 << 22
+        }
+    );
+    assert_eq!(
+        err.to_string(),
+        "capacity 1073741824 exceeds the maximum of 4194304"
+    );
+    // Even a capacity far below MAX_CAPACITY: 8 slots of 2^60 bytes, where 4 fit.
+    assert_eq!(
+        ReplayRing::<[u8; 1 << 60]>::new(8, 1).unwrap_err(),
+        BuildError::CapacityTooLarge {
+            requested: 8,
+            max: 4
+        }
     );
     // 1 PiB fits in an isize but not in this machine: the allocator's refusal is an error too.
     let err = ReplayRing::<[u8; 1 << 20]>::new(1 << 30, 1).unwrap_err();
