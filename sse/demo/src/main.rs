@@ -16,6 +16,7 @@
 mod app;
 mod replica;
 
+use std::process::ExitCode;
 use std::time::Duration;
 
 use axum::extract::Request;
@@ -68,12 +69,17 @@ struct DemoArgs {
 const MAX_PAYLOAD_BYTES: i64 = 16 << 20;
 
 #[tokio::main]
-async fn main() -> Result<()> {
-    let args = DemoArgs::parse();
-    let window_events = args.example.rate * args.example.resumption_window_ms as f64 / 1000.0;
-    if window_events > args.example.capacity as f64 {
-        eprintln!("note: capacity < rate × resumption window: the producer will wait for events to age out");
+async fn main() -> ExitCode {
+    match run(DemoArgs::parse()).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
     }
+}
+
+async fn run(args: DemoArgs) -> Result<()> {
     let router = match args.redis.clone() {
         None => {
             let (app, producer) = app::build(&args.example)?;
@@ -82,12 +88,13 @@ async fn main() -> Result<()> {
             tokio::spawn(async move { drop(produce(producer, args).await) });
             app_router(app)
         }
-        // Display, not Debug: e.g. "stream not found …". The producer (or standby) runs on a
-        // task of its own, started with the replica.
-        Some(url) => replica::start(&args, &url)
-            .await
-            .map_err(|e| e.to_string())?,
+        // The producer (or standby) runs on a task of its own, started with the replica.
+        Some(url) => replica::start(&args, &url).await?,
     };
+    // Once the stream exists (its settings are valid), and only where this process may produce.
+    if let Some(warning) = args.example.sizing_warning().filter(|_| !args.serve_only) {
+        eprintln!("{warning}");
+    }
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", args.example.port)).await?;
     // Stdout is line-buffered: the line is out before the first request can arrive.
     println!("listening on http://{}", listener.local_addr()?);
@@ -206,6 +213,32 @@ mod tests {
             let parsed = DemoArgs::try_parse_from(["sse_server", good[0], good[1]]);
             assert!(parsed.is_ok(), "{good:?} refused: {parsed:?}");
         }
+    }
+
+    #[test]
+    fn a_window_the_rate_outruns_is_announced_and_one_that_ends_the_stream_is_a_warning() {
+        use clap::Parser;
+        let sizing = |flags: &[&str]| {
+            let args = DemoArgs::parse_from(["sse_server"].iter().chain(flags));
+            args.example.sizing_warning().unwrap_or_default()
+        };
+        // Defaults: 20/s × 30 s = 600 events in a window of 1,024.
+        assert_eq!(sizing(&[]), "");
+        // Unthrottled: full at once, the first event ages out after 30 s, past the 10 s bound.
+        assert!(sizing(&["--rate", "0"]).starts_with("warning: "));
+        // 100/s fills 1,024 in 10.2 s; the wait for the first to age out is 19.8 s > 10 s.
+        assert!(sizing(&["--rate", "100"]).starts_with("warning: "));
+        // ... but within a 20 s bound: the producer is only slowed to 1,024 per 30 s.
+        let slowed = sizing(&["--rate", "100", "--backpressure-timeout-ms", "20000"]);
+        assert!(
+            slowed.starts_with("note: ") && slowed.contains("34 events/s"),
+            "{slowed}"
+        );
+        // Exactly filling the window in the resumption window: no wait.
+        assert_eq!(
+            sizing(&["--rate", "1024", "--resumption-window-ms", "1000"]),
+            ""
+        );
     }
 
     #[test]

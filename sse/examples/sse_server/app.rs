@@ -47,7 +47,8 @@ pub struct Args {
     /// Events the window holds, rounded up to a power of two
     #[arg(long, default_value_t = 1024)]
     pub capacity: usize,
-    /// Events per second; 0 = as fast as the window allows
+    /// Events per second; 0 = as fast as the window allows (the window then fills at once, and
+    /// each further event waits for the oldest to age out of the resumption window)
     #[arg(long, default_value_t = 20.0, value_parser = parse_rate)]
     pub rate: f64,
     /// End the stream with `event: end` after the event with this id [default: never]
@@ -103,6 +104,42 @@ impl Args {
             acknowledge_on_resume: self.acknowledge_on_resume,
             ..SseConfig::default()
         }
+    }
+}
+
+impl Args {
+    /// A warning when the window cannot hold `rate × resumption window` events: the producer
+    /// then waits for events to age out, and if the first such wait is longer than the
+    /// backpressure timeout, the stream ends with `backpressure_timeout` as soon as it fills
+    /// (`docs/protocol.md`, "Sizing"). `None` when the window is large enough.
+    pub fn sizing_warning(&self) -> Option<String> {
+        let capacity = self.capacity.checked_next_power_of_two()? as f64;
+        let window = self.resumption_window_ms as f64 / 1000.0;
+        // Rate 0 publishes as fast as the window allows: it fills at once.
+        let fill = if self.rate > 0.0 {
+            capacity / self.rate
+        } else {
+            0.0
+        };
+        if fill >= window {
+            return None;
+        }
+        let wait = window - fill;
+        let bound = self.backpressure_timeout_ms as f64 / 1000.0;
+        Some(if wait > bound {
+            format!(
+                "warning: the window ({capacity} events) fills in {fill:.1} s, and its first event \
+                 ages out {wait:.1} s later, past the {bound:.1} s backpressure timeout: the stream \
+                 will end with backpressure_timeout once the window is full; lower --rate or \
+                 --resumption-window-ms, or raise --capacity or --backpressure-timeout-ms"
+            )
+        } else {
+            format!(
+                "note: capacity < rate × resumption window: the producer will wait for events to \
+                 age out (about {:.0} events/s)",
+                capacity / window
+            )
+        })
     }
 }
 

@@ -6,13 +6,27 @@
 
 mod app;
 
+use std::process::ExitCode;
+
 use clap::Parser;
 use replay_ring_sse::axum::{serve, ServeConfig};
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args = app::Args::parse();
+async fn main() -> ExitCode {
+    match run(app::Args::parse()).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: app::Args) -> Result<(), Box<dyn std::error::Error>> {
     let (app, producer) = app::build(&args)?;
+    if let Some(warning) = args.sizing_warning() {
+        eprintln!("{warning}");
+    }
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", args.port)).await?;
     // Stdout is line-buffered: the line is out before the first request can arrive.
     println!("listening on http://{}", listener.local_addr()?);
