@@ -117,6 +117,12 @@ fn default_max_connections() -> usize {
 /// or never reads its response holds a file descriptor forever, and enough of them make new
 /// requests hang. Connections are HTTP/1.1 (server-sent events need nothing else).
 ///
+/// A client that shuts down its sending side (a TCP half-close) is taken to have left, as by
+/// hyper's HTTP/1 server and most proxies: its connection is closed, with or without the response
+/// it was waiting for. That is what lets an event-stream connection give up its reader entry, and
+/// start its client's resumption window, the moment the client goes; browsers and SSE clients
+/// never half-close.
+///
 /// # Errors
 ///
 /// None in practice: accept errors about one connection are skipped, and others (such as running
