@@ -52,6 +52,7 @@
 
 mod backend;
 mod backend_trait;
+mod blocking_conn;
 mod codec;
 mod connection;
 mod error;

@@ -8,16 +8,18 @@
 //! holder's. Appends carry the id they expect (the producer's own sequence); a resend of an append
 //! whose reply was lost is recognised by that id, so retries are idempotent.
 
+use std::collections::VecDeque;
 use std::ops::RangeInclusive;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use redis::streams::{StreamReadOptions, StreamReadReply};
+use redis::streams::StreamReadOptions;
 use redis::AsyncCommands;
 use replay_ring::CloseReason;
 
 use crate::backend::Counters;
+use crate::blocking_conn::BlockingConn;
 use crate::codec::{self, Reply};
 use crate::error::Error;
 use crate::scripts;
@@ -30,15 +32,16 @@ pub struct RedisProducer {
     token: String,
     /// The id the next append writes (head + 1 as far as this producer knows).
     next_id: u64,
-    /// An append (or batch) whose reply was lost: resent (same ids, same payloads) before
-    /// anything else.
-    pending: Option<Arc<[Bytes]>>,
+    /// Appends (batches) whose outcome is not known yet, oldest first: one whose reply was lost,
+    /// and any a caller cancelled before it went out. Each is sent (again) with the next ids
+    /// before anything newer; the script recognises one that did arrive.
+    pending: VecDeque<Arc<[Bytes]>>,
     /// The floor as of the last reply: `next_id - known_floor < capacity` means room for sure
     /// (only releases move the floor, and only up), so the trait's `try_append_with` can refuse a
     /// full window before building the payload without an extra round trip per append.
     pub(crate) known_floor: u64,
     /// Dedicated connection for blocking waits on ctl (created on first wait).
-    pub(crate) wait_conn: Option<redis::aio::MultiplexedConnection>,
+    pub(crate) wait_conn: BlockingConn,
 }
 
 impl RedisProducer {
@@ -47,9 +50,9 @@ impl RedisProducer {
             stream,
             token,
             next_id: head + 1,
-            pending: None,
+            pending: VecDeque::new(),
             known_floor: 1,
-            wait_conn: None,
+            wait_conn: BlockingConn::default(),
         }
     }
 
@@ -94,7 +97,7 @@ impl RedisProducer {
     /// # }
     /// ```
     pub fn has_pending(&self) -> bool {
-        self.pending.is_some()
+        !self.pending.is_empty()
     }
 
     /// Appends `payload` and returns its id: the window check, the lease check and the write are
@@ -143,13 +146,20 @@ impl RedisProducer {
     }
 
     async fn append_owned(&mut self, batch: Arc<[Bytes]>) -> Result<RangeInclusive<u64>, Error> {
-        self.resolve_pending().await?;
-        // Pending from before the request until its outcome is known, so a cancelled call leaves
-        // it to be resent exactly like a lost reply.
-        self.pending = Some(batch.clone());
+        // Pending before the first await until its outcome is known, so a call cancelled anywhere
+        // (even while an earlier event is resent) leaves it to be sent like a lost reply.
+        self.pending.push_back(batch.clone());
+        while self.pending.len() > 1 {
+            if let Err(e) = self.resend_oldest().await {
+                // An earlier event's resend failed: this one never went out, and the caller is
+                // told so (the error), so it is not kept.
+                self.pending.pop_back();
+                return Err(e);
+            }
+        }
         match self.send(self.next_id, &batch).await {
             Ok(ids) => {
-                self.pending = None;
+                self.pending.clear();
                 Ok(ids)
             }
             Err(Error::Unavailable(source)) => {
@@ -163,29 +173,37 @@ impl RedisProducer {
             }
             Err(e) => {
                 // A definite refusal: nothing was written.
-                self.pending = None;
+                self.pending.clear();
                 Err(e)
             }
         }
     }
 
-    /// Resends the append whose reply was lost, if any, and returns its id (the last id of a
-    /// batch; `None` if nothing was pending). The script recognises an event that did arrive and
-    /// answers with its id instead of writing it again.
+    /// Resends every append whose reply was lost (or that a cancelled call left unsent), oldest
+    /// first, and returns the last id (`None` if nothing was pending). The script recognises an
+    /// event that did arrive and answers with its id instead of writing it again.
     ///
     /// # Errors
-    /// As [`append`](Self::append); on [`Error::Unavailable`] the event stays pending.
+    /// As [`append`](Self::append); on [`Error::Unavailable`] the events stay pending.
     ///
     /// # Cancel safety
-    /// Cancel safe: the event stays pending until a resend is answered.
+    /// Cancel safe: each event stays pending until a resend is answered.
     pub async fn resolve_pending(&mut self) -> Result<Option<u64>, Error> {
-        let Some(batch) = self.pending.clone() else {
-            return Ok(None);
-        };
+        let mut last = None;
+        while !self.pending.is_empty() {
+            last = Some(self.resend_oldest().await?);
+        }
+        Ok(last)
+    }
+
+    /// Sends the oldest pending append (again) and returns its last id; it stays pending unless
+    /// the answer is that it is stored.
+    async fn resend_oldest(&mut self) -> Result<u64, Error> {
+        let batch = self.pending.front().expect("something pending").clone();
         match self.send(self.next_id, &batch).await {
             Ok(ids) => {
-                self.pending = None;
-                Ok(Some(*ids.end()))
+                self.pending.pop_front();
+                Ok(*ids.end())
             }
             Err(Error::Unavailable(source)) => Err(Error::Unknown {
                 id: self.next_id,
@@ -288,7 +306,7 @@ impl RedisProducer {
         match self.resolve_pending().await {
             // Refused before it was written (the script answers `DUP` for an event that did
             // arrive): nothing to wait for once the stream ends.
-            Err(Error::Full { .. } | Error::IdsExhausted) => self.pending = None,
+            Err(Error::Full { .. } | Error::IdsExhausted) => self.pending.clear(),
             other => {
                 other?;
             }
@@ -440,26 +458,16 @@ impl RedisProducer {
     }
 
     /// Blocks on ctl (dedicated connection) until an entry newer than `mark` or `wait` passes.
+    /// Cancel safe: the read goes on, and the next wait for the same `mark` and `wait` takes its
+    /// reply (`blocking_conn.rs`).
     pub(crate) async fn wait_ctl(&mut self, mark: &str, wait: Duration) -> Result<(), Error> {
         let s = &self.stream;
-        let conn = &mut self.wait_conn;
-        if conn.is_none() {
-            *conn = Some(
-                s.backend
-                    .dedicated()
-                    .await
-                    .map_err(|e| Error::from_redis(&s.id, e))?,
-            );
-        }
-        let c = conn.as_mut().expect("set above");
         let opts = StreamReadOptions::default().block(wait.as_millis().max(1) as usize);
-        let r: Result<Option<StreamReadReply>, _> =
-            c.xread_options(&[&s.keys.ctl], &[mark], &opts).await;
-        if let Err(e) = r {
-            *conn = None;
-            return Err(Error::from_redis(&s.id, e));
+        let xread = redis::Cmd::xread_options(&[&s.keys.ctl], &[mark], &opts);
+        match self.wait_conn.query(&s.backend, &xread).await {
+            Ok(_) => Ok(()),
+            Err(e) => Err(Error::from_redis(&s.id, e)),
         }
-        Ok(())
     }
 }
 

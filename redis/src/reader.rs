@@ -3,12 +3,12 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use redis::aio::MultiplexedConnection;
 use redis::streams::StreamReadOptions;
-use redis::AsyncCommands;
+use redis::Cmd;
 use replay_ring::CloseReason;
 
 use crate::backend::Counters;
+use crate::blocking_conn::BlockingConn;
 use crate::codec::{self, Reply};
 use crate::connection::closed_under_it;
 use crate::error::Error;
@@ -27,7 +27,8 @@ pub enum ReadItem {
 
 /// Reads one stream from a cursor on: every id exactly once, in order, or a typed error. Each
 /// reader that has to wait for new events blocks in `XREAD` on its own connection (created on
-/// first use), so it never holds up the shared connection.
+/// first use), so it never holds up the shared connection. A `recv` cancelled during that wait
+/// leaves the read running, and the next `recv` takes its reply.
 #[derive(Debug)]
 pub struct RedisReader {
     stream: RedisStream,
@@ -44,7 +45,8 @@ pub struct RedisReader {
     closed: Option<CloseReason>,
     head: u64,
     floor: u64,
-    blocking: Option<MultiplexedConnection>,
+    /// The connection this reader blocks on, and a read a cancelled `recv` left in flight.
+    blocking: BlockingConn,
     /// Blocking reads in a row whose connection Redis closed under them (reset by a reply): sets
     /// how long the reader pauses before it connects again.
     closed_in_a_row: u32,
@@ -78,7 +80,7 @@ impl RedisReader {
             head: page.head,
             floor: page.floor,
             stream,
-            blocking: None,
+            blocking: BlockingConn::default(),
             closed_in_a_row: 0,
             place: None,
         })
@@ -119,7 +121,8 @@ impl RedisReader {
     ///
     /// # Cancel safety
     /// Cancel safe: the cursor only moves when events are returned, so a cancelled call loses
-    /// nothing; the next call continues from the same cursor.
+    /// nothing; the next call continues from the same cursor, and takes the reply of the blocking
+    /// read the cancelled one left in flight rather than queueing another behind it.
     pub async fn recv(&mut self) -> Result<ReadItem, Error> {
         if let Some(first) = self.first.take() {
             if !first.is_empty() {
@@ -225,34 +228,22 @@ impl RedisReader {
             .block(config.block.as_millis().max(1) as usize)
             .count(config.read_batch);
         let cursor_id = format!("0-{}", self.cursor);
+        let xread = Cmd::xread_options(
+            &[&s.keys.log, &s.keys.ctl],
+            &[cursor_id.as_str(), self.ctl_mark.as_str()],
+            &opts,
+        );
         // Another attempt on a new connection whenever Redis closed this one under the read (a
         // restart, `CLIENT KILL`, its idle `timeout`), as the shared connection does
         // (`connection.rs`). A read may go out twice.
         let reply = loop {
-            if self.blocking.is_none() {
-                self.blocking = Some(
-                    s.backend
-                        .dedicated()
-                        .await
-                        .map_err(|e| Error::from_redis(&s.id, e))?,
-                );
-            }
-            let conn = self.blocking.as_mut().expect("set above");
             Counters::bump(&s.backend.shared.counters.blocked_reads);
-            let reply: Result<redis::Value, _> = conn
-                .xread_options(
-                    &[&s.keys.log, &s.keys.ctl],
-                    &[cursor_id.as_str(), self.ctl_mark.as_str()],
-                    &opts,
-                )
-                .await;
-            match reply {
+            match self.blocking.query(&s.backend, &xread).await {
                 Ok(v) => {
                     self.closed_in_a_row = 0;
                     break v;
                 }
                 Err(e) => {
-                    self.blocking = None;
                     if !closed_under_it(&e) {
                         self.closed_in_a_row = 0;
                         return Err(Error::from_redis(&s.id, e));
@@ -260,7 +251,7 @@ impl RedisReader {
                     // Redis is up (it accepted the connection) and closed it: connect again, at
                     // once the first time, then backing off, so that a Redis that closes every
                     // connection costs one attempt a second. A Redis that refuses the connection
-                    // fails `dedicated()` above, which ends the read with the error.
+                    // fails the next attempt's connect, which ends the read with the error.
                     if self.closed_in_a_row > 0 {
                         let pause = Duration::from_millis(10) * (1 << self.closed_in_a_row.min(7));
                         tokio::time::sleep(pause.min(MAX_RECONNECT_PAUSE)).await;

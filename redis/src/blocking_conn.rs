@@ -1,0 +1,77 @@
+//! A connection of its own for one caller's blocking reads (`XREAD BLOCK`), whose read outlives a
+//! cancelled caller.
+//!
+//! Redis answers a connection's commands in order, and a blocked `XREAD` holds its connection until
+//! data arrives or its block time runs out. A caller that gives up on such a read (a `select!`
+//! whose other branch won, a timeout, the SSE writer sending a keep-alive) drops only its side:
+//! the read stays blocked in Redis, and a read sent next on the same connection would queue behind
+//! it, wait up to two block times, and run out the connection's response timeout (one block time
+//! plus `response_timeout`). So the read runs on a task of its own, and the next call picks up the
+//! reply of the read still in flight when it asks for the same thing, which it does whenever its
+//! cursor has not moved (a cursor moves only when a reply is delivered). A call that asks for
+//! something else leaves the busy connection to finish on its own and opens another.
+
+use redis::aio::MultiplexedConnection;
+use redis::{Cmd, RedisError, Value};
+use tokio::task::JoinHandle;
+
+use crate::backend::RedisBackend;
+
+/// A read in flight on its own task: the command it sent (as sent), and its reply to come.
+#[derive(Debug)]
+struct InFlight {
+    packed: Vec<u8>,
+    task: JoinHandle<Result<Value, RedisError>>,
+}
+
+impl Drop for InFlight {
+    /// Nobody will ask for the reply: stop waiting for it (the connection is dropped with it).
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// A dedicated connection (created on first use, and again after an error) and the blocking read
+/// in flight on it, if a caller gave up on one.
+#[derive(Debug, Default)]
+pub(crate) struct BlockingConn {
+    conn: Option<MultiplexedConnection>,
+    in_flight: Option<InFlight>,
+}
+
+impl BlockingConn {
+    /// Sends `cmd` on this connection and returns Redis's reply; if an earlier call sent the same
+    /// command and was cancelled before its reply came, returns that read's reply instead of
+    /// sending another. After an error the next call connects again.
+    ///
+    /// Cancel safe: the read goes on, and the next call with the same command takes its reply.
+    pub(crate) async fn query(
+        &mut self,
+        backend: &RedisBackend,
+        cmd: &Cmd,
+    ) -> Result<Value, RedisError> {
+        let packed = cmd.get_packed_command();
+        if self.in_flight.as_ref().is_some_and(|f| f.packed != packed) {
+            // The connection is busy with a read nobody wants: let it finish apart from ours.
+            self.in_flight = None;
+            self.conn = None;
+        }
+        if self.in_flight.is_none() {
+            if self.conn.is_none() {
+                self.conn = Some(backend.dedicated().await?);
+            }
+            let mut conn = self.conn.clone().expect("connected above");
+            let cmd = cmd.clone();
+            let task = tokio::spawn(async move { cmd.query_async::<Value>(&mut conn).await });
+            self.in_flight = Some(InFlight { packed, task });
+        }
+        let in_flight = self.in_flight.as_mut().expect("sent above");
+        let reply = (&mut in_flight.task).await;
+        self.in_flight = None;
+        let reply = reply.unwrap_or_else(|panicked| Err(std::io::Error::other(panicked).into()));
+        if reply.is_err() {
+            self.conn = None;
+        }
+        reply
+    }
+}
