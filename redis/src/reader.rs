@@ -336,8 +336,8 @@ async fn read_page(stream: &RedisStream, after: u64) -> Result<Page, Error> {
     let after_arg = after.min(crate::MAX_ID + 1).to_string();
     let count = s.backend.config().read_batch;
     let mut pipe = redis::pipe();
-    pipe.cmd("EVALSHA")
-        .arg(scripts::READ_SCRIPT.get_hash())
+    pipe.cmd("EVALSHA_RO")
+        .arg(scripts::READ_SCRIPT.hash())
         .arg(3)
         .arg(&s.keys.meta)
         .arg(&s.keys.log)
@@ -387,16 +387,16 @@ async fn read_page_atomic(stream: &RedisStream, after: u64) -> Result<Page, Erro
     let s = stream;
     let seen = s.head_seen_before();
     let after_arg = after.min(crate::MAX_ID + 1).to_string();
-    let value: redis::Value = scripts::READ_SCRIPT
-        .key(&s.keys.meta)
-        .key(&s.keys.log)
-        .key(&s.keys.ctl)
-        .arg(codec::encode_epoch(s.epoch))
-        .arg(after_arg)
-        .arg(s.backend.config().read_batch)
-        .invoke_async(&mut s.backend.connection())
-        .await
-        .map_err(|e| Error::from_redis(&s.id, e))?;
+    let epoch = codec::encode_epoch(s.epoch);
+    let count = s.backend.config().read_batch.to_string();
+    let value = scripts::eval_read(
+        &scripts::READ_SCRIPT,
+        &mut s.backend.connection(),
+        &[&s.keys.meta, &s.keys.log, &s.keys.ctl],
+        [epoch.as_str(), after_arg.as_str(), count.as_str()],
+    )
+    .await
+    .map_err(|e| Error::from_redis(&s.id, e))?;
     let page = decide_page(s, after, seen, value)?;
     if after < page.head && page.entries.first().map(|(id, _)| *id) != Some(after + 1) {
         return Err(codec::corrupt(

@@ -16,7 +16,8 @@
 //!
 //! Write scripts start with the `#!lua` shebang: Redis then refuses the whole script up front when
 //! it is over `maxmemory` (`-OOM`), instead of failing half-way after a first write. Read scripts
-//! carry `flags=no-writes`, so they keep working while Redis is out of memory; release, close and
+//! carry `flags=no-writes`, so they keep working while Redis is out of memory, and run with
+//! `EVALSHA_RO` / `EVAL_RO`, so they keep working while Redis holds writes back ([`eval_read`]); release, close and
 //! renew carry `flags=allow-oom`, because releasing is how memory is freed, closing is how a stream
 //! ends explicitly when appends can no longer succeed, and renewing keeps the producer's lease
 //! (a standby could not append either, and a lapsed lease would fence the producer once memory
@@ -254,19 +255,34 @@ fn oom_exempt_script(body: &str) -> Script {
     Script::new(&format!("#!lua flags=allow-oom\n{PRELUDE}{body}"))
 }
 
-fn read_script(body: &str) -> Script {
-    Script::new(&format!("#!lua flags=no-writes\n{PRELUDE}{body}"))
+/// A script that only reads, run with `EVALSHA_RO` (and `EVAL_RO`, see [`eval_read`]).
+pub(crate) struct ReadScript {
+    source: String,
+    hash: String,
+}
+
+impl ReadScript {
+    fn new(body: &str) -> Self {
+        let source = format!("#!lua flags=no-writes\n{PRELUDE}{body}");
+        let hash = Script::new(&source).get_hash().to_owned();
+        ReadScript { source, hash }
+    }
+
+    /// The script's SHA1, for `EVALSHA_RO`.
+    pub(crate) fn hash(&self) -> &str {
+        &self.hash
+    }
 }
 
 pub(crate) static CREATE_SCRIPT: LazyLock<Script> = LazyLock::new(|| write_script(CREATE));
-pub(crate) static STATE_SCRIPT: LazyLock<Script> = LazyLock::new(|| read_script(STATE));
+pub(crate) static STATE_SCRIPT: LazyLock<ReadScript> = LazyLock::new(|| ReadScript::new(STATE));
 pub(crate) static ACQUIRE_SCRIPT: LazyLock<Script> = LazyLock::new(|| write_script(ACQUIRE));
 pub(crate) static RENEW_SCRIPT: LazyLock<Script> = LazyLock::new(|| oom_exempt_script(RENEW));
 pub(crate) static UNLEASE_SCRIPT: LazyLock<Script> = LazyLock::new(|| write_script(UNLEASE));
 pub(crate) static APPEND_SCRIPT: LazyLock<Script> = LazyLock::new(|| write_script(APPEND));
 pub(crate) static RELEASE_SCRIPT: LazyLock<Script> = LazyLock::new(|| oom_exempt_script(RELEASE));
 pub(crate) static CLOSE_SCRIPT: LazyLock<Script> = LazyLock::new(|| oom_exempt_script(CLOSE));
-pub(crate) static READ_SCRIPT: LazyLock<Script> = LazyLock::new(|| read_script(READ));
+pub(crate) static READ_SCRIPT: LazyLock<ReadScript> = LazyLock::new(|| ReadScript::new(READ));
 pub(crate) static DELETE_SCRIPT: LazyLock<Script> = LazyLock::new(|| oom_exempt_script(DELETE));
 
 /// Runs `script` by `EVALSHA` with `keys` then `args`, each written once into the command buffer
@@ -297,6 +313,44 @@ where
         Err(e) if e.code() == Some("NOSCRIPT") => {
             script.load_async(conn).await?;
             cmd.query_async(conn).await
+        }
+        other => other,
+    }
+}
+
+/// Runs the read-only `script` with `keys` then `args`: by `EVALSHA_RO`, and, if the server does
+/// not have it cached (`NOSCRIPT`: restarted, failed over, or `SCRIPT FLUSH`ed), by `EVAL_RO` with
+/// its source, which caches it again.
+///
+/// Both are read-only commands, so Redis runs them while it holds writes back (`CLIENT PAUSE
+/// WRITE`, as a failover does): an `EVALSHA` of a script it does not have cached is held back with
+/// the writes, since Redis cannot see that the script does not write, and `SCRIPT LOAD` may be too.
+pub(crate) async fn eval_read<C, K, A>(
+    script: &ReadScript,
+    conn: &mut C,
+    keys: &[K],
+    args: A,
+) -> RedisResult<Value>
+where
+    C: ConnectionLike,
+    K: AsRef<str>,
+    A: IntoIterator + Clone,
+    A::Item: AsRef<[u8]>,
+{
+    let command = |eval: &str, script: &str| {
+        let mut cmd = Cmd::new();
+        cmd.arg(eval).arg(script).arg(keys.len());
+        for key in keys {
+            cmd.arg(key.as_ref());
+        }
+        for arg in args.clone() {
+            cmd.arg(arg.as_ref());
+        }
+        cmd
+    };
+    match command("EVALSHA_RO", &script.hash).query_async(conn).await {
+        Err(e) if e.code() == Some("NOSCRIPT") => {
+            command("EVAL_RO", &script.source).query_async(conn).await
         }
         other => other,
     }

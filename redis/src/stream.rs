@@ -479,11 +479,14 @@ pub(crate) async fn read_state(
     id: &StreamId,
     keys: &Keys,
 ) -> Result<RedisStreamState, Error> {
-    let value: redis::Value = scripts::STATE_SCRIPT
-        .key(&keys.meta)
-        .invoke_async(&mut backend.connection())
-        .await
-        .map_err(|e| Error::from_redis(id, e))?;
+    let value = scripts::eval_read(
+        &scripts::STATE_SCRIPT,
+        &mut backend.connection(),
+        &[&keys.meta],
+        [""; 0],
+    )
+    .await
+    .map_err(|e| Error::from_redis(id, e))?;
     let (mut reply, status) = Reply::new(id, value)?;
     if status == "NOSTREAM" {
         return Err(Error::NotFound { stream: *id });
