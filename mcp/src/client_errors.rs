@@ -1,17 +1,17 @@
-//! rmcp's client errors, answered as JSON-RPC errors (`id: null`, `application/json`) like every
-//! other refusal of the guard. rmcp 3.11 answers them in plain text, and two of them with the
-//! wrong status.
+//! rmcp's client errors, answered as JSON like every other refusal of the guard. rmcp 3.11
+//! answers them in plain text, and two of them with the wrong status. Answers to a `POST` are the
+//! bare error object and the others a JSON-RPC error with `id: null` (see `Envelope` for why).
 //!
 //! A `POST` body that could not be used: rmcp answers a JSON body that does not deserialize as a
 //! JSON-RPC message with `415 Unsupported Media Type` (as for a `Content-Type` other than JSON),
 //! and a body that could not be read (the client stopped sending, sent a bad chunk, or ran out the
 //! server's body read timeout) with `500 Internal Server Error`. The guard answers instead:
 //!
-//! | body | status | `error.code` | `error.data.error` |
-//! |---|---|---|---|
-//! | declared `application/json`, not a JSON-RPC message | 400 | -32700 | `invalid_json_rpc` (+ `detail`) |
-//! | ended before it was complete, or malformed framing | 400 | -32700 | `incomplete_body` (+ `detail`) |
-//! | not complete within the body read timeout | 408 | -32000 | `body_timeout` |
+//! | body | status | `error` |
+//! |---|---|---|
+//! | declared `application/json`, not a JSON-RPC message | 400 | `invalid_json_rpc` (+ `detail`) |
+//! | ended before it was complete, or malformed framing | 400 | `incomplete_body` (+ `detail`) |
+//! | not complete within the body read timeout | 408 | `body_timeout` |
 //!
 //! The cases are told apart by rmcp's status and the start of its text, which this module pins
 //! (rmcp is pinned to 3.11); a response that does not match passes unchanged.
@@ -19,20 +19,15 @@
 //! Every other plain-text 4xx of rmcp (406 for an `Accept` without `text/event-stream`, 405 for
 //! another method, 413 for a body over its limit, 415 for another `Content-Type`, 403 for a
 //! `Host` or `Origin` it does not allow, 400 for a missing session id or an unsupported protocol
-//! version) keeps its status and headers (`Allow` on a 405) and becomes a JSON-RPC error with code
-//! -32000, rmcp's text as `message`, and `error.data.error` naming the status (`not_acceptable`,
-//! `method_not_allowed`, `payload_too_large`, `unsupported_media_type`, `forbidden`,
-//! `bad_request`), as the TypeScript SDK's server answers them.
+//! version) keeps its status and headers (`Allow` on a 405), with rmcp's text as `message` and an
+//! `error` naming the status (`not_acceptable`, `method_not_allowed`, `payload_too_large`,
+//! `unsupported_media_type`, `forbidden`, `bad_request`); as a JSON-RPC error its code is -32000.
 
 use bytes::Bytes;
 use http::{HeaderMap, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
 
-use crate::layer::{json_rpc_error, Body};
-
-/// JSON-RPC's code for a request body that is not valid JSON, which the MCP SDKs also use for JSON
-/// that is not a JSON-RPC message.
-pub const PARSE_ERROR_CODE: i64 = -32700;
+use crate::layer::{error_response, Body, Envelope};
 
 /// How rmcp 3.11 begins the body of a 415 for a body that did not deserialize.
 const RMCP_PARSE_FAILURE: &str = "fail to deserialize request body";
@@ -85,8 +80,8 @@ pub(crate) async fn answer_body_failure(
     if parse_failure {
         let detail = detail.strip_prefix(RMCP_PARSE_FAILURE).unwrap_or(&detail);
         return client_error(
+            Envelope::Bare,
             StatusCode::BAD_REQUEST,
-            PARSE_ERROR_CODE,
             "invalid_json_rpc",
             "Parse error: the request body is not a JSON-RPC message",
             detail.trim(),
@@ -94,15 +89,15 @@ pub(crate) async fn answer_body_failure(
     }
     match detail.strip_prefix(RMCP_READ_FAILURE).map(str::trim) {
         Some(reason) if reason.contains(BODY_TIMED_OUT) => client_error(
+            Envelope::Bare,
             StatusCode::REQUEST_TIMEOUT,
-            crate::STREAM_BROKEN_CODE.into(),
             "body_timeout",
             "the request body did not arrive within the server's body read timeout",
             "",
         ),
         Some(reason) => client_error(
+            Envelope::Bare,
             StatusCode::BAD_REQUEST,
-            PARSE_ERROR_CODE,
             "incomplete_body",
             "Parse error: the request body ended before it was complete",
             reason,
@@ -115,9 +110,12 @@ pub(crate) async fn answer_body_failure(
 /// refusals at the transport level.
 const TRANSPORT_ERROR_CODE: i64 = crate::STREAM_BROKEN_CODE as i64;
 
-/// `response` from rmcp, as a JSON-RPC error if it is a client error in plain text (see the
-/// module docs); anything else passes unchanged.
-pub(crate) async fn answer_plain_text(response: Response<Body>) -> Response<Body> {
+/// `response` from rmcp, as a JSON error in the shape `envelope` asks for if it is a client error
+/// in plain text (see the module docs); anything else passes unchanged.
+pub(crate) async fn answer_plain_text(
+    response: Response<Body>,
+    envelope: Envelope,
+) -> Response<Body> {
     if !response.status().is_client_error() || is_structured(response.headers()) {
         return response;
     }
@@ -135,7 +133,7 @@ pub(crate) async fn answer_plain_text(response: Response<Body>) -> Response<Body
         text => text,
     };
     let error = reason.to_ascii_lowercase().replace([' ', '-'], "_");
-    let mut answer = client_error(status, TRANSPORT_ERROR_CODE, &error, message, "");
+    let mut answer = client_error(envelope, status, &error, message, "");
     // What rmcp says about what to do next (`Allow` on a 405) stays; the body's own headers go.
     for (name, value) in &parts.headers {
         if name != http::header::CONTENT_TYPE && name != http::header::CONTENT_LENGTH {
@@ -157,11 +155,11 @@ fn media_type(headers: &HeaderMap) -> Option<&str> {
     value.split(';').next().map(str::trim)
 }
 
-/// A client error as a JSON-RPC error whose `data` names it (`error`), says what happened
-/// (`message`) and, when there is one, what the server saw (`detail`).
+/// A client error whose JSON names it (`error`), says what happened (`message`) and, when there
+/// is one, what the server saw (`detail`); as a JSON-RPC error, with code -32000.
 fn client_error(
+    envelope: Envelope,
     status: StatusCode,
-    code: i64,
     error: &str,
     message: &str,
     detail: &str,
@@ -170,5 +168,5 @@ fn client_error(
     if !detail.is_empty() {
         data["detail"] = detail.into();
     }
-    json_rpc_error(status, code, message, data)
+    error_response(envelope, status, TRANSPORT_ERROR_CODE, message, data)
 }

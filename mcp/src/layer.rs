@@ -5,7 +5,7 @@
 //! "Resume failed, returning empty stream"), which official clients read as "stream ended,
 //! reconnect" — forever. In front of it, this layer answers:
 //!
-//! | situation | status | JSON-RPC `error.data.error` |
+//! | situation | status | `error.data.error` |
 //! |---|---|---|
 //! | MCP session unknown or gone | 404 | `session_lost` |
 //! | unknown stream, an epoch from before a restart, or a stream of another MCP session | 404 | `stream_lost` |
@@ -19,12 +19,17 @@
 //! A `POST` body that did not parse, or did not arrive, is answered as a client error too (see
 //! `client_errors.rs`: 400 `invalid_json_rpc`, 400 `incomplete_body`, 408 `body_timeout`), where
 //! rmcp 3.11 answers 415 and 500, and rmcp's other plain-text client errors (406, 405, 413, 415,
-//! 403, 400) keep their status and become JSON-RPC errors.
+//! 403, 400) keep their status and come as JSON.
 //!
 //! Every refusal for an existing stream also carries `Replay-Floor`, `Replay-Head` and
 //! `Replay-Stream` headers. A `DELETE` naming a session this process does not have is answered
 //! 404 `session_lost` too (rmcp answers 202), and a request that would open a session beyond
 //! [`ReplayRingSessionManager::with_max_sessions`] 503 `too_many_sessions` with `Retry-After`.
+//!
+//! Answers to a `GET` or `DELETE` are JSON-RPC errors with `id: null`. Answers to a `POST` are the
+//! same error object without the JSON-RPC envelope (`{"error": "session_lost", "message": ...}`):
+//! the guard does not know the `POST`'s request id, and rmcp's own client hangs on an id-less
+//! JSON-RPC error in a `POST`'s response (see `Envelope`).
 //!
 //! With a Redis event log (feature `redis`), a resume whose MCP session or stream this process
 //! does not hold is served from Redis instead of being refused (`RingEventStore::remote_resume`);
@@ -103,10 +108,11 @@ where
     }
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
+        let envelope = Envelope::for_method(req.method());
         let guarded = self.guard(req);
         Box::pin(async move {
             let response = guarded.await?;
-            Ok(answer_plain_text(response).await)
+            Ok(answer_plain_text(response, envelope).await)
         })
     }
 }
@@ -197,6 +203,7 @@ impl<S: Clone> ResumeGuard<S> {
             return Box::pin(self.inner.call(req));
         };
         let body = BodyKind::of(&req);
+        let envelope = Envelope::for_method(req.method());
         let mut inner = self.take_ready();
         let manager = self.manager.clone();
         Box::pin(async move {
@@ -208,7 +215,7 @@ impl<S: Clone> ResumeGuard<S> {
             if (status == StatusCode::NOT_FOUND || status == StatusCode::INTERNAL_SERVER_ERROR)
                 && !manager.has_session(&session).await.unwrap_or(true)
             {
-                return Ok(refusal_response(&session_lost()));
+                return Ok(refusal_answer(&session_lost(), envelope));
             }
             Ok(response)
         })
@@ -257,18 +264,51 @@ impl<S: Clone> ResumeGuard<S> {
     }
 }
 
-/// A JSON-RPC error response (`id: null`) with `status`, as `application/json`.
-pub(crate) fn json_rpc_error(
+/// The shape of the guard's error answers, by the request they answer.
+///
+/// A JSON-RPC error names the request it answers by its id, and the guard answers before rmcp
+/// reads the body, so it never knows a `POST`'s id. rmcp 3.11's own client takes an id-less
+/// JSON-RPC error in the response to a `POST` for a message from the server, logs it and drops
+/// it, and the call that sent the `POST` then waits forever. So a `POST` gets the error object
+/// alone (what would be the JSON-RPC error's `data`: `error`, `message`, ...), which every client
+/// reports as the HTTP error it is; the other requests (resumes, the standalone `GET`, `DELETE`)
+/// get a JSON-RPC error with `id: null`, which clients of those report by status alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Envelope {
+    /// `{"jsonrpc": "2.0", "id": null, "error": {"code", "message", "data"}}`.
+    JsonRpc,
+    /// The `data` object alone.
+    Bare,
+}
+
+impl Envelope {
+    /// The shape for answers to a request with `method`.
+    pub(crate) fn for_method(method: &Method) -> Self {
+        if method == Method::POST {
+            Envelope::Bare
+        } else {
+            Envelope::JsonRpc
+        }
+    }
+}
+
+/// An error response with `status`, as `application/json`, shaped by `envelope`; `data` names the
+/// error (`error`) and says what happened (`message`).
+pub(crate) fn error_response(
+    envelope: Envelope,
     status: StatusCode,
     code: i64,
     message: &str,
     data: serde_json::Value,
 ) -> Response<Body> {
-    let body = serde_json::json!({
-        "jsonrpc": "2.0",
-        "id": null,
-        "error": { "code": code, "message": message, "data": data },
-    });
+    let body = match envelope {
+        Envelope::JsonRpc => serde_json::json!({
+            "jsonrpc": "2.0",
+            "id": null,
+            "error": { "code": code, "message": message, "data": data },
+        }),
+        Envelope::Bare => data,
+    };
     let mut resp = Response::new(Full::new(Bytes::from(body.to_string())).boxed());
     *resp.status_mut() = status;
     resp.headers_mut().insert(
@@ -332,6 +372,11 @@ pub fn refusal_status(refusal: &ResumeRefusal) -> StatusCode {
 /// assert_eq!(resp.headers()["content-type"], "application/json");
 /// ```
 pub fn refusal_response(refusal: &ResumeRefusal) -> Response<Body> {
+    refusal_answer(refusal, Envelope::JsonRpc)
+}
+
+/// [`refusal_response`] in the shape `envelope` asks for.
+fn refusal_answer(refusal: &ResumeRefusal, envelope: Envelope) -> Response<Body> {
     let sse = match &refusal.reason {
         RefusalReason::Decision(d) => HttpResponse::for_decision(d, refusal.state.as_ref()),
         // A foreign stream is answered exactly like an unknown one, and without its window.
@@ -355,7 +400,8 @@ pub fn refusal_response(refusal: &ResumeRefusal) -> Response<Body> {
             data["head"] = state.head.into();
         }
     }
-    let mut resp = json_rpc_error(
+    let mut resp = error_response(
+        envelope,
         refusal_status(refusal),
         crate::STREAM_BROKEN_CODE.into(),
         &refusal.to_string(),
@@ -369,12 +415,13 @@ pub fn refusal_response(refusal: &ResumeRefusal) -> Response<Body> {
     resp
 }
 
-/// 503 for a request that would open a session beyond the cap, as a JSON-RPC error (`id: null`).
+/// 503 for a request that would open a session beyond the cap (a `POST`: the bare error object).
 fn too_many_sessions(limit: usize) -> Response<Body> {
     let message = format!("all {limit} MCP sessions of this server are open; retry later");
     let data =
         serde_json::json!({ "error": "too_many_sessions", "message": message, "limit": limit });
-    let mut resp = json_rpc_error(
+    let mut resp = error_response(
+        Envelope::Bare,
         StatusCode::SERVICE_UNAVAILABLE,
         crate::STREAM_BROKEN_CODE.into(),
         &message,

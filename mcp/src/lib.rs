@@ -15,7 +15,7 @@
 //!   turns them into an empty `200`: 404 for a lost MCP session or stream, 416 below the retained
 //!   floor, 409 ahead of the head, 410 at the last id of a stream that has ended, 400 for a
 //!   malformed cursor, 503 when every reader slot is taken (the table is on the layer). Every
-//!   error it passes on from rmcp is a JSON-RPC error too, where rmcp answers in plain text.
+//!   error it passes on from rmcp comes as JSON too, where rmcp answers in plain text.
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -65,7 +65,6 @@ mod remote;
 mod store;
 mod stream;
 
-pub use client_errors::PARSE_ERROR_CODE;
 pub use config::{
     StoreConfig, DEFAULT_CAPACITY, DEFAULT_COMPLETED_TTL, DEFAULT_INITIAL_SLOTS,
     DEFAULT_MAX_READERS, DEFAULT_RETRY,

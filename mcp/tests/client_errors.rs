@@ -1,9 +1,10 @@
-//! rmcp's client errors through the guard: every one is a JSON-RPC error (`id: null`) with the
-//! status the case calls for; a body that did not parse or arrive is a client error, not 415 or
-//! 500; a request naming an unknown session is 404 `session_lost`.
+//! rmcp's client errors through the guard: every one is JSON with the status the case calls for
+//! (the bare error object for a `POST`, a JSON-RPC error with `id: null` otherwise); a body that
+//! did not parse or arrive is a client error, not 415 or 500; a request naming an unknown session
+//! is 404 `session_lost`.
 
 use axum::body::Body;
-use http::{Request, StatusCode};
+use http::{Method, Request, StatusCode};
 use replay_ring_mcp::{RingEventStore, StoreConfig};
 use replay_ring_mcp_demo::store_app;
 use serde_json::{json, Value};
@@ -21,8 +22,27 @@ fn post_raw(session: Option<&str>, content_type: &str, body: &'static str) -> Re
     req
 }
 
+/// The error object of the guard's JSON answer to a request with `method`, checked for its shape:
+/// a `POST` gets the bare object (never an id-less JSON-RPC error, which rmcp 3.11's client takes
+/// for a message, drops, and then waits for its call's answer forever); any other request a
+/// JSON-RPC error with `id: null` and code -32000 whose `data` is the object.
+fn error_object(method: &Method, reply: &Value) -> Value {
+    if method == Method::POST {
+        assert!(reply.get("jsonrpc").is_none(), "{reply}");
+        assert!(reply.get("id").is_none(), "{reply}");
+        assert!(reply["error"].is_string(), "{reply}");
+        return reply.clone();
+    }
+    assert_eq!(reply["jsonrpc"], "2.0", "{reply}");
+    assert_eq!(reply["id"], Value::Null, "{reply}");
+    assert_eq!(reply["error"]["code"], -32000, "{reply}");
+    let data = &reply["error"]["data"];
+    assert_eq!(reply["error"]["message"], data["message"], "{reply}");
+    data.clone()
+}
+
 #[tokio::test]
-async fn a_post_body_that_is_not_json_rpc_is_400_parse_error_not_415() {
+async fn a_post_body_that_is_not_json_rpc_is_400_invalid_json_rpc_not_415() {
     let app = store_app(RingEventStore::new(StoreConfig::default()));
     let session = initialize(&app).await;
     let bodies = [
@@ -38,18 +58,10 @@ async fn a_post_body_that_is_not_json_rpc_is_400_parse_error_not_415() {
                 let what = format!("{body:?} as {content_type}, session {in_session:?}");
                 assert_eq!(resp.status(), StatusCode::BAD_REQUEST, "{what}");
                 assert_eq!(resp.headers()["content-type"], "application/json", "{what}");
-                let reply = json_body(resp).await;
-                assert_eq!(reply["jsonrpc"], "2.0", "{what}: {reply}");
-                assert_eq!(reply["id"], Value::Null, "{what}: {reply}");
-                assert_eq!(reply["error"]["code"], -32700, "{what}: {reply}");
-                assert_eq!(
-                    reply["error"]["data"]["error"], "invalid_json_rpc",
-                    "{what}: {reply}"
-                );
+                let reply = error_object(&Method::POST, &json_body(resp).await);
+                assert_eq!(reply["error"], "invalid_json_rpc", "{what}: {reply}");
                 // What did not parse: for a body that is not JSON, with its position.
-                let detail = reply["error"]["data"]["detail"]
-                    .as_str()
-                    .unwrap_or_default();
+                let detail = reply["detail"].as_str().unwrap_or_default();
                 assert!(!detail.is_empty(), "{what}: {reply}");
                 let is_json = serde_json::from_str::<Value>(body).is_ok();
                 assert!(
@@ -96,22 +108,16 @@ async fn a_post_body_that_breaks_off_is_a_client_error_not_500() {
         )
         .await;
         assert_eq!(resp.status(), StatusCode::BAD_REQUEST, "{in_session:?}");
-        let reply = json_body(resp).await;
-        assert_eq!(reply["error"]["code"], -32700, "{reply}");
-        assert_eq!(
-            reply["error"]["data"]["error"], "incomplete_body",
-            "{reply}"
-        );
-        let detail = reply["error"]["data"]["detail"]
-            .as_str()
-            .unwrap_or_default();
+        let reply = error_object(&Method::POST, &json_body(resp).await);
+        assert_eq!(reply["error"], "incomplete_body", "{reply}");
+        let detail = reply["detail"].as_str().unwrap_or_default();
         assert!(detail.contains("connection reset"), "{reply}");
 
         let timed_out = replay_ring_sse::axum::BodyTimedOut;
         let resp = call(&app, post_breaking_off(in_session, "{", timed_out.into())).await;
         assert_eq!(resp.status(), StatusCode::REQUEST_TIMEOUT, "{in_session:?}");
-        let reply = json_body(resp).await;
-        assert_eq!(reply["error"]["data"]["error"], "body_timeout", "{reply}");
+        let reply = error_object(&Method::POST, &json_body(resp).await);
+        assert_eq!(reply["error"], "body_timeout", "{reply}");
     }
     // The session is unharmed: its next request is served.
     let ping = json!({"jsonrpc": "2.0", "id": 7, "method": "ping"});
@@ -133,8 +139,8 @@ async fn a_request_naming_an_unknown_session_is_404_session_lost_as_json() {
             let resp = call(&app, req).await;
             assert_eq!(resp.status(), StatusCode::NOT_FOUND, "{method} {session}");
             assert_eq!(resp.headers()["content-type"], "application/json");
-            let reply = json_body(resp).await;
-            assert_eq!(reply["error"]["data"]["error"], "session_lost", "{reply}");
+            let reply = error_object(&method, &json_body(resp).await);
+            assert_eq!(reply["error"], "session_lost", "{reply}");
         }
     }
 }
@@ -146,7 +152,7 @@ fn with_header(mut req: Request<Body>, name: &'static str, value: &str) -> Reque
 }
 
 #[tokio::test]
-async fn every_other_client_error_of_rmcp_is_a_json_rpc_error_with_its_status() {
+async fn every_other_client_error_of_rmcp_is_json_with_its_status() {
     let app = store_app(RingEventStore::new(StoreConfig::default()));
     let session = initialize(&app).await;
     let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"});
@@ -214,6 +220,7 @@ async fn every_other_client_error_of_rmcp_is_a_json_rpc_error_with_its_status() 
         ),
     ];
     for (what, req, status, error) in cases {
+        let method = req.method().clone();
         let resp = call(&app, req).await;
         assert_eq!(resp.status(), status, "{what}");
         assert_eq!(resp.headers()["content-type"], "application/json", "{what}");
@@ -221,18 +228,11 @@ async fn every_other_client_error_of_rmcp_is_a_json_rpc_error_with_its_status() 
             // What the client may do instead survives the rewrite.
             assert!(resp.headers().contains_key("allow"), "{what}");
         }
-        let reply = json_body(resp).await;
-        assert_eq!(reply["jsonrpc"], "2.0", "{what}: {reply}");
-        assert_eq!(reply["id"], Value::Null, "{what}: {reply}");
-        assert_eq!(reply["error"]["code"], -32000, "{what}: {reply}");
-        assert_eq!(reply["error"]["data"]["error"], error, "{what}: {reply}");
+        let reply = error_object(&method, &json_body(resp).await);
+        assert_eq!(reply["error"], error, "{what}: {reply}");
         // rmcp's own explanation is the message, whole.
-        let message = reply["error"]["message"].as_str().unwrap_or_default();
+        let message = reply["message"].as_str().unwrap_or_default();
         assert!(!message.is_empty(), "{what}: {reply}");
-        assert_eq!(
-            reply["error"]["data"]["message"], message,
-            "{what}: {reply}"
-        );
     }
     // The session is unharmed: its next request is served.
     assert_eq!(call(&app, post(s, ping)).await.status(), StatusCode::OK);
