@@ -40,15 +40,17 @@ pub(crate) struct BlockingConn {
 }
 
 impl BlockingConn {
-    /// Sends `cmd` on this connection and returns Redis's reply; if an earlier call sent the same
-    /// command and was cancelled before its reply came, returns that read's reply instead of
-    /// sending another. After an error the next call connects again.
+    /// Sends `cmd` on this connection (calling `on_send` as it goes out) and returns Redis's
+    /// reply; if an earlier call sent the same command and was cancelled before its reply came,
+    /// returns that read's reply instead of sending another. After an error the next call
+    /// connects again.
     ///
     /// Cancel safe: the read goes on, and the next call with the same command takes its reply.
     pub(crate) async fn query(
         &mut self,
         backend: &RedisBackend,
         cmd: &Cmd,
+        on_send: impl FnOnce(),
     ) -> Result<Value, RedisError> {
         let packed = cmd.get_packed_command();
         if self.in_flight.as_ref().is_some_and(|f| f.packed != packed) {
@@ -62,6 +64,7 @@ impl BlockingConn {
             }
             let mut conn = self.conn.clone().expect("connected above");
             let cmd = cmd.clone();
+            on_send();
             let task = tokio::spawn(async move { cmd.query_async::<Value>(&mut conn).await });
             self.in_flight = Some(InFlight { packed, task });
         }

@@ -115,7 +115,10 @@ impl RedisProducer {
     /// # Cancel safety
     /// Cancel safe in the same sense as a lost reply: a cancelled call may or may not have
     /// appended `payload`; the producer keeps it as pending ([`has_pending`](Self::has_pending))
-    /// and resends it, idempotently, before the next append.
+    /// and resends it, idempotently, before the next append. Every cancelled call keeps its
+    /// payload, in order: a caller that keeps cancelling appends while Redis does not answer
+    /// holds each of them until [`resolve_pending`](Self::resolve_pending) (or the next append)
+    /// has sent them; appending the same payload again would store it twice.
     pub async fn append(&mut self, payload: &[u8]) -> Result<u64, Error> {
         let batch: Arc<[Bytes]> = Arc::new([Bytes::copy_from_slice(payload)]);
         self.append_owned(batch).await.map(|ids| *ids.end())
@@ -464,7 +467,7 @@ impl RedisProducer {
         let s = &self.stream;
         let opts = StreamReadOptions::default().block(wait.as_millis().max(1) as usize);
         let xread = redis::Cmd::xread_options(&[&s.keys.ctl], &[mark], &opts);
-        match self.wait_conn.query(&s.backend, &xread).await {
+        match self.wait_conn.query(&s.backend, &xread, || ()).await {
             Ok(_) => Ok(()),
             Err(e) => Err(Error::from_redis(&s.id, e)),
         }

@@ -237,8 +237,8 @@ impl RedisReader {
         // restart, `CLIENT KILL`, its idle `timeout`), as the shared connection does
         // (`connection.rs`). A read may go out twice.
         let reply = loop {
-            Counters::bump(&s.backend.shared.counters.blocked_reads);
-            match self.blocking.query(&s.backend, &xread).await {
+            let counted = || Counters::bump(&s.backend.shared.counters.blocked_reads);
+            match self.blocking.query(&s.backend, &xread, counted).await {
                 Ok(v) => {
                     self.closed_in_a_row = 0;
                     break v;

@@ -124,14 +124,16 @@ impl Args {
         if fill >= window {
             return None;
         }
-        let wait = window - fill;
+        // Until the first event ages out; retention releases in granules of a 64th of the
+        // window, up to two granules late.
+        let wait = window - fill + window / 32.0;
         let bound = self.backpressure_timeout_ms as f64 / 1000.0;
         Some(if wait > bound {
             format!(
                 "warning: the window ({capacity} events) fills in {fill:.1} s, and its first event \
-                 ages out {wait:.1} s later, past the {bound:.1} s backpressure timeout: the stream \
-                 will end with backpressure_timeout once the window is full; lower --rate or \
-                 --resumption-window-ms, or raise --capacity or --backpressure-timeout-ms"
+                 is released up to {wait:.1} s later, past the {bound:.1} s backpressure timeout: \
+                 the stream can end with backpressure_timeout once the window is full; lower \
+                 --rate or --resumption-window-ms, or raise --capacity or --backpressure-timeout-ms"
             )
         } else {
             format!(
