@@ -301,14 +301,7 @@ where
     A: IntoIterator,
     A::Item: AsRef<[u8]>,
 {
-    let mut cmd = Cmd::new();
-    cmd.arg("EVALSHA").arg(script.get_hash()).arg(keys.len());
-    for key in keys {
-        cmd.arg(key.as_ref());
-    }
-    for arg in args {
-        cmd.arg(arg.as_ref());
-    }
+    let cmd = script_command("EVALSHA", script.get_hash(), keys, args);
     match cmd.query_async(conn).await {
         Err(e) if e.code() == Some("NOSCRIPT") => {
             script.load_async(conn).await?;
@@ -337,21 +330,29 @@ where
     A: IntoIterator + Clone,
     A::Item: AsRef<[u8]>,
 {
-    let command = |eval: &str, script: &str| {
-        let mut cmd = Cmd::new();
-        cmd.arg(eval).arg(script).arg(keys.len());
-        for key in keys {
-            cmd.arg(key.as_ref());
-        }
-        for arg in args.clone() {
-            cmd.arg(arg.as_ref());
-        }
-        cmd
-    };
+    let command = |eval, script| script_command(eval, script, keys, args.clone());
     match command("EVALSHA_RO", &script.hash).query_async(conn).await {
         Err(e) if e.code() == Some("NOSCRIPT") => {
             command("EVAL_RO", &script.source).query_async(conn).await
         }
         other => other,
     }
+}
+
+/// `<eval> <script> <number of keys> <keys…> <args…>`, each argument written once.
+fn script_command<K, A>(eval: &str, script: &str, keys: &[K], args: A) -> Cmd
+where
+    K: AsRef<str>,
+    A: IntoIterator,
+    A::Item: AsRef<[u8]>,
+{
+    let mut cmd = Cmd::new();
+    cmd.arg(eval).arg(script).arg(keys.len());
+    for key in keys {
+        cmd.arg(key.as_ref());
+    }
+    for arg in args {
+        cmd.arg(arg.as_ref());
+    }
+    cmd
 }
