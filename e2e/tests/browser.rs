@@ -508,7 +508,16 @@ async fn slow_consumer_backpressures_without_loss() {
             events: Some(N),
             resumption_window_ms: Some(0),
             backpressure_timeout_ms: Some(60_000),
-            ..fast_retry()
+            // The pause is a consumer that accepts nothing, and after it the server's resends can
+            // wait seconds for a retransmission timer that backed off while the 4 KiB buffer
+            // refused them (see c2). This test is about the producer waiting, so the server's
+            // write timeout (5 s by default; `sse/tests/slow_consumer.rs` covers it) is set past
+            // any such stall instead of cutting the stream in the middle of it.
+            extra_args: [
+                fast_retry().extra_args,
+                vec!["--write-timeout-ms".into(), "60000".into()],
+            ]
+            .concat(),
         },
         paused_reads,
     )
