@@ -64,6 +64,7 @@ mod refusal;
 mod remote;
 mod store;
 mod stream;
+mod stream_entry;
 
 pub use config::{
     StoreConfig, DEFAULT_CAPACITY, DEFAULT_COMPLETED_TTL, DEFAULT_INITIAL_SLOTS,

@@ -24,8 +24,9 @@ use rmcp::transport::streamable_http_server::session::{
 use sync_wrapper::SyncWrapper;
 
 use crate::refusal::ResumeRefusal;
-use crate::store::{RingEventStore, StreamEntry};
+use crate::store::RingEventStore;
 use crate::stream::broken_frame;
+use crate::stream_entry::StreamEntry;
 
 /// Errors of [`ReplayRingSessionManager`].
 #[derive(Debug)]

@@ -23,8 +23,9 @@ use sync_wrapper::SyncWrapper;
 use crate::layer::{refusal_response, Body};
 use crate::redis_log::RedisEventLog;
 use crate::refusal::RefusalReason;
-use crate::store::{RingEventStore, StreamEntry};
+use crate::store::RingEventStore;
 use crate::stream::broken_frame;
+use crate::stream_entry::StreamEntry;
 
 /// Idle time after which a resumed connection gets a keep-alive comment and checks that the
 /// stream's producer is still alive (sooner when the lease is shorter).

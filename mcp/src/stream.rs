@@ -17,7 +17,8 @@ use rmcp::model::{
 use rmcp::transport::streamable_http_server::session::ServerSseMessage;
 use sync_wrapper::SyncWrapper;
 
-use crate::store::{Inner, StreamEntry};
+use crate::store::Inner;
+use crate::stream_entry::StreamEntry;
 
 /// JSON-RPC error code of the explicit "this stream broke" event (implementation-defined range).
 pub const STREAM_BROKEN_CODE: i32 = -32000;
