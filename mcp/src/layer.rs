@@ -33,7 +33,9 @@
 //!
 //! With a Redis event log (feature `redis`), a resume whose MCP session or stream this process
 //! does not hold is served from Redis instead of being refused (`RingEventStore::remote_resume`);
-//! Redis being unreachable is then `503` with `Retry-After`.
+//! Redis being unreachable is then `503` with `Retry-After`, and so is a request whose new stream
+//! the event log could not create (rmcp answers it with a plain-text `500`). A malformed cursor is
+//! refused before the session is looked at, so every replica answers it alike.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -46,7 +48,7 @@ use http::{HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use replay_ring_sse::{
-    last_event_id, HttpResponse, LastEventIdError, ResumeDecision, StreamState,
+    last_event_id, EventId, HttpResponse, LastEventIdError, ResumeDecision, StreamState,
     LAST_EVENT_ID_HEADER, REPLAY_FLOOR_HEADER, REPLAY_HEAD_HEADER, REPLAY_STREAM_HEADER,
 };
 use rmcp::transport::streamable_http_server::session::{SessionId, SessionManager};
@@ -135,10 +137,17 @@ impl<S> ResumeGuard<S> {
             return self.in_session(req);
         }
         let values = req.headers().get_all(LAST_EVENT_ID_HEADER);
-        let cursor = match last_event_id(values.iter().map(HeaderValue::as_bytes)) {
-            Ok(Some(cursor)) => cursor.to_vec(),
+        // Two values make the cursor ambiguous (rmcp would take the first). A cursor that does
+        // not parse is refused before the session is looked at, so every replica answers it
+        // alike, whether or not it holds the session.
+        let parsed = last_event_id(values.iter().map(HeaderValue::as_bytes)).and_then(|cursor| {
+            cursor
+                .map(|c| EventId::parse_bytes(c).map(|_| c.to_vec()))
+                .transpose()
+        });
+        let cursor = match parsed {
+            Ok(Some(cursor)) => cursor,
             Ok(None) => return self.in_session(req),
-            // Two values: the cursor is ambiguous, and rmcp would take the first.
             Err(e) => {
                 let response = refusal_response(&self.manager.store().malformed(e));
                 return Box::pin(async move { Ok(response) });
@@ -207,17 +216,18 @@ impl<S: Clone> ResumeGuard<S> {
         let mut inner = self.take_ready();
         let manager = self.manager.clone();
         Box::pin(async move {
+            let log_failures = LogFailures::before(&manager);
             let response = inner.call(req).await?;
             let response = answer_body_failure(response, body).await;
             // rmcp's own 404 for a session it does not have is plain text; a 500 is a session
-            // deleted while rmcp served the request.
+            // deleted while rmcp served the request, or a stream the event log could not create.
             let status = response.status();
             if (status == StatusCode::NOT_FOUND || status == StatusCode::INTERNAL_SERVER_ERROR)
                 && !manager.has_session(&session).await.unwrap_or(true)
             {
                 return Ok(refusal_answer(&session_lost(), envelope));
             }
-            Ok(response)
+            Ok(log_failures.answer(&manager, response, envelope))
         })
     }
 
@@ -237,8 +247,10 @@ impl<S: Clone> ResumeGuard<S> {
             if manager.session_count().await >= limit {
                 return Ok(too_many_sessions(limit));
             }
+            let log_failures = LogFailures::before(&manager);
             let response = inner.call(req).await?;
-            Ok(answer_body_failure(response, body).await)
+            let response = answer_body_failure(response, body).await;
+            Ok(log_failures.answer(&manager, response, Envelope::Bare))
         })
     }
 
@@ -425,6 +437,54 @@ fn too_many_sessions(limit: usize) -> Response<Body> {
         StatusCode::SERVICE_UNAVAILABLE,
         crate::STREAM_BROKEN_CODE.into(),
         &message,
+        data,
+    );
+    resp.headers_mut()
+        .insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
+    resp
+}
+
+/// The store's count of streams the event log failed to create, taken before rmcp serves a
+/// request: a 500 from rmcp while it moved is the event log being unreachable, answered 503
+/// `backend_unavailable` with `Retry-After` (as a resume is while Redis is down) instead of rmcp's
+/// plain text.
+struct LogFailures(#[cfg(feature = "redis")] u64);
+
+impl LogFailures {
+    #[cfg_attr(not(feature = "redis"), allow(unused_variables))]
+    fn before(manager: &ReplayRingSessionManager) -> Self {
+        LogFailures(
+            #[cfg(feature = "redis")]
+            manager.store().log_create_failures(),
+        )
+    }
+
+    #[cfg_attr(not(feature = "redis"), allow(unused_variables))]
+    fn answer(
+        self,
+        manager: &ReplayRingSessionManager,
+        response: Response<Body>,
+        envelope: Envelope,
+    ) -> Response<Body> {
+        #[cfg(feature = "redis")]
+        if response.status() == StatusCode::INTERNAL_SERVER_ERROR
+            && manager.store().log_create_failures() != self.0
+        {
+            return backend_unavailable(envelope);
+        }
+        response
+    }
+}
+
+#[cfg(feature = "redis")]
+fn backend_unavailable(envelope: Envelope) -> Response<Body> {
+    let message = "the event log on Redis cannot be reached; retry later";
+    let data = serde_json::json!({ "error": "backend_unavailable", "message": message });
+    let mut resp = error_response(
+        envelope,
+        StatusCode::SERVICE_UNAVAILABLE,
+        crate::STREAM_BROKEN_CODE.into(),
+        message,
         data,
     );
     resp.headers_mut()

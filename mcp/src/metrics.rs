@@ -125,7 +125,7 @@ pub struct StoreMetrics {
     pub streams_open: u64,
     /// Gauge: events retained over all streams.
     pub retained: u64,
-    /// Gauge: registered readers over all streams.
+    /// Gauge: registered readers over all streams, and connections served from Redis.
     pub readers_active: u64,
     /// Sum over live rings: pushes that found the ring full.
     pub producer_full: u64,

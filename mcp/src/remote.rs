@@ -3,6 +3,7 @@
 //! against the MCP session recorded with the stream in Redis, then answered from Redis: the
 //! events after the cursor, then live ones until the stream ends, or an explicit refusal.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,6 +12,7 @@ use bytes::{Bytes, BytesMut};
 use futures::stream::{self, BoxStream, StreamExt};
 use http::{HeaderValue, Response, StatusCode};
 use http_body_util::{BodyExt, StreamBody};
+use parking_lot::Mutex;
 use replay_ring::CloseReason;
 use replay_ring_redis::{Error as RedisError, ReadItem, RedisReader, RedisStream};
 use replay_ring_sse::{
@@ -23,7 +25,7 @@ use sync_wrapper::SyncWrapper;
 use crate::layer::{refusal_response, Body};
 use crate::redis_log::RedisEventLog;
 use crate::refusal::RefusalReason;
-use crate::store::RingEventStore;
+use crate::store::{Inner, RingEventStore};
 use crate::stream::broken_frame;
 use crate::stream_entry::StreamEntry;
 
@@ -178,6 +180,13 @@ impl RingEventStore {
                 return Some(self.refused(RefusalReason::StreamEnded(reason), Some(window)));
             }
         }
+        // At most `max_readers` connections per stream, as on the owning replica: each one
+        // served from Redis also holds a Redis connection for its blocking reads.
+        let limit = self.config().max_readers;
+        let Some(slot) = RemoteSlot::take(&self.inner, identity, limit) else {
+            let busy = ResumeDecision::Busy { limit };
+            return Some(self.refused(RefusalReason::Decision(busy), Some(window)));
+        };
         // A resume with `x` proves the client holds `..= x` (as on the owning replica).
         let _ = stream.release_through(id.seq).await;
         let reader = match stream.resume(Some(id.seq)).await {
@@ -215,6 +224,7 @@ impl RingEventStore {
             request: owner.request,
             retry: self.config().retry,
             done: false,
+            _slot: slot,
         };
         Some(event_stream_response(connection.frames()))
     }
@@ -235,6 +245,50 @@ impl RingEventStore {
     }
 }
 
+/// How many connections this process serves from Redis, per stream.
+#[derive(Default)]
+pub(crate) struct RemoteReaders(Mutex<HashMap<StreamIdentity, usize>>);
+
+impl RemoteReaders {
+    pub(crate) fn total(&self) -> usize {
+        self.0.lock().values().sum()
+    }
+}
+
+/// One connection's place among its stream's [`RemoteReaders`], given back on drop.
+struct RemoteSlot {
+    inner: Arc<Inner>,
+    stream: StreamIdentity,
+}
+
+impl RemoteSlot {
+    /// A place for one more connection to `stream`, unless `limit` are already served.
+    fn take(inner: &Arc<Inner>, stream: StreamIdentity, limit: usize) -> Option<Self> {
+        let mut readers = inner.remote_readers.0.lock();
+        let count = readers.entry(stream).or_insert(0);
+        if *count >= limit {
+            return None;
+        }
+        *count += 1;
+        Some(RemoteSlot {
+            inner: inner.clone(),
+            stream,
+        })
+    }
+}
+
+impl Drop for RemoteSlot {
+    fn drop(&mut self) {
+        let mut readers = self.inner.remote_readers.0.lock();
+        if let Some(count) = readers.get_mut(&self.stream) {
+            *count -= 1;
+            if *count == 0 {
+                readers.remove(&self.stream);
+            }
+        }
+    }
+}
+
 /// The end of a stream whose producer's lease lapsed without a close: its replica is gone.
 fn producer_gone() -> CloseReason {
     CloseReason::error("the replica producing the stream is gone")
@@ -249,6 +303,8 @@ struct RemoteConnection {
     request: Option<RequestId>,
     retry: Duration,
     done: bool,
+    /// Held until the connection's frames are dropped.
+    _slot: RemoteSlot,
 }
 
 impl RemoteConnection {

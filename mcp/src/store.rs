@@ -81,6 +81,15 @@ pub(crate) struct Inner {
     /// Where every stream's events are also written, when the store runs on Redis.
     #[cfg(feature = "redis")]
     pub(crate) log: Option<RedisEventLog>,
+    /// Connections served from Redis, per stream (they count against `max_readers` as a ring's
+    /// readers do).
+    #[cfg(feature = "redis")]
+    pub(crate) remote_readers: crate::remote::RemoteReaders,
+    /// Streams that could not be created because the event log failed (Redis unreachable): rmcp
+    /// answers the request that needed one with a plain-text 500, which the guard turns into a
+    /// 503 when this moved while rmcp served it.
+    #[cfg(feature = "redis")]
+    pub(crate) log_create_failures: AtomicU64,
 }
 
 /// rmcp [`EventStore`] backed by one [`ReplayRing`] per stream. Cheap to clone (an `Arc`).
@@ -126,6 +135,10 @@ impl RingEventStore {
                 counters: Counters::default(),
                 #[cfg(feature = "redis")]
                 log: None,
+                #[cfg(feature = "redis")]
+                remote_readers: Default::default(),
+                #[cfg(feature = "redis")]
+                log_create_failures: AtomicU64::new(0),
             }),
         }
     }
@@ -162,6 +175,13 @@ impl RingEventStore {
         store
     }
 
+    /// How many streams could not be created because the event log failed.
+    #[cfg(feature = "redis")]
+    pub(crate) fn log_create_failures(&self) -> u64 {
+        // Relaxed: see `Inner::log_create_failures`.
+        self.inner.log_create_failures.load(Ordering::Relaxed)
+    }
+
     /// The Redis event log, when the store has one.
     #[cfg(feature = "redis")]
     pub fn event_log(&self) -> Option<&RedisEventLog> {
@@ -193,6 +213,10 @@ impl RingEventStore {
             m.ack_releases += stats.ack_releases;
             m.window_releases += stats.window_releases;
             m.slow_consumers_cut += stats.slow_consumers_cut;
+        }
+        #[cfg(feature = "redis")]
+        {
+            m.readers_active += self.inner.remote_readers.total() as u64;
         }
         m
     }
@@ -253,11 +277,22 @@ impl RingEventStore {
             return Ok(Self::finish(entry, writer));
         };
         let capacity = entry.ring.capacity();
+        let failed = |e| {
+            // Relaxed: a counter the guard compares before and after one request; the answer it
+            // picks does not depend on any other memory.
+            self.inner
+                .log_create_failures
+                .fetch_add(1, Ordering::Relaxed);
+            e
+        };
         let (stream, producer) = log
             .create(self.inner.epoch, &entry.identity.stream, capacity)
-            .await?;
+            .await
+            .map_err(failed)?;
         if let Some(session) = &entry.session {
-            log.set_owner(&stream, session, None).await?;
+            log.set_owner(&stream, session, None)
+                .await
+                .map_err(failed)?;
         }
         let gate = Gate::new();
         writer.log = Some(LogWriter::new(log, stream, producer, gate.clone()));

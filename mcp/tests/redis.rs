@@ -154,6 +154,7 @@ struct Replicas {
     a: Router,
     b: Router,
     store_a: RingEventStore,
+    store_b: RingEventStore,
 }
 
 async fn replicas() -> Replicas {
@@ -162,8 +163,9 @@ async fn replicas() -> Replicas {
     let store_b = store_on(&server, Epoch::generate()).await;
     Replicas {
         a: store_app(store_a.clone()),
-        b: store_app(store_b),
+        b: store_app(store_b.clone()),
         store_a,
+        store_b,
         server,
     }
 }
@@ -266,6 +268,91 @@ async fn another_replica_checks_the_session_and_refuses_unreplayable_cursors_exp
     let down = call(&r.b, get(&session, Some(&ids[3]))).await;
     assert_eq!(down.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert!(down.headers().contains_key("retry-after"));
+}
+
+#[tokio::test]
+async fn a_malformed_cursor_is_400_on_every_replica_whether_or_not_it_holds_the_session() {
+    let r = replicas().await;
+    let session = initialize(&r.a).await;
+    // rmcp's own priming id "0", and values that are not event ids at all.
+    for cursor in ["0", "garbage!!", "s1.abc.-1", &"9".repeat(200)] {
+        for (replica, app) in [("A", &r.a), ("B", &r.b)] {
+            let resp = call(app, get(&session, Some(cursor))).await;
+            assert_eq!(
+                resp.status(),
+                StatusCode::BAD_REQUEST,
+                "{replica}: {cursor}"
+            );
+            let body = json_body(resp).await;
+            assert_eq!(
+                body["error"]["data"]["error"], "invalid_last_event_id",
+                "{replica}: {cursor}: {body}"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn resumes_served_from_redis_are_capped_at_max_readers_per_stream() {
+    let r = replicas().await;
+    let limit = r.store_b.config().max_readers;
+    let session = initialize(&r.a).await;
+    // A call that runs for the whole test, cut after its first progress notification.
+    let resp = call(&r.a, post(Some(&session), long_task_paced(1, 1000, 50))).await;
+    let mut body = resp.into_body();
+    let before = events_from(&mut body, 2).await;
+    drop(body);
+    let cursor = before.last().unwrap().id.clone().unwrap();
+
+    let mut held = Vec::new();
+    for _ in 0..limit {
+        let resp = call(&r.b, get(&session, Some(&cursor))).await;
+        assert_eq!(resp.status(), StatusCode::OK);
+        held.push(resp);
+    }
+    assert_eq!(r.store_b.metrics().readers_active, limit as u64);
+    // One more is refused as the owning replica refuses it: 503 with Retry-After.
+    let busy = call(&r.b, get(&session, Some(&cursor))).await;
+    assert_eq!(busy.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(busy.headers().contains_key("retry-after"));
+    assert_eq!(
+        json_body(busy).await["error"]["data"]["error"],
+        "too_many_readers"
+    );
+    // A connection that ends gives its place back.
+    held.pop();
+    assert_eq!(r.store_b.metrics().readers_active, limit as u64 - 1);
+    let resumed = call(&r.b, get(&session, Some(&cursor))).await;
+    assert_eq!(resumed.status(), StatusCode::OK);
+    let next = events_from(&mut resumed.into_body(), 1).await;
+    assert_eq!(
+        seq_of(next[0].id.as_deref().unwrap()),
+        seq_of(&cursor) + 1,
+        "{next:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_request_that_needs_a_new_stream_while_redis_is_down_is_503_with_retry_after() {
+    let mut r = replicas().await;
+    let session = initialize(&r.a).await;
+    r.server.kill();
+    // A POST in the session: its stream cannot be created in Redis. The bare error object, as
+    // every POST answer of the guard.
+    let ping = json!({ "jsonrpc": "2.0", "id": 2, "method": "ping" });
+    let resp = call(&r.a, post(Some(&session), ping)).await;
+    assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(resp.headers()["retry-after"], "1");
+    assert_eq!(resp.headers()["content-type"], "application/json");
+    assert_eq!(json_body(resp).await["error"], "backend_unavailable");
+    // The session's GET stream: the JSON-RPC envelope of every GET answer.
+    let resp = call(&r.a, get(&session, None)).await;
+    assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(resp.headers().contains_key("retry-after"));
+    assert_eq!(
+        json_body(resp).await["error"]["data"]["error"],
+        "backend_unavailable"
+    );
 }
 
 #[tokio::test]
