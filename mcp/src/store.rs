@@ -596,14 +596,22 @@ impl RingEventStore {
     /// refuse it explicitly instead (the client already holds everything the stream will carry).
     /// A cursor past the head is left to the resume decision (`Mismatch`): it is not this
     /// stream's, and the client holds nothing it could trust.
+    ///
+    /// When the event log failed, the stream's last id is its last durable one: the event the log
+    /// refused has an id in the ring but was never sent.
     fn check_not_ended(&self, entry: &StreamEntry, cursor: u64) -> Result<(), ResumeRefusal> {
-        match entry.ring.close_reason() {
-            // The head of a closed ring no longer moves.
-            Some(reason) if cursor == entry.ring.head() => {
-                Err(self.count_refusal(RefusalReason::StreamEnded(reason), Some(entry.state())))
-            }
-            _ => Ok(()),
+        let Some(reason) = entry.ring.close_reason() else {
+            return Ok(());
+        };
+        // The head of a closed ring no longer moves.
+        let mut state = entry.state();
+        if let Some(durable) = entry.gate.as_ref().and_then(|g| g.failed_through()) {
+            state.head = state.head.min(durable);
         }
+        if (state.head..=entry.ring.head()).contains(&cursor) {
+            return Err(self.count_refusal(RefusalReason::StreamEnded(reason), Some(state)));
+        }
+        Ok(())
     }
 
     /// Parses the cursor, finds its stream, and checks the session binding.

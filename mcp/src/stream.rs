@@ -84,6 +84,12 @@ impl Gate {
         });
     }
 
+    /// The last durable id once the log has failed: nothing after it will ever be sent.
+    pub(crate) fn failed_through(&self) -> Option<u64> {
+        let durable = self.0.borrow();
+        durable.failed.as_ref().map(|_| durable.through)
+    }
+
     pub(crate) fn subscribe(&self) -> tokio::sync::watch::Receiver<Durable> {
         self.0.subscribe()
     }

@@ -380,6 +380,18 @@ async fn redis_failing_mid_call_ends_the_call_with_a_json_rpc_error_after_the_la
     assert!(reason.contains("Redis"), "{reason}");
     assert!(all.iter().filter_map(|e| progress_in(e)).count() < 200);
     assert_eq!(r.store_a.metrics().event_log_failures, 1);
+    // A resume at the last id sent is told that the stream ended, as at the last id of any
+    // stream closed early (the event Redis refused has an id in the ring but was never sent).
+    let last_sent = all.iter().rev().find_map(|e| e.id.clone()).unwrap();
+    let resp = call(&r.a, get(&session, Some(&last_sent))).await;
+    assert_eq!(resp.status(), StatusCode::GONE);
+    let body = json_body(resp).await;
+    assert_eq!(body["error"]["data"]["error"], "stream_closed", "{body}");
+    assert_eq!(
+        body["error"]["data"]["head"],
+        json!(seq_of(&last_sent)),
+        "{body}"
+    );
 }
 
 #[tokio::test]
