@@ -444,8 +444,8 @@ fn too_many_sessions(limit: usize) -> Response<Body> {
     resp
 }
 
-/// The store's count of streams the event log failed to create, taken before rmcp serves a
-/// request: a 500 from rmcp while it moved is the event log being unreachable, answered 503
+/// The store's count of event log failures, taken before rmcp serves a request: a 500 from rmcp
+/// while it moved is the event log failing the request's stream, answered 503
 /// `backend_unavailable` with `Retry-After` (as a resume is while Redis is down) instead of rmcp's
 /// plain text.
 struct LogFailures(#[cfg(feature = "redis")] u64);
@@ -455,7 +455,7 @@ impl LogFailures {
     fn before(manager: &ReplayRingSessionManager) -> Self {
         LogFailures(
             #[cfg(feature = "redis")]
-            manager.store().log_create_failures(),
+            manager.store().log_failures(),
         )
     }
 
@@ -468,7 +468,7 @@ impl LogFailures {
     ) -> Response<Body> {
         #[cfg(feature = "redis")]
         if response.status() == StatusCode::INTERNAL_SERVER_ERROR
-            && manager.store().log_create_failures() != self.0
+            && manager.store().log_failures() != self.0
         {
             return backend_unavailable(envelope);
         }

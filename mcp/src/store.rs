@@ -85,9 +85,9 @@ pub(crate) struct Inner {
     /// readers do).
     #[cfg(feature = "redis")]
     pub(crate) remote_readers: crate::remote::RemoteReaders,
-    /// Streams that could not be created because the event log failed (Redis unreachable): rmcp
-    /// answers the request that needed one with a plain-text 500, which the guard turns into a
-    /// 503 when this moved while rmcp served it.
+    /// Streams that could not be created because the event log failed (Redis unreachable). With
+    /// `Counters::event_log_failures` (events it failed to store) it makes
+    /// [`RingEventStore::log_failures`].
     #[cfg(feature = "redis")]
     pub(crate) log_create_failures: AtomicU64,
 }
@@ -175,11 +175,15 @@ impl RingEventStore {
         store
     }
 
-    /// How many streams could not be created because the event log failed.
+    /// How many times the event log failed a call of the store: a stream it could not create, or
+    /// an event it could not store. rmcp answers a request whose stream or first event failed
+    /// with a plain-text 500, which the guard turns into a 503 when this moved while rmcp served
+    /// the request.
     #[cfg(feature = "redis")]
-    pub(crate) fn log_create_failures(&self) -> u64 {
+    pub(crate) fn log_failures(&self) -> u64 {
         // Relaxed: see `Inner::log_create_failures`.
         self.inner.log_create_failures.load(Ordering::Relaxed)
+            + self.inner.counters.event_log_failures.get()
     }
 
     /// The Redis event log, when the store has one.
