@@ -106,6 +106,42 @@ pub(crate) async fn answer_body_failure(
     }
 }
 
+/// `response` from rmcp, or 503 `backend_unavailable` with `Retry-After` if it is rmcp's
+/// plain-text 500 for a store call the event log on Redis failed (the request's new stream, or
+/// its first event, could not be written): the request can be sent again once Redis is back,
+/// as a resume refused while Redis is down can.
+#[cfg(feature = "redis")]
+pub(crate) async fn answer_event_log_failure(
+    response: Response<Body>,
+    envelope: Envelope,
+) -> Response<Body> {
+    if response.status() != StatusCode::INTERNAL_SERVER_ERROR || is_structured(response.headers()) {
+        return response;
+    }
+    let (parts, inner) = response.into_parts();
+    let Ok(text) = Limited::new(inner, TEXT_LIMIT).collect().await else {
+        // Longer than any of rmcp's texts: not one of them, and already consumed.
+        return Response::from_parts(parts, Full::new(Bytes::new()).boxed());
+    };
+    let text = text.to_bytes();
+    let detail = String::from_utf8_lossy(&text);
+    if !detail.contains(crate::redis_log::EVENT_LOG) {
+        return Response::from_parts(parts, Full::new(text).boxed());
+    }
+    let mut answer = client_error(
+        envelope,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "backend_unavailable",
+        "the event log on Redis failed this request; retry later",
+        detail.trim(),
+    );
+    answer.headers_mut().insert(
+        http::header::RETRY_AFTER,
+        http::HeaderValue::from_static("1"),
+    );
+    answer
+}
+
 /// JSON-RPC's first implementation-defined server error, which the MCP SDKs' servers use for
 /// refusals at the transport level.
 const TRANSPORT_ERROR_CODE: i64 = crate::STREAM_BROKEN_CODE as i64;
@@ -169,4 +205,47 @@ fn client_error(
         data["detail"] = detail.into();
     }
     error_response(envelope, status, TRANSPORT_ERROR_CODE, message, data)
+}
+
+#[cfg(all(test, feature = "redis"))]
+mod tests {
+    use super::*;
+
+    fn plain_500(text: &str) -> Response<Body> {
+        Response::builder()
+            .status(StatusCode::INTERNAL_SERVER_ERROR)
+            .body(Full::new(Bytes::from(text.to_owned())).boxed())
+            .unwrap()
+    }
+
+    async fn body_text(response: Response<Body>) -> String {
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        String::from_utf8(bytes.to_vec()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_500_for_an_event_log_failure_is_503_backend_unavailable() {
+        let text = format!(
+            "Encounter an error when get session: Session error: Event store error: {}: \
+             redis unavailable: Connection refused",
+            crate::redis_log::EVENT_LOG
+        );
+        let answer = answer_event_log_failure(plain_500(&text), Envelope::Bare).await;
+        assert_eq!(answer.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(answer.headers()[http::header::RETRY_AFTER], "1");
+        let body: serde_json::Value = serde_json::from_str(&body_text(answer).await).unwrap();
+        assert_eq!(body["error"], "backend_unavailable");
+        assert!(body["detail"]
+            .as_str()
+            .unwrap()
+            .contains("Connection refused"));
+    }
+
+    #[tokio::test]
+    async fn any_other_500_passes_unchanged() {
+        let text = "Encounter an error when get session: worker gone";
+        let answer = answer_event_log_failure(plain_500(text), Envelope::Bare).await;
+        assert_eq!(answer.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(body_text(answer).await, text);
+    }
 }

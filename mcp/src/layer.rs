@@ -53,6 +53,8 @@ use replay_ring_sse::{
 };
 use rmcp::transport::streamable_http_server::session::{SessionId, SessionManager};
 
+#[cfg(feature = "redis")]
+use crate::client_errors::answer_event_log_failure;
 use crate::client_errors::{answer_body_failure, answer_plain_text, BodyKind};
 use crate::manager::ReplayRingSessionManager;
 use crate::refusal::{RefusalReason, ResumeRefusal};
@@ -216,7 +218,6 @@ impl<S: Clone> ResumeGuard<S> {
         let mut inner = self.take_ready();
         let manager = self.manager.clone();
         Box::pin(async move {
-            let log_failures = LogFailures::before(&manager);
             let response = inner.call(req).await?;
             let response = answer_body_failure(response, body).await;
             // rmcp's own 404 for a session it does not have is plain text; a 500 is a session
@@ -227,7 +228,9 @@ impl<S: Clone> ResumeGuard<S> {
             {
                 return Ok(refusal_answer(&session_lost(), envelope));
             }
-            Ok(log_failures.answer(&manager, response, envelope))
+            #[cfg(feature = "redis")]
+            let response = answer_event_log_failure(response, envelope).await;
+            Ok(response)
         })
     }
 
@@ -247,10 +250,8 @@ impl<S: Clone> ResumeGuard<S> {
             if manager.session_count().await >= limit {
                 return Ok(too_many_sessions(limit));
             }
-            let log_failures = LogFailures::before(&manager);
             let response = inner.call(req).await?;
-            let response = answer_body_failure(response, body).await;
-            Ok(log_failures.answer(&manager, response, Envelope::Bare))
+            Ok(answer_body_failure(response, body).await)
         })
     }
 
@@ -437,54 +438,6 @@ fn too_many_sessions(limit: usize) -> Response<Body> {
         StatusCode::SERVICE_UNAVAILABLE,
         crate::STREAM_BROKEN_CODE.into(),
         &message,
-        data,
-    );
-    resp.headers_mut()
-        .insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
-    resp
-}
-
-/// The store's count of event log failures, taken before rmcp serves a request: a 500 from rmcp
-/// while it moved is the event log failing the request's stream, answered 503
-/// `backend_unavailable` with `Retry-After` (as a resume is while Redis is down) instead of rmcp's
-/// plain text.
-struct LogFailures(#[cfg(feature = "redis")] u64);
-
-impl LogFailures {
-    #[cfg_attr(not(feature = "redis"), allow(unused_variables))]
-    fn before(manager: &ReplayRingSessionManager) -> Self {
-        LogFailures(
-            #[cfg(feature = "redis")]
-            manager.store().log_failures(),
-        )
-    }
-
-    #[cfg_attr(not(feature = "redis"), allow(unused_variables))]
-    fn answer(
-        self,
-        manager: &ReplayRingSessionManager,
-        response: Response<Body>,
-        envelope: Envelope,
-    ) -> Response<Body> {
-        #[cfg(feature = "redis")]
-        if response.status() == StatusCode::INTERNAL_SERVER_ERROR
-            && manager.store().log_failures() != self.0
-        {
-            return backend_unavailable(envelope);
-        }
-        response
-    }
-}
-
-#[cfg(feature = "redis")]
-fn backend_unavailable(envelope: Envelope) -> Response<Body> {
-    let message = "the event log on Redis cannot be reached; retry later";
-    let data = serde_json::json!({ "error": "backend_unavailable", "message": message });
-    let mut resp = error_response(
-        envelope,
-        StatusCode::SERVICE_UNAVAILABLE,
-        crate::STREAM_BROKEN_CODE.into(),
-        message,
         data,
     );
     resp.headers_mut()

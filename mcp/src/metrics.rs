@@ -8,12 +8,11 @@ pub(crate) struct Counter(AtomicU64);
 
 impl Counter {
     pub(crate) fn inc(&self) {
-        // Relaxed: a statistic; it orders nothing (the guard compares `event_log_failures` before
-        // and after a request, which needs no other memory either).
+        // Relaxed: a statistic; it orders nothing and is read only for reporting.
         self.0.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub(crate) fn get(&self) -> u64 {
+    fn get(&self) -> u64 {
         // Relaxed: pairs with the Relaxed increments; a report may lag by a few events.
         self.0.load(Ordering::Relaxed)
     }

@@ -28,6 +28,10 @@ use serde_json::{json, Value};
 
 use crate::stream::Gate;
 
+/// How every error of the event log begins. rmcp passes a failed store call on as the text of a
+/// plain-text 500, and the guard recognises the event log's by it.
+pub(crate) const EVENT_LOG: &str = "event log on Redis";
+
 /// The connection to Redis a [`RingEventStore`](crate::RingEventStore) keeps its event log on.
 /// Cheap to clone.
 ///
@@ -88,7 +92,7 @@ impl RedisEventLog {
         capacity: usize,
     ) -> Result<(RedisStream, RedisProducer), String> {
         let name = Self::name(epoch, stream)?;
-        let fail = |e: RedisError| format!("event log on Redis: {e}");
+        let fail = |e: RedisError| format!("{EVENT_LOG}: {e}");
         let created = self
             .backend
             .create(&name, capacity as u64)
@@ -97,9 +101,7 @@ impl RedisEventLog {
         let producer = created.acquire_producer().await.map_err(fail)?;
         if producer.next_id() != 1 {
             // The name exists with events: another process uses this store epoch.
-            return Err(format!(
-                "event log on Redis: stream {name} already holds events"
-            ));
+            return Err(format!("{EVENT_LOG}: stream {name} already holds events"));
         }
         Ok((created, producer))
     }
@@ -141,7 +143,7 @@ impl RedisEventLog {
         } else {
             conn.pset_ex(&key, value, ttl.as_millis() as u64).await
         };
-        result.map_err(|e| format!("event log on Redis: {e}"))
+        result.map_err(|e| format!("{EVENT_LOG}: {e}"))
     }
 
     /// Forgets the owner of `stream` (its MCP session was deleted): resumes elsewhere are then
@@ -150,7 +152,7 @@ impl RedisEventLog {
         let mut conn = self.backend.connection();
         conn.del(Self::owner_key(stream))
             .await
-            .map_err(|e: redis::RedisError| format!("event log on Redis: {e}"))
+            .map_err(|e: redis::RedisError| format!("{EVENT_LOG}: {e}"))
     }
 
     /// The MCP session that owns `stream` and the request it answers, if recorded.
@@ -252,7 +254,7 @@ impl LogWriter {
         let producer = self
             .producer
             .as_mut()
-            .ok_or_else(|| "event log on Redis: the stream is closed".to_owned())?;
+            .ok_or_else(|| format!("{EVENT_LOG}: the stream is closed"))?;
         let appended = match producer.append(&payload).await {
             // The lease lapsed (no append or renewal for a whole lease): nobody else can produce
             // for this name (it is this process's), so take it again, if Redis kept every event.
@@ -277,10 +279,8 @@ impl LogWriter {
                 self.gate.advance(seq);
                 Ok(())
             }
-            Ok(id) => Err(format!(
-                "event log on Redis: stored as id {id}, expected {seq}"
-            )),
-            Err(e) => Err(format!("event log on Redis: {e}")),
+            Ok(id) => Err(format!("{EVENT_LOG}: stored as id {id}, expected {seq}")),
+            Err(e) => Err(format!("{EVENT_LOG}: {e}")),
         }
     }
 
@@ -292,7 +292,7 @@ impl LogWriter {
         self.stream
             .release_through(through)
             .await
-            .map_err(|e| format!("event log on Redis: {e}"))?;
+            .map_err(|e| format!("{EVENT_LOG}: {e}"))?;
         self.released = through;
         Ok(())
     }
@@ -310,7 +310,7 @@ impl LogWriter {
             Some(p) => p
                 .close(reason)
                 .await
-                .map_err(|e| format!("event log on Redis: {e}")),
+                .map_err(|e| format!("{EVENT_LOG}: {e}")),
             None => Ok(()),
         }
     }

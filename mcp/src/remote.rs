@@ -265,11 +265,11 @@ impl RemoteSlot {
     /// A place for one more connection to `stream`, unless `limit` are already served.
     fn take(inner: &Arc<Inner>, stream: StreamIdentity, limit: usize) -> Option<Self> {
         let mut readers = inner.remote_readers.0.lock();
-        let count = readers.entry(stream).or_insert(0);
-        if *count >= limit {
+        // Looked up before inserting, so that a refusal leaves no entry behind.
+        if readers.get(&stream).copied().unwrap_or(0) >= limit {
             return None;
         }
-        *count += 1;
+        *readers.entry(stream).or_insert(0) += 1;
         Some(RemoteSlot {
             inner: inner.clone(),
             stream,

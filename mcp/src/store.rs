@@ -85,11 +85,6 @@ pub(crate) struct Inner {
     /// readers do).
     #[cfg(feature = "redis")]
     pub(crate) remote_readers: crate::remote::RemoteReaders,
-    /// Streams that could not be created because the event log failed (Redis unreachable). With
-    /// `Counters::event_log_failures` (events it failed to store) it makes
-    /// [`RingEventStore::log_failures`].
-    #[cfg(feature = "redis")]
-    pub(crate) log_create_failures: AtomicU64,
 }
 
 /// rmcp [`EventStore`] backed by one [`ReplayRing`] per stream. Cheap to clone (an `Arc`).
@@ -137,8 +132,6 @@ impl RingEventStore {
                 log: None,
                 #[cfg(feature = "redis")]
                 remote_readers: Default::default(),
-                #[cfg(feature = "redis")]
-                log_create_failures: AtomicU64::new(0),
             }),
         }
     }
@@ -173,17 +166,6 @@ impl RingEventStore {
         }
         store.spawn_log_maintenance();
         store
-    }
-
-    /// How many times the event log failed a call of the store: a stream it could not create, or
-    /// an event it could not store. rmcp answers a request whose stream or first event failed
-    /// with a plain-text 500, which the guard turns into a 503 when this moved while rmcp served
-    /// the request.
-    #[cfg(feature = "redis")]
-    pub(crate) fn log_failures(&self) -> u64 {
-        // Relaxed: see `Inner::log_create_failures`.
-        self.inner.log_create_failures.load(Ordering::Relaxed)
-            + self.inner.counters.event_log_failures.get()
     }
 
     /// The Redis event log, when the store has one.
@@ -281,22 +263,11 @@ impl RingEventStore {
             return Ok(Self::finish(entry, writer));
         };
         let capacity = entry.ring.capacity();
-        let failed = |e| {
-            // Relaxed: a counter the guard compares before and after one request; the answer it
-            // picks does not depend on any other memory.
-            self.inner
-                .log_create_failures
-                .fetch_add(1, Ordering::Relaxed);
-            e
-        };
         let (stream, producer) = log
             .create(self.inner.epoch, &entry.identity.stream, capacity)
-            .await
-            .map_err(failed)?;
+            .await?;
         if let Some(session) = &entry.session {
-            log.set_owner(&stream, session, None)
-                .await
-                .map_err(failed)?;
+            log.set_owner(&stream, session, None).await?;
         }
         let gate = Gate::new();
         writer.log = Some(LogWriter::new(log, stream, producer, gate.clone()));
@@ -601,18 +572,15 @@ impl RingEventStore {
     /// A cursor past the head is left to the resume decision (`Mismatch`): it is not this
     /// stream's, and the client holds nothing it could trust.
     ///
-    /// When the event log failed, the stream's last id is its last durable one: the event the log
-    /// refused has an id in the ring but was never sent.
+    /// When the event log failed, the stream's last id is its last durable one
+    /// ([`StreamEntry::state`]).
     fn check_not_ended(&self, entry: &StreamEntry, cursor: u64) -> Result<(), ResumeRefusal> {
         let Some(reason) = entry.ring.close_reason() else {
             return Ok(());
         };
         // The head of a closed ring no longer moves.
-        let mut state = entry.state();
-        if let Some(durable) = entry.gate.as_ref().and_then(|g| g.failed_through()) {
-            state.head = state.head.min(durable);
-        }
-        if (state.head..=entry.ring.head()).contains(&cursor) {
+        let state = entry.state();
+        if cursor == state.head {
             return Err(self.count_refusal(RefusalReason::StreamEnded(reason), Some(state)));
         }
         Ok(())

@@ -108,8 +108,14 @@ impl StreamEntry {
         }
     }
 
+    /// The window clients can see: when the event log failed, the event it refused has an id in
+    /// the ring but was never sent, so the stream's head is its last durable id.
     pub(crate) fn state(&self) -> StreamState {
-        StreamState::of(self.identity, &self.ring)
+        let mut state = StreamState::of(self.identity, &self.ring);
+        if let Some(durable) = self.gate.as_ref().and_then(Gate::failed_through) {
+            state.head = state.head.min(durable);
+        }
+        state
     }
 
     /// The number of connections reading the stream changed to `live`.

@@ -392,6 +392,15 @@ async fn redis_failing_mid_call_ends_the_call_with_a_json_rpc_error_after_the_la
         json!(seq_of(&last_sent)),
         "{body}"
     );
+    // The refused event's id was never sent: a cursor there is ahead of the head.
+    let prefix = last_sent.rsplit_once('.').unwrap().0;
+    let never_sent = format!("{prefix}.{}", seq_of(&last_sent) + 1);
+    let resp = call(&r.a, get(&session, Some(&never_sent))).await;
+    assert_eq!(resp.status(), StatusCode::CONFLICT);
+    assert_eq!(
+        resp.headers()["replay-head"],
+        seq_of(&last_sent).to_string().as_str()
+    );
 }
 
 #[tokio::test]
