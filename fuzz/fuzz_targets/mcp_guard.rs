@@ -170,12 +170,14 @@ fn expected(
     let Some(cursor) = cursor.filter(|_| method == Method::GET) else {
         return Expected::Inner;
     };
-    if session.is_some_and(|s| s != live) {
-        return Expected::Refused(404, "session_lost");
-    }
+    // A cursor that does not parse is refused before the session is looked at, so that every
+    // replica answers it alike.
     let Ok(id) = EventId::parse_bytes(cursor) else {
         return Expected::Refused(400, "invalid_last_event_id");
     };
+    if session.is_some_and(|s| s != live) {
+        return Expected::Refused(404, "session_lost");
+    }
     let Some(stream) = names.iter().position(|n| n == id.stream.as_str()) else {
         return Expected::Refused(404, "stream_lost");
     };
