@@ -70,12 +70,10 @@ pub(crate) async fn answer_body_failure(
     if !parse_failure && !read_failure {
         return response;
     }
-    let (parts, inner) = response.into_parts();
-    let Ok(text) = Limited::new(inner, TEXT_LIMIT).collect().await else {
-        // Longer than any of rmcp's texts: not one of them, and already consumed.
-        return Response::from_parts(parts, Full::new(Bytes::new()).boxed());
+    let (parts, text) = match read_text(response).await {
+        Ok(read) => read,
+        Err(emptied) => return emptied,
     };
-    let text = text.to_bytes();
     let detail = String::from_utf8_lossy(&text).trim().to_owned();
     if parse_failure {
         let detail = detail.strip_prefix(RMCP_PARSE_FAILURE).unwrap_or(&detail);
@@ -118,12 +116,10 @@ pub(crate) async fn answer_event_log_failure(
     if response.status() != StatusCode::INTERNAL_SERVER_ERROR || is_structured(response.headers()) {
         return response;
     }
-    let (parts, inner) = response.into_parts();
-    let Ok(text) = Limited::new(inner, TEXT_LIMIT).collect().await else {
-        // Longer than any of rmcp's texts: not one of them, and already consumed.
-        return Response::from_parts(parts, Full::new(Bytes::new()).boxed());
+    let (parts, text) = match read_text(response).await {
+        Ok(read) => read,
+        Err(emptied) => return emptied,
     };
-    let text = text.to_bytes();
     let detail = String::from_utf8_lossy(&text);
     if !detail.contains(crate::redis_log::EVENT_LOG) {
         return Response::from_parts(parts, Full::new(text).boxed());
@@ -155,12 +151,10 @@ pub(crate) async fn answer_plain_text(
     if !response.status().is_client_error() || is_structured(response.headers()) {
         return response;
     }
-    let (parts, inner) = response.into_parts();
-    let Ok(text) = Limited::new(inner, TEXT_LIMIT).collect().await else {
-        // Longer than any of rmcp's texts: not one of them, and already consumed.
-        return Response::from_parts(parts, Full::new(Bytes::new()).boxed());
+    let (parts, text) = match read_text(response).await {
+        Ok(read) => read,
+        Err(emptied) => return emptied,
     };
-    let text = text.to_bytes();
     let status = parts.status;
     let reason = status.canonical_reason().unwrap_or("Client Error");
     let text = String::from_utf8_lossy(&text);
@@ -177,6 +171,19 @@ pub(crate) async fn answer_plain_text(
         }
     }
     answer
+}
+
+/// The head and body of a plain-text response, or (`Err`) the response with an empty body when
+/// the body is longer than any of rmcp's texts (so not one of them) or could not be read: by then
+/// it is consumed either way.
+async fn read_text(
+    response: Response<Body>,
+) -> Result<(http::response::Parts, Bytes), Response<Body>> {
+    let (parts, inner) = response.into_parts();
+    match Limited::new(inner, TEXT_LIMIT).collect().await {
+        Ok(text) => Ok((parts, text.to_bytes())),
+        Err(_) => Err(Response::from_parts(parts, Full::new(Bytes::new()).boxed())),
+    }
 }
 
 /// Whether a response already has a body in a format clients parse (JSON, or an event stream).

@@ -236,12 +236,8 @@ impl RingEventStore {
     fn unavailable_response(&self) -> Response<Body> {
         let refusal =
             self.count_refusal(RefusalReason::Decision(ResumeDecision::Unavailable), None);
-        let mut response = refusal_response(&refusal);
-        let retry = self.config().retry.as_secs().max(1).to_string();
-        if let Ok(v) = HeaderValue::from_str(&retry) {
-            response.headers_mut().insert(http::header::RETRY_AFTER, v);
-        }
-        response
+        // `Retry-After: 1`, as every other 503 of the guard and of the SSE layer.
+        refusal_response(&refusal)
     }
 }
 
