@@ -367,6 +367,7 @@ impl ReaderTable {
         )
     }
 
+    #[inline]
     fn segment(&self, seg: usize) -> Option<&Segment> {
         if seg == 0 {
             return Some(&self.first);
@@ -379,6 +380,7 @@ impl ReaderTable {
     }
 
     /// The segment holding an index that has been handed out (so its segment is installed).
+    #[inline]
     fn segment_of(&self, index: usize) -> (&Segment, usize) {
         let (seg, offset) = self.locate(index);
         let segment = self
@@ -388,6 +390,7 @@ impl ReaderTable {
     }
 
     /// The entry at `index`, which must have been handed out by `claim`.
+    #[inline]
     pub(crate) fn entry(&self, index: usize) -> &ReaderEntry {
         let (segment, offset) = self.segment_of(index);
         segment.entry(offset)
