@@ -173,6 +173,9 @@ pub struct Reader<T> {
     waiting: bool,
     /// A waker may be registered in the entry (from any earlier wait): released on drop.
     registered: bool,
+    /// A blocking wait recorded its thread in the entry's thread waker: released on drop (a
+    /// reader that never blocked skips that lock).
+    blocked: bool,
     /// A `Gap` or `Closed` already reported: the reader is finished.
     done: bool,
     /// The last wait ended without parking: the reader is keeping up with a busy producer, so once
@@ -216,6 +219,7 @@ impl<T> Reader<T> {
             active,
             waiting: false,
             registered: false,
+            blocked: false,
             done: false,
             chasing: false,
             draining: false,
@@ -612,6 +616,7 @@ impl<T> Reader<T> {
         // reader's own table entry, whose `thread_waker` it points to; both live as long as the
         // ring's shared state (entries are freed only with the table), and whoever takes it out
         // of the entry to wake it holds that state.
+        self.blocked = true;
         let waker = unsafe { self.slot().thread_waker.bind() };
         let ready = crate::blocking::block_on_deadline(waker, deadline, |cx| self.poll_ready(cx));
         match ready {
@@ -665,7 +670,7 @@ impl<T> Drop for Reader<T> {
             unpin(&self.shared, self.slot());
         }
         self.shared
-            .free_reader_slot(self.index, self.active, self.registered);
+            .free_reader_slot(self.index, self.active, self.registered, self.blocked);
     }
 }
 

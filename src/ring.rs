@@ -262,7 +262,7 @@ impl<T> ReplayRing<T> {
                 Ok(Reader::new(self.shared.clone(), index, first, true, active))
             }
             Err(floor) => {
-                shared.free_reader_slot(index, active, false);
+                shared.free_reader_slot(index, active, false, false);
                 // Re-read the head: the floor came from a release of an id <= the head at that time,
                 // so this snapshot keeps `floor <= head + 1` (the head read above may predate it).
                 // Acquire: pairs with the producer's Release publish.

@@ -122,19 +122,26 @@ impl<T> Shared<T> {
     }
 
     /// Returns a reader-table entry to the pool. The entry must be unpinned; `active` says whether
-    /// its active bit may be set, `waker` whether a waker may be registered in it. The waker and
-    /// the thread of blocking waits are released (a dropped reader keeps no task or thread handle
-    /// alive); the entry may stay on the wait list until the next push, which then wakes nobody.
-    pub(crate) fn free_reader_slot(&self, index: usize, active: bool, waker: bool) {
+    /// its active bit may be set, `waker` whether a waker may be registered in it, `thread`
+    /// whether a blocking wait recorded its thread. The waker and the thread are released (a
+    /// dropped reader keeps no task or thread handle alive); the entry may stay on the wait list
+    /// until the next push, which then wakes nobody.
+    pub(crate) fn free_reader_slot(&self, index: usize, active: bool, waker: bool, thread: bool) {
         if active {
             self.readers.deactivate(index);
         }
+        let entry = self.readers.entry(index);
         if waker {
-            drop(self.readers.entry(index).waker.take());
+            drop(entry.waker.take());
         }
-        // A blocking wait's thread: the owner is gone, and no wait of it is pending.
+        // A blocking wait's thread: the owner is gone, and no wait of it is pending. Only a reader
+        // that blocked bound it (an entry is unbound when it is freed), so the others skip the lock.
         #[cfg(not(replay_ring_loom))]
-        self.readers.entry(index).thread_waker.unbind();
+        if thread {
+            entry.thread_waker.unbind();
+        }
+        #[cfg(replay_ring_loom)]
+        let _ = thread;
         self.readers.free(index);
     }
 
