@@ -612,11 +612,12 @@ impl<T> Reader<T> {
     /// ```
     pub fn read_timeout(&mut self, timeout: Duration) -> Result<Option<Batch<'_, T>>, ReadError> {
         let deadline = crate::blocking::deadline_after(timeout);
+        // Tells drop to unbind the thread waker; a reader that never blocked skips that lock.
+        self.blocked = true;
         // SAFETY: the waker goes only to this thread's stack and, through `poll_ready`, into this
         // reader's own table entry, whose `thread_waker` it points to; both live as long as the
         // ring's shared state (entries are freed only with the table), and whoever takes it out
         // of the entry to wake it holds that state.
-        self.blocked = true;
         let waker = unsafe { self.slot().thread_waker.bind() };
         let ready = crate::blocking::block_on_deadline(waker, deadline, |cx| self.poll_ready(cx));
         match ready {
