@@ -286,3 +286,138 @@ async fn a_connection_whose_stream_is_deleted_ends_with_stream_lost() {
     assert!(text.contains("event: stream-error\n"), "{text:?}");
     assert!(text.contains(r#""error":"stream_lost""#), "{text:?}");
 }
+
+/// While Redis holds writes back (`CLIENT PAUSE WRITE`, as a failover does), a resume on a
+/// serving replica gets its priming event, its whole replay and its keep-alives: the releases its
+/// writer plans (writes, held back with the pause) run beside the response instead of in front of
+/// it, and land once Redis takes writes again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_is_written_while_redis_holds_its_releases_back() {
+    let server = RedisServer::start();
+    // A held-back release waits for its reply this long: far past the limit the test reads with.
+    let config = replay_ring_redis::RedisConfig {
+        response_timeout: Duration::from_secs(60),
+        ..Default::default()
+    };
+    let stream = server
+        .backend_with(config)
+        .await
+        .create(&StreamId::new("held").unwrap(), 64)
+        .await
+        .unwrap();
+    let identity = stream.identity();
+    let mut producer = stream.acquire_producer().await.unwrap();
+    for i in 1..=10 {
+        producer.append(format!("e{i}").as_bytes()).await.unwrap();
+    }
+    let sse_config = SseConfig {
+        retention: replay_ring_sse::RetentionConfig {
+            // What is written to the connection is due for release at once.
+            resumption_window: Duration::from_millis(1),
+            ..Default::default()
+        },
+        keep_alive: Duration::from_millis(100),
+        ..SseConfig::default()
+    };
+    let sse = SseStream::without_producer(stream.clone(), identity, sse_config);
+    let _: () = redis::cmd("CLIENT")
+        .arg(&["PAUSE", "120000", "WRITE"])
+        .query(&mut server.raw())
+        .unwrap();
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        "last-event-id",
+        identity.event_id(5).to_string().parse().unwrap(),
+    );
+    let response = tokio::time::timeout(LIMIT, sse.respond_async(&headers))
+        .await
+        .expect("an answer while writes are held back");
+    assert_eq!(response.status(), StatusCode::OK);
+    let mut body = response.into_body().into_data_stream();
+    let mut text = String::new();
+    while text.matches(": keep-alive\n").count() < 2 {
+        text.push_str(&next_text(&mut body).await);
+    }
+    let ids: Vec<&str> = text
+        .lines()
+        .filter_map(|line| line.strip_prefix("id: "))
+        .collect();
+    let expected: Vec<String> = (5..=10).map(|i| identity.event_id(i).to_string()).collect();
+    assert_eq!(ids, expected, "the priming event, then 6..=10: {text:?}");
+    assert_eq!(
+        stream.state().await.unwrap().floor,
+        1,
+        "nothing released yet"
+    );
+    let _: () = redis::cmd("CLIENT")
+        .arg("UNPAUSE")
+        .query(&mut server.raw())
+        .unwrap();
+    // The connection stays open (its writer runs the release) until the floor has moved.
+    let reading = tokio::spawn(async move { while body.next().await.is_some() {} });
+    common::eventually(LIMIT, "the held-back release", || async {
+        stream.state().await.unwrap().floor == 11
+    })
+    .await;
+    reading.abort();
+}
+
+/// With `acknowledge_on_resume`, a resume while Redis holds writes back is answered at once and
+/// its acknowledgement (a release) lands once Redis takes writes again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acknowledging_resume_is_answered_while_redis_holds_its_release_back() {
+    let server = RedisServer::start();
+    let config = replay_ring_redis::RedisConfig {
+        response_timeout: Duration::from_secs(60),
+        ..Default::default()
+    };
+    let stream = server
+        .backend_with(config)
+        .await
+        .create(&StreamId::new("acked").unwrap(), 64)
+        .await
+        .unwrap();
+    let identity = stream.identity();
+    let mut producer = stream.acquire_producer().await.unwrap();
+    for i in 1..=10 {
+        producer.append(format!("e{i}").as_bytes()).await.unwrap();
+    }
+    let sse_config = SseConfig {
+        acknowledge_on_resume: true,
+        ..SseConfig::default()
+    };
+    let sse = SseStream::without_producer(stream.clone(), identity, sse_config);
+    let _: () = redis::cmd("CLIENT")
+        .arg(&["PAUSE", "120000", "WRITE"])
+        .query(&mut server.raw())
+        .unwrap();
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        "last-event-id",
+        identity.event_id(5).to_string().parse().unwrap(),
+    );
+    let response = tokio::time::timeout(LIMIT, sse.respond_async(&headers))
+        .await
+        .expect("an answer while writes are held back");
+    assert_eq!(response.status(), StatusCode::OK);
+    let mut body = response.into_body().into_data_stream();
+    let mut text = String::new();
+    while !text.contains(&format!("id: {}\n", identity.event_id(10))) {
+        text.push_str(&next_text(&mut body).await);
+    }
+    assert_eq!(
+        stream.state().await.unwrap().floor,
+        1,
+        "nothing released yet"
+    );
+    let _: () = redis::cmd("CLIENT")
+        .arg("UNPAUSE")
+        .query(&mut server.raw())
+        .unwrap();
+    let reading = tokio::spawn(async move { while body.next().await.is_some() {} });
+    common::eventually(LIMIT, "the acknowledgement", || async {
+        stream.state().await.unwrap().floor == 6
+    })
+    .await;
+    reading.abort();
+}

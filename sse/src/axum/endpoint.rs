@@ -11,6 +11,7 @@ use bytes::{Bytes, BytesMut};
 use futures_util::FutureExt;
 use replay_ring::{BuildError, Producer, ReplayRing};
 
+use super::background_release::{poke, BackgroundRelease};
 use super::config::SseConfig;
 use super::producer::SseProducer;
 use super::shared::{add, EndpointStats, Shared};
@@ -376,17 +377,27 @@ impl<B: Backend<Payload = Bytes>> SseStream<B> {
             shared.identity.event_id(start),
             shared.config.retry,
         );
-        let writer = Writer::new(shared.clone(), tail, conn, first.freeze());
+        let mut writer = Writer::new(shared.clone(), tail, conn, first.freeze());
         if let Some(acked) = cursor.filter(|_| shared.config.acknowledge_on_resume) {
             // A resume acknowledges everything up to its cursor (capped at the slowest other live
             // connection). A failed release is retried by later releases, which reach as far.
+            // A backend that holds the write back does not hold the response back: the writer
+            // drives the release beside it (`background_release`).
             let through = shared.retention().ack_target(acked);
-            let before = shared.backend.window().await.map(|w| w.floor);
-            if let (Ok(before), Ok(floor)) = (before, shared.backend.release_through(through).await)
-            {
-                if floor > before {
-                    shared.retention().note_ack_release();
+            let ack = shared.clone();
+            let mut release = Some(BackgroundRelease::new(through, async move {
+                let before = ack.backend.window().await.map(|w| w.floor);
+                if let (Ok(before), Ok(floor)) =
+                    (before, ack.backend.release_through(through).await)
+                {
+                    if floor > before {
+                        ack.retention().note_ack_release();
+                    }
                 }
+            }));
+            poke(&mut release).await;
+            if let Some(release) = release {
+                writer.drive_release(release);
             }
         }
         // Snapshot after the acknowledgement, so the advertised floor is the one now in force;

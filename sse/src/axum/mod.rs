@@ -54,6 +54,7 @@
 //! code is driven over real HTTP by the crate's tests):
 #![doc = concat!("```\n", include_str!("snippet.rs"), "```")]
 
+mod background_release;
 mod body_deadline;
 mod config;
 mod endpoint;

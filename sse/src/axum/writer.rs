@@ -8,6 +8,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use tokio::time::{sleep_until, Instant, Sleep};
 
+use super::background_release::{beside, poke, BackgroundRelease};
 use super::frames::{encode_cut, encode_terminal};
 use super::shared::{add, Shared};
 use super::side_wake::{First, SideWake, Supervised};
@@ -56,6 +57,9 @@ pub(crate) struct Writer<B: Backend> {
     last_handed: Instant,
     /// The stream's ids up to the sequence number, rendered once.
     id_prefix: EventIdBuf,
+    /// A release this connection started that the backend has not finished (held back by a
+    /// network backend), driven beside the response.
+    release: Option<BackgroundRelease>,
 }
 
 impl<B: Backend<Payload = Bytes>> Writer<B> {
@@ -82,7 +86,14 @@ impl<B: Backend<Payload = Bytes>> Writer<B> {
             timer_wake: SideWake::new(),
             last_handed: Instant::now(),
             id_prefix,
+            release: None,
         }
+    }
+
+    /// Hands the writer a release to drive beside the response (a resume's acknowledgement that
+    /// the backend did not finish at once).
+    pub(crate) fn drive_release(&mut self, release: BackgroundRelease) {
+        self.release = Some(release);
     }
 
     /// The next chunk of the response body; `None` ends it.
@@ -122,10 +133,18 @@ impl<B: Backend<Payload = Bytes>> Writer<B> {
             // extra look at the retention state).
             shared.progress.notify_one();
         }
-        // A release wakes a producer waiting for room.
-        if let Some(window) = window {
-            shared.release_planned(window, target).await;
+        // A release wakes a producer waiting for room. It runs beside the response, so a backend
+        // that holds writes back delays neither this chunk nor later ones (`background_release`).
+        if let (Some(window), Some(target)) = (window, target) {
+            if self.release.as_ref().is_none_or(|r| r.through() < target) {
+                let shared = self.shared.clone();
+                let run = async move {
+                    shared.release_planned(window, Some(target)).await;
+                };
+                self.release = Some(BackgroundRelease::new(target, run));
+            }
         }
+        poke(&mut self.release).await;
         if let Some(verdict) = cut {
             // Cut by the slow-consumer policy: say so where the socket still takes a frame, and
             // end. The client resumes with its Last-Event-ID like after any disconnect.
@@ -139,7 +158,12 @@ impl<B: Backend<Payload = Bytes>> Writer<B> {
                 self.handed = Some(0);
                 first
             }
-            None => self.read_chunk().await,
+            None => {
+                let mut release = self.release.take();
+                let chunk = beside(&mut release, self.read_chunk()).await;
+                self.release = release;
+                chunk
+            }
         };
         self.last_handed = Instant::now();
         // A chunk that carries events or a keep-alive (`handed`) is a pending write until the next
