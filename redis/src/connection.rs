@@ -11,9 +11,9 @@
 //!
 //! Sending a command twice is safe because every command of this crate is idempotent: reads,
 //! `DEL`, and scripts that recognise a repeat (an append carries its id and is acknowledged again,
-//! releases and closes are monotonic, creating an existing stream opens it). A repeated lease
-//! acquisition whose first attempt did run reports the lease as held, the same outcome a caller
-//! gets when that attempt's reply is lost without a retry.
+//! releases and closes are monotonic, creating an existing stream opens it, and a lease
+//! acquisition carries its handle's claim and is handed the token it was granted again, see
+//! `claim.rs`).
 
 use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::{Cmd, Pipeline, RedisError, RedisFuture, Value};

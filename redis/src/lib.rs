@@ -53,6 +53,7 @@
 mod backend;
 mod backend_trait;
 mod blocking_conn;
+mod claim;
 mod codec;
 mod connection;
 mod error;

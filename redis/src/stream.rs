@@ -9,6 +9,7 @@ use replay_ring::CloseReason;
 use replay_ring_sse::{Epoch, StreamId, StreamIdentity, StreamState};
 
 use crate::backend::{Counters, RedisBackend};
+use crate::claim::Claims;
 use crate::codec::{self, Keys, Reply};
 use crate::error::Error;
 use crate::producer::RedisProducer;
@@ -67,6 +68,9 @@ pub struct RedisStream {
     /// snapshot, a failover to a lagging replica), and the handle reports
     /// [`Error::LogRolledBack`] instead of continuing on the shortened log.
     pub(crate) seen_head: Arc<AtomicU64>,
+    /// The claim of this handle's (or a clone's) acquisition that got no answer, sent again with
+    /// the next one.
+    claims: Claims,
 }
 
 /// How many readers a handle (and its clones) may have open at once, and how many are.
@@ -133,6 +137,7 @@ impl RedisStream {
             capacity,
             readers: ReaderPlaces::new(usize::MAX),
             seen_head: Arc::new(AtomicU64::new(0)),
+            claims: Claims::default(),
         }
     }
 
@@ -243,22 +248,29 @@ impl RedisStream {
     /// [`Error::OutOfMemory`].
     ///
     /// # Cancel safety
-    /// Not cancel safe: if cancelled after Redis granted the lease, the lease stays taken (by a
-    /// token nobody holds) until it expires.
+    /// Cancel safe when called again on the same handle (or a clone): if the call was cancelled,
+    /// or failed without an answer from Redis ([`Error::Unavailable`]: a timeout, a dropped
+    /// connection), after Redis granted the lease, the next call is recognised as the same
+    /// acquisition and gets that lease; any other caller finds it held until it expires.
     pub async fn acquire_producer(&self) -> Result<RedisProducer, Error> {
         let lease_ms = self.backend.config().lease.as_millis().max(1).to_string();
         // The script refuses the lease on a log shorter than this (`BEHIND`): a producer must not
         // hand out ids again that clients may have seen with other events.
         let seen = self.head_seen_before();
+        let claim = self.claims.take();
         let value: redis::Value = scripts::ACQUIRE_SCRIPT
             .key(&self.keys.meta)
             .key(&self.keys.lease)
             .arg(codec::encode_epoch(self.epoch))
             .arg(lease_ms)
             .arg(seen.to_string())
+            .arg(claim.nonce())
             .invoke_async(&mut self.backend.write_conn())
             .await
             .map_err(|e| Error::from_redis(&self.id, e))?;
+        // No error: Redis ran the script, and its answer below is final. (An error leaves the
+        // claim with the handle, for the next acquisition to send again, and so does a cancel.)
+        claim.answered();
         let (mut reply, status) = Reply::new(&self.id, value)?;
         match status.as_str() {
             "OK" => {
@@ -301,7 +313,7 @@ impl RedisStream {
     ///
     /// # Cancel safety
     /// As [`acquire_producer`](Self::acquire_producer): cancelled while waiting, nothing is held;
-    /// cancelled just after Redis granted the lease, the lease stays taken until it expires.
+    /// cancelled just after Redis granted the lease, the next call on this handle gets it.
     ///
     /// ```no_run
     /// # async fn f(stream: replay_ring_redis::RedisStream) -> Result<(), replay_ring_redis::Error> {

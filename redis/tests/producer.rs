@@ -339,6 +339,70 @@ async fn lost_replies_are_resent_without_duplicates_or_gaps() {
     assert_eq!(stats.unknown_outcomes, 12);
 }
 
+/// Retries `call` while it fails with `Unavailable` (the connection manager reconnecting after a
+/// drop), for up to 10 s.
+async fn until_reconnected<T, F, Fut>(mut call: F) -> Result<T, Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, Error>>,
+{
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match call().await {
+            Err(Error::Unavailable(_)) if std::time::Instant::now() < deadline => {
+                tokio::task::yield_now().await
+            }
+            other => return other,
+        }
+    }
+}
+
+/// An acquisition whose reply was lost after Redis granted the lease (a stall past the response
+/// timeout, a dropped connection) is recognised when the same handle asks again: it gets that
+/// lease, the same token, instead of finding it held by nobody until it expires. Any other handle
+/// still finds it held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquisition_whose_reply_was_lost_gets_its_lease_on_the_next_call() {
+    let server = RedisServer::start();
+    let (proxy, backend) = through_cut_proxy(&server).await;
+    // Cache the script first, so that the reply lost below is the script's, not a NOSCRIPT.
+    let warm = backend.create(&sid("warm"), 8).await.unwrap();
+    warm.acquire_producer()
+        .await
+        .unwrap()
+        .release_lease()
+        .await
+        .unwrap();
+    let stream = backend.create(&sid("lost-grant"), 64).await.unwrap();
+    proxy.set(Mode::LoseReply);
+    let lost = stream.acquire_producer().await;
+    proxy.set(Mode::Pass);
+    assert!(matches!(lost, Err(Error::Unavailable(_))), "{lost:?}");
+    assert_eq!(
+        stream.state().await.unwrap().fence,
+        1,
+        "token 1 was granted"
+    );
+    let other = backend.open(&sid("lost-grant")).await.unwrap();
+    let refused = until_reconnected(|| other.acquire_producer()).await;
+    assert!(
+        matches!(refused, Err(Error::LeaseHeld { holder: 1, .. })),
+        "{refused:?}"
+    );
+    let mut producer = until_reconnected(|| stream.acquire_producer())
+        .await
+        .unwrap();
+    assert_eq!(producer.fencing_token(), 1);
+    assert_eq!(producer.append(b"e1").await.unwrap(), 1);
+    assert_eq!(stream.state().await.unwrap().fence, 1, "no token besides 1");
+    // Its outcome known, the claim is spent: asking again is a second acquisition, refused.
+    let again = stream.acquire_producer().await;
+    assert!(
+        matches!(again, Err(Error::LeaseHeld { holder: 1, .. })),
+        "{again:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_whose_reply_was_lost_is_resent_as_a_whole_once() {
     let server = RedisServer::start();
