@@ -47,8 +47,10 @@ pub struct Args {
     /// Events the window holds, rounded up to a power of two
     #[arg(long, default_value_t = 1024)]
     pub capacity: usize,
-    /// Events per second; 0 = as fast as the window allows (the window then fills at once, and
-    /// each further event waits for the oldest to age out of the resumption window)
+    /// Events per second; 0 = as fast as the window allows: while clients are connected the window
+    /// fills at once and each further event waits for the oldest to age out of the resumption
+    /// window; with nobody connected (one window after the last client left) nothing is held, and
+    /// events are published flat out, a full core's worth
     #[arg(long, default_value_t = 20.0, value_parser = parse_rate)]
     pub rate: f64,
     /// End the stream with `event: end` after the event with this id [default: never]
