@@ -6,57 +6,49 @@
 //! whole lease after Redis recovers. So each acquisition carries a claim, a random nonce that the
 //! script stores next to the fencing counter when it grants the lease. A handle keeps the claim of
 //! an acquisition that got no answer and sends it again with its next one; the script then finds
-//! the lease held by the token it granted under that claim and hands the same token back instead
-//! of refusing. A claim is used by one acquisition at a time, so the token still goes to exactly
-//! one producer.
+//! the lease held by the token it granted under that claim (the claim is stored with its token,
+//! so a later grant by anything else never matches it) and hands the same token back instead of
+//! refusing. A handle's acquisitions take turns, so a claim is out with one at a time and the
+//! token still goes to exactly one producer.
 
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
-/// The claim a handle (and its clones) keeps for its next acquisition.
+use tokio::sync::{Mutex, OwnedMutexGuard};
+
+/// The claim a handle (and its clones) keeps for its next acquisition. Acquisitions of one handle
+/// take turns: two unanswered ones at once would leave two claims, of which the handle could keep
+/// only one, perhaps not the one the lease was granted under.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct Claims(Arc<Mutex<Option<String>>>);
 
 impl Claims {
-    /// The claim for one acquisition: the one left by an acquisition that got no answer, or a new
-    /// one. It goes back to the handle when dropped, unless [`answered`](Claim::answered).
-    pub(crate) fn take(&self) -> Claim<'_> {
-        let left = self.0.lock().unwrap_or_else(|e| e.into_inner()).take();
-        Claim {
-            claims: self,
-            nonce: Some(left.unwrap_or_else(new_nonce)),
-        }
+    /// The claim for one acquisition, once no other acquisition of this handle is under way: the
+    /// one left by an acquisition that got no answer, or a new one. It stays with the handle
+    /// unless [`answered`](Claim::answered).
+    pub(crate) async fn take(&self) -> Claim {
+        let mut slot = self.0.clone().lock_owned().await;
+        slot.get_or_insert_with(new_nonce);
+        Claim { slot }
     }
 }
 
-/// One acquisition's claim (see [`Claims::take`]).
-pub(crate) struct Claim<'a> {
-    claims: &'a Claims,
-    nonce: Option<String>,
+/// One acquisition's claim (see [`Claims::take`]); the handle's next acquisition waits for it.
+pub(crate) struct Claim {
+    slot: OwnedMutexGuard<Option<String>>,
 }
 
-impl Claim<'_> {
+impl Claim {
     /// The nonce to send.
     pub(crate) fn nonce(&self) -> &str {
-        self.nonce.as_deref().unwrap_or_default()
+        self.slot.as_deref().unwrap_or_default()
     }
 
     /// Redis answered: the outcome is known, and the claim is not sent again.
     pub(crate) fn answered(mut self) {
-        self.nonce = None;
-    }
-}
-
-impl Drop for Claim<'_> {
-    fn drop(&mut self) {
-        if let Some(nonce) = self.nonce.take() {
-            let mut slot = self.claims.0.lock().unwrap_or_else(|e| e.into_inner());
-            // Another acquisition may have left its own meanwhile; either one is enough to
-            // recognise a lease granted to this handle, and the newest is the likelier.
-            *slot = Some(nonce);
-        }
+        *self.slot = None;
     }
 }
 
@@ -76,20 +68,21 @@ fn new_nonce() -> String {
 mod tests {
     use super::*;
 
-    #[test]
-    fn an_unanswered_claim_is_sent_again_and_an_answered_one_is_not() {
+    #[tokio::test]
+    async fn an_unanswered_claim_is_sent_again_and_an_answered_one_is_not() {
         let claims = Claims::default();
-        let first = claims.take();
+        let first = claims.take().await;
         let nonce = first.nonce().to_owned();
         assert_eq!(nonce.len(), 32);
+        // A second acquisition of the handle waits for the first.
+        let clone = claims.clone();
+        let mut second = Box::pin(async move { clone.take().await.nonce().to_owned() });
+        assert!(futures_util::FutureExt::now_or_never(second.as_mut()).is_none());
         drop(first);
-        let again = claims.take();
+        assert_eq!(second.await, nonce, "unanswered: sent again");
+        let again = claims.take().await;
         assert_eq!(again.nonce(), nonce);
-        // While it is out, a concurrent acquisition gets a claim of its own.
-        let other = claims.take();
-        assert_ne!(other.nonce(), nonce);
-        other.answered();
         again.answered();
-        assert_ne!(claims.take().nonce(), nonce);
+        assert_ne!(claims.take().await.nonce(), nonce, "answered: spent");
     }
 }

@@ -94,9 +94,9 @@ return {'OK'}
 /// KEYS: meta lease. ARGV: epoch lease_ms seen claim.
 /// Takes the producer lease if the stream is open, nobody holds the lease and the log reaches
 /// `seen` (the highest head the caller saw; `BEHIND` if Redis lost events since): a fresh fencing
-/// token from the meta counter, granted under the caller's `claim` (kept in meta). A lease held by
-/// the newest token under the same claim is the caller's own acquisition repeated after its reply
-/// was lost (`claim.rs`): answered with that token. A closed stream is answered `CLOSED` without
+/// token from the meta counter, granted under the caller's `claim` (kept in meta as
+/// `<token>:<claim>`). A lease held by the token granted under the same claim is the caller's own
+/// acquisition repeated after its reply was lost (`claim.rs`): answered with that token. A closed stream is answered `CLOSED` without
 /// touching the lease.
 const ACQUIRE: &str = r#"
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'NOSTREAM'} end
@@ -109,14 +109,14 @@ if m[3] then return {'CLOSED', m[3]} end
 local holder = redis.call('GET', KEYS[2])
 if holder then
   -- The caller's own earlier acquisition, whose reply it never got: the same token again.
-  if holder == m[4] and redis.call('HGET', KEYS[1], 'claim') == ARGV[4] then
+  if holder == m[4] and redis.call('HGET', KEYS[1], 'claim') == holder .. ':' .. ARGV[4] then
     redis.call('PEXPIRE', KEYS[2], ARGV[2])
     return {'OK', holder, dec(head)}
   end
   return {'HELD', holder, dec(redis.call('PTTL', KEYS[2]))}
 end
 local token = redis.call('HINCRBY', KEYS[1], 'fence', 1)
-redis.call('HSET', KEYS[1], 'claim', ARGV[4])
+redis.call('HSET', KEYS[1], 'claim', dec(token) .. ':' .. ARGV[4])
 redis.call('SET', KEYS[2], dec(token), 'PX', ARGV[2])
 return {'OK', dec(token), dec(head)}
 "#;

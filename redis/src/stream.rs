@@ -257,7 +257,7 @@ impl RedisStream {
         // The script refuses the lease on a log shorter than this (`BEHIND`): a producer must not
         // hand out ids again that clients may have seen with other events.
         let seen = self.head_seen_before();
-        let claim = self.claims.take();
+        let claim = self.claims.take().await;
         let value: redis::Value = scripts::ACQUIRE_SCRIPT
             .key(&self.keys.meta)
             .key(&self.keys.lease)

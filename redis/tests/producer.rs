@@ -403,6 +403,94 @@ async fn an_acquisition_whose_reply_was_lost_gets_its_lease_on_the_next_call() {
     );
 }
 
+/// The stream's fencing counter, straight from Redis.
+fn fence(server: &RedisServer, stream: &RedisStream) -> u64 {
+    redis::cmd("HGET")
+        .arg(stream.key_names()[0])
+        .arg("fence")
+        .query(&mut server.raw())
+        .unwrap()
+}
+
+/// Polls `future` once: its command goes out on the connection.
+async fn poll_once<F: std::future::Future>(future: &mut std::pin::Pin<Box<F>>) -> bool {
+    std::future::poll_fn(|cx| std::task::Poll::Ready(future.as_mut().poll(cx).is_pending())).await
+}
+
+/// Two acquisitions on clones of one handle, both cancelled after the first was granted the lease:
+/// the handle's next acquisition still gets that lease, whichever was dropped last (acquisitions of
+/// one handle take turns, so only the granted one's claim can be left).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_acquisitions_on_clones_leave_the_granted_claim() {
+    let server = RedisServer::start();
+    let backend = server.backend().await;
+    let stream = backend.create(&sid("two-cancelled"), 8).await.unwrap();
+    // Warms the connection and the script cache (token 1, given back).
+    let warm = stream.acquire_producer().await.unwrap();
+    warm.release_lease().await.unwrap();
+    let clone = stream.clone();
+    let mut granted = Box::pin(stream.acquire_producer());
+    let mut other = Box::pin(clone.acquire_producer());
+    assert!(poll_once(&mut granted).await);
+    assert!(poll_once(&mut other).await);
+    common::eventually(Duration::from_secs(10), "the grant", || {
+        std::future::ready(fence(&server, &stream) == 2)
+    })
+    .await;
+    drop(granted);
+    drop(other);
+    let next = stream.acquire_producer().await.unwrap();
+    assert_eq!(next.fencing_token(), 2);
+}
+
+/// A claim left by a cancelled acquisition matches only the token granted under it: once that
+/// lease lapsed and a grant that records no claim (a replica still on an earlier release, during a
+/// rolling deploy) took token 2, the stale claim is refused, not handed token 2 as well.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_claim_is_not_handed_a_later_grant() {
+    let server = RedisServer::start();
+    let config = RedisConfig {
+        lease: Duration::from_millis(300),
+        ..RedisConfig::default()
+    };
+    let backend = server.backend_with(config).await;
+    let stream = backend.create(&sid("rolling"), 8).await.unwrap();
+    // Caches the script with a grant on another stream, so that the one below runs at once.
+    let warm = backend.create(&sid("warm"), 8).await.unwrap();
+    warm.acquire_producer().await.unwrap();
+    let mut lost = Box::pin(stream.acquire_producer());
+    assert!(poll_once(&mut lost).await);
+    common::eventually(Duration::from_secs(10), "the grant", || {
+        std::future::ready(fence(&server, &stream) == 1)
+    })
+    .await;
+    drop(lost);
+    lease_expired(&server, &stream).await;
+    // What an earlier release's ACQUIRE does: a fresh token and the lease, no claim.
+    let keys = stream.key_names();
+    let mut raw = server.raw();
+    let token: u64 = redis::cmd("HINCRBY")
+        .arg(keys[0])
+        .arg("fence")
+        .arg(1)
+        .query(&mut raw)
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg(keys[3])
+        .arg(token)
+        .arg("PX")
+        .arg(60_000)
+        .query(&mut raw)
+        .unwrap();
+    assert_eq!(token, 2);
+    let ours = stream.acquire_producer().await;
+    assert!(
+        matches!(ours, Err(Error::LeaseHeld { holder: 2, .. })),
+        "{:?}",
+        ours.map(|p| p.fencing_token())
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_whose_reply_was_lost_is_resent_as_a_whole_once() {
     let server = RedisServer::start();

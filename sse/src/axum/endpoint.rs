@@ -400,8 +400,9 @@ impl<B: Backend<Payload = Bytes>> SseStream<B> {
                 writer.drive_release(release);
             }
         }
-        // Snapshot after the acknowledgement, so the advertised floor is the one now in force;
-        // but never above `start + 1`. The tail was opened at `start`, so the replay begins
+        // Snapshot after the acknowledgement, so the advertised floor is the one now in force
+        // (where the backend finished it at once; one that holds it back may advertise the floor
+        // from before it); but never above `start + 1`. The tail was opened at `start`, so the replay begins
         // there, and a release that landed since (another connection's, or the window's) must not
         // make this 200 look like a failed resume (`Replay-Floor > cursor + 1`) to a client.
         let state = match shared.backend.window().await {
