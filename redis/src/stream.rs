@@ -302,10 +302,12 @@ impl RedisStream {
     }
 
     /// Takes the producer lease as soon as it is free: a standby replica's call. While another
-    /// producer holds the lease this waits until it would expire (the holder's remaining time, as
-    /// Redis reports it) and tries again, so it returns when the holder gives the lease up or
-    /// stops renewing it (a crashed replica) — and never while a live holder keeps renewing. Bound
-    /// the wait with `tokio::time::timeout` or a `select!` if the caller must.
+    /// producer holds the lease this tries again every tenth of a lease (sooner if the holder's
+    /// lease would expire sooner, as Redis reports it), so it returns within a tenth of a lease of
+    /// the holder giving the lease back ([`RedisProducer::release_lease`], a graceful shutdown),
+    /// soon after a holder stopped renewing it (a crashed replica) — and never while a live holder
+    /// keeps renewing. Each try is one script call. Bound the wait with `tokio::time::timeout` or a
+    /// `select!` if the caller must.
     ///
     /// # Errors
     /// As [`acquire_producer`](Self::acquire_producer), except [`Error::LeaseHeld`], which is
@@ -326,13 +328,13 @@ impl RedisStream {
         loop {
             match self.acquire_producer().await {
                 Err(Error::LeaseHeld { expires_in_ms, .. }) => {
+                    // A holder that shuts down gives the lease back early: look again after a
+                    // tenth of a lease, or when the holder's lease would lapse if that is sooner.
+                    let poll = (lease / 10).max(Duration::from_millis(1));
                     let wait = match u64::try_from(expires_in_ms) {
-                        // Until the holder's lease would lapse (at most one of our leases, in
-                        // case the holder was configured with a longer one).
-                        Ok(ms) if ms > 0 => Duration::from_millis(ms).min(lease),
-                        // No TTL to go by (expiring this instant, or none reported): look again
-                        // after a third of a lease, the holders' renewal period.
-                        _ => (lease / 3).max(Duration::from_millis(1)),
+                        Ok(ms) if ms > 0 => Duration::from_millis(ms).min(poll),
+                        // No TTL to go by (expiring this instant, or none reported).
+                        _ => poll,
                     };
                     tokio::time::sleep(wait).await;
                 }

@@ -671,6 +671,63 @@ async fn a_standby_takes_the_lease_when_it_is_handed_back_or_lapses() {
     );
 }
 
+/// How many scripts Redis has run (`EVAL` and `EVALSHA`, from `INFO commandstats`).
+fn script_calls(server: &RedisServer) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut server.raw())
+        .unwrap();
+    info.lines()
+        .filter(|line| line.starts_with("cmdstat_eval:") || line.starts_with("cmdstat_evalsha:"))
+        .map(|line| {
+            let calls = line.split_once("calls=").unwrap().1;
+            calls.split(',').next().unwrap().parse::<u64>().unwrap()
+        })
+        .sum()
+}
+
+/// A standby that was told the lease is held for another 20 s takes it within a tenth of a lease
+/// once the holder gives it back (a replica shutting down), not when the holder's lease would
+/// have lapsed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_given_back_is_taken_within_a_tenth_of_a_lease() {
+    let server = RedisServer::start();
+    let lease = Duration::from_secs(20);
+    let config = RedisConfig {
+        lease,
+        ..RedisConfig::default()
+    };
+    let stream = server
+        .backend_with(config.clone())
+        .await
+        .create(&sid("handback"), 64)
+        .await
+        .unwrap();
+    let holder = stream.acquire_producer().await.unwrap();
+    let standby = server
+        .backend_with(config)
+        .await
+        .open(&sid("handback"))
+        .await
+        .unwrap();
+    let before = script_calls(&server);
+    let waiting = tokio::spawn(async move { standby.acquire_producer_when_free().await });
+    // The standby's first try ran in Redis while the lease was held (Redis runs one script at a
+    // time, so it came before the release below): it was answered `LeaseHeld`, about 20 s left.
+    common::eventually(Duration::from_secs(10), "the standby's first try", || {
+        std::future::ready(script_calls(&server) > before)
+    })
+    .await;
+    let token = holder.fencing_token();
+    holder.release_lease().await.unwrap();
+    let taken = tokio::time::timeout(lease / 4, waiting)
+        .await
+        .expect("taken well before the given-back lease would have lapsed")
+        .unwrap()
+        .unwrap();
+    assert!(taken.fencing_token() > token);
+}
+
 /// Every event and then the close reason a reader from 0 gets.
 async fn read_to_close(stream: &RedisStream) -> (Vec<(u64, Bytes)>, CloseReason) {
     let mut reader = stream.resume(Some(0)).await.unwrap();
