@@ -334,6 +334,24 @@ where
         self.producer.is_none()
     }
 
+    /// The backend's producer back, to stop publishing without closing the stream (a replica
+    /// shutting down hands its Redis producer lease to a standby this way); `None` once this
+    /// publisher closed the stream.
+    ///
+    /// ```
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+    /// let (producer, ring) = replay_ring::ReplayRing::<u8>::new(4, 1).unwrap();
+    /// let mut publisher = replay_ring_sse::Publisher::new(producer, Default::default());
+    /// publisher.publish_with(|_| 7).await.unwrap();
+    /// let producer = publisher.into_producer().unwrap();
+    /// assert_eq!(producer.next_id(), 2);
+    /// assert!(!ring.is_closed());
+    /// # });
+    /// ```
+    pub fn into_producer(mut self) -> Option<P> {
+        self.producer.take()
+    }
+
     /// Appends `make(id)`, waiting while the window is full: each time it finds no room it releases
     /// what the retention policy allows, then waits for a release (or a finished read) or the next
     /// expiry. After the backpressure bound of continuous waiting it closes the stream with

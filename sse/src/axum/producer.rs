@@ -207,4 +207,26 @@ impl<B: Backend<Payload = Bytes>> SseProducer<B> {
     pub async fn close(mut self, reason: CloseReason) -> Result<(), PublishError> {
         self.publisher.close(reason).await
     }
+
+    /// Stops publishing without ending the stream and returns the backend's producer; `None` if
+    /// the stream was closed through this producer. A replica that shuts down while other
+    /// replicas serve the stream gives its producer lease back this way, so that a standby takes
+    /// over at once instead of after the lease lapses
+    /// (`replay_ring_redis::RedisProducer::release_lease`). Connections keep being served.
+    ///
+    /// ```
+    /// # use replay_ring_sse::axum::{SseConfig, SseStream};
+    /// # use replay_ring_sse::{Epoch, StreamId, StreamIdentity};
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// # let me = StreamIdentity::new(StreamId::new("s").unwrap(), Epoch::new(1));
+    /// let (stream, mut producer) = SseStream::new(me, SseConfig::default()).unwrap();
+    /// producer.send("a").await.unwrap();
+    /// let ring_producer = producer.into_backend_producer().unwrap();
+    /// assert_eq!(ring_producer.next_id(), 2);
+    /// assert!(!stream.ring().is_closed());
+    /// # });
+    /// ```
+    pub fn into_backend_producer(self) -> Option<B::Producer> {
+        self.publisher.into_producer()
+    }
 }
