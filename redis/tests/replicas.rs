@@ -219,6 +219,44 @@ async fn a_standby_replica_takes_over_producing_when_the_producer_crashes() {
     client.assert_complete(N, "every id exactly once, in order, across the take-over");
 }
 
+/// A rolling deploy: the producing replica A is shut down (SIGTERM) mid-stream. It gives its
+/// lease back, so the standby B takes over within a tenth of the 30 s lease instead of after it;
+/// the client on B, never reconnecting, sees every id exactly once and the end well before A's
+/// lease would have lapsed, and A exits by itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_takes_over_at_once_when_the_producer_shuts_down() {
+    const N: u64 = 400;
+    let lease = Duration::from_secs(30);
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut args = producer_args(&url, Some(N));
+    args.extend(["--lease-ms".to_string(), lease.as_millis().to_string()]);
+    let mut a = Replica::start(&args).await;
+    let b = Replica::start(&args).await;
+
+    let mut client = Client::new();
+    let mut stopped = false;
+    // 350 events at 200/s after the stop, plus at most a tenth of a lease for the take-over.
+    let attempt = get_events(b.addr, None, lease / 2, |f| {
+        client.on_frame(f);
+        if client.ids.len() == 50 && !stopped {
+            a.terminate();
+            stopped = true;
+        }
+    })
+    .await
+    .expect("the stream on B, within half of A's lease");
+    assert_eq!(attempt.status, 200);
+    assert!(stopped, "A was stopped mid-stream");
+    assert!(client.ended, "B produced to the end and closed the stream");
+    client.assert_complete(N, "every id exactly once, in order, across the hand-over");
+    let status = a.exited(Duration::from_secs(10)).await;
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "A exits by itself after a SIGTERM: {status:?}"
+    );
+}
+
 /// A producer stalled past its lease (SIGSTOP) while a standby took over: when it wakes up, its
 /// next append is refused (superseded) and it becomes a standby itself, so that when the new
 /// producer crashes it takes over again. A client on a third, serve-only replica sees every id

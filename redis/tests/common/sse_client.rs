@@ -187,12 +187,35 @@ impl Replica {
     /// SIGSTOP (`pause = true`: a stall past its lease, as in a long GC pause or a frozen VM) or
     /// SIGCONT.
     pub fn pause(&self, pause: bool) {
-        let signal = if pause { "-STOP" } else { "-CONT" };
+        self.signal(if pause { "-STOP" } else { "-CONT" });
+    }
+
+    /// SIGTERM: a graceful shutdown (a rolling deploy).
+    pub fn terminate(&self) {
+        self.signal("-TERM");
+    }
+
+    fn signal(&self, signal: &str) {
         let status = std::process::Command::new("kill")
             .args([signal, &self.child.id().to_string()])
             .status()
             .expect("run kill");
         assert!(status.success(), "kill {signal}");
+    }
+
+    /// Waits up to `timeout` for the process to exit by itself; its exit status, `None` if it
+    /// is still running.
+    pub async fn exited(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait for the replica") {
+                return Some(status);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// SIGKILL: a crash.

@@ -2,7 +2,8 @@
 //! server (`sse/examples/sse_server`, included as is) plus what those runs need on top:
 //!
 //! - `--redis URL [--serve-only]`: the stream in Redis Streams, shared by replicas (one produces,
-//!   the others serve, and take over producing when it stops; `docs/scaling.md`);
+//!   the others serve, and take over producing when it stops; a replica stopped with SIGTERM or
+//!   Ctrl-C hands its producer lease over; `docs/scaling.md`);
 //! - `--start-after C`: publish once C streams are open (servers compared on the same stream);
 //! - `--timestamps`, `--payload-bytes N`: payloads that carry their publish time or load sockets;
 //! - the `sse_server_heap_bytes` gauge in `/metrics` (tells a leak from allocator fragmentation).
@@ -16,6 +17,8 @@
 mod app;
 mod replica;
 
+use std::future::{pending, Future};
+use std::pin::pin;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -23,9 +26,9 @@ use axum::extract::Request;
 use axum::Router;
 use bytes::Bytes;
 use clap::Parser;
-use replay_ring_sse::axum::{serve, ServeConfig, SseProducer, SseStream};
+use replay_ring_sse::axum::{serve, serve_with_shutdown, ServeConfig, SseProducer, SseStream};
 use replay_ring_sse::backend::Backend;
-use replay_ring_sse::{PublishError, StreamId};
+use replay_ring_sse::StreamId;
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
@@ -46,7 +49,8 @@ struct DemoArgs {
     #[arg(long, requires = "redis")]
     serve_only: bool,
     /// How long the producer lease lasts without a renewal: how soon a standby replica takes over
-    /// from a producer that crashed [default: 10000]
+    /// from a producer that crashed (one stopped with SIGTERM or Ctrl-C gives its lease back, and
+    /// a standby takes it within a tenth of this) [default: 10000]
     #[arg(long, requires = "redis", value_parser = clap::value_parser!(u64).range(1..))]
     lease_ms: Option<u64>,
     /// Stream name in event ids and Redis keys [default: events]
@@ -80,16 +84,20 @@ async fn main() -> ExitCode {
 }
 
 async fn run(args: DemoArgs) -> Result<()> {
-    let router = match args.redis.clone() {
+    let (stop, stopping) = tokio::sync::watch::channel(false);
+    let (router, replica) = match args.redis.clone() {
         None => {
             let (app, producer) = app::build(&args.example)?;
             describe(&app.stream);
             let args = args.clone();
-            tokio::spawn(async move { drop(produce(producer, args).await) });
-            app_router(app)
+            tokio::spawn(async move { drop(produce(producer, args, pending()).await) });
+            (app_router(app), None)
         }
         // The producer (or standby) runs on a task of its own, started with the replica.
-        Some(url) => replica::start(&args, &url).await?,
+        Some(url) => {
+            let (router, replica) = replica::start(&args, &url, stopping.clone()).await?;
+            (router, Some(replica))
+        }
     };
     // Once the stream exists (its settings are valid), and only where this process may produce.
     if let Some(warning) = args.example.sizing_warning().filter(|_| !args.serve_only) {
@@ -98,8 +106,62 @@ async fn run(args: DemoArgs) -> Result<()> {
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", args.example.port)).await?;
     // Stdout is line-buffered: the line is out before the first request can arrive.
     println!("listening on http://{}", listener.local_addr()?);
-    serve(listener, router, ServeConfig::default()).await?;
+    let Some(replica) = replica else {
+        // One process holds the whole stream: a signal ends it as before (no one to hand over to).
+        serve(listener, router, ServeConfig::default()).await?;
+        return Ok(());
+    };
+    // A replica shuts down gracefully at SIGTERM or Ctrl-C: it gives the producer lease back (a
+    // standby takes over within a tenth of a lease, not after it) while its connections get
+    // `ServeConfig::shutdown_grace` to move to other replicas.
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        eprintln!("shutting down");
+        let _ = stop.send(true);
+    });
+    serve_with_shutdown(listener, router, ServeConfig::default(), stopped(stopping)).await?;
+    // The lease is one script call away; if Redis does not answer, it lapses by itself.
+    if tokio::time::timeout(HAND_BACK, replica).await.is_err() {
+        eprintln!("the producer did not stop in {HAND_BACK:?}; its lease lapses by itself");
+    }
     Ok(())
+}
+
+/// How long a replica that shuts down waits for its producer to give the lease back.
+const HAND_BACK: Duration = Duration::from_secs(5);
+
+/// Completes once `stop` says so.
+async fn stopped(mut stop: tokio::sync::watch::Receiver<bool>) {
+    // The sender is dropped only after sending `true`, which `wait_for` sees either way.
+    let _ = stop.wait_for(|stop| *stop).await;
+}
+
+/// Completes at SIGTERM or SIGINT (Ctrl-C). A signal this process cannot listen for is never
+/// reported, rather than taken for a shutdown.
+async fn shutdown_signal() {
+    let interrupt = async {
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            eprintln!("cannot listen for Ctrl-C: {e}");
+            pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => drop(term.recv().await),
+            Err(e) => {
+                eprintln!("cannot listen for SIGTERM: {e}");
+                pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = pending::<()>();
+    tokio::select! {
+        () = interrupt => {}
+        () = terminate => {}
+    }
 }
 
 /// The stream's name, epoch and window on stderr.
@@ -123,21 +185,29 @@ fn app_router<B: Backend<Payload = Bytes>>(app: app::App<B>) -> Router {
 }
 
 /// The example's producer, started at the `start_after`-th stream if set, with this server's
-/// payloads. Returns why it stopped early, as [`app::run_producer`].
-async fn produce<B>(producer: SseProducer<B>, args: DemoArgs) -> Option<PublishError>
+/// payloads, until `shutdown` completes ([`app::run_producer_until`]).
+async fn produce<B>(
+    producer: SseProducer<B>,
+    args: DemoArgs,
+    shutdown: impl Future<Output = ()>,
+) -> app::Stopped<B>
 where
     B: Backend<Payload = Bytes, Producer: Sync>,
 {
+    let mut shutdown = pin!(shutdown);
     if let Some(streams) = args.start_after {
         // Opened streams are not signalled one by one; a millisecond's look is precise enough
         // for a start line.
         let mut look = tokio::time::interval(Duration::from_millis(1));
         while producer.stream().with_retention(|r| r.live_connections()) < streams {
-            look.tick().await;
+            tokio::select! {
+                _ = look.tick() => {}
+                () = &mut shutdown => return app::Stopped::ShutDown(producer),
+            }
         }
     }
     let payload = |id| payload(&args, id);
-    app::run_producer(producer, &args.example, payload).await
+    app::run_producer_until(producer, &args.example, payload, shutdown).await
 }
 
 /// `{"n":id}`, `{"n":id,"t":unix_ns}` with `timestamps`; a `"pad"` field fills it up to

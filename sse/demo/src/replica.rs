@@ -1,6 +1,7 @@
 //! `--redis`: the stream in Redis Streams, shared by replicas. Every replica serves it; unless
 //! `--serve-only` it also produces into it, or stands by while another replica holds the producer
-//! lease and takes over once that lease lapses.
+//! lease and takes over once that lease is given back or lapses. A replica told to stop gives its
+//! lease back, so that a standby takes over at once.
 //!
 //! A replica follows the stream from incarnation to incarnation. When the stream is lost from
 //! Redis (deleted, expired, lost in a restart without persistence, or its log rolled back behind
@@ -18,18 +19,25 @@ use axum::Router;
 use replay_ring_redis::{Error, RedisBackend, RedisConfig, RedisProducer, RedisStream};
 use replay_ring_sse::axum::SseStream;
 use replay_ring_sse::{PublishError, StreamId};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
 use tower::ServiceExt;
 
-use crate::{app, app_router, produce, DemoArgs};
+use crate::{app, app_router, produce, stopped, DemoArgs};
 
 /// How long a standby waits before it tries again after Redis failed it, and how often a replica
 /// checks that the incarnation it serves still exists.
 const RETRY: Duration = Duration::from_secs(1);
 
 /// Connects to Redis at `url`, opens (or creates) the stream and starts following it on a task of
-/// its own. Returns the router that serves the stream's current incarnation. Fails only if the
-/// first incarnation cannot be set up (Redis unreachable at start-up, say).
-pub(crate) async fn start(args: &DemoArgs, url: &str) -> Result<Router, Error> {
+/// its own, until `stop` says `true` (the task then gives the producer lease back and ends).
+/// Returns the router that serves the stream's current incarnation, and the task. Fails only if
+/// the first incarnation cannot be set up (Redis unreachable at start-up, say).
+pub(crate) async fn start(
+    args: &DemoArgs,
+    url: &str,
+    stop: watch::Receiver<bool>,
+) -> Result<(Router, JoinHandle<()>), Error> {
     let mut config = RedisConfig::default();
     if let Some(ms) = args.lease_ms {
         config.lease = Duration::from_millis(ms);
@@ -37,14 +45,13 @@ pub(crate) async fn start(args: &DemoArgs, url: &str) -> Result<Router, Error> {
     let backend = RedisBackend::connect(url, config).await?;
     let first = Incarnation::open(&backend, args, true).await?;
     let current = Arc::new(RwLock::new(first.router()));
-    tokio::spawn(follow(backend, first, current.clone(), args.clone()));
-    Ok(
-        Router::new().fallback_service(tower::service_fn(move |request: Request| {
-            // A request is served whole by the incarnation current when it arrived.
-            let router = current.read().unwrap_or_else(|e| e.into_inner()).clone();
-            router.oneshot(request)
-        })),
-    )
+    let following = tokio::spawn(follow(backend, first, current.clone(), args.clone(), stop));
+    let router = Router::new().fallback_service(tower::service_fn(move |request: Request| {
+        // A request is served whole by the incarnation current when it arrived.
+        let router = current.read().unwrap_or_else(|e| e.into_inner()).clone();
+        router.oneshot(request)
+    }));
+    Ok((router, following))
 }
 
 /// One incarnation of the stream: its Redis handle, the SSE endpoint over it and, if this replica
@@ -109,15 +116,18 @@ impl Incarnation {
     }
 }
 
-/// Serves `incarnation` until the stream is lost, then the next one, and so on.
+/// Serves `incarnation` until the stream is lost, then the next one, and so on, until `stop`.
 async fn follow(
     backend: RedisBackend,
     mut incarnation: Incarnation,
     current: Arc<RwLock<Router>>,
     args: DemoArgs,
+    stop: watch::Receiver<bool>,
 ) {
     loop {
-        let lost = serve(&mut incarnation, &args).await;
+        let Some(lost) = serve(&mut incarnation, &args, &stop).await else {
+            return; // stopped
+        };
         eprintln!("the stream is lost ({lost}); opening or creating it again");
         if let Error::LogRolledBack { .. } = lost {
             // The log is behind ids clients may hold: end this incarnation, so that the next one
@@ -154,21 +164,25 @@ where
 }
 
 /// Serves one incarnation (producing or standing by unless `--serve-only`); returns the error
-/// that says the stream is lost. A stream that completed is served on, as it is.
-async fn serve(incarnation: &mut Incarnation, args: &DemoArgs) -> Error {
+/// that says the stream is lost, or `None` once `stop` said so (and the lease, if this replica
+/// held it, was given back). A stream that completed is served on, as it is.
+async fn serve(
+    incarnation: &mut Incarnation,
+    args: &DemoArgs,
+    stop: &watch::Receiver<bool>,
+) -> Option<Error> {
     let first = incarnation.producer.take();
     let (stream, sse) = (&incarnation.stream, &incarnation.sse);
     let producing = async {
         if !args.serve_only {
-            if let Some(lost) = produce_or_stand_by(stream, sse, first, args).await {
-                return lost;
-            }
+            produce_or_stand_by(stream, sse, first, args, stop).await?;
         }
-        std::future::pending().await
+        stopped(stop.clone()).await;
+        Ok(())
     };
     tokio::select! {
-        lost = watch(stream) => lost,
-        lost = producing => lost,
+        lost = watch(stream) => Some(lost),
+        done = producing => done.err(),
     }
 }
 
@@ -189,20 +203,29 @@ async fn watch(stream: &RedisStream) -> Error {
 /// lease over (this one was paused or cut off past its lease), serves as a standby again: waits
 /// for the lease, then produces from the head on. A standby that takes over produces at once,
 /// whatever `--eager` says: the stream it continues was already live. Redis errors do not end
-/// the standby; it tries again. Returns `None` once the stream has ended, and the error when the
-/// stream is lost.
+/// the standby; it tries again. Returns `Ok` once the stream has ended or `stop` said so (the
+/// lease given back), and the error when the stream is lost.
 async fn produce_or_stand_by(
     stream: &RedisStream,
     sse: &SseStream<RedisStream>,
     first: Option<RedisProducer>,
     args: &DemoArgs,
-) -> Option<Error> {
+    stop: &watch::Receiver<bool>,
+) -> Result<(), Error> {
     let mut next = first.map(|producer| (producer, args.example.eager));
     loop {
         let (producer, eager) = match next.take() {
             Some(taken) => taken,
-            None => match stream.acquire_producer_when_free().await {
-                Ok(producer) => {
+            None => match until_stopped(stop, stream.acquire_producer_when_free()).await {
+                None => {
+                    // Redis may have granted the lease just as the wait was cancelled: this
+                    // handle's next acquisition gets that grant, to be given back at once.
+                    if let Ok(granted) = stream.acquire_producer().await {
+                        hand_back(granted).await;
+                    }
+                    return Ok(());
+                }
+                Some(Ok(producer)) => {
                     eprintln!(
                         "took the producer lease (token {}): producing from id {}",
                         producer.fencing_token(),
@@ -210,11 +233,16 @@ async fn produce_or_stand_by(
                     );
                     (producer, true)
                 }
-                Err(e) if e.is_stream_lost() => return Some(e),
-                Err(Error::Closed(_)) => return None,
-                Err(e) => {
+                Some(Err(e)) if e.is_stream_lost() => return Err(e),
+                Some(Err(Error::Closed(_))) => return Ok(()),
+                Some(Err(e)) => {
                     eprintln!("standby: cannot take the producer lease yet: {e}");
-                    tokio::time::sleep(RETRY).await;
+                    if until_stopped(stop, tokio::time::sleep(RETRY))
+                        .await
+                        .is_none()
+                    {
+                        return Ok(());
+                    }
                     continue;
                 }
             },
@@ -223,14 +251,41 @@ async fn produce_or_stand_by(
         let keeper = AbortOnDrop(tokio::spawn(producer.lease_keeper().run()));
         let mut args = args.clone();
         args.example.eager = eager;
-        let stopped = produce(sse.attach_producer(producer), args).await;
+        let outcome = produce(sse.attach_producer(producer), args, stopped(stop.clone())).await;
         drop(keeper);
-        match stopped {
-            Some(PublishError::Superseded) => {
+        match outcome {
+            app::Stopped::Ended(PublishError::Superseded) => {
                 eprintln!("producer: the producer lease moved on; standing by");
             }
-            _ => return None, // the stream ended
+            app::Stopped::ShutDown(producer) => {
+                if let Some(producer) = producer.into_backend_producer() {
+                    hand_back(producer).await;
+                }
+                return Ok(());
+            }
+            // The stream ended.
+            app::Stopped::Ended(_) | app::Stopped::Completed => return Ok(()),
         }
+    }
+}
+
+/// Gives the producer lease back, so that a standby takes over now rather than once it lapses.
+async fn hand_back(producer: RedisProducer) {
+    let token = producer.fencing_token();
+    match producer.release_lease().await {
+        Ok(()) => eprintln!("gave the producer lease (token {token}) back"),
+        Err(e) => eprintln!("cannot give the producer lease back ({e}); it lapses by itself"),
+    }
+}
+
+/// `work`'s output, or `None` if `stop` said so first (`work` is then dropped).
+async fn until_stopped<T>(
+    stop: &watch::Receiver<bool>,
+    work: impl Future<Output = T>,
+) -> Option<T> {
+    tokio::select! {
+        done = work => Some(done),
+        () = stopped(stop.clone()) => None,
     }
 }
 

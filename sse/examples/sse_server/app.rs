@@ -178,9 +178,61 @@ pub fn build(args: &Args) -> Result<(App, SseProducer), replay_ring::BuildError>
 /// Returns why it stopped early: the stream ended, or another producer took it over
 /// ([`PublishError::Superseded`]); `None` once it closed the stream itself.
 pub async fn run_producer<B>(
+    producer: SseProducer<B>,
+    args: &Args,
+    payload: impl Fn(u64) -> Bytes + Sync,
+) -> Option<PublishError>
+where
+    B: Backend<Payload = Bytes, Producer: Sync>,
+{
+    match run_producer_until(producer, args, payload, std::future::pending()).await {
+        Stopped::Completed => None,
+        Stopped::Ended(e) => Some(e),
+        Stopped::ShutDown(_) => unreachable!("`pending` never completes"),
+    }
+}
+
+/// Why [`run_producer_until`] returned.
+pub enum Stopped<B: Backend> {
+    /// It closed the stream after id `events`.
+    Completed,
+    /// The stream ended, or another producer took it over ([`PublishError::Superseded`]).
+    Ended(PublishError),
+    /// The shutdown future completed first: the producer, stopped between two events (or in a
+    /// wait for room, which is cancel safe), with the stream still open.
+    ShutDown(SseProducer<B>),
+}
+
+/// [`run_producer`] until `shutdown` completes; then hands the producer back without closing the
+/// stream (a replica gives its producer lease to a standby with it).
+pub async fn run_producer_until<B>(
     mut producer: SseProducer<B>,
     args: &Args,
     payload: impl Fn(u64) -> Bytes + Sync,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Stopped<B>
+where
+    B: Backend<Payload = Bytes, Producer: Sync>,
+{
+    let ended = tokio::select! {
+        // Publishing is cancel safe: dropped in a wait for room, no id was used.
+        ended = publish(&mut producer, args, &payload) => ended,
+        () = shutdown => return Stopped::ShutDown(producer),
+    };
+    match ended {
+        Some(e) => Stopped::Ended(e),
+        None => {
+            let _ = producer.close(CloseReason::Completed).await;
+            Stopped::Completed
+        }
+    }
+}
+
+/// [`run_producer`]'s publishing, up to (not including) the close after id `events`.
+async fn publish<B>(
+    producer: &mut SseProducer<B>,
+    args: &Args,
+    payload: &(impl Fn(u64) -> Bytes + Sync),
 ) -> Option<PublishError>
 where
     B: Backend<Payload = Bytes, Producer: Sync>,
@@ -210,7 +262,7 @@ where
             // Unthrottled: still yield so connections get scheduled on a busy runtime.
             None => tokio::task::yield_now().await,
         }
-        match producer.send_with(&payload).await {
+        match producer.send_with(payload).await {
             Ok(id) => last = id,
             Err(PublishError::Unavailable(e)) => {
                 eprintln!("producer: {e}; retrying");
@@ -220,7 +272,6 @@ where
             Err(e) => return Some(e),
         }
     }
-    let _ = producer.close(CloseReason::Completed).await;
     None
 }
 
