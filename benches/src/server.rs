@@ -44,6 +44,8 @@ pub struct ServerSpec {
     pub connections: usize,
     /// Publish only once this many streams are open (`None`: from the first).
     pub start_after: Option<usize>,
+    /// More arguments for the server, after the others (e.g. `--redis URL` for the demo server).
+    pub extra_args: Vec<String>,
 }
 
 impl ServerSpec {
@@ -83,6 +85,7 @@ impl ServerSpec {
                 "--timestamps".into(),
             ]);
         }
+        args.extend(self.extra_args.iter().cloned());
         args
     }
 }

@@ -23,6 +23,7 @@ fn run(kind: ServerKind, bin: PathBuf, start_after: Option<usize>) -> LoadReport
         capacity: 4096,
         connections: CONNECTIONS,
         start_after,
+        extra_args: Vec::new(),
     };
     let server = Server::spawn(&spec).unwrap();
     let load = LoadSpec {

@@ -57,6 +57,10 @@ struct Args {
     /// stream to every connection); otherwise from the first.
     #[arg(long)]
     start_after_connected: bool,
+    /// One more argument for the server (repeat for several; e.g. `--server-arg=--redis
+    /// --server-arg=redis://127.0.0.1:6379/` runs the demo server on Redis Streams).
+    #[arg(long = "server-arg", value_name = "ARG", allow_hyphen_values = true)]
+    server_args: Vec<String>,
 }
 
 fn main() -> ExitCode {
@@ -69,6 +73,7 @@ fn main() -> ExitCode {
         capacity: args.capacity,
         connections: args.connections,
         start_after: args.start_after_connected.then_some(args.connections),
+        extra_args: args.server_args.clone(),
     };
     let mut line = serde_json::json!({
         "server": args.server.name(),
@@ -78,6 +83,7 @@ fn main() -> ExitCode {
         "capacity": args.capacity,
         "mode": args.mode,
         "start_after_connected": args.start_after_connected,
+        "server_args": args.server_args,
     });
     let outcome = match Server::spawn(&spec) {
         Err(e) => Err(e.to_string()),
