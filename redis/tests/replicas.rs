@@ -257,6 +257,73 @@ async fn a_standby_takes_over_at_once_when_the_producer_shuts_down() {
     );
 }
 
+/// A serve-only replica whose stream was deleted keeps trying to open it; stopped (SIGTERM)
+/// meanwhile, it exits at once instead of waiting in that loop for its shutdown deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_waiting_for_a_lost_stream_stops_at_once() {
+    let server = RedisServer::start();
+    let url = server.url();
+    // The demo's stream: name `events`.
+    let stream = server
+        .backend()
+        .await
+        .create(&replay_ring_sse::StreamId::new("events").unwrap(), 64)
+        .await
+        .unwrap();
+    let mut replica = Replica::start(&["--redis", &url, "--serve-only"]).await;
+    stream.delete().await.unwrap();
+    assert!(
+        replica
+            .logged("cannot open the stream yet", Duration::from_secs(10))
+            .await,
+        "the replica noticed the stream was lost and tries to open it again"
+    );
+    replica.terminate();
+    // Without connections or a lease to give back, nothing is left to wait for; the deadline
+    // for a replica whose producer does not stop is 5 s.
+    let status = replica.exited(Duration::from_secs(3)).await;
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "exits by itself, in well under 5 s: {status:?}"
+    );
+}
+
+/// A replica keeps serving its open event streams for the shutdown grace (5 s) after a SIGTERM;
+/// a second signal ends it at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_signal_ends_a_replica_at_once() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut a = Replica::start(&producer_args(&url, None)).await;
+    let addr = a.addr;
+    let (first, got_first) = tokio::sync::oneshot::channel();
+    let mut first = Some(first);
+    let client = tokio::spawn(get_events(addr, None, Duration::from_secs(60), move |f| {
+        if f.id.is_some() {
+            if let Some(first) = first.take() {
+                let _ = first.send(());
+            }
+        }
+    }));
+    got_first.await.expect("an event on the open stream");
+    a.terminate();
+    assert!(
+        a.logged("shutting down", Duration::from_secs(10)).await,
+        "the first signal starts the graceful shutdown"
+    );
+    assert!(
+        a.exited(Duration::from_millis(500)).await.is_none(),
+        "the open stream is kept for the grace"
+    );
+    a.terminate();
+    let status = a.exited(Duration::from_secs(2)).await;
+    assert!(
+        status.is_some_and(|s| !s.success()),
+        "the second signal ends it at once, as a failure: {status:?}"
+    );
+    client.abort();
+}
+
 /// A producer stalled past its lease (SIGSTOP) while a standby took over: when it wakes up, its
 /// next append is refused (superseded) and it becomes a standby itself, so that when the new
 /// producer crashes it takes over again. A client on a third, serve-only replica sees every id

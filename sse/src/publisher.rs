@@ -335,8 +335,8 @@ where
     }
 
     /// The backend's producer back, to stop publishing without closing the stream (a replica
-    /// shutting down hands its Redis producer lease to a standby this way); `None` once this
-    /// publisher closed the stream.
+    /// shutting down hands its Redis producer lease to a standby this way); `None` once a publish
+    /// found the stream closed or taken over by another producer, or this publisher closed it.
     ///
     /// ```
     /// # tokio::runtime::Runtime::new().unwrap().block_on(async {

@@ -6,6 +6,7 @@
 use std::io;
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use replay_ring_e2e::http::{Buffered, ChunkedDecoder};
@@ -153,6 +154,8 @@ pub fn producer_args(url: &str, events: Option<u64>) -> Vec<String> {
 pub struct Replica {
     pub addr: SocketAddr,
     child: Child,
+    /// Every line the replica wrote to stderr so far (also copied to the test's stderr).
+    log: Arc<Mutex<Vec<String>>>,
 }
 
 impl Replica {
@@ -163,9 +166,18 @@ impl Replica {
             .args(args)
             .args(["--port", "0"])
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(Stdio::piped())
             .spawn()
             .expect("spawn sse_server");
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+        let lines = log.clone();
+        std::thread::spawn(move || {
+            for line in std::io::BufRead::lines(stderr).map_while(Result::ok) {
+                eprintln!("{line}");
+                lines.lock().unwrap().push(line);
+            }
+        });
         let stdout = child.stdout.take().unwrap();
         let stdout = tokio::process::ChildStdout::from_std(stdout).unwrap();
         let mut lines = BufReader::new(stdout).lines();
@@ -181,7 +193,21 @@ impl Replica {
             .unwrap();
         // Keep draining stdout so the child never blocks on a full pipe.
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        Replica { addr, child }
+        Replica { addr, child, log }
+    }
+
+    /// Waits up to `timeout` for a stderr line containing `text`; whether one came.
+    pub async fn logged(&self, text: &str, timeout: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            if self.log.lock().unwrap().iter().any(|l| l.contains(text)) {
+                return true;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// SIGSTOP (`pause = true`: a stall past its lease, as in a long GC pause or a frozen VM) or

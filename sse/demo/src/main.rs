@@ -20,6 +20,7 @@ mod replica;
 use std::future::{pending, Future};
 use std::pin::pin;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::Request;
@@ -84,47 +85,70 @@ async fn main() -> ExitCode {
 }
 
 async fn run(args: DemoArgs) -> Result<()> {
+    match args.redis.clone() {
+        None => run_alone(args).await,
+        Some(url) => run_replica(args, &url).await,
+    }
+}
+
+/// One process holds the whole stream: a signal ends it at once (there is no one to hand over to,
+/// and a new process starts a new epoch).
+async fn run_alone(args: DemoArgs) -> Result<()> {
+    let (app, producer) = app::build(&args.example)?;
+    describe(&app.stream);
+    let producing = args.clone();
+    tokio::spawn(async move { drop(produce(producer, producing, pending()).await) });
+    let listener = listen(&args).await?;
+    serve(listener, app_router(app), ServeConfig::default()).await?;
+    Ok(())
+}
+
+/// A replica on Redis. It shuts down gracefully at SIGTERM or Ctrl-C (a second signal ends it at
+/// once): it gives the producer lease back (a standby takes over within a tenth of a lease, not
+/// after it) while its connections get `ServeConfig::shutdown_grace` to move to other replicas.
+/// It gives the lease back when it fails after start-up too (a port in use).
+async fn run_replica(args: DemoArgs, url: &str) -> Result<()> {
     let (stop, stopping) = tokio::sync::watch::channel(false);
-    let (router, replica) = match args.redis.clone() {
-        None => {
-            let (app, producer) = app::build(&args.example)?;
-            describe(&app.stream);
-            let args = args.clone();
-            tokio::spawn(async move { drop(produce(producer, args, pending()).await) });
-            (app_router(app), None)
-        }
-        // The producer (or standby) runs on a task of its own, started with the replica.
-        Some(url) => {
-            let (router, replica) = replica::start(&args, &url, stopping.clone()).await?;
-            (router, Some(replica))
-        }
-    };
-    // Once the stream exists (its settings are valid), and only where this process may produce.
+    let stop = Arc::new(stop);
+    // Listening from the start: a replica stopped while it starts up may hold the lease already.
+    tokio::spawn(stop_on_signals(stop.clone()));
+    // The producer (or standby) runs on a task of its own, started with the replica.
+    let (router, replica) = replica::start(&args, url, stopping.clone()).await?;
+    let served = async {
+        let listener = listen(&args).await?;
+        serve_with_shutdown(listener, router, ServeConfig::default(), stopped(stopping)).await?;
+        Ok(())
+    }
+    .await;
+    let _ = stop.send(true);
+    // The lease is one script call away; if Redis does not answer, it lapses by itself.
+    if tokio::time::timeout(HAND_BACK, replica).await.is_err() {
+        eprintln!("the producer did not stop in {HAND_BACK:?}; its lease lapses by itself");
+    }
+    served
+}
+
+/// Binds the port and says where it listens (after the sizing warning, which needs the stream's
+/// settings validated; only where this process may produce).
+async fn listen(args: &DemoArgs) -> Result<tokio::net::TcpListener> {
     if let Some(warning) = args.example.sizing_warning().filter(|_| !args.serve_only) {
         eprintln!("{warning}");
     }
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", args.example.port)).await?;
     // Stdout is line-buffered: the line is out before the first request can arrive.
     println!("listening on http://{}", listener.local_addr()?);
-    let Some(replica) = replica else {
-        // One process holds the whole stream: a signal ends it as before (no one to hand over to).
-        serve(listener, router, ServeConfig::default()).await?;
-        return Ok(());
-    };
-    // A replica shuts down gracefully at SIGTERM or Ctrl-C: it gives the producer lease back (a
-    // standby takes over within a tenth of a lease, not after it) while its connections get
-    // `ServeConfig::shutdown_grace` to move to other replicas.
-    tokio::spawn(async move {
-        shutdown_signal().await;
-        eprintln!("shutting down");
-        let _ = stop.send(true);
-    });
-    serve_with_shutdown(listener, router, ServeConfig::default(), stopped(stopping)).await?;
-    // The lease is one script call away; if Redis does not answer, it lapses by itself.
-    if tokio::time::timeout(HAND_BACK, replica).await.is_err() {
-        eprintln!("the producer did not stop in {HAND_BACK:?}; its lease lapses by itself");
-    }
-    Ok(())
+    Ok(listener)
+}
+
+/// Says `stop` at the first SIGTERM or Ctrl-C, and exits the process at the second (an operator
+/// who does not want to wait for the shutdown grace).
+async fn stop_on_signals(stop: Arc<tokio::sync::watch::Sender<bool>>) {
+    shutdown_signal().await;
+    eprintln!("shutting down (a second signal exits at once)");
+    let _ = stop.send(true);
+    shutdown_signal().await;
+    eprintln!("second signal: exiting now");
+    std::process::exit(130);
 }
 
 /// How long a replica that shuts down waits for its producer to give the lease back.

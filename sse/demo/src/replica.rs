@@ -133,15 +133,22 @@ async fn follow(
             // The log is behind ids clients may hold: end this incarnation, so that the next one
             // gets a new epoch. (A replica that deleted it first may have created the next one
             // already; `delete` leaves that alone.)
-            retry("delete the rolled-back stream", || {
+            let delete = retry("delete the rolled-back stream", || {
                 incarnation.stream.delete()
-            })
-            .await;
+            });
+            if until_stopped(&stop, delete).await.is_none() {
+                return;
+            }
         }
         // A serve-only replica opens what a producing replica creates, with that one's capacity.
+        // Stopped meanwhile, it opens nothing more (an open cut short at the stop leaves at most
+        // an unanswered lease grant, which lapses).
         let create = !args.serve_only;
         let open = || Incarnation::open(&backend, &args, create);
-        incarnation = retry("open the stream", open).await;
+        let Some(next) = until_stopped(&stop, retry("open the stream", open)).await else {
+            return;
+        };
+        incarnation = next;
         *current.write().unwrap_or_else(|e| e.into_inner()) = incarnation.router();
     }
 }
@@ -218,11 +225,7 @@ async fn produce_or_stand_by(
             Some(taken) => taken,
             None => match until_stopped(stop, stream.acquire_producer_when_free()).await {
                 None => {
-                    // Redis may have granted the lease just as the wait was cancelled: this
-                    // handle's next acquisition gets that grant, to be given back at once.
-                    if let Ok(granted) = stream.acquire_producer().await {
-                        hand_back(granted).await;
-                    }
+                    give_back_an_unanswered_grant(stream).await;
                     return Ok(());
                 }
                 Some(Ok(producer)) => {
@@ -241,6 +244,8 @@ async fn produce_or_stand_by(
                         .await
                         .is_none()
                     {
+                        // The failed try may have been granted all the same (its reply lost).
+                        give_back_an_unanswered_grant(stream).await;
                         return Ok(());
                     }
                     continue;
@@ -266,6 +271,16 @@ async fn produce_or_stand_by(
             // The stream ended.
             app::Stopped::Ended(_) | app::Stopped::Completed => return Ok(()),
         }
+    }
+}
+
+/// A standby that stops: Redis may have granted the lease to an acquisition of this handle whose
+/// reply never came (cancelled by the stop, or failed as unavailable). The handle's next
+/// acquisition gets that grant (its claim is sent again), to be given back at once; if the lease
+/// was free it takes and gives back a fresh one, which costs a fencing token and nothing else.
+async fn give_back_an_unanswered_grant(stream: &RedisStream) {
+    if let Ok(granted) = stream.acquire_producer().await {
+        hand_back(granted).await;
     }
 }
 

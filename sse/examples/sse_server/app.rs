@@ -198,8 +198,10 @@ pub enum Stopped<B: Backend> {
     Completed,
     /// The stream ended, or another producer took it over ([`PublishError::Superseded`]).
     Ended(PublishError),
-    /// The shutdown future completed first: the producer, stopped between two events (or in a
-    /// wait for room, which is cancel safe), with the stream still open.
+    /// The shutdown future completed first: the producer, with the stream still open. It stopped
+    /// between two events, in a wait for room (which used no id), or in a network backend's
+    /// append whose outcome it did not see (the event may be stored; a producer that takes over
+    /// continues after whatever the head is).
     ShutDown(SseProducer<B>),
 }
 
@@ -215,9 +217,10 @@ where
     B: Backend<Payload = Bytes, Producer: Sync>,
 {
     let ended = tokio::select! {
-        // Publishing is cancel safe: dropped in a wait for room, no id was used.
-        ended = publish(&mut producer, args, &payload) => ended,
+        // A shutdown that has come is not raced against one more event.
+        biased;
         () = shutdown => return Stopped::ShutDown(producer),
+        ended = publish(&mut producer, args, &payload) => ended,
     };
     match ended {
         Some(e) => Stopped::Ended(e),

@@ -209,7 +209,8 @@ impl<B: Backend<Payload = Bytes>> SseProducer<B> {
     }
 
     /// Stops publishing without ending the stream and returns the backend's producer; `None` if
-    /// the stream was closed through this producer. A replica that shuts down while other
+    /// the stream was closed (by this producer, or found closed by a send) or another producer
+    /// took it over. A replica that shuts down while other
     /// replicas serve the stream gives its producer lease back this way, so that a standby takes
     /// over at once instead of after the lease lapses
     /// (`replay_ring_redis::RedisProducer::release_lease`). Connections keep being served.
