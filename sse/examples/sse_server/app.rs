@@ -207,6 +207,11 @@ pub enum Stopped<B: Backend> {
 
 /// [`run_producer`] until `shutdown` completes; then hands the producer back without closing the
 /// stream (a replica gives its producer lease to a standby with it).
+///
+/// # Cancel safety
+///
+/// Dropping the future drops the producer with it: on Redis its lease is then not given back and
+/// lapses by itself. Complete `shutdown` instead to get the producer back.
 pub async fn run_producer_until<B>(
     mut producer: SseProducer<B>,
     args: &Args,
