@@ -40,8 +40,8 @@ pub struct RedisConfig {
     pub lease: Duration,
     /// Most events one replay or tail read fetches (one `XRANGE … COUNT` page).
     pub read_batch: usize,
-    /// How long one blocked `XREAD` waits before a reader re-checks the stream (expiry, deletion).
-    /// The reader's dedicated connection allows this plus `response_timeout`.
+    /// How long one blocked `XREAD` waits before the waiting readers re-check the stream (expiry,
+    /// deletion). The blocking read's dedicated connection allows this plus `response_timeout`.
     pub block: Duration,
     /// Response timeout of the shared connection (every command except a blocked read).
     pub response_timeout: Duration,
@@ -135,8 +135,9 @@ pub(crate) struct Shared {
 /// Two multiplexed connections (reconnecting, and sending a command again when Redis had closed
 /// the connection under it) carry the short commands: one the reads, one the scripts that write,
 /// so that a write Redis holds back (`CLIENT PAUSE WRITE` during a failover) does not hold up the
-/// reads queued behind it. Each reader that blocks waiting for events gets its own dedicated
-/// connection, for the same reason.
+/// reads queued behind it. The readers of a stream handle (and its clones) that wait for events
+/// share one blocking read on a dedicated connection, for the same reason; a producer waiting
+/// for room in the window has one too.
 #[derive(Clone)]
 pub struct RedisBackend {
     pub(crate) shared: Arc<Shared>,

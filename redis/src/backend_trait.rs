@@ -28,8 +28,8 @@ impl Backend for RedisStream {
     }
 
     /// The handle's limit ([`RedisStream::with_max_readers`]; unlimited by default). Redis keeps
-    /// no reader table: each blocked tail costs one Redis connection, so the server's `maxclients`
-    /// bounds the sum over every replica.
+    /// no reader table, and the handle's waiting readers share one blocking read, so the limit
+    /// bounds this replica's memory and work per stream, not Redis's connections.
     fn max_readers(&self) -> usize {
         RedisStream::max_readers(self)
     }

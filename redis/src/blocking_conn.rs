@@ -1,5 +1,6 @@
 //! A connection of its own for one caller's blocking reads (`XREAD BLOCK`), whose read outlives a
-//! cancelled caller.
+//! cancelled caller. The caller is a stream handle's shared tail (`tail.rs`) or a producer waiting
+//! for room in the window.
 //!
 //! Redis answers a connection's commands in order, and a blocked `XREAD` holds its connection until
 //! data arrives or its block time runs out. A caller that gives up on such a read (a `select!`

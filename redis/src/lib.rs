@@ -62,6 +62,7 @@ mod reader;
 mod scripts;
 mod sse;
 mod stream;
+mod tail;
 
 pub use backend::{RedisBackend, RedisConfig, RedisStats};
 pub use connection::SharedConnection;

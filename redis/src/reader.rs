@@ -1,19 +1,17 @@
 //! A reader of one stream: the replay after its cursor, then the live tail, then the close reason.
 
-use std::time::Duration;
+use std::sync::Arc;
 
 use bytes::Bytes;
-use redis::streams::StreamReadOptions;
-use redis::Cmd;
 use replay_ring::CloseReason;
+use tokio::sync::watch;
 
 use crate::backend::Counters;
-use crate::blocking_conn::BlockingConn;
 use crate::codec::{self, Reply};
-use crate::connection::closed_under_it;
 use crate::error::Error;
 use crate::scripts;
 use crate::stream::{ReaderPlace, RedisStream};
+use crate::tail::{Next, TailView};
 
 /// What [`RedisReader::recv`] yields.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,10 +23,11 @@ pub enum ReadItem {
     Closed(CloseReason),
 }
 
-/// Reads one stream from a cursor on: every id exactly once, in order, or a typed error. Each
-/// reader that has to wait for new events blocks in `XREAD` on its own connection (created on
-/// first use), so it never holds up the shared connection. A `recv` cancelled during that wait
-/// leaves the read running, and the next `recv` takes its reply.
+/// Reads one stream from a cursor on: every id exactly once, in order, or a typed error. Readers
+/// that have caught up wait on one blocking `XREAD` per stream handle (shared by its clones),
+/// which runs on a dedicated connection of its own, so they never hold up the shared connection
+/// and a thousand idle readers cost Redis one connection and one read per append, not a
+/// thousand. A `recv` cancelled during that wait loses nothing.
 #[derive(Debug)]
 pub struct RedisReader {
     stream: RedisStream,
@@ -45,18 +44,13 @@ pub struct RedisReader {
     closed: Option<CloseReason>,
     head: u64,
     floor: u64,
-    /// The connection this reader blocks on, and a read a cancelled `recv` left in flight.
-    blocking: BlockingConn,
-    /// Blocking reads in a row whose connection Redis closed under them (reset by a reply): sets
-    /// how long the reader pauses before it connects again.
-    closed_in_a_row: u32,
+    /// Its subscription to the handle's shared tail (taken when it first waits).
+    tail: Option<watch::Receiver<Arc<TailView>>>,
+    /// The newest tail view whose outcome this reader has acted on.
+    tail_seen: u64,
     /// The reader place this reader holds on its stream handle.
     pub(crate) place: Option<ReaderPlace>,
 }
-
-/// The longest pause before a blocking read connects again after Redis closed its connection;
-/// the pause doubles from 10 ms with every close in a row.
-const MAX_RECONNECT_PAUSE: Duration = Duration::from_secs(1);
 
 /// Result of one READ script run.
 struct Page {
@@ -79,9 +73,9 @@ impl RedisReader {
             closed: page.closed,
             head: page.head,
             floor: page.floor,
+            tail_seen: stream.tail.version(),
             stream,
-            blocking: BlockingConn::default(),
-            closed_in_a_row: 0,
+            tail: None,
             place: None,
         })
     }
@@ -121,8 +115,8 @@ impl RedisReader {
     ///
     /// # Cancel safety
     /// Cancel safe: the cursor only moves when events are returned, so a cancelled call loses
-    /// nothing; the next call continues from the same cursor, and takes the reply of the blocking
-    /// read the cancelled one left in flight rather than queueing another behind it.
+    /// nothing; the next call continues from the same cursor. The blocking read a waiting call
+    /// shares goes on for the handle's other readers, and for the next call.
     pub async fn recv(&mut self) -> Result<ReadItem, Error> {
         if let Some(first) = self.first.take() {
             if !first.is_empty() {
@@ -134,14 +128,11 @@ impl RedisReader {
             // something may have changed that the log alone does not show:
             // - after a full page (a replay: more may follow; the pipelined page costs no extra
             //   round trip);
-            // - after a blocked read that timed out (the stream may be gone: expired, deleted),
-            //   or that ctl woke (a release, a close, or a re-creation, whose script writes ctl),
-            //   or whose entries do not continue the cursor (released meanwhile: a gap).
-            // After entries that continue the cursor and arrived without a ctl entry, the reader
-            // goes straight back to XREAD: entries that exist were not released, no close can
-            // have happened since `ctl_mark` (it would have woken the read through ctl), and the
-            // incarnation is the same (a re-creation writes ctl too). That spares the tail one
-            // round trip per delivery.
+            // - when the shared tail's read timed out (the stream may be gone: expired, deleted),
+            //   or ctl changed after this reader's mark (a close, a re-creation, or a release of
+            //   what it has not read), or the entries it needs are older than the tail keeps.
+            // After entries from the tail, the reader goes straight back to waiting on it: why
+            // that is sound is in `tail.rs`. That spares the tail one round trip per delivery.
             if self.recheck {
                 let page = read_page(&self.stream, self.cursor).await?;
                 self.recheck = page.entries.len() >= self.stream.backend.config().read_batch;
@@ -157,8 +148,8 @@ impl RedisReader {
             if let Some(reason) = &self.closed {
                 return Ok(ReadItem::Closed(reason.clone()));
             }
-            // Caught up: block until the log grows past the cursor or ctl signals a change.
-            match self.block().await? {
+            // Caught up: wait until the log grows past the cursor or ctl signals a change.
+            match self.wait().await? {
                 Some(events) => return self.deliver(events),
                 None => self.recheck = true,
             }
@@ -218,111 +209,30 @@ impl RedisReader {
         Ok(ReadItem::Events(events))
     }
 
-    /// One blocking `XREAD` on log and ctl. Returns log entries if they continue the cursor
-    /// (they exist in the log, so they were not released) and ctl had nothing new, else `None`
-    /// to re-read the state.
-    async fn block(&mut self) -> Result<Option<Vec<(u64, Bytes)>>, Error> {
-        let s = &self.stream;
-        let config = s.backend.config();
-        let opts = StreamReadOptions::default()
-            .block(config.block.as_millis().max(1) as usize)
-            .count(config.read_batch);
-        let cursor_id = format!("0-{}", self.cursor);
-        let xread = Cmd::xread_options(
-            &[&s.keys.log, &s.keys.ctl],
-            &[cursor_id.as_str(), self.ctl_mark.as_str()],
-            &opts,
-        );
-        // Another attempt on a new connection whenever Redis closed this one under the read (a
-        // restart, `CLIENT KILL`, its idle `timeout`), as the shared connection does
-        // (`connection.rs`). A read may go out twice.
-        let reply = loop {
-            let counted = || Counters::bump(&s.backend.shared.counters.blocked_reads);
-            match self.blocking.query(&s.backend, &xread, counted).await {
-                Ok(v) => {
-                    self.closed_in_a_row = 0;
-                    break v;
-                }
-                Err(e) => {
-                    if !closed_under_it(&e) {
-                        self.closed_in_a_row = 0;
-                        return Err(Error::from_redis(&s.id, e));
-                    }
-                    // Redis is up (it accepted the connection) and closed it: connect again, at
-                    // once the first time, then backing off, so that a Redis that closes every
-                    // connection costs one attempt a second. A Redis that refuses the connection
-                    // fails the next attempt's connect, which ends the read with the error.
-                    if self.closed_in_a_row > 0 {
-                        let pause = Duration::from_millis(10) * (1 << self.closed_in_a_row.min(7));
-                        tokio::time::sleep(pause.min(MAX_RECONNECT_PAUSE)).await;
-                    }
-                    self.closed_in_a_row = self.closed_in_a_row.saturating_add(1);
-                }
+    /// Waits on the handle's shared tail (`tail.rs`) until it has entries that continue the
+    /// cursor (returned), or the reader must re-read the state (`None`): ctl changed after its
+    /// last state read, the tail's read timed out, or the entries it needs are older than what
+    /// the tail keeps.
+    async fn wait(&mut self) -> Result<Option<Vec<(u64, Bytes)>>, Error> {
+        let stream = &self.stream;
+        let rx = self.tail.get_or_insert_with(|| stream.tail.subscribe());
+        stream
+            .tail
+            .ensure_running(stream, self.cursor, &self.ctl_mark);
+        loop {
+            let view = rx.borrow_and_update().clone();
+            match view.next_for(self.cursor, &mut self.ctl_mark, &mut self.tail_seen) {
+                Next::Take(entries) => return Ok(Some(entries)),
+                Next::Recheck => return Ok(None),
+                Next::Fail(failure) => return Err(failure.into_error(stream)),
+                Next::Wait => {}
             }
-        };
-        let (log, ctl_woke) = split_reply(s, reply)?;
-        Ok(log.filter(|e| !ctl_woke && e.first().map(|(id, _)| *id) == Some(self.cursor + 1)))
+            if rx.changed().await.is_err() {
+                // The handle owns the sender, so this cannot happen while the reader holds it.
+                return Ok(None);
+            }
+        }
     }
-}
-
-/// Events in id order, as read from the log.
-type Entries = Vec<(u64, Bytes)>;
-
-/// Takes an XREAD reply on log and ctl apart: the log's entries (`None` if it had none) and
-/// whether ctl had a new entry.
-fn split_reply(
-    stream: &RedisStream,
-    reply: redis::Value,
-) -> Result<(Option<Entries>, bool), Error> {
-    let log_key = stream.keys.log.as_bytes();
-    let mut ctl_woke = false;
-    let mut log = None;
-    let streams: Vec<redis::Value> = match reply {
-        redis::Value::Nil => return Ok((None, false)),
-        redis::Value::Array(items) => items,
-        redis::Value::Map(pairs) => pairs
-            .into_iter()
-            .map(|(k, v)| redis::Value::Array(vec![k, v]))
-            .collect(),
-        _ => {
-            return Err(codec::corrupt(
-                &stream.id,
-                "XREAD reply has an unexpected shape",
-            ))
-        }
-    };
-    for s in streams {
-        let redis::Value::Array(mut kv) = s else {
-            return Err(codec::corrupt(
-                &stream.id,
-                "XREAD reply has an unexpected shape",
-            ));
-        };
-        if kv.len() != 2 {
-            return Err(codec::corrupt(
-                &stream.id,
-                "XREAD reply has an unexpected shape",
-            ));
-        }
-        let entries = kv.pop().expect("len checked");
-        let key = kv.pop().expect("len checked");
-        if !matches!(&key, redis::Value::BulkString(k) if k == log_key) {
-            ctl_woke = true;
-            continue;
-        }
-        let redis::Value::Array(entries) = entries else {
-            return Err(codec::corrupt(
-                &stream.id,
-                "XREAD reply has an unexpected shape",
-            ));
-        };
-        let parsed = entries
-            .into_iter()
-            .map(|e| codec::entry(&stream.id, e))
-            .collect::<Result<Vec<_>, _>>()?;
-        log = Some(parsed);
-    }
-    Ok((log, ctl_woke))
 }
 
 /// One page after `after`: the READ script's decision (window, epoch, close reason) with a

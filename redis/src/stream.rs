@@ -15,6 +15,7 @@ use crate::error::Error;
 use crate::producer::RedisProducer;
 use crate::reader::RedisReader;
 use crate::scripts;
+use crate::tail::Tail;
 
 /// A stream's state in Redis at one instant (one atomic read).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,6 +72,8 @@ pub struct RedisStream {
     /// The claim of this handle's (or a clone's) acquisition that got no answer, sent again with
     /// the next one.
     claims: Claims,
+    /// The one blocking read that this handle's waiting readers (and its clones') share.
+    pub(crate) tail: Arc<Tail>,
 }
 
 /// How many readers a handle (and its clones) may have open at once, and how many are.
@@ -138,6 +141,7 @@ impl RedisStream {
             readers: ReaderPlaces::new(usize::MAX),
             seen_head: Arc::new(AtomicU64::new(0)),
             claims: Claims::default(),
+            tail: Arc::default(),
         }
     }
 
@@ -165,8 +169,9 @@ impl RedisStream {
     }
 
     /// This handle with at most `limit` readers open at once (across its clones); a resume past
-    /// that is refused with [`Error::TooManyReaders`]. Each reader that waits for events holds one
-    /// Redis connection, so an SSE server caps its connections here. Unlimited by default.
+    /// that is refused with [`Error::TooManyReaders`]. An SSE server caps its connections per
+    /// stream here. Unlimited by default. (The handle's waiting readers share one Redis
+    /// connection and one blocking read whatever their number.)
     ///
     /// ```no_run
     /// # fn f(s: replay_ring_redis::RedisStream) {

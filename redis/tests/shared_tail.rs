@@ -1,0 +1,250 @@
+//! Waiting readers of one stream handle share one blocking read, against a real redis-server: a
+//! thousand idle readers hold one Redis connection between them, not a thousand; each still gets
+//! every event exactly once, whether it keeps up or falls far behind; and the shared read ends
+//! with its last reader.
+
+mod common;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::{eventually, RedisServer};
+use replay_ring_redis::{ReadItem, RedisBackend, RedisConfig, RedisReader, RedisStream};
+use replay_ring_sse::StreamId;
+use tokio::time::timeout;
+
+const LIMIT: Duration = Duration::from_secs(30);
+
+fn payload(id: u64) -> Vec<u8> {
+    format!("event {id}").into_bytes()
+}
+
+/// Clients of the server that are blocked in `XREAD` now, and all its clients.
+fn xread_clients(raw: &mut redis::Connection) -> (usize, usize) {
+    let list: String = redis::cmd("CLIENT").arg("LIST").query(raw).unwrap();
+    let blocked = list.lines().filter(|l| l.contains("cmd=xread")).count();
+    (blocked, list.lines().count())
+}
+
+/// Reads until `last`, checking that ids continue the cursor exactly; returns how many events.
+async fn read_through(mut reader: RedisReader, last: u64) -> u64 {
+    let mut got = 0;
+    while reader.last_id() < last {
+        let before = reader.last_id();
+        match timeout(LIMIT, reader.recv()).await.unwrap().unwrap() {
+            ReadItem::Events(batch) => {
+                for (i, (id, data)) in batch.iter().enumerate() {
+                    assert_eq!(*id, before + 1 + i as u64, "ids continue the cursor");
+                    assert_eq!(data, &Bytes::from(payload(*id)));
+                }
+                got += batch.len() as u64;
+            }
+            closed => panic!("{closed:?} before {last}"),
+        }
+    }
+    got
+}
+
+async fn new_stream(
+    server: &RedisServer,
+    config: RedisConfig,
+    name: &str,
+) -> (RedisBackend, RedisStream) {
+    let backend = server.backend_with(config).await;
+    let stream = backend
+        .create(&StreamId::new(name).unwrap(), 100_000)
+        .await
+        .unwrap();
+    (backend, stream)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_waiting_readers_share_one_blocking_read() {
+    const READERS: usize = 1_000;
+    const EVENTS: u64 = 40;
+    let server = RedisServer::start();
+    let (backend, stream) = new_stream(&server, RedisConfig::default(), "many").await;
+    let mut tasks = Vec::new();
+    for i in 0..READERS {
+        // Half on clones of the handle: clones share the read too.
+        let handle = if i % 2 == 0 {
+            stream.clone()
+        } else {
+            stream.clone().clone()
+        };
+        let reader = handle.resume(Some(0)).await.unwrap();
+        tasks.push(tokio::spawn(read_through(reader, EVENTS)));
+    }
+    let mut raw = server.raw();
+    eventually(LIMIT, "the shared read blocked in XREAD", || {
+        std::future::ready(xread_clients(&mut raw).0 == 1)
+    })
+    .await;
+    let (blocked, clients) = xread_clients(&mut raw);
+    assert_eq!(blocked, 1, "one blocked XREAD for {READERS} readers");
+    assert!(
+        clients <= 4,
+        "{clients} Redis clients for {READERS} waiting readers"
+    );
+
+    let mut producer = stream.acquire_producer().await.unwrap();
+    for id in 1..=EVENTS {
+        assert_eq!(producer.append(&payload(id)).await.unwrap(), id);
+    }
+    for task in tasks {
+        assert_eq!(task.await.unwrap(), EVENTS, "every event exactly once");
+    }
+    // One read per append or fewer (appends that land together share a read), plus the odd
+    // timed-out one; a read per reader would be at least READERS.
+    let reads = backend.stats().blocked_reads;
+    assert!(reads <= 2 * EVENTS + 10, "{reads} blocking reads");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_far_behind_the_shared_read_and_keeping_up_both_get_every_event() {
+    const EVENTS: u64 = 2_000;
+    // Small pages, so the lagging reader falls far behind what the shared read keeps.
+    let config = RedisConfig {
+        read_batch: 16,
+        ..RedisConfig::default()
+    };
+    let server = RedisServer::start();
+    let (_backend, stream) = new_stream(&server, config, "lag").await;
+    let fast: Vec<_> = (0..8)
+        .map(|_| {
+            let stream = stream.clone();
+            tokio::spawn(async move {
+                let reader = stream.resume(Some(0)).await.unwrap();
+                read_through(reader, EVENTS).await
+            })
+        })
+        .collect();
+    let slow_reader = stream.resume(Some(0)).await.unwrap();
+    let (go, gate) = tokio::sync::oneshot::channel::<()>();
+    let mut go = Some(go);
+    let slow = tokio::spawn(async move {
+        gate.await.unwrap();
+        read_through(slow_reader, EVENTS).await
+    });
+    let mut producer = stream.acquire_producer().await.unwrap();
+    let mut next = 1;
+    while next <= EVENTS {
+        let batch: Vec<Vec<u8>> = (next..next + 10).map(payload).collect();
+        producer.append_batch(&batch).await.unwrap();
+        next += 10;
+        if next == EVENTS / 2 + 1 {
+            // Half the events are out and the slow reader has read none: now it reads.
+            go.take().unwrap().send(()).unwrap();
+        }
+    }
+    for task in fast {
+        assert_eq!(task.await.unwrap(), EVENTS);
+    }
+    assert_eq!(slow.await.unwrap(), EVENTS);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shared_read_ends_with_its_last_reader() {
+    let server = RedisServer::start();
+    let (_backend, stream) = new_stream(&server, RedisConfig::default(), "ends").await;
+    let waiting: Vec<_> = (0..10)
+        .map(|_| {
+            let stream = stream.clone();
+            tokio::spawn(async move {
+                let mut reader = stream.resume(Some(0)).await.unwrap();
+                reader.recv().await
+            })
+        })
+        .collect();
+    let mut raw = server.raw();
+    eventually(LIMIT, "the shared read blocked in XREAD", || {
+        std::future::ready(xread_clients(&mut raw).0 == 1)
+    })
+    .await;
+    for task in &waiting {
+        task.abort();
+    }
+    // The read's connection closes well before its 5 s block time would have run out.
+    eventually(Duration::from_secs(3), "no blocked XREAD left", || {
+        std::future::ready(xread_clients(&mut raw).0 == 0)
+    })
+    .await;
+    // A reader that comes later starts the shared read again and is woken by an append.
+    let mut reader = stream.resume(Some(0)).await.unwrap();
+    let next = tokio::spawn(async move { reader.recv().await });
+    eventually(LIMIT, "the shared read blocked again", || {
+        std::future::ready(xread_clients(&mut raw).0 == 1)
+    })
+    .await;
+    let mut producer = stream.acquire_producer().await.unwrap();
+    producer.append(&payload(1)).await.unwrap();
+    let got = timeout(LIMIT, next).await.unwrap().unwrap().unwrap();
+    assert_eq!(got, ReadItem::Events(vec![(1, Bytes::from(payload(1)))]));
+}
+
+/// Calls of `EVALSHA_RO` (the read-only scripts: a reader's state read) the server has answered.
+fn state_reads(raw: &mut redis::Connection) -> u64 {
+    let info: String = redis::cmd("INFO").arg("commandstats").query(raw).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha_ro:calls="))
+        .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn releases_cost_waiting_readers_no_state_read_and_a_reader_they_passed_gets_a_gap() {
+    const READERS: u64 = 100;
+    const EVENTS: u64 = 20;
+    // A long block time, so that no read times out (which makes every reader re-read the state).
+    let config = RedisConfig {
+        block: Duration::from_secs(60),
+        ..RedisConfig::default()
+    };
+    let server = RedisServer::start();
+    let (_backend, stream) = new_stream(&server, config, "releases").await;
+    let delivered = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..READERS {
+        let mut reader = stream.resume(Some(0)).await.unwrap();
+        let delivered = delivered.clone();
+        tasks.push(tokio::spawn(async move {
+            while reader.last_id() < EVENTS {
+                match timeout(LIMIT, reader.recv()).await.unwrap().unwrap() {
+                    ReadItem::Events(batch) => {
+                        assert_eq!(batch[0].0, reader.last_id() - batch.len() as u64 + 1);
+                        delivered
+                            .fetch_add(batch.len() as u64, std::sync::atomic::Ordering::SeqCst);
+                    }
+                    closed => panic!("{closed:?}"),
+                }
+            }
+        }));
+    }
+    // Resumed at 0 and then left alone while events 1.. are released.
+    let mut passed = stream.resume(Some(0)).await.unwrap();
+    let mut raw = server.raw();
+    let before = state_reads(&mut raw);
+    let mut producer = stream.acquire_producer().await.unwrap();
+    for id in 1..=EVENTS {
+        producer.append(&payload(id)).await.unwrap();
+        eventually(LIMIT, "every reader has the event", || {
+            let all = delivered.load(std::sync::atomic::Ordering::SeqCst) == id * READERS;
+            std::future::ready(all)
+        })
+        .await;
+        stream.release_through(id).await.unwrap();
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let reads = state_reads(&mut raw) - before;
+    // Re-reading the state on every release would be READERS × EVENTS = 2,000 reads.
+    assert!(reads < READERS, "{reads} state reads for {EVENTS} releases");
+    match timeout(LIMIT, passed.recv()).await.unwrap() {
+        Err(replay_ring_redis::Error::Gap {
+            requested: 0,
+            floor,
+            ..
+        }) => assert_eq!(floor, EVENTS + 1),
+        other => panic!("expected a gap, got {other:?}"),
+    }
+}
