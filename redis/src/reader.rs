@@ -11,7 +11,7 @@ use crate::codec::{self, Reply};
 use crate::error::Error;
 use crate::scripts;
 use crate::stream::{ReaderPlace, RedisStream};
-use crate::tail::{Next, TailView};
+use crate::tail::{Next, Start, TailView};
 
 /// What [`RedisReader::recv`] yields.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -140,6 +140,7 @@ impl RedisReader {
                 self.head = page.head;
                 self.floor = page.floor;
                 self.closed = page.closed;
+                self.stream.tail.learn_floor(&self.ctl_mark, self.floor);
                 if !page.entries.is_empty() {
                     return self.deliver(page.entries);
                 }
@@ -216,12 +217,22 @@ impl RedisReader {
     async fn wait(&mut self) -> Result<Option<Vec<(u64, Bytes)>>, Error> {
         let stream = &self.stream;
         let rx = self.tail.get_or_insert_with(|| stream.tail.subscribe());
-        stream
-            .tail
-            .ensure_running(stream, self.cursor, &self.ctl_mark);
+        let start = Start {
+            cursor: self.cursor,
+            ctl_mark: &self.ctl_mark,
+            floor: self.floor,
+            at_head: self.cursor >= self.head,
+        };
+        stream.tail.ensure_running(stream, start);
         loop {
             let view = rx.borrow_and_update().clone();
-            match view.next_for(self.cursor, &mut self.ctl_mark, &mut self.tail_seen) {
+            let next = view.next_for(
+                self.cursor,
+                &mut self.ctl_mark,
+                &mut self.floor,
+                &mut self.tail_seen,
+            );
+            match next {
                 Next::Take(entries) => return Ok(Some(entries)),
                 Next::Recheck => return Ok(None),
                 Next::Fail(failure) => return Err(failure.into_error(stream)),

@@ -90,6 +90,14 @@ pub(crate) struct TailView {
     pub(crate) recent: Arc<[(u64, Bytes)]>,
     /// How the task's last read ended.
     pub(crate) outcome: Outcome,
+    /// The floor as of `ctl_mark` and the releases after it, when known (not after a close, a
+    /// re-creation or ctl entries the task may have missed, until a reader re-reads the state).
+    pub(crate) floor: Option<u64>,
+    /// Whether the task's last read found nothing past `pos` beyond what it returned (fewer
+    /// entries than a page), so that `pos` was the head when it was read.
+    pub(crate) caught_up: bool,
+    /// Whether the task runs.
+    pub(crate) live: bool,
 }
 
 /// How the task's last read ended.
@@ -128,18 +136,27 @@ pub(crate) enum Next {
 
 impl TailView {
     /// What a reader at `cursor` whose last state read gave `ctl_mark` does with this view.
-    /// `seen` is the newest view version it has acted on; updated here, as is `ctl_mark` when the
-    /// view's follows it through releases that removed nothing the reader still needs.
-    pub(crate) fn next_for(&self, cursor: u64, ctl_mark: &mut String, seen: &mut u64) -> Next {
+    /// `seen` is the newest view version it has acted on; updated here, as are `ctl_mark` and
+    /// the reader's `floor` when the view's mark follows its own through releases that removed
+    /// nothing the reader still needs.
+    pub(crate) fn next_for(
+        &self,
+        cursor: u64,
+        ctl_mark: &mut String,
+        floor: &mut u64,
+        seen: &mut u64,
+    ) -> Next {
         let fresh = self.version > *seen;
         *seen = (*seen).max(self.version);
-        let only_releases_since = self
+        let released_since = self
             .released
             .iter()
             .find(|(mark, _)| mark == ctl_mark)
-            .is_some_and(|(_, through)| cursor >= *through);
-        if only_releases_since {
+            .map(|(_, through)| *through)
+            .filter(|through| cursor >= *through);
+        if let Some(through) = released_since {
             ctl_mark.clone_from(&self.ctl_mark);
+            *floor = (*floor).max(through + 1);
         }
         if *ctl_mark == self.ctl_mark {
             let first = self.recent.first().map_or(self.pos + 1, |(id, _)| *id);
@@ -182,6 +199,9 @@ impl Default for Tail {
             pos: 0,
             recent: Arc::from(Vec::new()),
             outcome: Outcome::Reading,
+            floor: None,
+            caught_up: false,
+            live: false,
         };
         Tail {
             running: Mutex::new(false),
@@ -190,7 +210,45 @@ impl Default for Tail {
     }
 }
 
+/// Where a reader that starts the task stands.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Start<'a> {
+    /// Its cursor.
+    pub(crate) cursor: u64,
+    /// ctl's newest id at its last state read (or the mark it took from a view since).
+    pub(crate) ctl_mark: &'a str,
+    /// The floor as of `ctl_mark`.
+    pub(crate) floor: u64,
+    /// Whether its cursor was the head at its last state read.
+    pub(crate) at_head: bool,
+}
+
 impl Tail {
+    /// Floor and head as the task last read them, if it runs and that is known: the head is the
+    /// newest id its last read returned (that read found nothing after it), the floor follows
+    /// every release recorded since. A moment old, but no round trip.
+    pub(crate) fn recent_window(&self) -> Option<(u64, u64)> {
+        let v = self.view.borrow();
+        if !v.live || !v.caught_up {
+            return None;
+        }
+        let floor = v.floor?;
+        // Released entries the task never read: the head is at least the last one released.
+        Some((floor, v.pos.max(floor - 1)))
+    }
+
+    /// Records the floor a reader read with the state at `ctl_mark`, if the task knows none and
+    /// reads from that same mark (after a close, a re-creation or ctl entries it may have missed).
+    pub(crate) fn learn_floor(&self, ctl_mark: &str, floor: u64) {
+        self.view.send_if_modified(|v| {
+            if v.floor.is_some() || v.ctl_mark != ctl_mark {
+                return false;
+            }
+            Arc::make_mut(v).floor = Some(floor);
+            true
+        });
+    }
+
     /// The newest view version (a new reader acts only on outcomes after it).
     pub(crate) fn version(&self) -> u64 {
         self.view.borrow().version
@@ -201,9 +259,10 @@ impl Tail {
         self.view.subscribe()
     }
 
-    /// Starts the task unless it runs, reading after `cursor` with `ctl_mark`: the position of
-    /// the (subscribed) reader that starts it.
-    pub(crate) fn ensure_running(&self, stream: &RedisStream, cursor: u64, ctl_mark: &str) {
+    /// Starts the task unless it runs, reading after the position of the (subscribed) reader that
+    /// starts it: its cursor, the ctl mark and floor of its last state read, and whether its
+    /// cursor was the head then.
+    pub(crate) fn ensure_running(&self, stream: &RedisStream, start: Start<'_>) {
         let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
         if *running {
             return;
@@ -212,11 +271,14 @@ impl Tail {
         self.view.send_modify(|v| {
             *v = Arc::new(TailView {
                 version: v.version + 1,
-                ctl_mark: ctl_mark.to_owned(),
+                ctl_mark: start.ctl_mark.to_owned(),
                 released: Vec::new(),
-                pos: cursor,
+                pos: start.cursor,
                 recent: Arc::from(Vec::new()),
                 outcome: Outcome::Reading,
+                floor: Some(start.floor),
+                caught_up: start.at_head,
+                live: true,
             });
         });
         tokio::spawn(run(stream.clone()));
@@ -227,6 +289,7 @@ impl Tail {
         let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
         if self.view.receiver_count() == 0 {
             *running = false;
+            self.view.send_modify(|v| Arc::make_mut(v).live = false);
         }
         !*running
     }
@@ -238,6 +301,7 @@ impl Tail {
             let mut next = TailView::clone(v);
             next.version += 1;
             next.outcome = Outcome::Failed(failure);
+            next.live = false;
             *v = Arc::new(next);
         });
         *running = false;
@@ -258,6 +322,7 @@ impl Tail {
             if let Some(last) = log.as_ref().and_then(|l| l.last()) {
                 next.pos = last.0;
             }
+            next.caught_up = log.as_ref().is_none_or(|l| l.len() < keep);
             let continues =
                 log.as_ref().and_then(|l| l.first()).map(|(id, _)| *id) == Some(old_pos + 1);
             let mut released_through = 0;
@@ -272,6 +337,7 @@ impl Tail {
                     // re-read the state and the view keeps none of them.
                     next.ctl_mark = newest;
                     next.released.clear();
+                    next.floor = None;
                     still_stands = false;
                 }
                 Some(CtlNews {
@@ -285,6 +351,9 @@ impl Tail {
                     let over = next.released.len().saturating_sub(MARKS_KEPT);
                     next.released.drain(..over);
                     next.ctl_mark = newest;
+                    next.floor = next.floor.map(|f| f.max(through + 1));
+                    // Entries up to `through` are gone: reading after it is the same read.
+                    next.pos = next.pos.max(through);
                     released_through = through;
                 }
                 None => {}
@@ -491,6 +560,9 @@ mod tests {
                 .collect::<Vec<_>>()
                 .into(),
             outcome: Outcome::Reading,
+            floor: None,
+            caught_up: false,
+            live: true,
         }
     }
 
@@ -510,21 +582,21 @@ mod tests {
         let v = view(3, "5-0", 11..=20, 20);
         let mut seen = 0;
         assert_eq!(
-            ids(v.next_for(10, &mut m("5-0"), &mut seen)),
+            ids(v.next_for(10, &mut m("5-0"), &mut 0, &mut seen)),
             (11..=20).collect::<Vec<_>>()
         );
         assert_eq!(
-            ids(v.next_for(15, &mut m("5-0"), &mut seen)),
+            ids(v.next_for(15, &mut m("5-0"), &mut 0, &mut seen)),
             (16..=20).collect::<Vec<_>>()
         );
         assert_eq!(seen, 3);
         assert!(matches!(
-            v.next_for(20, &mut m("5-0"), &mut seen),
+            v.next_for(20, &mut m("5-0"), &mut 0, &mut seen),
             Next::Wait
         ));
         // Ahead of the task's position (it read from an older cursor): wait for it.
         assert!(matches!(
-            v.next_for(25, &mut m("5-0"), &mut seen),
+            v.next_for(25, &mut m("5-0"), &mut 0, &mut seen),
             Next::Wait
         ));
     }
@@ -533,16 +605,16 @@ mod tests {
     fn a_reader_behind_what_the_view_keeps_reads_itself() {
         let v = view(1, "5-0", 11..=20, 20);
         assert!(matches!(
-            v.next_for(9, &mut m("5-0"), &mut 0),
+            v.next_for(9, &mut m("5-0"), &mut 0, &mut 0),
             Next::Recheck
         ));
         let empty = view(1, "5-0", [], 20);
         assert!(matches!(
-            empty.next_for(19, &mut m("5-0"), &mut 0),
+            empty.next_for(19, &mut m("5-0"), &mut 0, &mut 0),
             Next::Recheck
         ));
         assert!(matches!(
-            empty.next_for(20, &mut m("5-0"), &mut 0),
+            empty.next_for(20, &mut m("5-0"), &mut 0, &mut 0),
             Next::Wait
         ));
     }
@@ -551,16 +623,22 @@ mod tests {
     fn a_ctl_change_the_reader_has_not_seen_makes_it_read_the_state() {
         let v = view(1, "7-3", 11..=20, 20);
         assert!(matches!(
-            v.next_for(10, &mut m("7-2"), &mut 0),
+            v.next_for(10, &mut m("7-2"), &mut 0, &mut 0),
             Next::Recheck
         ));
         assert!(matches!(
-            v.next_for(20, &mut m("6-9"), &mut 0),
+            v.next_for(20, &mut m("6-9"), &mut 0, &mut 0),
             Next::Recheck
         ));
         // The reader has seen a newer ctl entry than the task: the task's read returns with it.
-        assert!(matches!(v.next_for(10, &mut m("7-4"), &mut 0), Next::Wait));
-        assert!(matches!(v.next_for(10, &mut m("8-0"), &mut 0), Next::Wait));
+        assert!(matches!(
+            v.next_for(10, &mut m("7-4"), &mut 0, &mut 0),
+            Next::Wait
+        ));
+        assert!(matches!(
+            v.next_for(10, &mut m("8-0"), &mut 0, &mut 0),
+            Next::Wait
+        ));
     }
 
     #[test]
@@ -569,21 +647,21 @@ mod tests {
         v.outcome = Outcome::TimedOut;
         let mut seen = 3;
         assert!(matches!(
-            v.next_for(20, &mut m("5-0"), &mut seen),
+            v.next_for(20, &mut m("5-0"), &mut 0, &mut seen),
             Next::Recheck
         ));
         assert!(matches!(
-            v.next_for(20, &mut m("5-0"), &mut seen),
+            v.next_for(20, &mut m("5-0"), &mut 0, &mut seen),
             Next::Wait
         ));
         v.version = 5;
         v.outcome = Outcome::Failed(Failure::Corrupt("x".into()));
         assert!(matches!(
-            v.next_for(20, &mut m("5-0"), &mut seen),
+            v.next_for(20, &mut m("5-0"), &mut 0, &mut seen),
             Next::Fail(_)
         ));
         assert!(matches!(
-            v.next_for(20, &mut m("5-0"), &mut seen),
+            v.next_for(20, &mut m("5-0"), &mut 0, &mut seen),
             Next::Wait
         ));
         // Entries that continue the cursor are taken whatever the outcome.
@@ -591,7 +669,10 @@ mod tests {
         assert!(matches!(v.outcome, Outcome::Failed(_)));
         v.recent = vec![(21, Bytes::new())].into();
         v.pos = 21;
-        assert_eq!(ids(v.next_for(20, &mut m("5-0"), &mut seen)), vec![21]);
+        assert_eq!(
+            ids(v.next_for(20, &mut m("5-0"), &mut 0, &mut seen)),
+            vec![21]
+        );
     }
 
     #[test]
@@ -661,11 +742,17 @@ mod tests {
         );
         // A reader at the first mark whose cursor is past the releases takes the new mark.
         let mut mark = m("0-0");
-        assert_eq!(ids(v.next_for(9, &mut mark, &mut 0)), vec![10, 11, 12]);
+        assert_eq!(
+            ids(v.next_for(9, &mut mark, &mut 0, &mut 0)),
+            vec![10, 11, 12]
+        );
         assert_eq!(mark, "2-0");
         // One whose next event was released reads the state (and finds the gap).
         let mut mark = m("0-0");
-        assert!(matches!(v.next_for(5, &mut mark, &mut 0), Next::Recheck));
+        assert!(matches!(
+            v.next_for(5, &mut mark, &mut 0, &mut 0),
+            Next::Recheck
+        ));
         assert_eq!(mark, "0-0");
         // A close after them: every earlier mark must read the state again.
         let close = CtlNews {
@@ -676,7 +763,10 @@ mod tests {
         let v = tail.view.borrow().clone();
         assert!(v.released.is_empty());
         let mut mark = m("2-0");
-        assert!(matches!(v.next_for(12, &mut mark, &mut 0), Next::Recheck));
+        assert!(matches!(
+            v.next_for(12, &mut mark, &mut 0, &mut 0),
+            Next::Recheck
+        ));
     }
 
     fn entry(id: &str, field: &str, value: &str) -> redis::Value {
@@ -701,5 +791,60 @@ mod tests {
         // A full page of a small COUNT: more may follow.
         assert_eq!(ctl_news(&two, 2).unwrap().releases_only, None);
         assert!(ctl_news(&[redis::Value::Nil], 512).is_none());
+    }
+
+    #[test]
+    fn the_window_follows_reads_and_releases_while_the_task_runs() {
+        let tail = Tail::default();
+        assert_eq!(tail.recent_window(), None, "no task");
+        tail.view.send_modify(|v| {
+            let v = Arc::make_mut(v);
+            (v.live, v.floor, v.pos, v.caught_up) = (true, Some(1), 0, true);
+        });
+        assert_eq!(tail.recent_window(), Some((1, 0)));
+        let e = |r: std::ops::RangeInclusive<u64>| Some(r.map(|i| (i, Bytes::new())).collect());
+        tail.publish(e(1..=4), None, 4);
+        assert_eq!(tail.recent_window(), None, "a full page: more may follow");
+        tail.publish(e(5..=6), None, 4);
+        assert_eq!(tail.recent_window(), Some((1, 6)));
+        let releases = CtlNews {
+            newest: "1-0".into(),
+            releases_only: Some(5),
+        };
+        tail.publish(None, Some(releases), 4);
+        assert_eq!(tail.recent_window(), Some((6, 6)));
+        // Released past what the task read (it never saw 7 and 8): the head is at least 8.
+        let releases = CtlNews {
+            newest: "2-0".into(),
+            releases_only: Some(8),
+        };
+        tail.publish(None, Some(releases), 4);
+        assert_eq!(tail.recent_window(), Some((9, 8)));
+        assert_eq!(tail.view.borrow().pos, 8);
+        // A close: the floor is unknown until a reader reads the state at the new mark.
+        let close = CtlNews {
+            newest: "3-0".into(),
+            releases_only: None,
+        };
+        tail.publish(None, Some(close), 4);
+        assert_eq!(tail.recent_window(), None);
+        tail.learn_floor("2-0", 9);
+        assert_eq!(tail.recent_window(), None, "a state read at an older mark");
+        tail.learn_floor("3-0", 9);
+        assert_eq!(tail.recent_window(), Some((9, 8)));
+        tail.fail(Failure::Corrupt("x".into()));
+        assert_eq!(tail.recent_window(), None, "the task stopped");
+    }
+
+    #[test]
+    fn a_reader_taking_the_mark_through_releases_moves_its_floor() {
+        let mut v = view(1, "2-0", [], 10);
+        v.released = vec![(m("1-0"), 7)];
+        let (mut mark, mut floor) = (m("1-0"), 3);
+        assert!(matches!(
+            v.next_for(10, &mut mark, &mut floor, &mut 0),
+            Next::Wait
+        ));
+        assert_eq!((mark.as_str(), floor), ("2-0", 8));
     }
 }

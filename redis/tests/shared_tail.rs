@@ -248,3 +248,71 @@ async fn releases_cost_waiting_readers_no_state_read_and_a_reader_they_passed_ge
         other => panic!("expected a gap, got {other:?}"),
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sse_connections_on_redis_read_the_window_from_the_shared_read_not_per_chunk() {
+    use futures_util::StreamExt;
+    use replay_ring_sse::axum::{SseConfig, SseStream};
+    const CONNECTIONS: u64 = 100;
+    const EVENTS: u64 = 30;
+    let config = RedisConfig {
+        block: Duration::from_secs(60),
+        ..RedisConfig::default()
+    };
+    let server = RedisServer::start();
+    let (_backend, stream) = new_stream(&server, config, "sse").await;
+    let identity = stream.identity();
+    let producer = stream.acquire_producer().await.unwrap();
+    let (sse, mut publisher) = SseStream::with_backend(producer, identity, SseConfig::default());
+    let delivered = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let mut clients = Vec::new();
+    for _ in 0..CONNECTIONS {
+        let response = sse.respond_async(&http::HeaderMap::new()).await;
+        assert_eq!(response.status(), http::StatusCode::OK);
+        let mut body = response.into_body().into_data_stream();
+        let delivered = delivered.clone();
+        clients.push(tokio::spawn(async move {
+            let mut ids = Vec::new();
+            let mut text = String::new();
+            while ids.last() != Some(&EVENTS) {
+                let chunk = timeout(LIMIT, body.next()).await.unwrap().unwrap().unwrap();
+                text.push_str(std::str::from_utf8(&chunk).unwrap());
+                while let Some(end) = text.find("\n\n") {
+                    let frame: String = text.drain(..end + 2).collect();
+                    if let Some(id) = frame.lines().find_map(|l| l.strip_prefix("id: ")) {
+                        let seq: u64 = id.rsplit('.').next().unwrap().parse().unwrap();
+                        if seq > 0 {
+                            ids.push(seq);
+                            delivered.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        }
+                    }
+                }
+            }
+            ids
+        }));
+    }
+    let mut raw = server.raw();
+    let before = state_reads(&mut raw);
+    for id in 1..=EVENTS {
+        assert_eq!(publisher.send(payload(id)).await.unwrap(), id);
+        // One event at a time, so every connection writes a chunk per event.
+        eventually(LIMIT, "every connection has the event", || {
+            let all = delivered.load(std::sync::atomic::Ordering::SeqCst) == id * CONNECTIONS;
+            std::future::ready(all)
+        })
+        .await;
+    }
+    for client in clients {
+        assert_eq!(
+            timeout(LIMIT, client).await.unwrap().unwrap(),
+            (1..=EVENTS).collect::<Vec<_>>()
+        );
+    }
+    let reads = state_reads(&mut raw) - before;
+    // A state read per chunk would be at least CONNECTIONS × EVENTS = 3,000.
+    assert!(
+        reads < CONNECTIONS * EVENTS / 10,
+        "{reads} state reads for {} chunks",
+        CONNECTIONS * EVENTS
+    );
+}

@@ -545,6 +545,18 @@ pub trait Backend: Clone + Send + Sync + 'static {
     /// Cancel safe: it only reads.
     fn window(&self) -> impl Future<Output = Result<Window, Unavailable>> + Send;
 
+    /// The window as this process last saw it, when that is known at once (no wait, no round
+    /// trip) and no older than the backend's latest notice of an append or a release; `None`
+    /// otherwise, which is always allowed. The SSE writer asks before every chunk of every
+    /// connection, for the slow-consumer policy and release planning, where a view a moment old
+    /// does no harm: a lag is measured a moment late, and a release is planned within what was
+    /// seen. Where it answers `None`, the writer reads [`window`](Self::window). Resume decisions
+    /// and the `Replay-*` headers always use `window` or the resume itself. The default answers
+    /// `None`.
+    fn recent_window(&self) -> Option<Window> {
+        None
+    }
+
     /// Releases every event `<= id`; returns the new floor. Idempotent and monotonic: releasing
     /// below the floor is a no-op, the floor never moves back.
     ///

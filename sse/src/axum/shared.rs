@@ -162,7 +162,10 @@ impl<B: Backend> Shared<B> {
 
     /// The slow-consumer window (floor, head, capacity) for the retention state.
     pub(crate) async fn policy_window(&self) -> Option<crate::slow_consumer::Window> {
-        let Window { floor, head } = self.backend.window().await.ok()?;
+        let Window { floor, head } = match self.backend.recent_window() {
+            Some(window) => window,
+            None => self.backend.window().await.ok()?,
+        };
         Some(crate::slow_consumer::Window {
             floor,
             head,
