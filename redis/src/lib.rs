@@ -57,6 +57,7 @@ mod claim;
 mod codec;
 mod connection;
 mod error;
+mod page;
 mod producer;
 mod reader;
 mod scripts;

@@ -7,11 +7,11 @@ use replay_ring::CloseReason;
 use tokio::sync::watch;
 
 use crate::backend::Counters;
-use crate::codec::{self, Reply};
+use crate::codec;
 use crate::error::Error;
-use crate::scripts;
+use crate::page::read_page;
 use crate::stream::{ReaderPlace, RedisStream};
-use crate::tail::{Next, Start, TailView};
+use crate::tail::{Known, Next, Start, TailView};
 
 /// What [`RedisReader::recv`] yields.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,34 +31,17 @@ pub enum ReadItem {
 #[derive(Debug)]
 pub struct RedisReader {
     stream: RedisStream,
-    /// Last id delivered (or the resume cursor).
-    cursor: u64,
+    /// Its cursor, and what its last state read (or a tail view it took) said.
+    known: Known,
     /// The first page, read atomically with the resume decision.
     first: Option<Vec<(u64, Bytes)>>,
-    /// ctl's newest id when the state was last read: a later close, release or re-creation
-    /// wakes the XREAD.
-    ctl_mark: String,
     /// Whether the next read must re-read the stream's state (the READ script) before it may
-    /// block: see [`RedisReader::recv`] for when it may skip it.
+    /// wait: see [`RedisReader::recv`] for when it may skip it.
     recheck: bool,
-    closed: Option<CloseReason>,
-    head: u64,
-    floor: u64,
     /// Its subscription to the handle's shared tail (taken when it first waits).
     tail: Option<watch::Receiver<Arc<TailView>>>,
-    /// The newest tail view whose outcome this reader has acted on.
-    tail_seen: u64,
     /// The reader place this reader holds on its stream handle.
     pub(crate) place: Option<ReaderPlace>,
-}
-
-/// Result of one READ script run.
-struct Page {
-    floor: u64,
-    head: u64,
-    closed: Option<CloseReason>,
-    ctl: String,
-    entries: Vec<(u64, Bytes)>,
 }
 
 impl RedisReader {
@@ -66,14 +49,16 @@ impl RedisReader {
     pub(crate) async fn start(stream: RedisStream, after: u64) -> Result<RedisReader, Error> {
         let page = read_page(&stream, after).await?;
         Ok(RedisReader {
-            cursor: after,
+            known: Known {
+                cursor: after,
+                ctl_mark: page.ctl,
+                floor: page.floor,
+                head: page.head,
+                closed: page.closed,
+                seen: stream.tail.version(),
+            },
             recheck: page.entries.len() >= stream.backend.config().read_batch,
             first: Some(page.entries),
-            ctl_mark: page.ctl,
-            closed: page.closed,
-            head: page.head,
-            floor: page.floor,
-            tail_seen: stream.tail.version(),
             stream,
             tail: None,
             place: None,
@@ -89,7 +74,7 @@ impl RedisReader {
     /// # }
     /// ```
     pub fn last_id(&self) -> u64 {
-        self.cursor
+        self.known.cursor
     }
 
     /// Floor and head as of the reader's last read of the stream's state (at resume time, this is
@@ -102,7 +87,7 @@ impl RedisReader {
     /// # }
     /// ```
     pub fn window(&self) -> (u64, u64) {
-        (self.floor, self.head)
+        (self.known.floor, self.known.head)
     }
 
     /// Waits for and returns the next events (or the close reason once everything was delivered).
@@ -134,25 +119,27 @@ impl RedisReader {
             // After entries from the tail, the reader goes straight back to waiting on it: why
             // that is sound is in `tail.rs`. That spares the tail one round trip per delivery.
             if self.recheck {
-                let page = read_page(&self.stream, self.cursor).await?;
+                let k = &mut self.known;
+                let page = read_page(&self.stream, k.cursor).await?;
                 self.recheck = page.entries.len() >= self.stream.backend.config().read_batch;
-                self.ctl_mark = page.ctl;
-                self.head = page.head;
-                self.floor = page.floor;
-                self.closed = page.closed;
-                self.stream.tail.learn_floor(&self.ctl_mark, self.floor);
+                k.ctl_mark = page.ctl;
+                k.head = page.head;
+                k.floor = page.floor;
+                k.closed = page.closed;
+                self.stream.tail.learn_floor(&k.ctl_mark, k.floor);
                 if !page.entries.is_empty() {
                     return self.deliver(page.entries);
                 }
             }
             // Everything up to the head as of the last state read was delivered.
-            if let Some(reason) = &self.closed {
+            if let Some(reason) = &self.known.closed {
                 return Ok(ReadItem::Closed(reason.clone()));
             }
             // Caught up: wait until the log grows past the cursor or ctl signals a change.
             match self.wait().await? {
-                Some(events) => return self.deliver(events),
-                None => self.recheck = true,
+                Woken::Events(events) => return self.deliver(events),
+                Woken::Closed(reason) => return Ok(ReadItem::Closed(reason)),
+                Woken::Recheck => self.recheck = true,
             }
         }
     }
@@ -192,7 +179,7 @@ impl RedisReader {
 
     /// Checks that `events` continue the cursor exactly, then advances it.
     fn deliver(&mut self, events: Vec<(u64, Bytes)>) -> Result<ReadItem, Error> {
-        let mut expect = self.cursor + 1;
+        let mut expect = self.known.cursor + 1;
         for (id, _) in &events {
             if *id != expect {
                 return Err(codec::corrupt(
@@ -205,173 +192,50 @@ impl RedisReader {
             }
             expect += 1;
         }
-        self.cursor = expect - 1;
+        self.known.cursor = expect - 1;
         Counters::bump(&self.stream.backend.shared.counters.pages_read);
         Ok(ReadItem::Events(events))
     }
 
     /// Waits on the handle's shared tail (`tail.rs`) until it has entries that continue the
-    /// cursor (returned), or the reader must re-read the state (`None`): ctl changed after its
-    /// last state read, the tail's read timed out, or the entries it needs are older than what
-    /// the tail keeps.
-    async fn wait(&mut self) -> Result<Option<Vec<(u64, Bytes)>>, Error> {
+    /// cursor, or the stream closed and the reader has every event, or the reader must re-read
+    /// the state: ctl changed after its last state read in a way the tail cannot vouch for, the
+    /// tail could not read the state itself, or the entries it needs are older than the tail
+    /// keeps.
+    async fn wait(&mut self) -> Result<Woken, Error> {
         let stream = &self.stream;
+        let known = &mut self.known;
         let rx = self.tail.get_or_insert_with(|| stream.tail.subscribe());
         let start = Start {
-            cursor: self.cursor,
-            ctl_mark: &self.ctl_mark,
-            floor: self.floor,
-            at_head: self.cursor >= self.head,
+            cursor: known.cursor,
+            ctl_mark: &known.ctl_mark,
+            floor: known.floor,
+            at_head: known.cursor >= known.head,
         };
         stream.tail.ensure_running(stream, start);
         loop {
             let view = rx.borrow_and_update().clone();
-            let next = view.next_for(
-                self.cursor,
-                &mut self.ctl_mark,
-                &mut self.floor,
-                &mut self.tail_seen,
-            );
-            match next {
-                Next::Take(entries) => return Ok(Some(entries)),
-                Next::Recheck => return Ok(None),
+            match view.next_for(known) {
+                Next::Take(entries) => return Ok(Woken::Events(entries)),
+                Next::Closed(reason) => return Ok(Woken::Closed(reason)),
+                Next::Recheck => return Ok(Woken::Recheck),
                 Next::Fail(failure) => return Err(failure.into_error(stream)),
                 Next::Wait => {}
             }
             if rx.changed().await.is_err() {
                 // The handle owns the sender, so this cannot happen while the reader holds it.
-                return Ok(None);
+                return Ok(Woken::Recheck);
             }
         }
     }
 }
 
-/// One page after `after`: the READ script's decision (window, epoch, close reason) with a
-/// native `XRANGE` pipelined right behind it, in one round trip. Commands of another connection
-/// may run between the two, so the page is accepted only if it continues the cursor exactly
-/// (entries that exist were not released); otherwise the script runs again with the entries
-/// inside it, which classifies the case atomically (gap, or entries missing from the log).
-async fn read_page(stream: &RedisStream, after: u64) -> Result<Page, Error> {
-    let s = stream;
-    let seen = s.head_seen_before();
-    let after_arg = after.min(crate::MAX_ID + 1).to_string();
-    let count = s.backend.config().read_batch;
-    let mut pipe = redis::pipe();
-    pipe.cmd("EVALSHA_RO")
-        .arg(scripts::READ_SCRIPT.hash())
-        .arg(3)
-        .arg(&s.keys.meta)
-        .arg(&s.keys.log)
-        .arg(&s.keys.ctl)
-        .arg(codec::encode_epoch(s.epoch))
-        .arg(&after_arg)
-        .arg(0)
-        .cmd("XRANGE")
-        .arg(&s.keys.log)
-        .arg(format!("(0-{after_arg}"))
-        .arg("+")
-        .arg("COUNT")
-        .arg(count);
-    let mut conn = s.backend.connection();
-    let reply: Result<(redis::Value, redis::Value), _> = pipe.query_async(&mut conn).await;
-    let (decision, range) = match reply {
-        Ok(r) => r,
-        Err(e)
-            if e.is_io_error()
-                || e.is_timeout()
-                || e.is_connection_dropped()
-                || e.is_connection_refusal() =>
-        {
-            return Err(Error::from_redis(&s.id, e));
-        }
-        // An error reply inside the pipeline (NOSCRIPT after a restart or failover, a corrupt
-        // field, a wrong key type): the single-command path reloads the script and reports the
-        // error with its own code.
-        Err(_) => return read_page_atomic(s, after).await,
-    };
-    let mut page = decide_page(s, after, seen, decision)?;
-    if let redis::Value::Array(raw) = range {
-        page.entries = raw
-            .into_iter()
-            .map(|e| codec::entry(&s.id, e))
-            .collect::<Result<_, _>>()?;
-    }
-    if after < page.head && page.entries.first().map(|(id, _)| *id) != Some(after + 1) {
-        // Released or removed between the two commands (or never there): decide atomically.
-        return read_page_atomic(s, after).await;
-    }
-    Ok(page)
-}
-
-/// The READ script with the page inside it: decision and entries in one atomic step.
-async fn read_page_atomic(stream: &RedisStream, after: u64) -> Result<Page, Error> {
-    let s = stream;
-    let seen = s.head_seen_before();
-    let after_arg = after.min(crate::MAX_ID + 1).to_string();
-    let epoch = codec::encode_epoch(s.epoch);
-    let count = s.backend.config().read_batch.to_string();
-    let value = scripts::eval_read(
-        &scripts::READ_SCRIPT,
-        &mut s.backend.connection(),
-        &[&s.keys.meta, &s.keys.log, &s.keys.ctl],
-        [epoch.as_str(), after_arg.as_str(), count.as_str()],
-    )
-    .await
-    .map_err(|e| Error::from_redis(&s.id, e))?;
-    let page = decide_page(s, after, seen, value)?;
-    if after < page.head && page.entries.first().map(|(id, _)| *id) != Some(after + 1) {
-        return Err(codec::corrupt(
-            &s.id,
-            &format!(
-                "entry {} is missing from the log (retained {}..={})",
-                after + 1,
-                page.floor,
-                page.head
-            ),
-        ));
-    }
-    Ok(page)
-}
-
-/// Reads the READ script's reply: the decision, and the entries if the script read them.
-/// `seen`: the handle's highest head before the command was sent ([`RedisStream::check_head`]).
-fn decide_page(s: &RedisStream, after: u64, seen: u64, value: redis::Value) -> Result<Page, Error> {
-    let (mut reply, status) = Reply::new(&s.id, value)?;
-    match status.as_str() {
-        "OK" => {
-            let floor = reply.id("floor")?;
-            let head = reply.id("head")?;
-            s.check_head(seen, head)?;
-            let closed = reply.reason("closed")?;
-            let ctl = reply.string("ctl")?;
-            let entries = reply.entries("entries")?;
-            Ok(Page {
-                floor,
-                head,
-                closed,
-                ctl,
-                entries,
-            })
-        }
-        "AHEAD" => {
-            let _floor = reply.id("floor")?;
-            let head = reply.id("head")?;
-            s.check_head(seen, head)?;
-            Err(Error::AheadOfHead {
-                requested: after,
-                head,
-            })
-        }
-        "GAP" => {
-            let floor = reply.id("floor")?;
-            let head = reply.id("head")?;
-            s.check_head(seen, head)?;
-            Err(Error::Gap {
-                requested: after,
-                floor,
-                head,
-            })
-        }
-        other => Err(s.common_status(other, &mut reply)),
-    }
+/// Why [`RedisReader::wait`] returned.
+enum Woken {
+    /// Entries that continue the cursor.
+    Events(Vec<(u64, Bytes)>),
+    /// The stream was closed with this reason after the reader's last event.
+    Closed(CloseReason),
+    /// The reader must read the state itself.
+    Recheck,
 }

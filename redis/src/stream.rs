@@ -168,6 +168,12 @@ impl RedisStream {
         Ok(())
     }
 
+    /// Records that the log reached `head` (entries up to it were read).
+    pub(crate) fn saw_head(&self, head: u64) {
+        // Relaxed: as in `head_seen_before`.
+        self.seen_head.fetch_max(head, Ordering::Relaxed);
+    }
+
     /// This handle with at most `limit` readers open at once (across its clones); a resume past
     /// that is refused with [`Error::TooManyReaders`]. An SSE server caps its connections per
     /// stream here. Unlimited by default. (The handle's waiting readers share one Redis

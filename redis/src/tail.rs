@@ -38,7 +38,28 @@
 //! and whose cursor is at or past what was released since, takes the view's mark as its own. This
 //! holds only if the task saw *every* ctl entry after its mark: ctl keeps its newest 16 entries,
 //! so a read that returned 16 (or a full page) may have missed a close or a re-creation trimmed
-//! away behind releases, and is treated as a change that every reader must re-read.
+//! away behind releases, and is treated like a close.
+//!
+//! **Closes, timeouts and reconnects: one state read for everyone.** After any other ctl change,
+//! a read that timed out (the stream may have expired or been deleted, which writes nothing to
+//! ctl) or a new connection (Redis may have restarted with less), the task reads the state itself
+//! (the READ script after its position, as a reader would) and publishes it ([`Settled`]). A
+//! reader whose mark is older takes that state instead of reading its own: the task and the reader
+//! hold the same handle, so the script checked the reader's incarnation, and within one
+//! incarnation ctl records only releases and the close. The reader takes it only if the floor then
+//! had not passed its cursor; otherwise it reads the state itself and gets its `Gap`. If the task's
+//! state read fails (the stream is lost, the log rolled back, Redis is unavailable), every reader
+//! reads the state itself and reports its own error. So a close reaches 10,000 waiting readers
+//! through one state read, not 10,000.
+//!
+//! **Lost events.** Entries the task reads raise the handle's highest seen head, so a later state
+//! read (a reader's, a resume's or the task's) that finds a lower head reports `LogRolledBack`
+//! instead of serving, from the view or from Redis, a log that lost what was delivered.
+//!
+//! **Lifetime.** The task runs while any reader that has waited holds its subscription, and stops
+//! with the last one, dropping its connection. A task dropped without stopping (its runtime shut
+//! down) marks the tail stopped and tells waiting readers to read the state themselves; the next
+//! reader to wait starts another task on its own runtime.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -46,6 +67,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use redis::streams::StreamReadOptions;
 use redis::{Cmd, RedisError};
+use replay_ring::CloseReason;
 use tokio::sync::watch;
 
 use crate::backend::Counters;
@@ -53,6 +75,7 @@ use crate::blocking_conn::BlockingConn;
 use crate::codec;
 use crate::connection::closed_under_it;
 use crate::error::Error;
+use crate::page::{read_page, Page};
 use crate::stream::RedisStream;
 
 /// Events in id order, as read from the log.
@@ -67,14 +90,45 @@ const MAX_RECONNECT_PAUSE: Duration = Duration::from_secs(1);
 pub(crate) struct Tail {
     /// Whether the task runs. Readers subscribe and start the task under this lock, and the task
     /// stops under it, so a reader never waits on a task that has stopped.
-    running: Mutex<bool>,
+    running: Mutex<Running>,
     view: watch::Sender<Arc<TailView>>,
+}
+
+/// Whether the task runs, and which one.
+#[derive(Debug, Default)]
+struct Running {
+    on: bool,
+    /// Bumped by every start: a task dropped without stopping (its runtime shut down) marks the
+    /// tail stopped only if no later task was started since.
+    task: u64,
+}
+
+/// Marks the tail stopped when its task is dropped without stopping: readers that wait on it
+/// then read the state themselves, and the next one to wait starts another task.
+struct Alive {
+    tail: Arc<Tail>,
+    task: u64,
+}
+
+impl Drop for Alive {
+    fn drop(&mut self) {
+        let mut running = self.tail.running.lock().unwrap_or_else(|p| p.into_inner());
+        if running.on && running.task == self.task {
+            running.on = false;
+            self.tail.view.send_modify(|v| {
+                let v = Arc::make_mut(v);
+                v.version += 1;
+                v.outcome = Outcome::Unsettled;
+                v.live = false;
+            });
+        }
+    }
 }
 
 /// What the task has read, as every waiting reader sees it.
 #[derive(Debug, Clone)]
 pub(crate) struct TailView {
-    /// Bumped with every new view: a reader acts on an outcome ([`Outcome::TimedOut`],
+    /// Bumped with every new view: a reader acts on an outcome ([`Outcome::Unsettled`],
     /// [`Outcome::Failed`]) once.
     pub(crate) version: u64,
     /// ctl's newest id as the task knows it: `recent` was read by `XREAD`s that watched ctl after
@@ -98,6 +152,33 @@ pub(crate) struct TailView {
     pub(crate) caught_up: bool,
     /// Whether the task runs.
     pub(crate) live: bool,
+    /// What the task's own state read found at `ctl_mark` (kept through releases after it, which
+    /// close nothing), if it made one: readers whose mark is older take it instead of each
+    /// reading the state.
+    pub(crate) settled: Option<Settled>,
+}
+
+/// What a state read by the task found, besides the floor ([`TailView::floor`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Settled {
+    /// The head then.
+    pub(crate) head: u64,
+    /// The close reason, if the stream was closed.
+    pub(crate) closed: Option<CloseReason>,
+}
+
+/// What a reader knows: its cursor, and what its last state read (or a view it took) said.
+#[derive(Debug)]
+pub(crate) struct Known {
+    /// The last id delivered (or the resume cursor).
+    pub(crate) cursor: u64,
+    /// ctl's newest id at that state read: a later close, release or re-creation is newer.
+    pub(crate) ctl_mark: String,
+    pub(crate) floor: u64,
+    pub(crate) head: u64,
+    pub(crate) closed: Option<CloseReason>,
+    /// The newest view version whose outcome the reader has acted on.
+    pub(crate) seen: u64,
 }
 
 /// How the task's last read ended.
@@ -105,9 +186,10 @@ pub(crate) struct TailView {
 pub(crate) enum Outcome {
     /// With entries or a ctl change, or the task has just started: it is reading again.
     Reading,
-    /// The read's block time ran out with nothing new: readers re-read the state (the stream
-    /// may have expired or been deleted, which writes nothing to ctl).
-    TimedOut,
+    /// Something may have changed that the task could not read the state for (its read timed
+    /// out, so the stream may have expired or been deleted, which writes nothing to ctl; or ctl
+    /// changed): every reader reads it itself.
+    Unsettled,
     /// The read failed; the task has stopped, and the next reader to wait starts it again.
     Failed(Failure),
 }
@@ -132,33 +214,46 @@ pub(crate) enum Next {
     Recheck,
     /// The task's read failed.
     Fail(Failure),
+    /// The stream was closed, and the reader has every event.
+    Closed(CloseReason),
 }
 
 impl TailView {
-    /// What a reader at `cursor` whose last state read gave `ctl_mark` does with this view.
-    /// `seen` is the newest view version it has acted on; updated here, as are `ctl_mark` and
-    /// the reader's `floor` when the view's mark follows its own through releases that removed
-    /// nothing the reader still needs.
-    pub(crate) fn next_for(
-        &self,
-        cursor: u64,
-        ctl_mark: &mut String,
-        floor: &mut u64,
-        seen: &mut u64,
-    ) -> Next {
-        let fresh = self.version > *seen;
-        *seen = (*seen).max(self.version);
+    /// What a reader that knows `known` does with this view. Updates what it knows: the view
+    /// version it has acted on, and its mark (with floor, head and close reason) when it can take
+    /// the view's: the view's mark follows its own through releases that removed nothing it still
+    /// needs, or the task read the state at the view's mark and nothing the reader needs was
+    /// released by then.
+    pub(crate) fn next_for(&self, known: &mut Known) -> Next {
+        let fresh = self.version > known.seen;
+        known.seen = known.seen.max(self.version);
+        let cursor = known.cursor;
         let released_since = self
             .released
             .iter()
-            .find(|(mark, _)| mark == ctl_mark)
+            .find(|(mark, _)| *mark == known.ctl_mark)
             .map(|(_, through)| *through)
             .filter(|through| cursor >= *through);
         if let Some(through) = released_since {
-            ctl_mark.clone_from(&self.ctl_mark);
-            *floor = (*floor).max(through + 1);
+            known.ctl_mark.clone_from(&self.ctl_mark);
+            known.floor = known.floor.max(through + 1);
         }
-        if *ctl_mark == self.ctl_mark {
+        if known.ctl_mark != self.ctl_mark && ctl_order(&known.ctl_mark) < ctl_order(&self.ctl_mark)
+        {
+            // ctl changed after the reader's state read. The task's own state read at the
+            // view's mark answers for it (same handle, so the same incarnation: what changed was
+            // releases or a close), unless it released an event the reader still needs.
+            match (&self.settled, self.floor) {
+                (Some(settled), Some(floor)) if cursor + 1 >= floor && cursor <= self.pos => {
+                    known.ctl_mark.clone_from(&self.ctl_mark);
+                    known.floor = floor;
+                    known.head = settled.head;
+                    known.closed.clone_from(&settled.closed);
+                }
+                _ => return Next::Recheck,
+            }
+        }
+        if known.ctl_mark == self.ctl_mark {
             let first = self.recent.first().map_or(self.pos + 1, |(id, _)| *id);
             if cursor + 1 >= first && cursor < self.pos {
                 let from = (cursor + 1 - first) as usize;
@@ -168,16 +263,16 @@ impl TailView {
                 // Behind what the view keeps: those entries were read before; read them again.
                 return Next::Recheck;
             }
-        } else if ctl_order(ctl_mark) < ctl_order(&self.ctl_mark) {
-            // ctl changed after the reader's state read: it must see what changed.
-            return Next::Recheck;
+            if let Some(reason) = known.closed.as_ref().filter(|_| cursor >= known.head) {
+                return Next::Closed(reason.clone());
+            }
         }
         // Nothing to take: the reader is at (or ahead of) the task's position, or it knows of a
         // newer ctl entry than the task, whose read (watching ctl from an older id) returns at
         // once with it.
         match &self.outcome {
             Outcome::Failed(f) if fresh => Next::Fail(f.clone()),
-            Outcome::TimedOut if fresh => Next::Recheck,
+            Outcome::Unsettled if fresh => Next::Recheck,
             _ => Next::Wait,
         }
     }
@@ -202,9 +297,10 @@ impl Default for Tail {
             floor: None,
             caught_up: false,
             live: false,
+            settled: None,
         };
         Tail {
-            running: Mutex::new(false),
+            running: Mutex::new(Running::default()),
             view: watch::Sender::new(Arc::new(view)),
         }
     }
@@ -264,10 +360,12 @@ impl Tail {
     /// cursor was the head then.
     pub(crate) fn ensure_running(&self, stream: &RedisStream, start: Start<'_>) {
         let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
-        if *running {
+        if running.on {
             return;
         }
-        *running = true;
+        running.on = true;
+        running.task += 1;
+        let task = running.task;
         self.view.send_modify(|v| {
             *v = Arc::new(TailView {
                 version: v.version + 1,
@@ -279,19 +377,20 @@ impl Tail {
                 floor: Some(start.floor),
                 caught_up: start.at_head,
                 live: true,
+                settled: None,
             });
         });
-        tokio::spawn(run(stream.clone()));
+        tokio::spawn(run(stream.clone(), task));
     }
 
     /// Stops the task if no reader is subscribed; returns whether it stopped.
     fn stop_if_unwatched(&self) -> bool {
         let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
         if self.view.receiver_count() == 0 {
-            *running = false;
+            running.on = false;
             self.view.send_modify(|v| Arc::make_mut(v).live = false);
         }
-        !*running
+        !running.on
     }
 
     /// Publishes a failed read and stops the task.
@@ -304,7 +403,36 @@ impl Tail {
             next.live = false;
             *v = Arc::new(next);
         });
-        *running = false;
+        running.on = false;
+    }
+
+    /// Publishes the task's own state read (`page`, read after `from`): the view takes its mark,
+    /// floor, head and close reason, and its entries after what the view kept (less what was
+    /// released).
+    fn settle(&self, from: u64, page: Page, keep: usize) {
+        self.view.send_modify(|v| {
+            let mut next = TailView::clone(v);
+            next.version += 1;
+            next.outcome = Outcome::Reading;
+            let mut recent: Entries = Vec::new();
+            if v.pos == from {
+                recent.extend(v.recent.iter().cloned());
+            }
+            recent.extend(page.entries);
+            recent.retain(|(id, _)| *id >= page.floor);
+            next.pos = recent.last().map_or(from, |(id, _)| *id).max(from);
+            next.caught_up = next.pos >= page.head;
+            let drop = recent.len().saturating_sub(keep);
+            next.recent = Arc::from(recent.split_off(drop));
+            next.ctl_mark = page.ctl;
+            next.released.clear();
+            next.floor = Some(page.floor);
+            next.settled = Some(Settled {
+                head: page.head,
+                closed: page.closed,
+            });
+            *v = Arc::new(next);
+        });
     }
 
     /// Publishes what one read returned: `log` entries (if any), what ctl had that is new (if
@@ -314,7 +442,7 @@ impl Tail {
             let mut next = TailView::clone(v);
             next.version += 1;
             next.outcome = if log.is_none() && ctl.is_none() {
-                Outcome::TimedOut
+                Outcome::Unsettled
             } else {
                 Outcome::Reading
             };
@@ -338,6 +466,7 @@ impl Tail {
                     next.ctl_mark = newest;
                     next.released.clear();
                     next.floor = None;
+                    next.settled = None;
                     still_stands = false;
                 }
                 Some(CtlNews {
@@ -377,15 +506,29 @@ impl Tail {
 }
 
 /// The task: reads after the view's position until no reader is subscribed or a read fails.
-async fn run(stream: RedisStream) {
+async fn run(stream: RedisStream, task: u64) {
     let tail = stream.tail.clone();
+    let _alive = Alive {
+        tail: tail.clone(),
+        task,
+    };
     let config = stream.backend.config();
     let opts = StreamReadOptions::default()
         .block(config.block.as_millis().max(1) as usize)
         .count(config.read_batch);
     let mut conn = BlockingConn::default();
     let mut closed_in_a_row: u32 = 0;
+    // After Redis closed the connection (a restart, a failover), the state is read before the
+    // next blocking read: Redis may have come back with less than it had (`LogRolledBack`).
+    let mut reconnected = false;
     loop {
+        if std::mem::take(&mut reconnected) {
+            let pos = tail.view.borrow().pos;
+            match read_state(&stream, pos).await {
+                Ok((from, page)) => tail.settle(from, page, config.read_batch),
+                Err(_) => tail.publish(None, None, config.read_batch),
+            }
+        }
         let (pos, ctl_mark) = {
             let v = tail.view.borrow();
             (v.pos, v.ctl_mark.clone())
@@ -412,9 +555,31 @@ async fn run(stream: RedisStream) {
         match reply {
             Ok(value) => {
                 closed_in_a_row = 0;
-                match split_reply(&stream, value, config.read_batch) {
-                    Ok((log, ctl)) => tail.publish(log, ctl, config.read_batch),
+                let (log, ctl) = match split_reply(&stream, value, config.read_batch) {
+                    Ok(read) => read,
                     Err(detail) => return tail.fail(Failure::Corrupt(detail)),
+                };
+                if let Some((last, _)) = log.as_ref().and_then(|l| l.last()) {
+                    // The log reaches `last`: a later state read that finds a lower head
+                    // reports the loss instead of serving a shortened log.
+                    stream.saw_head(*last);
+                }
+                // A close, a re-creation, ctl entries the read may have missed, or a timeout
+                // (the stream may have expired or been deleted, which writes nothing to ctl):
+                // one state read here answers for every waiting reader, instead of one each.
+                let unsettled = match &ctl {
+                    Some(news) => news.releases_only.is_none(),
+                    None => log.is_none(),
+                };
+                let settled = match unsettled {
+                    true => read_state(&stream, pos).await.ok(),
+                    false => None,
+                };
+                match settled {
+                    Some((from, page)) => tail.settle(from, page, config.read_batch),
+                    // Nothing to settle, or the state read failed (the stream is lost, or Redis
+                    // is unavailable): each reader reads it, and reports what it finds.
+                    None => tail.publish(log, ctl, config.read_batch),
                 }
             }
             // Redis closed the connection under the read (a restart, `CLIENT KILL`, its idle
@@ -427,12 +592,22 @@ async fn run(stream: RedisStream) {
                     tokio::time::sleep(pause.min(MAX_RECONNECT_PAUSE)).await;
                 }
                 closed_in_a_row = closed_in_a_row.saturating_add(1);
+                reconnected = true;
             }
             Err(e) => return tail.fail(Failure::Redis(e)),
         }
         if tail.stop_if_unwatched() {
             return;
         }
+    }
+}
+
+/// The task's state read at its position `pos`: where it read from (`pos`, or below the floor
+/// when releases passed it) and what it found.
+async fn read_state(stream: &RedisStream, pos: u64) -> Result<(u64, Page), Error> {
+    match read_page(stream, pos).await {
+        Err(Error::Gap { floor, .. }) => Ok((floor - 1, read_page(stream, floor - 1).await?)),
+        other => other.map(|page| (pos, page)),
     }
 }
 
@@ -545,306 +720,4 @@ fn text(v: &redis::Value) -> Option<String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn view(version: u64, mark: &str, recent: impl IntoIterator<Item = u64>, pos: u64) -> TailView {
-        TailView {
-            version,
-            ctl_mark: mark.to_owned(),
-            released: Vec::new(),
-            pos,
-            recent: recent
-                .into_iter()
-                .map(|id| (id, Bytes::new()))
-                .collect::<Vec<_>>()
-                .into(),
-            outcome: Outcome::Reading,
-            floor: None,
-            caught_up: false,
-            live: true,
-        }
-    }
-
-    fn m(mark: &str) -> String {
-        mark.to_owned()
-    }
-
-    fn ids(next: Next) -> Vec<u64> {
-        match next {
-            Next::Take(e) => e.into_iter().map(|(id, _)| id).collect(),
-            other => panic!("expected Take, got {other:?}"),
-        }
-    }
-
-    #[test]
-    fn a_reader_takes_exactly_what_continues_its_cursor() {
-        let v = view(3, "5-0", 11..=20, 20);
-        let mut seen = 0;
-        assert_eq!(
-            ids(v.next_for(10, &mut m("5-0"), &mut 0, &mut seen)),
-            (11..=20).collect::<Vec<_>>()
-        );
-        assert_eq!(
-            ids(v.next_for(15, &mut m("5-0"), &mut 0, &mut seen)),
-            (16..=20).collect::<Vec<_>>()
-        );
-        assert_eq!(seen, 3);
-        assert!(matches!(
-            v.next_for(20, &mut m("5-0"), &mut 0, &mut seen),
-            Next::Wait
-        ));
-        // Ahead of the task's position (it read from an older cursor): wait for it.
-        assert!(matches!(
-            v.next_for(25, &mut m("5-0"), &mut 0, &mut seen),
-            Next::Wait
-        ));
-    }
-
-    #[test]
-    fn a_reader_behind_what_the_view_keeps_reads_itself() {
-        let v = view(1, "5-0", 11..=20, 20);
-        assert!(matches!(
-            v.next_for(9, &mut m("5-0"), &mut 0, &mut 0),
-            Next::Recheck
-        ));
-        let empty = view(1, "5-0", [], 20);
-        assert!(matches!(
-            empty.next_for(19, &mut m("5-0"), &mut 0, &mut 0),
-            Next::Recheck
-        ));
-        assert!(matches!(
-            empty.next_for(20, &mut m("5-0"), &mut 0, &mut 0),
-            Next::Wait
-        ));
-    }
-
-    #[test]
-    fn a_ctl_change_the_reader_has_not_seen_makes_it_read_the_state() {
-        let v = view(1, "7-3", 11..=20, 20);
-        assert!(matches!(
-            v.next_for(10, &mut m("7-2"), &mut 0, &mut 0),
-            Next::Recheck
-        ));
-        assert!(matches!(
-            v.next_for(20, &mut m("6-9"), &mut 0, &mut 0),
-            Next::Recheck
-        ));
-        // The reader has seen a newer ctl entry than the task: the task's read returns with it.
-        assert!(matches!(
-            v.next_for(10, &mut m("7-4"), &mut 0, &mut 0),
-            Next::Wait
-        ));
-        assert!(matches!(
-            v.next_for(10, &mut m("8-0"), &mut 0, &mut 0),
-            Next::Wait
-        ));
-    }
-
-    #[test]
-    fn an_outcome_is_acted_on_once() {
-        let mut v = view(4, "5-0", [], 20);
-        v.outcome = Outcome::TimedOut;
-        let mut seen = 3;
-        assert!(matches!(
-            v.next_for(20, &mut m("5-0"), &mut 0, &mut seen),
-            Next::Recheck
-        ));
-        assert!(matches!(
-            v.next_for(20, &mut m("5-0"), &mut 0, &mut seen),
-            Next::Wait
-        ));
-        v.version = 5;
-        v.outcome = Outcome::Failed(Failure::Corrupt("x".into()));
-        assert!(matches!(
-            v.next_for(20, &mut m("5-0"), &mut 0, &mut seen),
-            Next::Fail(_)
-        ));
-        assert!(matches!(
-            v.next_for(20, &mut m("5-0"), &mut 0, &mut seen),
-            Next::Wait
-        ));
-        // Entries that continue the cursor are taken whatever the outcome.
-        v.version = 6;
-        assert!(matches!(v.outcome, Outcome::Failed(_)));
-        v.recent = vec![(21, Bytes::new())].into();
-        v.pos = 21;
-        assert_eq!(
-            ids(v.next_for(20, &mut m("5-0"), &mut 0, &mut seen)),
-            vec![21]
-        );
-    }
-
-    #[test]
-    fn ctl_ids_order_numerically() {
-        assert!(ctl_order("10-0") > ctl_order("9-5"));
-        assert!(ctl_order("9-10") > ctl_order("9-9"));
-        assert_eq!(ctl_order("0-0"), (0, 0));
-        assert_eq!(ctl_order("garbage"), (0, 0));
-    }
-
-    #[test]
-    fn publishing_keeps_a_gap_free_window_ending_at_the_position() {
-        let tail = Tail::default();
-        let e = |r: std::ops::RangeInclusive<u64>| Some(r.map(|i| (i, Bytes::new())).collect());
-        let recent = |t: &Tail| {
-            t.view
-                .borrow()
-                .recent
-                .iter()
-                .map(|(i, _)| *i)
-                .collect::<Vec<_>>()
-        };
-        tail.publish(e(1..=3), None, 4);
-        assert_eq!(recent(&tail), vec![1, 2, 3]);
-        tail.publish(e(4..=5), None, 4);
-        assert_eq!(recent(&tail), vec![2, 3, 4, 5]);
-        assert_eq!(tail.view.borrow().pos, 5);
-        // Entries 6 and 7 were released before the read: nothing before 8 is kept.
-        tail.publish(e(8..=9), None, 4);
-        assert_eq!(recent(&tail), vec![8, 9]);
-        // A close or a re-creation empties the window and moves the mark.
-        let change = CtlNews {
-            newest: "9-0".into(),
-            releases_only: None,
-        };
-        tail.publish(e(10..=10), Some(change), 4);
-        assert_eq!(recent(&tail), Vec::<u64>::new());
-        assert_eq!(tail.view.borrow().pos, 10);
-        assert_eq!(tail.view.borrow().ctl_mark, "9-0");
-        tail.publish(None, None, 4);
-        assert!(matches!(tail.view.borrow().outcome, Outcome::TimedOut));
-        assert_eq!(tail.version(), 5);
-    }
-
-    #[test]
-    fn releases_move_the_mark_for_readers_they_removed_nothing_from() {
-        let tail = Tail::default();
-        let e = |r: std::ops::RangeInclusive<u64>| Some(r.map(|i| (i, Bytes::new())).collect());
-        let releases = |newest: &str, through| {
-            Some(CtlNews {
-                newest: newest.into(),
-                releases_only: Some(through),
-            })
-        };
-        tail.publish(e(1..=10), None, 64);
-        // Released through 4, then through 7, while 11 and 12 came in.
-        tail.publish(e(11..=12), releases("1-0", 4), 64);
-        tail.publish(None, releases("2-0", 7), 64);
-        let v = tail.view.borrow().clone();
-        assert_eq!(v.ctl_mark, "2-0");
-        assert_eq!(v.released, vec![(m("0-0"), 7), (m("1-0"), 7)]);
-        let kept: Vec<u64> = v.recent.iter().map(|(id, _)| *id).collect();
-        assert_eq!(
-            kept,
-            (8..=12).collect::<Vec<_>>(),
-            "released entries leave the view"
-        );
-        // A reader at the first mark whose cursor is past the releases takes the new mark.
-        let mut mark = m("0-0");
-        assert_eq!(
-            ids(v.next_for(9, &mut mark, &mut 0, &mut 0)),
-            vec![10, 11, 12]
-        );
-        assert_eq!(mark, "2-0");
-        // One whose next event was released reads the state (and finds the gap).
-        let mut mark = m("0-0");
-        assert!(matches!(
-            v.next_for(5, &mut mark, &mut 0, &mut 0),
-            Next::Recheck
-        ));
-        assert_eq!(mark, "0-0");
-        // A close after them: every earlier mark must read the state again.
-        let close = CtlNews {
-            newest: "3-0".into(),
-            releases_only: None,
-        };
-        tail.publish(None, Some(close), 64);
-        let v = tail.view.borrow().clone();
-        assert!(v.released.is_empty());
-        let mut mark = m("2-0");
-        assert!(matches!(
-            v.next_for(12, &mut mark, &mut 0, &mut 0),
-            Next::Recheck
-        ));
-    }
-
-    fn entry(id: &str, field: &str, value: &str) -> redis::Value {
-        let s = |t: &str| redis::Value::BulkString(t.as_bytes().to_vec());
-        redis::Value::Array(vec![s(id), redis::Value::Array(vec![s(field), s(value)])])
-    }
-
-    #[test]
-    fn ctl_news_trusts_releases_only_when_it_saw_every_entry() {
-        let two = [entry("5-0", "r", "3"), entry("6-0", "r", "9")];
-        let news = ctl_news(&two, 512).unwrap();
-        assert_eq!(news.newest, "6-0");
-        assert_eq!(news.releases_only, Some(9));
-        // A close among them.
-        let with_close = [entry("5-0", "r", "3"), entry("6-0", "c", "1")];
-        assert_eq!(ctl_news(&with_close, 512).unwrap().releases_only, None);
-        // As many as ctl keeps: one may have been trimmed unread.
-        let full: Vec<_> = (0..CTL_KEEPS)
-            .map(|i| entry(&format!("{i}-0"), "r", "1"))
-            .collect();
-        assert_eq!(ctl_news(&full, 512).unwrap().releases_only, None);
-        // A full page of a small COUNT: more may follow.
-        assert_eq!(ctl_news(&two, 2).unwrap().releases_only, None);
-        assert!(ctl_news(&[redis::Value::Nil], 512).is_none());
-    }
-
-    #[test]
-    fn the_window_follows_reads_and_releases_while_the_task_runs() {
-        let tail = Tail::default();
-        assert_eq!(tail.recent_window(), None, "no task");
-        tail.view.send_modify(|v| {
-            let v = Arc::make_mut(v);
-            (v.live, v.floor, v.pos, v.caught_up) = (true, Some(1), 0, true);
-        });
-        assert_eq!(tail.recent_window(), Some((1, 0)));
-        let e = |r: std::ops::RangeInclusive<u64>| Some(r.map(|i| (i, Bytes::new())).collect());
-        tail.publish(e(1..=4), None, 4);
-        assert_eq!(tail.recent_window(), None, "a full page: more may follow");
-        tail.publish(e(5..=6), None, 4);
-        assert_eq!(tail.recent_window(), Some((1, 6)));
-        let releases = CtlNews {
-            newest: "1-0".into(),
-            releases_only: Some(5),
-        };
-        tail.publish(None, Some(releases), 4);
-        assert_eq!(tail.recent_window(), Some((6, 6)));
-        // Released past what the task read (it never saw 7 and 8): the head is at least 8.
-        let releases = CtlNews {
-            newest: "2-0".into(),
-            releases_only: Some(8),
-        };
-        tail.publish(None, Some(releases), 4);
-        assert_eq!(tail.recent_window(), Some((9, 8)));
-        assert_eq!(tail.view.borrow().pos, 8);
-        // A close: the floor is unknown until a reader reads the state at the new mark.
-        let close = CtlNews {
-            newest: "3-0".into(),
-            releases_only: None,
-        };
-        tail.publish(None, Some(close), 4);
-        assert_eq!(tail.recent_window(), None);
-        tail.learn_floor("2-0", 9);
-        assert_eq!(tail.recent_window(), None, "a state read at an older mark");
-        tail.learn_floor("3-0", 9);
-        assert_eq!(tail.recent_window(), Some((9, 8)));
-        tail.fail(Failure::Corrupt("x".into()));
-        assert_eq!(tail.recent_window(), None, "the task stopped");
-    }
-
-    #[test]
-    fn a_reader_taking_the_mark_through_releases_moves_its_floor() {
-        let mut v = view(1, "2-0", [], 10);
-        v.released = vec![(m("1-0"), 7)];
-        let (mut mark, mut floor) = (m("1-0"), 3);
-        assert!(matches!(
-            v.next_for(10, &mut mark, &mut floor, &mut 0),
-            Next::Wait
-        ));
-        assert_eq!((mark.as_str(), floor), ("2-0", 8));
-    }
-}
+mod tests;

@@ -316,3 +316,113 @@ async fn sse_connections_on_redis_read_the_window_from_the_shared_read_not_per_c
         CONNECTIONS * EVENTS
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_close_reaches_every_waiting_reader_through_one_state_read() {
+    const READERS: usize = 500;
+    let config = RedisConfig {
+        block: Duration::from_secs(60),
+        ..RedisConfig::default()
+    };
+    let server = RedisServer::start();
+    let (_backend, stream) = new_stream(&server, config, "close").await;
+    let mut producer = stream.acquire_producer().await.unwrap();
+    producer.append(&payload(1)).await.unwrap();
+    let mut tasks = Vec::new();
+    for _ in 0..READERS {
+        let mut reader = stream.resume(Some(0)).await.unwrap();
+        tasks.push(tokio::spawn(async move {
+            let first = timeout(LIMIT, reader.recv()).await.unwrap().unwrap();
+            assert_eq!(first, ReadItem::Events(vec![(1, Bytes::from(payload(1)))]));
+            // Waits on the shared read until the close.
+            let end = timeout(LIMIT, reader.recv()).await.unwrap().unwrap();
+            // Asked again, the reader says the same.
+            assert_eq!(timeout(LIMIT, reader.recv()).await.unwrap().unwrap(), end);
+            end
+        }));
+    }
+    let mut raw = server.raw();
+    eventually(LIMIT, "the shared read blocked in XREAD", || {
+        std::future::ready(xread_clients(&mut raw).0 == 1)
+    })
+    .await;
+    let before = state_reads(&mut raw);
+    let reason = replay_ring::CloseReason::error("tool crashed");
+    producer.close(reason.clone()).await.unwrap();
+    for task in tasks {
+        assert_eq!(task.await.unwrap(), ReadItem::Closed(reason.clone()));
+    }
+    let reads = state_reads(&mut raw) - before;
+    // A state read per reader would be READERS.
+    assert!(
+        reads <= 5,
+        "{reads} state reads to tell {READERS} readers of the close"
+    );
+}
+
+#[test]
+fn a_shared_read_whose_runtime_shut_down_is_started_again_by_the_next_reader() {
+    let main = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let server = RedisServer::start();
+    let (_backend, stream) = main.block_on(new_stream(&server, RedisConfig::default(), "rt"));
+    // A reader on a runtime of its own starts the shared read there; the runtime then shuts
+    // down with the read's task in it.
+    let short = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut early = short.block_on(stream.resume(Some(0))).unwrap();
+    let waited = short.block_on(async { timeout(Duration::from_millis(300), early.recv()).await });
+    assert!(waited.is_err(), "nothing to read yet");
+    drop(short);
+    let got = main.block_on(async {
+        let mut reader = stream.resume(Some(0)).await.unwrap();
+        let next = tokio::spawn(async move { reader.recv().await });
+        let mut producer = stream.acquire_producer().await.unwrap();
+        producer.append(&payload(1)).await.unwrap();
+        timeout(LIMIT, next).await.unwrap().unwrap().unwrap()
+    });
+    assert_eq!(got, ReadItem::Events(vec![(1, Bytes::from(payload(1)))]));
+    // The first reader, still held, reads on the main runtime too.
+    let again = main.block_on(async { timeout(LIMIT, early.recv()).await.unwrap().unwrap() });
+    assert_eq!(again, ReadItem::Events(vec![(1, Bytes::from(payload(1)))]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_after_redis_lost_what_the_shared_read_saw_is_refused_not_served_from_memory() {
+    let server = RedisServer::start_with(&["--enable-debug-command", "local"]);
+    let (_backend, stream) = new_stream(&server, RedisConfig::default(), "rollback").await;
+    let mut producer = stream.acquire_producer().await.unwrap();
+    for id in 1..=10 {
+        producer.append(&payload(id)).await.unwrap();
+    }
+    let _: String = redis::cmd("SAVE").query(&mut server.raw()).unwrap();
+    // This replica reads, another one produces: only its shared read sees 11..=20.
+    let replica = server.backend().await;
+    let readers = replica
+        .open(&StreamId::new("rollback").unwrap())
+        .await
+        .unwrap();
+    let follower = tokio::spawn(read_through(readers.resume(Some(10)).await.unwrap(), 20));
+    for id in 11..=20 {
+        producer.append(&payload(id)).await.unwrap();
+    }
+    assert_eq!(timeout(LIMIT, follower).await.unwrap().unwrap(), 10);
+    // Redis goes back to the snapshot at 10 without closing connections (as a failover to a
+    // lagging replica behind a proxy may): 11..=20 are gone.
+    let _: String = redis::cmd("DEBUG")
+        .arg("RELOAD")
+        .arg("NOSAVE")
+        .query(&mut server.raw())
+        .unwrap();
+    match readers.resume(Some(10)).await {
+        Err(replay_ring_redis::Error::LogRolledBack {
+            seen: 20, head: 10, ..
+        }) => {}
+        other => panic!("expected LogRolledBack, got {other:?}"),
+    }
+}
