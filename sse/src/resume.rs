@@ -212,6 +212,12 @@ impl fmt::Display for ResumeDecision {
             ResumeDecision::Live { head } => write!(f, "new subscription, live after id {head}"),
             ResumeDecision::Replay { from, through } => write!(f, "replaying ids {from}..={through}, then live"),
             ResumeDecision::NoOp { head } => write!(f, "cursor is the head ({head}); continuing live"),
+            ResumeDecision::Gap { requested, floor, head } if floor > head => write!(
+                f,
+                "cannot resume after id {requested}: events {}..={} were released (nothing is retained)",
+                requested.saturating_add(1),
+                floor.saturating_sub(1)
+            ),
             ResumeDecision::Gap { requested, floor, head } => write!(
                 f,
                 "cannot resume after id {requested}: events {}..={} were released (retained {floor}..={head})",

@@ -770,3 +770,24 @@ fn a_repeated_last_event_id_header_is_refused_with_400() {
         assert_eq!(json["reason"], "duplicate");
     }
 }
+
+#[test]
+fn a_gap_message_names_the_released_events_and_what_is_retained() {
+    let gap = |requested, floor, head| {
+        ResumeDecision::Gap {
+            requested,
+            floor,
+            head,
+        }
+        .to_string()
+    };
+    assert_eq!(
+        gap(41, 65, 130),
+        "cannot resume after id 41: events 42..=64 were released (retained 65..=130)"
+    );
+    // Everything was released: no range is retained, so none is named.
+    assert_eq!(
+        gap(19, 21, 20),
+        "cannot resume after id 19: events 20..=20 were released (nothing is retained)"
+    );
+}
