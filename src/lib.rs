@@ -16,9 +16,10 @@
 //!   `x + 1 ..= head`, or [`ResumeError::BelowFloor`] / [`ResumeError::AheadOfHead`]. The decision
 //!   itself is the pure function [`classify_resume`], for layers that answer a `Last-Event-ID`
 //!   before (or without) touching a ring.
-//! - **Wait-free, zero-copy replay.** A resume and each read take a bounded number of steps (no lock,
-//!   no CAS loop) and lend the events as at most two slices ([`Batch::as_slices`]); the producer
-//!   cannot overwrite them while they are lent.
+//! - **Wait-free, zero-copy replay.** Each read takes a bounded number of steps (no lock, no CAS
+//!   loop) and lends the events as at most two slices ([`Batch::as_slices`]); the producer cannot
+//!   overwrite them while they are lent. A resume adds a lock-free reader registration (a
+//!   compare-exchange retried only when another registration or drop won the race).
 //! - **Bounded waiting.** Waiting producers and readers park wakers that live in the ring's shared
 //!   state; push, read and waits allocate nothing, and a push wakes only the readers that wait. Readers
 //!   register by the hundred thousand (the reader table grows on demand, up to [`MAX_READERS`])

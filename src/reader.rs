@@ -119,7 +119,11 @@ pub struct Event<T> {
 /// table until it is dropped; the entry (and its wakers) is then reused by a later registration.
 ///
 /// A reader never skips: if its next event was released before it read it, every read returns
-/// [`ReadError::Gap`]. After the producer closes the stream and the reader has read everything
+/// [`ReadError::Gap`]. The one exception loses nothing: a reader returned by
+/// [`resume`](crate::ReplayRing::resume) holds its replay pinned from the resume to its first read,
+/// so those events stay readable (and are lent by that read) even if they are released meanwhile.
+/// The pin also holds the producer back if the window is full, so read (or drop) a resumed
+/// reader promptly. After the producer closes the stream and the reader has read everything
 /// retained, reads return [`ReadError::Closed`].
 ///
 /// Reads come in two shapes, each in the `crossbeam-channel` family of `try_*` (never waits), an

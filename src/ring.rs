@@ -142,6 +142,13 @@ impl<T> ReplayRing<T> {
     ///
     /// [`ReleaseError::AheadOfHead`] when `id` is newer than the head; nothing is released then.
     ///
+    /// # Panics
+    ///
+    /// Only if the producer is waiting for room (`ready`, `push(..).await`) and its waker panics
+    /// when woken (a waker is the producer's executor's code): the floor has moved first, and the
+    /// panic continues from this call. The same holds for dropping a [`Batch`](crate::Batch), a
+    /// drain or a gate that unpins events the producer waits for.
+    ///
     /// ```
     /// use replay_ring::ReplayRing;
     ///

@@ -505,3 +505,24 @@ fn an_abandoned_wait_does_not_hide_the_next_one() {
     assert!(poll_ready_once(&mut producer));
     assert_eq!(ring.metrics().producer_waits, 2, "each wait is counted");
 }
+
+#[test]
+fn a_resumed_reader_lends_its_replay_even_if_it_is_released_before_the_first_read() {
+    let (mut producer, ring) = ReplayRing::<u32>::new(4, 2).unwrap();
+    for n in 1..=4 {
+        producer.try_push(n).unwrap();
+    }
+    let mut resumed = ring.resume(Some(0)).unwrap();
+    assert_eq!(ring.release_through(4), Ok(5));
+    // The replay is pinned from the resume on: it holds the full window back...
+    assert!(producer.try_push(5).unwrap_err().is_full());
+    // ...and is lent whole by the first read, nothing skipped.
+    assert_eq!(next_batch_ids(&mut resumed), vec![1, 2, 3, 4]);
+    assert_eq!(producer.try_push(5), Ok(5));
+    // A reader that holds no pin when its next event is released gets the gap.
+    let mut idle = ring.resume(Some(4)).unwrap();
+    assert_eq!(next_batch_ids(&mut idle), vec![5]);
+    producer.try_push(6).unwrap();
+    ring.release_through(6).unwrap();
+    assert!(matches!(idle.try_read(), Err(ReadError::Gap { .. })));
+}
