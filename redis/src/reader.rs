@@ -56,6 +56,7 @@ impl RedisReader {
                 head: page.head,
                 closed: page.closed,
                 seen: stream.tail.version(),
+                rechecked: u64::MAX,
             },
             recheck: page.entries.len() >= stream.backend.config().read_batch,
             first: Some(page.entries),
@@ -217,7 +218,11 @@ impl RedisReader {
             let view = rx.borrow_and_update().clone();
             match view.next_for(known) {
                 Next::Take(entries) => return Ok(Woken::Events(entries)),
-                Next::Closed(reason) => return Ok(Woken::Closed(reason)),
+                Next::Closed(reason) => {
+                    // Nothing more to wait for: let the shared read stop with its other readers.
+                    self.tail = None;
+                    return Ok(Woken::Closed(reason));
+                }
                 Next::Recheck => return Ok(Woken::Recheck),
                 Next::Fail(failure) => return Err(failure.into_error(stream)),
                 Next::Wait => {}

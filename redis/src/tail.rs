@@ -179,6 +179,9 @@ pub(crate) struct Known {
     pub(crate) closed: Option<CloseReason>,
     /// The newest view version whose outcome the reader has acted on.
     pub(crate) seen: u64,
+    /// The view version at which the reader last went to read the state because the view's mark
+    /// was newer than its own (`u64::MAX`: never).
+    pub(crate) rechecked: u64,
 }
 
 /// How the task's last read ended.
@@ -250,7 +253,16 @@ impl TailView {
                     known.head = settled.head;
                     known.closed.clone_from(&settled.closed);
                 }
-                _ => return Next::Recheck,
+                // Read the state once per view. A state read just made that still gives an
+                // older mark means Redis has lost ctl entries the task saw (restored from an
+                // older snapshot): reading it again would find the same, in a loop. The reader
+                // waits for the task's next view instead (its timeout or reconnect reads the
+                // state and takes Redis's mark), unless it still has entries to read.
+                _ if known.rechecked == self.version && cursor >= self.pos => {}
+                _ => {
+                    known.rechecked = self.version;
+                    return Next::Recheck;
+                }
             }
         }
         if known.ctl_mark == self.ctl_mark {

@@ -426,3 +426,41 @@ async fn a_resume_after_redis_lost_what_the_shared_read_saw_is_refused_not_serve
         other => panic!("expected LogRolledBack, got {other:?}"),
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_waits_quietly_when_redis_lost_the_ctl_entries_the_shared_read_saw() {
+    let server = RedisServer::start_with(&["--enable-debug-command", "local"]);
+    let config = RedisConfig {
+        block: Duration::from_secs(60),
+        ..RedisConfig::default()
+    };
+    let (_backend, stream) = new_stream(&server, config, "ctl-lost").await;
+    let mut producer = stream.acquire_producer().await.unwrap();
+    producer.append(&payload(1)).await.unwrap();
+    let _: String = redis::cmd("SAVE").query(&mut server.raw()).unwrap();
+    // A release writes ctl; a reader resumed after it starts the shared read from its mark.
+    stream.release_through(1).await.unwrap();
+    let mut first = stream.resume(Some(1)).await.unwrap();
+    let waiting = tokio::spawn(async move { timeout(Duration::from_secs(2), first.recv()).await });
+    let mut raw = server.raw();
+    eventually(LIMIT, "the shared read blocked in XREAD", || {
+        std::future::ready(xread_clients(&mut raw).0 == 1)
+    })
+    .await;
+    // Redis goes back to the snapshot from before the release, connections kept.
+    let _: String = redis::cmd("DEBUG")
+        .arg("RELOAD")
+        .arg("NOSAVE")
+        .query(&mut raw)
+        .unwrap();
+    let before = state_reads(&mut raw);
+    let mut late = stream.resume(Some(1)).await.unwrap();
+    let waited = timeout(Duration::from_secs(1), late.recv()).await;
+    assert!(waited.is_err(), "nothing to read: {waited:?}");
+    let reads = state_reads(&mut raw) - before;
+    assert!(
+        reads <= 5,
+        "{reads} state reads in a second by one waiting reader"
+    );
+    drop(waiting);
+}

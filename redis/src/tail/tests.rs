@@ -31,6 +31,7 @@ fn known(cursor: u64, mark: &str) -> Known {
         head: cursor,
         closed: None,
         seen: 0,
+        rechecked: u64::MAX,
     }
 }
 
@@ -279,4 +280,24 @@ fn ctl_news_trusts_releases_only_when_it_saw_every_entry() {
     // A full page of a small COUNT: more may follow.
     assert_eq!(ctl_news(&two, 2).unwrap().releases_only, None);
     assert!(ctl_news(&[redis::Value::Nil], 512).is_none());
+}
+
+#[test]
+fn a_reader_older_than_the_view_reads_the_state_once_per_view() {
+    // Redis lost the ctl entry behind the view's mark (restored from an older snapshot): the
+    // reader's state read keeps giving the older mark.
+    let v = view(7, "9-0", [], 20);
+    let mut k = known(20, "5-0");
+    assert!(matches!(v.next_for(&mut k), Next::Recheck));
+    assert!(
+        matches!(v.next_for(&mut k), Next::Wait),
+        "not again for the same view"
+    );
+    // Behind the task's position it still reads: each read brings entries.
+    k.cursor = 15;
+    assert!(matches!(v.next_for(&mut k), Next::Recheck));
+    // A new view: once more.
+    let v = view(8, "9-0", [], 20);
+    k.cursor = 20;
+    assert!(matches!(v.next_for(&mut k), Next::Recheck));
 }
