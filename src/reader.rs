@@ -699,6 +699,15 @@ impl<T> Drop for WaitReady<'_, T> {
     }
 }
 
+/// Terminated once the stream has yielded its gap or its end, so `futures::select!` can poll it
+/// without `.fuse()`.
+#[cfg(feature = "stream")]
+impl<T: Clone> futures_core::stream::FusedStream for Reader<T> {
+    fn is_terminated(&self) -> bool {
+        self.done
+    }
+}
+
 #[cfg(feature = "stream")]
 impl<T: Clone> futures_core::Stream for Reader<T> {
     type Item = Result<Event<T>, ReadError>;

@@ -476,6 +476,24 @@ async fn the_stream_yields_events_then_the_close_reason() {
     assert_eq!(items[2], Err(ReadError::Closed(CloseReason::Completed)));
 }
 
+#[tokio::test]
+async fn the_stream_is_terminated_once_it_has_yielded_its_end() {
+    use futures_util::stream::FusedStream;
+    let (mut producer, ring) = ReplayRing::<u8>::new(8, 1).unwrap();
+    let mut reader = ring.resume(Some(0)).unwrap();
+    producer.try_push(1).unwrap();
+    producer.close(CloseReason::Completed);
+    assert!(!reader.is_terminated());
+    assert_eq!(reader.next().await.unwrap().unwrap().id, 1);
+    assert!(!reader.is_terminated(), "the end is yet to be yielded");
+    assert_eq!(
+        reader.next().await,
+        Some(Err(ReadError::Closed(CloseReason::Completed)))
+    );
+    assert!(reader.is_terminated());
+    assert_eq!(reader.next().await, None);
+}
+
 #[test]
 fn handles_are_send_and_sync_where_they_should_be() {
     fn send<T: Send>() {}
