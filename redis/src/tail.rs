@@ -28,7 +28,10 @@
 //! stream was not closed before them. That is the argument a reader blocked in its own `XREAD`
 //! relied on; the marks must be equal for it to carry over. A reader whose mark is older than the
 //! view's re-reads the state; one whose mark is newer waits, because the task's read watches ctl
-//! from an older id and so returns at once with the change the reader has already seen.
+//! from an older id and so returns at once with the change the reader has already seen. That
+//! fails only if Redis lost the ctl entry the reader saw (restored from an older snapshot): the
+//! task's state read then finds ctl's newest id older than the view's mark
+//! ([`TailView::ctl_lost`]), and a reader with a newer mark re-reads the state to take Redis's.
 //!
 //! **Releases.** Every release that moves the floor writes ctl, and the retention of an SSE
 //! endpoint releases often. Were every ctl entry a reason to re-read the state, each release would
@@ -152,6 +155,11 @@ pub(crate) struct TailView {
     pub(crate) caught_up: bool,
     /// Whether the task runs.
     pub(crate) live: bool,
+    /// Whether the task's last state read found ctl's newest id *older* than the view's mark:
+    /// Redis lost ctl entries the task had seen (restored from an older snapshot). A reader whose
+    /// mark is newer than the view's may hold one of the lost ids, past which no read would ever
+    /// return; it reads the state to take Redis's mark. Cleared by the next ctl news.
+    pub(crate) ctl_lost: bool,
     /// What the task's own state read found at `ctl_mark` (kept through releases after it, which
     /// close nothing), if it made one: readers whose mark is older take it instead of each
     /// reading the state.
@@ -265,6 +273,18 @@ impl TailView {
                 }
             }
         }
+        if self.ctl_lost
+            && ctl_order(&known.ctl_mark) > ctl_order(&self.ctl_mark)
+            && known.rechecked != self.version
+        {
+            // The reader's mark may be an entry Redis lost: the task's read, which watches ctl
+            // from the view's mark, would then never return with it, and the reader would wait
+            // for a ctl entry past its own mark instead of taking the view's entries. Its state
+            // read takes Redis's mark (once per view: a ctl entry written since may make it
+            // newer again, and the task's read returns at once with that one).
+            known.rechecked = self.version;
+            return Next::Recheck;
+        }
         if known.ctl_mark == self.ctl_mark {
             let first = self.recent.first().map_or(self.pos + 1, |(id, _)| *id);
             if cursor + 1 >= first && cursor < self.pos {
@@ -309,6 +329,7 @@ impl Default for Tail {
             floor: None,
             caught_up: false,
             live: false,
+            ctl_lost: false,
             settled: None,
         };
         Tail {
@@ -389,6 +410,7 @@ impl Tail {
                 floor: Some(start.floor),
                 caught_up: start.at_head,
                 live: true,
+                ctl_lost: false,
                 settled: None,
             });
         });
@@ -436,6 +458,7 @@ impl Tail {
             next.caught_up = next.pos >= page.head;
             let drop = recent.len().saturating_sub(keep);
             next.recent = Arc::from(recent.split_off(drop));
+            next.ctl_lost = ctl_order(&page.ctl) < ctl_order(&v.ctl_mark);
             next.ctl_mark = page.ctl;
             next.released.clear();
             next.floor = Some(page.floor);
@@ -467,6 +490,12 @@ impl Tail {
                 log.as_ref().and_then(|l| l.first()).map(|(id, _)| *id) == Some(old_pos + 1);
             let mut released_through = 0;
             let mut still_stands = true;
+            if ctl.is_some() {
+                // A new ctl entry: Redis numbers it by its clock, after the entries it lost, so a
+                // reader holding a lost mark now has an older one than the view's, and the rules
+                // for older marks apply.
+                next.ctl_lost = false;
+            }
             match ctl {
                 Some(CtlNews {
                     newest,

@@ -18,6 +18,7 @@ fn view(version: u64, mark: &str, recent: impl IntoIterator<Item = u64>, pos: u6
         floor: None,
         caught_up: false,
         live: true,
+        ctl_lost: false,
         settled: None,
     }
 }
@@ -71,6 +72,14 @@ fn page(ctl: &str, floor: u64, head: u64, ids: std::ops::RangeInclusive<u64>) ->
         closed: None,
         ctl: ctl.into(),
         entries: ids.map(|i| (i, Bytes::new())).collect(),
+    }
+}
+
+/// A state read that found no entries after the task's position.
+fn nothing_after(ctl: &str, floor: u64, head: u64) -> Page {
+    Page {
+        entries: Vec::new(),
+        ..page(ctl, floor, head, 1..=1)
     }
 }
 
@@ -300,4 +309,38 @@ fn a_reader_older_than_the_view_reads_the_state_once_per_view() {
     let v = view(8, "9-0", [], 20);
     k.cursor = 20;
     assert!(matches!(v.next_for(&mut k), Next::Recheck));
+}
+
+#[test]
+fn a_reader_newer_than_a_mark_redis_went_back_to_reads_the_state_once_per_view() {
+    let tail = Tail::default();
+    tail.publish(entries(1..=4), releases("9-0", 2), 64);
+    // Redis came back from an older snapshot: its ctl ends at 5-0, before the view's 9-0.
+    tail.settle(4, nothing_after("5-0", 1, 4), 64);
+    let v = tail.view.borrow().clone();
+    assert!(v.ctl_lost);
+    // A reader that saw 9-0 too would wait for an entry past it; it takes Redis's mark instead.
+    let mut k = known(4, "9-0");
+    assert!(matches!(v.next_for(&mut k), Next::Recheck));
+    assert!(
+        matches!(v.next_for(&mut k), Next::Wait),
+        "not again for the same view"
+    );
+    // Its state read gave 5-0: the view's entries are its again.
+    tail.publish(entries(5..=6), None, 64);
+    let v = tail.view.borrow().clone();
+    assert!(v.ctl_lost, "log entries alone do not clear it");
+    k.ctl_mark = "5-0".into();
+    assert_eq!(ids(v.next_for(&mut k)), vec![5, 6]);
+    // A reader newer than an ordinary view waits: the task's read returns with its entry.
+    assert!(matches!(
+        view(3, "5-0", [], 6).next_for(&mut known(6, "9-0")),
+        Next::Wait
+    ));
+    // The next ctl entry (numbered after the lost ones) clears it.
+    tail.publish(None, releases("10-0", 3), 64);
+    assert!(!tail.view.borrow().ctl_lost);
+    // A state read that finds the mark it had, or a newer one, lost nothing.
+    tail.settle(6, nothing_after("10-0", 4, 6), 64);
+    assert!(!tail.view.borrow().ctl_lost);
 }
