@@ -104,6 +104,22 @@ impl RedisReader {
     /// nothing; the next call continues from the same cursor. The blocking read a waiting call
     /// shares goes on for the handle's other readers, and for the next call.
     pub async fn recv(&mut self) -> Result<ReadItem, Error> {
+        let item = self.next_item().await;
+        let ended = match &item {
+            Ok(ReadItem::Events(_)) => false,
+            Ok(ReadItem::Closed(_)) => true,
+            Err(e) => !e.is_transient(),
+        };
+        if ended {
+            // Nothing more to wait for: let the shared read stop with the handle's other
+            // readers. (A reader asked again subscribes again.)
+            self.tail = None;
+        }
+        item
+    }
+
+    /// What [`recv`](Self::recv) returns.
+    async fn next_item(&mut self) -> Result<ReadItem, Error> {
         if let Some(first) = self.first.take() {
             if !first.is_empty() {
                 return self.deliver(first);
@@ -132,8 +148,11 @@ impl RedisReader {
                     return self.deliver(page.entries);
                 }
             }
-            // Everything up to the head as of the last state read was delivered.
-            if let Some(reason) = &self.known.closed {
+            // Closed, and everything up to its final head delivered. (A close taken from the
+            // shared tail's state read can come with a head past what the tail has read: the
+            // reader then waits for the tail to read the rest.)
+            let k = &self.known;
+            if let Some(reason) = k.closed.as_ref().filter(|_| k.cursor >= k.head) {
                 return Ok(ReadItem::Closed(reason.clone()));
             }
             // Caught up: wait until the log grows past the cursor or ctl signals a change.
@@ -218,11 +237,7 @@ impl RedisReader {
             let view = rx.borrow_and_update().clone();
             match view.next_for(known) {
                 Next::Take(entries) => return Ok(Woken::Events(entries)),
-                Next::Closed(reason) => {
-                    // Nothing more to wait for: let the shared read stop with its other readers.
-                    self.tail = None;
-                    return Ok(Woken::Closed(reason));
-                }
+                Next::Closed(reason) => return Ok(Woken::Closed(reason)),
                 Next::Recheck => return Ok(Woken::Recheck),
                 Next::Fail(failure) => return Err(failure.into_error(stream)),
                 Next::Wait => {}

@@ -464,3 +464,143 @@ async fn a_reader_waits_quietly_when_redis_lost_the_ctl_entries_the_shared_read_
     );
     drop(waiting);
 }
+
+/// Reads until the close, checking that ids continue the cursor exactly; returns the ids.
+async fn read_to_close(reader: &mut RedisReader) -> (Vec<u64>, replay_ring::CloseReason) {
+    let mut ids = Vec::new();
+    loop {
+        let before = reader.last_id();
+        match timeout(LIMIT, reader.recv()).await.unwrap().unwrap() {
+            ReadItem::Events(batch) => {
+                for (i, (id, data)) in batch.iter().enumerate() {
+                    assert_eq!(*id, before + 1 + i as u64, "ids continue the cursor");
+                    assert_eq!(data, &Bytes::from(payload(*id)));
+                    ids.push(*id);
+                }
+            }
+            ReadItem::Closed(reason) => return (ids, reason),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_close_after_more_than_a_page_of_events_reaches_readers_after_the_last_one() {
+    const EVENTS: u64 = 600; // more than one page of the default `read_batch` (512)
+    let server = RedisServer::start();
+    let mut raw = server.raw();
+    let every: Vec<u64> = (1..=EVENTS).collect();
+    let reason = replay_ring::CloseReason::error("done");
+    for waiting_before in [false, true] {
+        let name = format!("burst-{waiting_before}");
+        let (_backend, stream) = new_stream(&server, RedisConfig::default(), &name).await;
+        // A reader that only starts reading after the burst and the close (the shared read
+        // then starts with both in Redis), and one that waits on the shared read before them.
+        let mut late = stream.resume(Some(0)).await.unwrap();
+        let waiting = waiting_before.then(|| {
+            let stream = stream.clone();
+            tokio::spawn(async move {
+                let mut reader = stream.resume(Some(0)).await.unwrap();
+                read_to_close(&mut reader).await
+            })
+        });
+        if waiting.is_some() {
+            eventually(LIMIT, "the shared read blocked in XREAD", || {
+                std::future::ready(xread_clients(&mut raw).0 == 1)
+            })
+            .await;
+        }
+        let mut producer = stream.acquire_producer().await.unwrap();
+        let batch: Vec<Vec<u8>> = (1..=EVENTS).map(payload).collect();
+        producer.append_batch(&batch).await.unwrap();
+        producer.close(reason.clone()).await.unwrap();
+        if let Some(waiting) = waiting {
+            assert_eq!(waiting.await.unwrap(), (every.clone(), reason.clone()));
+        }
+        assert_eq!(
+            read_to_close(&mut late).await,
+            (every.clone(), reason.clone())
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_whose_ctl_mark_redis_lost_still_gets_new_events() {
+    let server = RedisServer::start_with(&["--enable-debug-command", "local"]);
+    let config = RedisConfig {
+        block: Duration::from_millis(500),
+        ..RedisConfig::default()
+    };
+    let (_backend, stream) = new_stream(&server, config, "mark-lost").await;
+    let mut producer = stream.acquire_producer().await.unwrap();
+    producer.append(&payload(1)).await.unwrap();
+    let mut raw = server.raw();
+    let _: String = redis::cmd("SAVE").query(&mut raw).unwrap();
+    // Resumed after a release: the reader's mark is the release's ctl entry.
+    stream.release_through(1).await.unwrap();
+    let mut reader = stream.resume(Some(1)).await.unwrap();
+    let next = tokio::spawn(async move { timeout(LIMIT, reader.recv()).await });
+    eventually(LIMIT, "the shared read blocked in XREAD", || {
+        std::future::ready(xread_clients(&mut raw).0 == 1)
+    })
+    .await;
+    // Redis goes back to the snapshot from before the release, connections kept: ctl's newest
+    // entry is older than the reader's mark now.
+    let _: String = redis::cmd("DEBUG")
+        .arg("RELOAD")
+        .arg("NOSAVE")
+        .query(&mut raw)
+        .unwrap();
+    // The shared read times out and reads the state, taking Redis's older mark.
+    let before = state_reads(&mut raw);
+    eventually(LIMIT, "the shared read's state read", || {
+        std::future::ready(state_reads(&mut raw) > before)
+    })
+    .await;
+    producer.append(&payload(2)).await.unwrap();
+    match next.await.unwrap() {
+        Ok(got) => assert_eq!(
+            got.unwrap(),
+            ReadItem::Events(vec![(2, Bytes::from(payload(2)))])
+        ),
+        Err(_) => panic!("event 2 was appended, but the reader waited {LIMIT:?} without it"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_that_ended_lets_the_shared_read_go_while_it_is_held() {
+    let config = RedisConfig {
+        read_batch: 2,
+        ..RedisConfig::default()
+    };
+    let server = RedisServer::start();
+    let (_backend, stream) = new_stream(&server, config, "ended").await;
+    let mut producer = stream.acquire_producer().await.unwrap();
+    let mut reader = stream.resume(Some(0)).await.unwrap();
+    // A cancelled wait leaves the reader subscribed to the shared read.
+    let waited = timeout(Duration::from_millis(100), reader.recv()).await;
+    assert!(waited.is_err(), "nothing to read yet: {waited:?}");
+    let mut raw = server.raw();
+    eventually(LIMIT, "the shared read blocked in XREAD", || {
+        std::future::ready(xread_clients(&mut raw).0 == 1)
+    })
+    .await;
+    // Far more than the shared read keeps (2): the reader reads its pages and finds the close
+    // with them, in its own state reads.
+    let batch: Vec<Vec<u8>> = (1..=10).map(payload).collect();
+    producer.append_batch(&batch).await.unwrap();
+    producer
+        .close(replay_ring::CloseReason::error("done"))
+        .await
+        .unwrap();
+    let (ids, _) = read_to_close(&mut reader).await;
+    assert_eq!(ids, (1..=10).collect::<Vec<_>>());
+    // Ended but still held: the shared read's connection goes with its last subscription.
+    eventually(Duration::from_secs(3), "no blocked XREAD left", || {
+        std::future::ready(xread_clients(&mut raw).0 == 0)
+    })
+    .await;
+    assert!(matches!(
+        timeout(LIMIT, reader.recv()).await.unwrap(),
+        Ok(ReadItem::Closed(_))
+    ));
+}
