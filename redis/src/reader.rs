@@ -47,7 +47,11 @@ pub struct RedisReader {
 impl RedisReader {
     /// Decides the resume and reads the first page in one script.
     pub(crate) async fn start(stream: RedisStream, after: u64) -> Result<RedisReader, Error> {
+        // The tail's versions around the state read order it against the shared read's (see
+        // "When Redis loses ctl entries" in tail.rs).
+        let sent_at = stream.tail.version();
         let page = read_page(&stream, after).await?;
+        let read_at = stream.tail.version();
         Ok(RedisReader {
             known: Known {
                 cursor: after,
@@ -55,8 +59,10 @@ impl RedisReader {
                 floor: page.floor,
                 head: page.head,
                 closed: page.closed,
-                seen: stream.tail.version(),
+                seen: read_at,
                 rechecked: u64::MAX,
+                sent_at,
+                read_at,
             },
             recheck: page.entries.len() >= stream.backend.config().read_batch,
             first: Some(page.entries),
@@ -137,7 +143,9 @@ impl RedisReader {
             // that is sound is in `tail.rs`. That spares the tail one round trip per delivery.
             if self.recheck {
                 let k = &mut self.known;
+                let sent_at = self.stream.tail.version();
                 let page = read_page(&self.stream, k.cursor).await?;
+                (k.sent_at, k.read_at) = (sent_at, self.stream.tail.version());
                 self.recheck = page.entries.len() >= self.stream.backend.config().read_batch;
                 k.ctl_mark = page.ctl;
                 k.head = page.head;
@@ -239,6 +247,9 @@ impl RedisReader {
                 Next::Take(entries) => return Ok(Woken::Events(entries)),
                 Next::Closed(reason) => return Ok(Woken::Closed(reason)),
                 Next::Recheck => return Ok(Woken::Recheck),
+                // The task reads the state after its current read; the view that follows has
+                // Redis's mark.
+                Next::ViewMarkLost => stream.tail.want_settle(),
                 Next::Fail(failure) => return Err(failure.into_error(stream)),
                 Next::Wait => {}
             }

@@ -28,10 +28,22 @@
 //! stream was not closed before them. That is the argument a reader blocked in its own `XREAD`
 //! relied on; the marks must be equal for it to carry over. A reader whose mark is older than the
 //! view's re-reads the state; one whose mark is newer waits, because the task's read watches ctl
-//! from an older id and so returns at once with the change the reader has already seen. That
-//! fails only if Redis lost the ctl entry the reader saw (restored from an older snapshot): the
-//! task's state read then finds ctl's newest id older than the view's mark
-//! ([`TailView::ctl_lost`]), and a reader with a newer mark re-reads the state to take Redis's.
+//! from an older id and so returns at once with the change the reader has already seen.
+//!
+//! **When Redis loses ctl entries** (restored from an older snapshot, a failover to a lagging
+//! replica), a mark may name an entry Redis no longer has, and waiting for a read to return with
+//! it, or to move past it, could take until the next ctl write. The tail's view versions order
+//! the reads of the task and of the readers: a reader notes the version just before it sends its
+//! state read and just after the answer ([`Known::sent_at`], [`Known::read_at`]); the task notes
+//! the version each read was sent at ([`TailView::issued`]) and since when the view has its mark
+//! ([`TailView::mark_since`]). Redis answers one command at a time, so:
+//! - a view whose read was sent after a reader's state read was answered (`issued > read_at`),
+//!   yet has an older mark than the reader's, shows that Redis lost the reader's mark: the reader
+//!   re-reads the state, once per view, and takes Redis's mark;
+//! - a reader's state read sent after the view had its mark (`sent_at >= mark_since`) that finds
+//!   an older one shows that Redis lost the view's mark: the reader asks the task to read the
+//!   state ([`Tail::want_settle`]) and waits for the view that follows, instead of re-reading the
+//!   state on every view as a reader with an older mark otherwise does.
 //!
 //! **Releases.** Every release that moves the floor writes ctl, and the retention of an SSE
 //! endpoint releases often. Were every ctl entry a reason to re-read the state, each release would
@@ -71,7 +83,7 @@ use bytes::Bytes;
 use redis::streams::StreamReadOptions;
 use redis::{Cmd, RedisError};
 use replay_ring::CloseReason;
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 
 use crate::backend::Counters;
 use crate::blocking_conn::BlockingConn;
@@ -95,6 +107,9 @@ pub(crate) struct Tail {
     /// stops under it, so a reader never waits on a task that has stopped.
     running: Mutex<Running>,
     view: watch::Sender<Arc<TailView>>,
+    /// A reader found that Redis lost the view's mark: the task gives up its blocking read and
+    /// reads the state.
+    settle_wanted: Notify,
 }
 
 /// Whether the task runs, and which one.
@@ -155,11 +170,10 @@ pub(crate) struct TailView {
     pub(crate) caught_up: bool,
     /// Whether the task runs.
     pub(crate) live: bool,
-    /// Whether the task's last state read found ctl's newest id *older* than the view's mark:
-    /// Redis lost ctl entries the task had seen (restored from an older snapshot). A reader whose
-    /// mark is newer than the view's may hold one of the lost ids, past which no read would ever
-    /// return; it reads the state to take Redis's mark. Cleared by the next ctl news.
-    pub(crate) ctl_lost: bool,
+    /// The version the read behind this view was sent at (0 for a view no read made).
+    pub(crate) issued: u64,
+    /// The version since which `ctl_mark` has its value.
+    pub(crate) mark_since: u64,
     /// What the task's own state read found at `ctl_mark` (kept through releases after it, which
     /// close nothing), if it made one: readers whose mark is older take it instead of each
     /// reading the state.
@@ -188,8 +202,12 @@ pub(crate) struct Known {
     /// The newest view version whose outcome the reader has acted on.
     pub(crate) seen: u64,
     /// The view version at which the reader last went to read the state because the view's mark
-    /// was newer than its own (`u64::MAX`: never).
+    /// differed from its own (`u64::MAX`: never).
     pub(crate) rechecked: u64,
+    /// The view version just before its last state read was sent.
+    pub(crate) sent_at: u64,
+    /// The view version just after its last state read was answered.
+    pub(crate) read_at: u64,
 }
 
 /// How the task's last read ended.
@@ -223,6 +241,8 @@ pub(crate) enum Next {
     Wait,
     /// Read the stream's state (and the entries after the cursor) directly.
     Recheck,
+    /// Redis lost the view's mark: have the task read the state ([`Tail::want_settle`]) and wait.
+    ViewMarkLost,
     /// The task's read failed.
     Fail(Failure),
     /// The stream was closed, and the reader has every event.
@@ -261,11 +281,19 @@ impl TailView {
                     known.head = settled.head;
                     known.closed.clone_from(&settled.closed);
                 }
-                // Read the state once per view. A state read just made that still gives an
-                // older mark means Redis has lost ctl entries the task saw (restored from an
-                // older snapshot): reading it again would find the same, in a loop. The reader
-                // waits for the task's next view instead (its timeout or reconnect reads the
-                // state and takes Redis's mark), unless it still has entries to read.
+                // The reader's state read was sent after the view had its mark, and found an
+                // older one: Redis lost the view's mark. Reading the state again would find the
+                // same, on every view; the task's own state read gives the view Redis's mark.
+                // (Unless the task has stopped, or could not read the state itself: then the
+                // reader's own read reports what is wrong.)
+                _ if known.sent_at >= self.mark_since
+                    && self.live
+                    && matches!(self.outcome, Outcome::Reading) =>
+                {
+                    return Next::ViewMarkLost
+                }
+                // Otherwise read the state, once per view unless entries remain to be read: a
+                // read just made that still gives an older mark would give it again.
                 _ if known.rechecked == self.version && cursor >= self.pos => {}
                 _ => {
                     known.rechecked = self.version;
@@ -273,15 +301,15 @@ impl TailView {
                 }
             }
         }
-        if self.ctl_lost
-            && ctl_order(&known.ctl_mark) > ctl_order(&self.ctl_mark)
+        if ctl_order(&known.ctl_mark) > ctl_order(&self.ctl_mark)
+            && self.issued > known.read_at
             && known.rechecked != self.version
         {
-            // The reader's mark may be an entry Redis lost: the task's read, which watches ctl
-            // from the view's mark, would then never return with it, and the reader would wait
-            // for a ctl entry past its own mark instead of taking the view's entries. Its state
-            // read takes Redis's mark (once per view: a ctl entry written since may make it
-            // newer again, and the task's read returns at once with that one).
+            // The task's read was sent after the reader's state read was answered, and did not
+            // return the reader's newer mark: Redis lost it, and no read would ever return with
+            // it. The reader takes Redis's mark from a state read of its own (once per view: a
+            // read that returned only part of a long run of ctl entries looks the same, and a
+            // later view catches up).
             known.rechecked = self.version;
             return Next::Recheck;
         }
@@ -329,12 +357,14 @@ impl Default for Tail {
             floor: None,
             caught_up: false,
             live: false,
-            ctl_lost: false,
+            issued: 0,
+            mark_since: 0,
             settled: None,
         };
         Tail {
             running: Mutex::new(Running::default()),
             view: watch::Sender::new(Arc::new(view)),
+            settle_wanted: Notify::new(),
         }
     }
 }
@@ -378,6 +408,14 @@ impl Tail {
         });
     }
 
+    /// Asks the task to read the state now: a reader found that Redis lost the view's mark
+    /// ([`Next::ViewMarkLost`]). The task's blocking read, which watches ctl from that mark,
+    /// could otherwise go on until its block time runs out while readers wait.
+    pub(crate) fn want_settle(&self) {
+        // Stores a permit if the task is not waiting for one right now.
+        self.settle_wanted.notify_one();
+    }
+
     /// The newest view version (a new reader acts only on outcomes after it).
     pub(crate) fn version(&self) -> u64 {
         self.view.borrow().version
@@ -410,7 +448,8 @@ impl Tail {
                 floor: Some(start.floor),
                 caught_up: start.at_head,
                 live: true,
-                ctl_lost: false,
+                issued: 0,
+                mark_since: v.version + 1,
                 settled: None,
             });
         });
@@ -443,10 +482,11 @@ impl Tail {
     /// Publishes the task's own state read (`page`, read after `from`): the view takes its mark,
     /// floor, head and close reason, and its entries after what the view kept (less what was
     /// released).
-    fn settle(&self, from: u64, page: Page, keep: usize) {
+    fn settle(&self, from: u64, page: Page, keep: usize, issued: u64) {
         self.view.send_modify(|v| {
             let mut next = TailView::clone(v);
             next.version += 1;
+            next.issued = issued;
             next.outcome = Outcome::Reading;
             let mut recent: Entries = Vec::new();
             if v.pos == from {
@@ -458,7 +498,9 @@ impl Tail {
             next.caught_up = next.pos >= page.head;
             let drop = recent.len().saturating_sub(keep);
             next.recent = Arc::from(recent.split_off(drop));
-            next.ctl_lost = ctl_order(&page.ctl) < ctl_order(&v.ctl_mark);
+            if page.ctl != v.ctl_mark {
+                next.mark_since = next.version;
+            }
             next.ctl_mark = page.ctl;
             next.released.clear();
             next.floor = Some(page.floor);
@@ -472,10 +514,11 @@ impl Tail {
 
     /// Publishes what one read returned: `log` entries (if any), what ctl had that is new (if
     /// anything), or neither when the block time ran out.
-    fn publish(&self, log: Option<Entries>, ctl: Option<CtlNews>, keep: usize) {
+    fn publish(&self, log: Option<Entries>, ctl: Option<CtlNews>, keep: usize, issued: u64) {
         self.view.send_modify(|v| {
             let mut next = TailView::clone(v);
             next.version += 1;
+            next.issued = issued;
             next.outcome = if log.is_none() && ctl.is_none() {
                 Outcome::Unsettled
             } else {
@@ -491,10 +534,7 @@ impl Tail {
             let mut released_through = 0;
             let mut still_stands = true;
             if ctl.is_some() {
-                // A new ctl entry: Redis numbers it by its clock, after the entries it lost, so a
-                // reader holding a lost mark now has an older one than the view's, and the rules
-                // for older marks apply.
-                next.ctl_lost = false;
+                next.mark_since = next.version;
             }
             match ctl {
                 Some(CtlNews {
@@ -564,15 +604,18 @@ async fn run(stream: RedisStream, task: u64) {
     let mut reconnected = false;
     loop {
         if std::mem::take(&mut reconnected) {
-            let pos = tail.view.borrow().pos;
+            let (pos, issued) = {
+                let v = tail.view.borrow();
+                (v.pos, v.version)
+            };
             match read_state(&stream, pos).await {
-                Ok((from, page)) => tail.settle(from, page, config.read_batch),
-                Err(_) => tail.publish(None, None, config.read_batch),
+                Ok((from, page)) => tail.settle(from, page, config.read_batch, issued),
+                Err(_) => tail.publish(None, None, config.read_batch, issued),
             }
         }
-        let (pos, ctl_mark) = {
+        let (pos, ctl_mark, issued) = {
             let v = tail.view.borrow();
-            (v.pos, v.ctl_mark.clone())
+            (v.pos, v.ctl_mark.clone(), v.version)
         };
         let cursor_id = format!("0-{pos}");
         let xread = Cmd::xread_options(
@@ -588,6 +631,15 @@ async fn run(stream: RedisStream, task: u64) {
             () = tail.view.closed() => {
                 if tail.stop_if_unwatched() {
                     return;
+                }
+                continue;
+            }
+            // Redis lost the view's mark (a reader's state read says so): read the state now.
+            // The blocking read left behind is given up by the next, which watches other ids.
+            () = tail.settle_wanted.notified() => {
+                match read_state(&stream, pos).await {
+                    Ok((from, page)) => tail.settle(from, page, config.read_batch, issued),
+                    Err(_) => tail.publish(None, None, config.read_batch, issued),
                 }
                 continue;
             }
@@ -612,15 +664,16 @@ async fn run(stream: RedisStream, task: u64) {
                     Some(news) => news.releases_only.is_none(),
                     None => log.is_none(),
                 };
+                // (Sent after the blocking read, so `issued` dates it soundly too.)
                 let settled = match unsettled {
                     true => read_state(&stream, pos).await.ok(),
                     false => None,
                 };
                 match settled {
-                    Some((from, page)) => tail.settle(from, page, config.read_batch),
+                    Some((from, page)) => tail.settle(from, page, config.read_batch, issued),
                     // Nothing to settle, or the state read failed (the stream is lost, or Redis
                     // is unavailable): each reader reads it, and reports what it finds.
-                    None => tail.publish(log, ctl, config.read_batch),
+                    None => tail.publish(log, ctl, config.read_batch, issued),
                 }
             }
             // Redis closed the connection under the read (a restart, `CLIENT KILL`, its idle

@@ -604,3 +604,149 @@ async fn a_reader_that_ended_lets_the_shared_read_go_while_it_is_held() {
         Ok(ReadItem::Closed(_))
     ));
 }
+
+/// `DEBUG RELOAD NOSAVE`: Redis goes back to its last snapshot, connections kept (as a failover
+/// to a lagging replica behind a proxy may).
+fn reload(raw: &mut redis::Connection) {
+    let _: String = redis::cmd("DEBUG")
+        .arg("RELOAD")
+        .arg("NOSAVE")
+        .query(raw)
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_whose_mark_redis_lost_before_it_first_waited_gets_new_events() {
+    let server = RedisServer::start_with(&["--enable-debug-command", "local"]);
+    let config = RedisConfig {
+        block: Duration::from_millis(300),
+        ..RedisConfig::default()
+    };
+    let (_backend, stream) = new_stream(&server, config, "never-held").await;
+    let mut producer = stream.acquire_producer().await.unwrap();
+    producer.append(&payload(1)).await.unwrap();
+    let mut raw = server.raw();
+    let _: String = redis::cmd("SAVE").query(&mut raw).unwrap();
+    stream.release_through(1).await.unwrap();
+    // Resumed after the release (its mark is the release's ctl entry); it has not waited yet.
+    let mut late = stream.resume(Some(1)).await.unwrap();
+    reload(&mut raw);
+    // Another reader waits first: the shared read starts at Redis's mark, older than `late`'s.
+    let other = stream.resume(Some(1)).await.unwrap();
+    let other = tokio::spawn(read_through(other, 3));
+    eventually(LIMIT, "the shared read blocked in XREAD", || {
+        std::future::ready(xread_clients(&mut raw).0 == 1)
+    })
+    .await;
+    let next = tokio::spawn(async move { timeout(LIMIT, late.recv()).await });
+    producer.append(&payload(2)).await.unwrap();
+    producer.append(&payload(3)).await.unwrap();
+    assert_eq!(other.await.unwrap(), 2);
+    match next.await.unwrap() {
+        Ok(item) => match item.unwrap() {
+            ReadItem::Events(batch) => assert_eq!(batch[0], (2, Bytes::from(payload(2)))),
+            closed => panic!("{closed:?}"),
+        },
+        Err(_) => panic!("2 and 3 were appended, but the reader waited {LIMIT:?} without them"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_behind_a_view_whose_mark_redis_lost_do_not_read_the_state_per_event() {
+    const EVENTS: u64 = 40;
+    const READERS: u64 = 5;
+    let server = RedisServer::start_with(&["--enable-debug-command", "local"]);
+    // A block time longer than the test: only the readers' request ends the shared read early.
+    let config = RedisConfig {
+        block: Duration::from_secs(60),
+        ..RedisConfig::default()
+    };
+    let (_backend, stream) = new_stream(&server, config, "view-lost").await;
+    let mut producer = stream.acquire_producer().await.unwrap();
+    producer.append(&payload(1)).await.unwrap();
+    let mut raw = server.raw();
+    let _: String = redis::cmd("SAVE").query(&mut raw).unwrap();
+    stream.release_through(1).await.unwrap();
+    // The shared read starts at the release's mark, which Redis then loses; the other readers'
+    // state reads give Redis's older mark.
+    let first = stream.resume(Some(1)).await.unwrap();
+    let mut readers = vec![tokio::spawn(read_through(first, 1 + EVENTS))];
+    eventually(LIMIT, "the shared read blocked in XREAD", || {
+        std::future::ready(xread_clients(&mut raw).0 == 1)
+    })
+    .await;
+    reload(&mut raw);
+    for _ in 1..READERS {
+        let reader = stream.resume(Some(1)).await.unwrap();
+        readers.push(tokio::spawn(read_through(reader, 1 + EVENTS)));
+    }
+    let before = state_reads(&mut raw);
+    for id in 2..=1 + EVENTS {
+        producer.append(&payload(id)).await.unwrap();
+    }
+    for reader in readers {
+        assert_eq!(timeout(LIMIT, reader).await.unwrap().unwrap(), EVENTS);
+    }
+    let reads = state_reads(&mut raw) - before;
+    // Re-reading the state on every view would be about READERS × EVENTS = 200.
+    assert!(
+        reads <= 2 * READERS,
+        "{reads} state reads for {EVENTS} events and {READERS} readers"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_mark_numbered_after_later_ctl_entries_still_gives_way() {
+    // A primary whose clock ran a minute ahead wrote the release Redis then loses; the entries
+    // written after the loss are numbered before it.
+    let server = RedisServer::start_with(&["--enable-debug-command", "local"]);
+    let config = RedisConfig {
+        block: Duration::from_millis(300),
+        ..RedisConfig::default()
+    };
+    let (_backend, stream) = new_stream(&server, config, "skew").await;
+    let ctl = stream.key_names()[2].to_owned();
+    let mut producer = stream.acquire_producer().await.unwrap();
+    producer.append(&payload(1)).await.unwrap();
+    let mut raw = server.raw();
+    let _: String = redis::cmd("SAVE").query(&mut raw).unwrap();
+    let ahead = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+        + 60_000;
+    let _: () = redis::cmd("XSETID")
+        .arg(&ctl)
+        .arg(format!("{ahead}-0"))
+        .query(&mut raw)
+        .unwrap();
+    stream.release_through(1).await.unwrap();
+    let mut reader = stream.resume(Some(1)).await.unwrap();
+    // A wait given up: the reader stays subscribed, and the shared read runs from its mark.
+    let waited = timeout(Duration::from_millis(100), reader.recv()).await;
+    assert!(waited.is_err(), "nothing to read yet: {waited:?}");
+    eventually(LIMIT, "the shared read blocked in XREAD", || {
+        std::future::ready(xread_clients(&mut raw).0 == 1)
+    })
+    .await;
+    reload(&mut raw);
+    // The shared read times out and takes Redis's mark; a release then writes an entry numbered
+    // before the lost one.
+    let before = state_reads(&mut raw);
+    eventually(LIMIT, "the shared read's state read", || {
+        std::future::ready(state_reads(&mut raw) > before)
+    })
+    .await;
+    stream.release_through(1).await.unwrap();
+    let witness = stream.resume(Some(1)).await.unwrap();
+    let witness = tokio::spawn(read_through(witness, 2));
+    producer.append(&payload(2)).await.unwrap();
+    assert_eq!(witness.await.unwrap(), 1);
+    match timeout(LIMIT, reader.recv()).await {
+        Ok(item) => assert_eq!(
+            item.unwrap(),
+            ReadItem::Events(vec![(2, Bytes::from(payload(2)))])
+        ),
+        Err(_) => panic!("2 was appended, but the reader waited {LIMIT:?} without it"),
+    }
+}

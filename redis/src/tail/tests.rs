@@ -18,7 +18,8 @@ fn view(version: u64, mark: &str, recent: impl IntoIterator<Item = u64>, pos: u6
         floor: None,
         caught_up: false,
         live: true,
-        ctl_lost: false,
+        issued: 0,
+        mark_since: 1,
         settled: None,
     }
 }
@@ -33,6 +34,8 @@ fn known(cursor: u64, mark: &str) -> Known {
         closed: None,
         seen: 0,
         rechecked: u64::MAX,
+        sent_at: 0,
+        read_at: 0,
     }
 }
 
@@ -148,20 +151,20 @@ fn ctl_ids_order_numerically() {
 #[test]
 fn publishing_keeps_a_gap_free_window_ending_at_the_position() {
     let tail = Tail::default();
-    tail.publish(entries(1..=3), None, 4);
+    tail.publish(entries(1..=3), None, 4, 0);
     assert_eq!(recent(&tail), vec![1, 2, 3]);
-    tail.publish(entries(4..=5), None, 4);
+    tail.publish(entries(4..=5), None, 4, 0);
     assert_eq!(recent(&tail), vec![2, 3, 4, 5]);
     assert_eq!(tail.view.borrow().pos, 5);
     // Entries 6 and 7 were released before the read: nothing before 8 is kept.
-    tail.publish(entries(8..=9), None, 4);
+    tail.publish(entries(8..=9), None, 4, 0);
     assert_eq!(recent(&tail), vec![8, 9]);
     // A close or a re-creation the task could not read the state for empties the window.
-    tail.publish(entries(10..=10), change("9-0"), 4);
+    tail.publish(entries(10..=10), change("9-0"), 4, 0);
     assert_eq!(recent(&tail), Vec::<u64>::new());
     assert_eq!(tail.view.borrow().pos, 10);
     assert_eq!(tail.view.borrow().ctl_mark, "9-0");
-    tail.publish(None, None, 4);
+    tail.publish(None, None, 4, 0);
     assert!(matches!(tail.view.borrow().outcome, Outcome::Unsettled));
     assert_eq!(tail.version(), 5);
 }
@@ -169,10 +172,10 @@ fn publishing_keeps_a_gap_free_window_ending_at_the_position() {
 #[test]
 fn releases_move_the_mark_for_readers_they_removed_nothing_from() {
     let tail = Tail::default();
-    tail.publish(entries(1..=10), None, 64);
+    tail.publish(entries(1..=10), None, 64, 0);
     // Released through 4, then through 7, while 11 and 12 came in.
-    tail.publish(entries(11..=12), releases("1-0", 4), 64);
-    tail.publish(None, releases("2-0", 7), 64);
+    tail.publish(entries(11..=12), releases("1-0", 4), 64, 0);
+    tail.publish(None, releases("2-0", 7), 64, 0);
     let v = tail.view.borrow().clone();
     assert_eq!(v.ctl_mark, "2-0");
     assert_eq!(
@@ -193,7 +196,7 @@ fn releases_move_the_mark_for_readers_they_removed_nothing_from() {
     assert!(matches!(v.next_for(&mut k), Next::Recheck));
     assert_eq!(k.ctl_mark, "0-0");
     // A change the task could not settle: every earlier mark reads the state again.
-    tail.publish(None, change("3-0"), 64);
+    tail.publish(None, change("3-0"), 64, 0);
     let v = tail.view.borrow().clone();
     assert!(v.released.is_empty());
     assert!(matches!(v.next_for(&mut known(12, "2-0")), Next::Recheck));
@@ -202,11 +205,11 @@ fn releases_move_the_mark_for_readers_they_removed_nothing_from() {
 #[test]
 fn a_state_read_by_the_task_answers_for_readers_with_older_marks() {
     let tail = Tail::default();
-    tail.publish(entries(1..=10), None, 64);
+    tail.publish(entries(1..=10), None, 64, 0);
     // A close came in while 11 and 12 were appended; the task read the state after 10.
     let mut closed = page("5-0", 3, 12, 11..=12);
     closed.closed = Some(CloseReason::error("done"));
-    tail.settle(10, closed, 64);
+    tail.settle(10, closed, 64, 0);
     let v = tail.view.borrow().clone();
     assert_eq!(
         recent(&tail),
@@ -229,9 +232,9 @@ fn a_state_read_by_the_task_answers_for_readers_with_older_marks() {
 #[test]
 fn a_state_read_below_the_floor_starts_the_window_afresh() {
     let tail = Tail::default();
-    tail.publish(entries(1..=4), None, 64);
+    tail.publish(entries(1..=4), None, 64, 0);
     // Released through 9 before the task read the state: it read from 9.
-    tail.settle(9, page("5-0", 10, 12, 10..=12), 64);
+    tail.settle(9, page("5-0", 10, 12, 10..=12), 64, 0);
     assert_eq!(recent(&tail), vec![10, 11, 12]);
     let v = tail.view.borrow().clone();
     assert_eq!((v.pos, v.caught_up, v.floor), (12, true, Some(10)));
@@ -246,19 +249,19 @@ fn the_window_follows_reads_and_releases_while_the_task_runs() {
         (v.live, v.floor, v.pos, v.caught_up) = (true, Some(1), 0, true);
     });
     assert_eq!(tail.recent_window(), Some((1, 0)));
-    tail.publish(entries(1..=4), None, 4);
+    tail.publish(entries(1..=4), None, 4, 0);
     assert_eq!(tail.recent_window(), None, "a full page: more may follow");
-    tail.publish(entries(5..=6), None, 4);
+    tail.publish(entries(5..=6), None, 4, 0);
     assert_eq!(tail.recent_window(), Some((1, 6)));
-    tail.publish(None, releases("1-0", 5), 4);
+    tail.publish(None, releases("1-0", 5), 4, 0);
     assert_eq!(tail.recent_window(), Some((6, 6)));
     // Released past what the task read (it never saw 7 and 8): the head is at least 8.
-    tail.publish(None, releases("2-0", 8), 4);
+    tail.publish(None, releases("2-0", 8), 4, 0);
     assert_eq!(tail.recent_window(), Some((9, 8)));
     assert_eq!(tail.view.borrow().pos, 8);
     // A change the task could not settle: the floor is unknown until a reader reads the state
     // at the new mark.
-    tail.publish(None, change("3-0"), 4);
+    tail.publish(None, change("3-0"), 4, 0);
     assert_eq!(tail.recent_window(), None);
     tail.learn_floor("2-0", 9);
     assert_eq!(tail.recent_window(), None, "a state read at an older mark");
@@ -292,55 +295,65 @@ fn ctl_news_trusts_releases_only_when_it_saw_every_entry() {
 }
 
 #[test]
-fn a_reader_older_than_the_view_reads_the_state_once_per_view() {
-    // Redis lost the ctl entry behind the view's mark (restored from an older snapshot): the
-    // reader's state read keeps giving the older mark.
-    let v = view(7, "9-0", [], 20);
-    let mut k = known(20, "5-0");
+fn a_reader_whose_mark_a_later_read_did_not_return_takes_redis_mark_once_per_view() {
+    // The reader's state read was answered at version 4 with mark 9-0.
+    let mut k = known(20, "9-0");
+    (k.sent_at, k.read_at) = (4, 4);
+    // A view from a read sent at version 4 may have been answered before the reader's: its
+    // older mark says nothing, and the task's next read returns with 9-0.
+    let mut v = view(5, "5-0", [], 20);
+    v.issued = 4;
+    assert!(matches!(v.next_for(&mut k), Next::Wait));
+    // A read sent after the reader's was answered, without 9-0: Redis lost it.
+    let mut v = view(6, "5-0", 21..=22, 22);
+    v.issued = 5;
     assert!(matches!(v.next_for(&mut k), Next::Recheck));
     assert!(
         matches!(v.next_for(&mut k), Next::Wait),
         "not again for the same view"
     );
-    // Behind the task's position it still reads: each read brings entries.
-    k.cursor = 15;
-    assert!(matches!(v.next_for(&mut k), Next::Recheck));
-    // A new view: once more.
-    let v = view(8, "9-0", [], 20);
-    k.cursor = 20;
-    assert!(matches!(v.next_for(&mut k), Next::Recheck));
+    // Its state read gave Redis's mark: the view's entries are its again.
+    k.ctl_mark = "5-0".into();
+    (k.sent_at, k.read_at) = (6, 6);
+    assert_eq!(ids(v.next_for(&mut k)), vec![21, 22]);
 }
 
 #[test]
-fn a_reader_newer_than_a_mark_redis_went_back_to_reads_the_state_once_per_view() {
-    let tail = Tail::default();
-    tail.publish(entries(1..=4), releases("9-0", 2), 64);
-    // Redis came back from an older snapshot: its ctl ends at 5-0, before the view's 9-0.
-    tail.settle(4, nothing_after("5-0", 1, 4), 64);
-    let v = tail.view.borrow().clone();
-    assert!(v.ctl_lost);
-    // A reader that saw 9-0 too would wait for an entry past it; it takes Redis's mark instead.
-    let mut k = known(4, "9-0");
+fn a_reader_whose_state_read_lost_the_view_mark_asks_the_task_instead_of_reading_again() {
+    // The view has had mark 9-0 since version 3; entries keep coming under it.
+    let mut v = view(7, "9-0", 21..=22, 22);
+    v.mark_since = 3;
+    let mut k = known(20, "5-0");
+    // A state read sent before the view had 9-0: 9-0 may simply be newer. Read again.
+    (k.sent_at, k.read_at) = (2, 2);
     assert!(matches!(v.next_for(&mut k), Next::Recheck));
-    assert!(
-        matches!(v.next_for(&mut k), Next::Wait),
-        "not again for the same view"
-    );
-    // Its state read gave 5-0: the view's entries are its again.
-    tail.publish(entries(5..=6), None, 64);
+    // Sent after, and still 5-0: Redis lost 9-0. Reading again would find 5-0 on every view.
+    (k.sent_at, k.read_at) = (7, 7);
+    assert!(matches!(v.next_for(&mut k), Next::ViewMarkLost));
+    let mut later = view(8, "9-0", 21..=23, 23);
+    later.mark_since = 3;
+    assert!(matches!(later.next_for(&mut k), Next::ViewMarkLost));
+    // A task that stopped, or could not read the state itself, will not settle: the reader
+    // reads the state (and reports what is wrong), once per view.
+    for outcome in [Outcome::Unsettled, Outcome::Reading] {
+        let mut stuck = view(9, "9-0", [], 20);
+        stuck.mark_since = 3;
+        stuck.live = matches!(outcome, Outcome::Unsettled);
+        stuck.outcome = outcome;
+        let mut k = known(20, "5-0");
+        (k.sent_at, k.read_at) = (8, 8);
+        assert!(matches!(stuck.next_for(&mut k), Next::Recheck));
+        assert!(matches!(stuck.next_for(&mut k), Next::Wait));
+    }
+    // The task's state read takes Redis's mark: the reader takes the entries again.
+    let tail = Tail::default();
+    tail.publish(entries(21..=22), change("9-0"), 64, 1);
+    tail.settle(22, page("5-0", 1, 23, 23..=23), 64, 2);
     let v = tail.view.borrow().clone();
-    assert!(v.ctl_lost, "log entries alone do not clear it");
-    k.ctl_mark = "5-0".into();
-    assert_eq!(ids(v.next_for(&mut k)), vec![5, 6]);
-    // A reader newer than an ordinary view waits: the task's read returns with its entry.
-    assert!(matches!(
-        view(3, "5-0", [], 6).next_for(&mut known(6, "9-0")),
-        Next::Wait
-    ));
-    // The next ctl entry (numbered after the lost ones) clears it.
-    tail.publish(None, releases("10-0", 3), 64);
-    assert!(!tail.view.borrow().ctl_lost);
-    // A state read that finds the mark it had, or a newer one, lost nothing.
-    tail.settle(6, nothing_after("10-0", 4, 6), 64);
-    assert!(!tail.view.borrow().ctl_lost);
+    assert_eq!(v.mark_since, v.version, "the mark changed with the settle");
+    k.cursor = 22;
+    assert_eq!(ids(v.next_for(&mut k)), vec![23]);
+    // A settle that keeps the mark keeps its age.
+    tail.settle(23, nothing_after("5-0", 1, 23), 64, 3);
+    assert_eq!(tail.view.borrow().mark_since, v.version);
 }
