@@ -37,13 +37,20 @@
 //! state read and just after the answer ([`Known::sent_at`], [`Known::read_at`]); the task notes
 //! the version each read was sent at ([`TailView::issued`]) and since when the view has its mark
 //! ([`TailView::mark_since`]). Redis answers one command at a time, so:
-//! - a view whose read was sent after a reader's state read was answered (`issued > read_at`),
-//!   yet has an older mark than the reader's, shows that Redis lost the reader's mark: the reader
-//!   re-reads the state, once per view, and takes Redis's mark;
-//! - a reader's state read sent after the view had its mark (`sent_at >= mark_since`) that finds
-//!   an older one shows that Redis lost the view's mark: the reader asks the task to read the
-//!   state ([`Tail::want_settle`]) and waits for the view that follows, instead of re-reading the
-//!   state on every view as a reader with an older mark otherwise does.
+//! - (Rule A) a view whose read was sent after a reader's state read was answered
+//!   (`issued > read_at`), yet has an older mark than the reader's, shows that Redis lost the
+//!   reader's mark: the reader re-reads the state, once per view, and takes Redis's mark;
+//! - (Rule B) a reader's state read sent after the view had its mark (`sent_at >= mark_since`)
+//!   that finds an older one shows that Redis lost the view's mark: the reader asks the task to
+//!   read the state ([`Tail::want_settle`]) and waits for the view that follows, instead of
+//!   re-reading the state on every view as a reader with an older mark otherwise does.
+//!
+//! One case stays ambiguous: a task read sent before a reader's state read was answered, that
+//! reaches Redis after Redis lost the reader's mark. It returns without that mark, like a read
+//! Redis answered before the mark was written. The reader then waits for the task's next read,
+//! which Rule A covers: it comes with the next append or ctl write, or when the block time runs
+//! out. Telling the two apart would take a state read per such view, which without any loss would
+//! cost one whenever a release lands while the task's read is on its way.
 //!
 //! **Releases.** Every release that moves the floor writes ctl, and the retention of an SSE
 //! endpoint releases often. Were every ctl entry a reason to re-read the state, each release would
