@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::{eventually, RedisServer};
-use replay_ring_redis::{ReadItem, RedisBackend, RedisConfig, RedisReader, RedisStream};
+use replay_ring_redis::{
+    ReadItem, RedisBackend, RedisConfig, RedisProducer, RedisReader, RedisStream,
+};
 use replay_ring_sse::StreamId;
 use tokio::time::timeout;
 
@@ -392,6 +394,61 @@ fn a_shared_read_whose_runtime_shut_down_is_started_again_by_the_next_reader() {
     assert_eq!(again, ReadItem::Events(vec![(1, Bytes::from(payload(1)))]));
 }
 
+/// `DEBUG RELOAD NOSAVE`: Redis goes back to its last snapshot, connections kept (as a failover
+/// to a lagging replica behind a proxy may).
+fn reload(raw: &mut redis::Connection) {
+    let _: String = redis::cmd("DEBUG")
+        .arg("RELOAD")
+        .arg("NOSAVE")
+        .query(raw)
+        .unwrap();
+}
+
+/// [`reload`], then waits until the shared read's block time runs out and it reads the state,
+/// taking Redis's mark.
+async fn reload_until_the_shared_read_reads_the_state(raw: &mut redis::Connection) {
+    reload(raw);
+    let before = state_reads(raw);
+    eventually(LIMIT, "the shared read's state read", || {
+        std::future::ready(state_reads(raw) > before)
+    })
+    .await;
+}
+
+/// A stream whose ctl's newest entry is one a [`reload`] loses: event 1 appended, a snapshot
+/// (`SAVE`), then `on_snapshot` and a release of event 1.
+struct ReleasedAfterASnapshot {
+    server: RedisServer,
+    stream: RedisStream,
+    producer: RedisProducer,
+    raw: redis::Connection,
+}
+
+async fn released_after_a_snapshot(
+    name: &str,
+    block: Duration,
+    on_snapshot: impl FnOnce(&mut redis::Connection, &RedisStream),
+) -> ReleasedAfterASnapshot {
+    let server = RedisServer::start_with(&["--enable-debug-command", "local"]);
+    let config = RedisConfig {
+        block,
+        ..RedisConfig::default()
+    };
+    let (_backend, stream) = new_stream(&server, config, name).await;
+    let mut producer = stream.acquire_producer().await.unwrap();
+    producer.append(&payload(1)).await.unwrap();
+    let mut raw = server.raw();
+    let _: String = redis::cmd("SAVE").query(&mut raw).unwrap();
+    on_snapshot(&mut raw, &stream);
+    stream.release_through(1).await.unwrap();
+    ReleasedAfterASnapshot {
+        server,
+        stream,
+        producer,
+        raw,
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resume_after_redis_lost_what_the_shared_read_saw_is_refused_not_served_from_memory() {
     let server = RedisServer::start_with(&["--enable-debug-command", "local"]);
@@ -412,13 +469,8 @@ async fn a_resume_after_redis_lost_what_the_shared_read_saw_is_refused_not_serve
         producer.append(&payload(id)).await.unwrap();
     }
     assert_eq!(timeout(LIMIT, follower).await.unwrap().unwrap(), 10);
-    // Redis goes back to the snapshot at 10 without closing connections (as a failover to a
-    // lagging replica behind a proxy may): 11..=20 are gone.
-    let _: String = redis::cmd("DEBUG")
-        .arg("RELOAD")
-        .arg("NOSAVE")
-        .query(&mut server.raw())
-        .unwrap();
+    // Redis goes back to the snapshot at 10: 11..=20 are gone.
+    reload(&mut server.raw());
     match readers.resume(Some(10)).await {
         Err(replay_ring_redis::Error::LogRolledBack {
             seen: 20, head: 10, ..
@@ -429,30 +481,21 @@ async fn a_resume_after_redis_lost_what_the_shared_read_saw_is_refused_not_serve
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reader_waits_quietly_when_redis_lost_the_ctl_entries_the_shared_read_saw() {
-    let server = RedisServer::start_with(&["--enable-debug-command", "local"]);
-    let config = RedisConfig {
-        block: Duration::from_secs(60),
-        ..RedisConfig::default()
-    };
-    let (_backend, stream) = new_stream(&server, config, "ctl-lost").await;
-    let mut producer = stream.acquire_producer().await.unwrap();
-    producer.append(&payload(1)).await.unwrap();
-    let _: String = redis::cmd("SAVE").query(&mut server.raw()).unwrap();
-    // A release writes ctl; a reader resumed after it starts the shared read from its mark.
-    stream.release_through(1).await.unwrap();
+    let ReleasedAfterASnapshot {
+        server: _server,
+        stream,
+        mut raw,
+        ..
+    } = released_after_a_snapshot("ctl-lost", Duration::from_secs(60), |_, _| {}).await;
+    // A reader resumed after the release starts the shared read from its mark.
     let mut first = stream.resume(Some(1)).await.unwrap();
     let waiting = tokio::spawn(async move { timeout(Duration::from_secs(2), first.recv()).await });
-    let mut raw = server.raw();
     eventually(LIMIT, "the shared read blocked in XREAD", || {
         std::future::ready(xread_clients(&mut raw).0 == 1)
     })
     .await;
-    // Redis goes back to the snapshot from before the release, connections kept.
-    let _: String = redis::cmd("DEBUG")
-        .arg("RELOAD")
-        .arg("NOSAVE")
-        .query(&mut raw)
-        .unwrap();
+    // Redis goes back to the snapshot from before the release.
+    reload(&mut raw);
     let before = state_reads(&mut raw);
     let mut late = stream.resume(Some(1)).await.unwrap();
     let waited = timeout(Duration::from_secs(1), late.recv()).await;
@@ -525,37 +568,21 @@ async fn a_close_after_more_than_a_page_of_events_reaches_readers_after_the_last
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reader_whose_ctl_mark_redis_lost_still_gets_new_events() {
-    let server = RedisServer::start_with(&["--enable-debug-command", "local"]);
-    let config = RedisConfig {
-        block: Duration::from_millis(500),
-        ..RedisConfig::default()
-    };
-    let (_backend, stream) = new_stream(&server, config, "mark-lost").await;
-    let mut producer = stream.acquire_producer().await.unwrap();
-    producer.append(&payload(1)).await.unwrap();
-    let mut raw = server.raw();
-    let _: String = redis::cmd("SAVE").query(&mut raw).unwrap();
-    // Resumed after a release: the reader's mark is the release's ctl entry.
-    stream.release_through(1).await.unwrap();
+    let ReleasedAfterASnapshot {
+        server: _server,
+        stream,
+        mut producer,
+        mut raw,
+    } = released_after_a_snapshot("mark-lost", Duration::from_millis(500), |_, _| {}).await;
+    // Resumed after the release: the reader's mark is the release's ctl entry.
     let mut reader = stream.resume(Some(1)).await.unwrap();
     let next = tokio::spawn(async move { timeout(LIMIT, reader.recv()).await });
     eventually(LIMIT, "the shared read blocked in XREAD", || {
         std::future::ready(xread_clients(&mut raw).0 == 1)
     })
     .await;
-    // Redis goes back to the snapshot from before the release, connections kept: ctl's newest
-    // entry is older than the reader's mark now.
-    let _: String = redis::cmd("DEBUG")
-        .arg("RELOAD")
-        .arg("NOSAVE")
-        .query(&mut raw)
-        .unwrap();
-    // The shared read times out and reads the state, taking Redis's older mark.
-    let before = state_reads(&mut raw);
-    eventually(LIMIT, "the shared read's state read", || {
-        std::future::ready(state_reads(&mut raw) > before)
-    })
-    .await;
+    // ctl's newest entry is older than the reader's mark now, and so is the shared read's.
+    reload_until_the_shared_read_reads_the_state(&mut raw).await;
     producer.append(&payload(2)).await.unwrap();
     match next.await.unwrap() {
         Ok(got) => assert_eq!(
@@ -605,29 +632,14 @@ async fn a_reader_that_ended_lets_the_shared_read_go_while_it_is_held() {
     ));
 }
 
-/// `DEBUG RELOAD NOSAVE`: Redis goes back to its last snapshot, connections kept (as a failover
-/// to a lagging replica behind a proxy may).
-fn reload(raw: &mut redis::Connection) {
-    let _: String = redis::cmd("DEBUG")
-        .arg("RELOAD")
-        .arg("NOSAVE")
-        .query(raw)
-        .unwrap();
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reader_whose_mark_redis_lost_before_it_first_waited_gets_new_events() {
-    let server = RedisServer::start_with(&["--enable-debug-command", "local"]);
-    let config = RedisConfig {
-        block: Duration::from_millis(300),
-        ..RedisConfig::default()
-    };
-    let (_backend, stream) = new_stream(&server, config, "never-held").await;
-    let mut producer = stream.acquire_producer().await.unwrap();
-    producer.append(&payload(1)).await.unwrap();
-    let mut raw = server.raw();
-    let _: String = redis::cmd("SAVE").query(&mut raw).unwrap();
-    stream.release_through(1).await.unwrap();
+    let ReleasedAfterASnapshot {
+        server: _server,
+        stream,
+        mut producer,
+        mut raw,
+    } = released_after_a_snapshot("never-held", Duration::from_millis(300), |_, _| {}).await;
     // Resumed after the release (its mark is the release's ctl entry); it has not waited yet.
     let mut late = stream.resume(Some(1)).await.unwrap();
     reload(&mut raw);
@@ -655,18 +667,13 @@ async fn a_reader_whose_mark_redis_lost_before_it_first_waited_gets_new_events()
 async fn readers_behind_a_view_whose_mark_redis_lost_do_not_read_the_state_per_event() {
     const EVENTS: u64 = 40;
     const READERS: u64 = 5;
-    let server = RedisServer::start_with(&["--enable-debug-command", "local"]);
     // A block time longer than the test: only the readers' request ends the shared read early.
-    let config = RedisConfig {
-        block: Duration::from_secs(60),
-        ..RedisConfig::default()
-    };
-    let (_backend, stream) = new_stream(&server, config, "view-lost").await;
-    let mut producer = stream.acquire_producer().await.unwrap();
-    producer.append(&payload(1)).await.unwrap();
-    let mut raw = server.raw();
-    let _: String = redis::cmd("SAVE").query(&mut raw).unwrap();
-    stream.release_through(1).await.unwrap();
+    let ReleasedAfterASnapshot {
+        server: _server,
+        stream,
+        mut producer,
+        mut raw,
+    } = released_after_a_snapshot("view-lost", Duration::from_secs(60), |_, _| {}).await;
     // The shared read starts at the release's mark, which Redis then loses; the other readers'
     // state reads give Redis's older mark.
     let first = stream.resume(Some(1)).await.unwrap();
@@ -699,28 +706,24 @@ async fn readers_behind_a_view_whose_mark_redis_lost_do_not_read_the_state_per_e
 async fn a_lost_mark_numbered_after_later_ctl_entries_still_gives_way() {
     // A primary whose clock ran a minute ahead wrote the release Redis then loses; the entries
     // written after the loss are numbered before it.
-    let server = RedisServer::start_with(&["--enable-debug-command", "local"]);
-    let config = RedisConfig {
-        block: Duration::from_millis(300),
-        ..RedisConfig::default()
+    let numbered_ahead = |raw: &mut redis::Connection, stream: &RedisStream| {
+        let ahead = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis()
+            + 60_000;
+        let _: () = redis::cmd("XSETID")
+            .arg(stream.key_names()[2])
+            .arg(format!("{ahead}-0"))
+            .query(raw)
+            .unwrap();
     };
-    let (_backend, stream) = new_stream(&server, config, "skew").await;
-    let ctl = stream.key_names()[2].to_owned();
-    let mut producer = stream.acquire_producer().await.unwrap();
-    producer.append(&payload(1)).await.unwrap();
-    let mut raw = server.raw();
-    let _: String = redis::cmd("SAVE").query(&mut raw).unwrap();
-    let ahead = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis()
-        + 60_000;
-    let _: () = redis::cmd("XSETID")
-        .arg(&ctl)
-        .arg(format!("{ahead}-0"))
-        .query(&mut raw)
-        .unwrap();
-    stream.release_through(1).await.unwrap();
+    let ReleasedAfterASnapshot {
+        server: _server,
+        stream,
+        mut producer,
+        mut raw,
+    } = released_after_a_snapshot("skew", Duration::from_millis(300), numbered_ahead).await;
     let mut reader = stream.resume(Some(1)).await.unwrap();
     // A wait given up: the reader stays subscribed, and the shared read runs from its mark.
     let waited = timeout(Duration::from_millis(100), reader.recv()).await;
@@ -729,14 +732,8 @@ async fn a_lost_mark_numbered_after_later_ctl_entries_still_gives_way() {
         std::future::ready(xread_clients(&mut raw).0 == 1)
     })
     .await;
-    reload(&mut raw);
-    // The shared read times out and takes Redis's mark; a release then writes an entry numbered
-    // before the lost one.
-    let before = state_reads(&mut raw);
-    eventually(LIMIT, "the shared read's state read", || {
-        std::future::ready(state_reads(&mut raw) > before)
-    })
-    .await;
+    reload_until_the_shared_read_reads_the_state(&mut raw).await;
+    // A release then writes an entry numbered before the lost one.
     stream.release_through(1).await.unwrap();
     let witness = stream.resume(Some(1)).await.unwrap();
     let witness = tokio::spawn(read_through(witness, 2));
