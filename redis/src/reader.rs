@@ -247,8 +247,8 @@ impl RedisReader {
                 Next::Take(entries) => return Ok(Woken::Events(entries)),
                 Next::Closed(reason) => return Ok(Woken::Closed(reason)),
                 Next::Recheck => return Ok(Woken::Recheck),
-                // The task reads the state after its current read; the view that follows has
-                // Redis's mark.
+                // The task gives up its blocking read and reads the state: the view that
+                // follows has Redis's mark.
                 Next::ViewMarkLost => stream.tail.want_settle(),
                 Next::Fail(failure) => return Err(failure.into_error(stream)),
                 Next::Wait => {}
