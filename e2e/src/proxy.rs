@@ -45,6 +45,11 @@ pub struct ProxyConfig {
     pub cut_after_frames: Option<usize>,
     /// Cut each event stream this long after its response head arrived.
     pub cut_after: Option<Duration>,
+    /// Cut the first this-many resumed event streams (a `GET` with `Last-Event-ID`) just before
+    /// their first frame with data: the client gets the response head, any priming events (an id
+    /// and no data), and nothing of a replayed event past the bytes of it that shared a read with
+    /// what came before. The cut counts as one after the frames forwarded.
+    pub cut_resumes_before_data: usize,
     /// Read responses from upstream at most this many bytes per second (`Some(0)` pauses reads).
     pub throttle_bytes_per_sec: Option<u64>,
     /// `SO_RCVBUF` for upstream sockets, so a throttled read backs up into the server quickly.
@@ -71,6 +76,7 @@ impl ProxyConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             cut_after_frames: None,
             cut_after: None,
+            cut_resumes_before_data: 0,
             throttle_bytes_per_sec: None,
             upstream_recv_buffer: None,
             drain_upstream_after_cut: false,
@@ -139,6 +145,9 @@ pub struct RequestLog {
     pub comment_frames: usize,
     /// `id:` values of forwarded frames, in order.
     pub frame_ids: Vec<String>,
+    /// `id:` values of forwarded frames without data (priming events: they set the client's last
+    /// event id and dispatch nothing), in order; each is in `frame_ids` too.
+    pub priming_ids: Vec<String>,
     /// Event frames read from upstream after a cut and discarded (drain mode).
     pub dropped_frames: usize,
     /// Payload bytes forwarded to the client.
@@ -187,6 +196,8 @@ struct Shared {
     /// every access is Relaxed; the value takes effect at the next frame/read that loads it.
     cut_after_frames: AtomicUsize,
     cut_after_ms: AtomicU64,
+    /// How many resumed streams are still to be cut before their first data frame.
+    resume_cuts_left: AtomicUsize,
     /// Throttle and hold live in watch channels so a paused reader / held request wakes on change.
     throttle: watch::Sender<Option<u64>>,
     hold: watch::Sender<bool>,
@@ -246,6 +257,7 @@ impl ChaosProxy {
             log_to_stderr: config.log_to_stderr,
             cut_after_frames: AtomicUsize::new(config.cut_after_frames.unwrap_or(usize::MAX)),
             cut_after_ms: AtomicU64::new(config.cut_after.map_or(OFF, |d| d.as_millis() as u64)),
+            resume_cuts_left: AtomicUsize::new(config.cut_resumes_before_data),
             throttle: watch::Sender::new(config.throttle_bytes_per_sec),
             hold: watch::Sender::new(config.hold),
             connections: AtomicU64::new(0),
@@ -412,6 +424,7 @@ async fn serve_client(shared: Arc<Shared>, client: TcpStream, conn: usize) -> io
                 frames: 0,
                 comment_frames: 0,
                 frame_ids: Vec::new(),
+                priming_ids: Vec::new(),
                 dropped_frames: 0,
                 body_bytes: 0,
                 body_prefix: Vec::new(),
@@ -674,6 +687,14 @@ async fn pump_body(
     let cut_ms = shared.cut_after_ms.load(Ordering::Relaxed);
     let cut_at = (event_stream && cut_ms != OFF)
         .then(|| tokio::time::Instant::now() + Duration::from_millis(cut_ms));
+    let resumed = shared.logs()[idx].method == "GET" && shared.logs()[idx].last_event_id.is_some();
+    // Relaxed: a standalone counter; each resumed stream takes at most one cut from it.
+    let cut_before_data = event_stream
+        && resumed
+        && shared
+            .resume_cuts_left
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+            .is_ok();
     // Only event streams are throttled: the page, its scripts and JSON answers load at full speed.
     let rate = if event_stream {
         shared.throttle.subscribe()
@@ -728,15 +749,27 @@ async fn pump_body(
         if event_stream {
             let ends = scanner.feed(&piece);
             let mut ids = Vec::new();
+            let mut priming = Vec::new();
             let mut comments = 0;
             let mut counted = 0;
+            // Where the last complete frame of this piece ended.
+            let mut complete = 0;
             for end in ends {
+                if cut_before_data && end.has_data {
+                    send_len = complete;
+                    cut = Some(frames);
+                    break;
+                }
+                complete = end.end;
                 if end.comment_only {
                     comments += 1;
                     continue;
                 }
                 frames += 1;
                 counted += 1;
+                if !end.has_data {
+                    priming.extend(end.id.clone());
+                }
                 ids.extend(end.id);
                 // Relaxed: standalone knob, stored Relaxed by set_cut_after_frames.
                 let k = shared.cut_after_frames.load(Ordering::Relaxed);
@@ -750,6 +783,7 @@ async fn pump_body(
                 l.frames += counted;
                 l.comment_frames += comments;
                 l.frame_ids.extend(ids);
+                l.priming_ids.extend(priming);
             });
         }
         let data = &piece[..send_len];
@@ -759,7 +793,10 @@ async fn pump_body(
             l.body_prefix
                 .extend_from_slice(&data[..room.min(data.len())]);
         });
-        let wrote = if chunked {
+        let wrote = if data.is_empty() {
+            // A cut before anything of this piece: an empty chunk would end the body cleanly.
+            Ok(())
+        } else if chunked {
             cw.write_all(&encode_chunk(data)).await
         } else {
             cw.write_all(data).await

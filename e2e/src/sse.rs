@@ -17,6 +17,8 @@ pub struct FrameEnd {
     pub comment_only: bool,
     /// The frame's `id:` field, if it had one (the last one wins, as in the standard).
     pub id: Option<String>,
+    /// True when a `data:` line of the frame has a non-empty value (a priming event has none).
+    pub has_data: bool,
 }
 
 /// Streaming frame scanner; feed it the response body (already de-chunked) in order.
@@ -36,6 +38,8 @@ pub struct FrameScanner {
     frame_has_field: bool,
     /// `id` value of the current frame.
     frame_id: Option<String>,
+    /// The current frame has a `data` line with a non-empty value.
+    frame_has_data: bool,
 }
 
 impl FrameScanner {
@@ -86,9 +90,11 @@ impl FrameScanner {
                 end: 0,
                 comment_only: !self.frame_has_field,
                 id: self.frame_id.take(),
+                has_data: self.frame_has_data,
             };
             self.frame_has_lines = false;
             self.frame_has_field = false;
+            self.frame_has_data = false;
             return Some(end);
         }
         self.frame_has_lines = true;
@@ -96,6 +102,9 @@ impl FrameScanner {
             self.frame_has_field = true;
             if let Some(value) = field_value(&self.line_prefix, b"id") {
                 self.frame_id = Some(String::from_utf8_lossy(value).into_owned());
+            }
+            if field_value(&self.line_prefix, b"data").is_some_and(|v| !v.is_empty()) {
+                self.frame_has_data = true;
             }
         }
         self.line_len = 0;
@@ -172,6 +181,23 @@ mod tests {
     #[test]
     fn leading_blank_lines_are_not_frames() {
         assert!(scan_all(&[b"\n\n\r\n"]).is_empty());
+    }
+
+    #[test]
+    fn tells_priming_frames_by_their_empty_data() {
+        let mut s = FrameScanner::new();
+        let ends =
+            s.feed(b"id: 4\nretry: 200\ndata:\n\nid: 5\ndata: \n\nid: 6\ndata: x\n\nretry: 1\n\n");
+        let got: Vec<_> = ends.iter().map(|e| (e.id.as_deref(), e.has_data)).collect();
+        assert_eq!(
+            got,
+            [
+                (Some("4"), false),
+                (Some("5"), false),
+                (Some("6"), true),
+                (None, false)
+            ]
+        );
     }
 
     #[test]
