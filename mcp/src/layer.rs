@@ -15,6 +15,7 @@
 //! | cursor at the last id of a stream closed early (backpressure) | 410 | `stream_closed` |
 //! | malformed or repeated `Last-Event-ID` | 400 | `invalid_last_event_id` |
 //! | every reader slot taken | 503 | `too_many_readers` |
+//! | a resume in an MCP session with `MCP-Protocol-Version` 2026-07-28 or later (a revision without sessions) | 400 | `unsupported_protocol_version` |
 //!
 //! A `POST` body that did not parse, or did not arrive, is answered as a client error too (see
 //! `client_errors.rs`: 400 `invalid_json_rpc`, 400 `incomplete_body`, 408 `body_timeout`), where
@@ -63,6 +64,7 @@ use crate::refusal::{RefusalReason, ResumeRefusal};
 pub type Body = BoxBody<Bytes, Infallible>;
 
 const SESSION_HEADER: &str = "mcp-session-id";
+const PROTOCOL_VERSION_HEADER: &str = "mcp-protocol-version";
 
 /// The future of a [`ResumeGuard`] call.
 type GuardFuture<E> = Pin<Box<dyn Future<Output = Result<Response<Body>, E>> + Send>>;
@@ -156,6 +158,10 @@ impl<S> ResumeGuard<S> {
             }
         };
         let session = session_of(&req);
+        if let Some(version) = session.as_ref().and(stateless_protocol_version(&req)) {
+            let response = resume_needs_a_session_revision(&version);
+            return Box::pin(async move { Ok(response) });
+        }
         let mut inner = self.take_ready();
         let manager = self.manager.clone();
         Box::pin(async move {
@@ -337,6 +343,40 @@ fn session_of<B>(req: &Request<B>) -> Option<SessionId> {
         .get(SESSION_HEADER)
         .and_then(|v| v.to_str().ok())
         .map(SessionId::from)
+}
+
+/// The `MCP-Protocol-Version` of `req` if it names 2026-07-28 or later, the revisions without
+/// sessions and without resumability. rmcp serves a `GET` with such a version through its
+/// stateless path, which answers a cursor it cannot replay with an empty `200`.
+fn stateless_protocol_version<B>(req: &Request<B>) -> Option<String> {
+    let value = req.headers().get(PROTOCOL_VERSION_HEADER)?;
+    // Not text: rmcp answers it 400 itself.
+    let version = value.to_str().ok()?;
+    // Revisions are dates, so they order as text (as rmcp compares them).
+    (version >= rmcp::model::ProtocolVersion::V_2026_07_28.as_str()).then(|| version.to_owned())
+}
+
+/// 400 for a resume in an MCP session that names a revision without sessions: the session
+/// negotiated an earlier revision, so the header contradicts it (the transport answers an
+/// unsupported `MCP-Protocol-Version` with 400), and rmcp would look for the stream outside any
+/// session and find none.
+fn resume_needs_a_session_revision(version: &str) -> Response<Body> {
+    let message = format!(
+        "MCP-Protocol-Version {version} has no resumable streams: resume with the revision the \
+         session negotiated (2025-03-26 to 2025-11-25)"
+    );
+    let data = serde_json::json!({
+        "error": "unsupported_protocol_version",
+        "message": message,
+        "version": version,
+    });
+    error_response(
+        Envelope::JsonRpc,
+        StatusCode::BAD_REQUEST,
+        crate::STREAM_BROKEN_CODE.into(),
+        &message,
+        data,
+    )
 }
 
 /// The refusal for a request, other than a resume, naming a session that is gone: built here

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use futures::stream::{self, BoxStream};
 use futures::{Stream, StreamExt};
-use replay_ring_sse::EventId;
+use replay_ring_sse::{EventId, ResumeDecision};
 use rmcp::model::{ClientJsonRpcMessage, ClientNotification, ServerJsonRpcMessage};
 use rmcp::transport::streamable_http_server::session::local::{
     LocalSessionManager, LocalSessionManagerError,
@@ -23,7 +23,7 @@ use rmcp::transport::streamable_http_server::session::{
 };
 use sync_wrapper::SyncWrapper;
 
-use crate::refusal::ResumeRefusal;
+use crate::refusal::{RefusalReason, ResumeRefusal};
 use crate::store::RingEventStore;
 use crate::stream::broken_frame;
 use crate::stream_entry::StreamEntry;
@@ -155,23 +155,46 @@ impl ReplayRingSessionManager {
         &self.inner
     }
 
+    /// A second connection to a session's GET stream while one follows it live: keep-alives only,
+    /// so a message is never delivered twice (rmcp's "shadow" streams do the same). Once the live
+    /// one leaves, it ends with a `retry:` hint: its client reconnects and takes over, instead of
+    /// holding a stream that never carries anything. A shadow opened by a resume starts with its
+    /// cursor (see [`cursor_priming`](Self::cursor_priming)), so that reconnect names it.
+    fn shadow(&self, entry: Arc<StreamEntry>, cursor: Option<&str>) -> SseStream {
+        let retry = self.store.config().retry;
+        let priming = cursor.map(|c| self.cursor_priming(c));
+        let vacated = stream::once(async move {
+            entry.vacated().await;
+            ServerSseMessage::retry(retry)
+        });
+        SseStream::new(stream::iter(priming).chain(vacated))
+    }
+
+    /// The first event of a resumed connection: the client's own cursor, with empty data and the
+    /// `retry:` hint. Clients dispatch nothing for it, but it sets the connection's last event id
+    /// before any replayed event arrives. The TypeScript SDK tracks that id per connection and
+    /// does not seed it from the cursor it resumed with, so a resumed connection cut before its
+    /// first complete event would otherwise reconnect with no `Last-Event-ID` at all, and the
+    /// request's remaining messages would never reach it.
+    fn cursor_priming(&self, cursor: &str) -> ServerSseMessage {
+        ServerSseMessage::priming(cursor, self.store.config().retry)
+    }
+
     /// The explicit answer when a resume that passed the tower check is refused after all (the
     /// window moved in between): a JSON-RPC error for the stream's request when it has one, else a
     /// `retry:` hint that ends the connection, so the client's reconnect gets the explicit HTTP
     /// status from [`ResumeGuardLayer`](crate::ResumeGuardLayer). Never an empty stream.
-    /// A second connection to a session's GET stream while one follows it live: keep-alives only,
-    /// so a message is never delivered twice (rmcp's "shadow" streams do the same). Once the live
-    /// one leaves, it ends with a `retry:` hint: its client reconnects and takes over, instead of
-    /// holding a stream that never carries anything.
-    fn shadow(&self, entry: Arc<StreamEntry>) -> SseStream {
-        let retry = self.store.config().retry;
-        SseStream::new(stream::once(async move {
-            entry.vacated().await;
-            ServerSseMessage::retry(retry)
-        }))
-    }
-
+    ///
+    /// Every reader slot taken is not final: the connection ends with the cursor and a `retry:`
+    /// hint, and the client resumes from the same place once a slot is free. (An error response
+    /// would end the request, whose result may still arrive on another connection.)
     fn refusal_stream(&self, last_event_id: &str, refusal: &ResumeRefusal) -> SseStream {
+        if matches!(
+            refusal.reason,
+            RefusalReason::Decision(ResumeDecision::Busy { .. })
+        ) {
+            return SseStream::new(stream::iter([self.cursor_priming(last_event_id)]));
+        }
         let request = EventId::parse(last_event_id)
             .ok()
             .and_then(|id| self.store.entry_by_event_id(&id))
@@ -308,7 +331,7 @@ impl SessionManager for ReplayRingSessionManager {
             return Err(LocalSessionManagerError::SessionNotFound(id.clone()).into());
         }
         if entry.retention.lock().live_connections() > 0 {
-            return Ok(self.shadow(entry));
+            return Ok(self.shadow(entry, None));
         }
         let head = entry.ring.head();
         let priming = ServerSseMessage::priming(
@@ -324,9 +347,11 @@ impl SessionManager for ReplayRingSessionManager {
         Ok(SseStream::new(stream::iter([priming]).chain(live)))
     }
 
-    /// A resume bound to the session: replay after `last_event_id`, then live events. A refusal
-    /// here (the window moved after [`ResumeGuardLayer`](crate::ResumeGuardLayer)'s check) is
-    /// still explicit, never an empty stream.
+    /// A resume bound to the session: the cursor as a priming event, the replay after
+    /// `last_event_id`, then live events. A refusal here (the window moved after
+    /// [`ResumeGuardLayer`](crate::ResumeGuardLayer)'s check) is still explicit, never an empty
+    /// stream.
+    ///
     /// A resume of the session's GET stream while another connection follows it live is a
     /// shadow too (as in rmcp): the messages go to one connection only, and once that one leaves,
     /// the shadow's `retry:` hint brings its client back with its `Last-Event-ID`, to the replay.
@@ -344,10 +369,12 @@ impl SessionManager for ReplayRingSessionManager {
                     && entry.retention.lock().live_connections() > 0
             });
         if let Some(entry) = followed_get_stream {
-            return Ok(self.shadow(entry));
+            return Ok(self.shadow(entry, Some(&last_event_id)));
         }
         match self.store.resume_stream(Some(id), last_event_id.as_bytes()) {
-            Ok(s) => Ok(SseStream::new(s)),
+            Ok(s) => Ok(SseStream::new(
+                stream::iter([self.cursor_priming(&last_event_id)]).chain(s),
+            )),
             Err(refusal) => Ok(self.refusal_stream(&last_event_id, &refusal)),
         }
     }

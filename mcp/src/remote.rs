@@ -226,7 +226,14 @@ impl RingEventStore {
             done: false,
             _slot: slot,
         };
-        Some(event_stream_response(connection.frames()))
+        // The cursor first, as on the owning replica (`ReplayRingSessionManager::resume`): a
+        // client cut before the first replayed event still reconnects with it.
+        let priming = connection.priming(id.seq);
+        Some(event_stream_response(
+            stream::once(async move { priming })
+                .chain(connection.frames())
+                .boxed(),
+        ))
     }
 
     fn refused(&self, reason: RefusalReason, state: Option<StreamState>) -> Response<Body> {
@@ -410,6 +417,18 @@ impl RemoteConnection {
             }
             None => return self.retry_frame(),
         }
+        buf.freeze()
+    }
+
+    /// The event that names the cursor `seq` (empty data, the `retry:` hint): it sets the
+    /// client's last event id before any replayed event arrives.
+    fn priming(&self, seq: u64) -> Bytes {
+        let mut buf = BytesMut::new();
+        let _ = Frame::new()
+            .id(self.identity.event_id(seq))
+            .retry(self.retry)
+            .data(b"")
+            .encode_into(&mut buf);
         buf.freeze()
     }
 

@@ -237,3 +237,29 @@ async fn every_other_client_error_of_rmcp_is_json_with_its_status() {
     // The session is unharmed: its next request is served.
     assert_eq!(call(&app, post(s, ping)).await.status(), StatusCode::OK);
 }
+
+/// A resume in an MCP session that names a protocol revision without sessions (2026-07-28 and
+/// later) is 400 `unsupported_protocol_version`: rmcp would look for the stream outside any
+/// session, find none, and answer an empty `200`. The revision the session negotiated resumes.
+#[tokio::test]
+async fn a_resume_naming_a_sessionless_protocol_revision_is_400_not_an_empty_200() {
+    let app = store_app(RingEventStore::new(StoreConfig::default()));
+    let session = initialize(&app).await;
+    let call_resp = call(&app, post(Some(&session), in_process::long_task(1, 2))).await;
+    let all = in_process::events(call_resp, 100).await;
+    let cursor = all[1].id.clone().expect("progress has an id");
+    for version in ["2026-07-28", "2027-01-01"] {
+        let mut req = get(&session, Some(&cursor));
+        req.headers_mut()
+            .insert("mcp-protocol-version", version.parse().unwrap());
+        let resp = call(&app, req).await;
+        assert_eq!(resp.status(), StatusCode::BAD_REQUEST, "{version}");
+        let data = error_object(&Method::GET, &json_body(resp).await);
+        assert_eq!(data["error"], "unsupported_protocol_version", "{data}");
+        assert_eq!(data["version"], version, "{data}");
+    }
+    let resp = call(&app, get(&session, Some(&cursor))).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let rest = in_process::replayed(resp, &cursor, 100).await;
+    assert_eq!(rest.len(), all.len() - 2, "{rest:?}");
+}

@@ -6,6 +6,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
+use replay_ring_e2e::proxy::Outcome;
 use replay_ring_mcp::StoreConfig;
 use replay_ring_mcp_demo::Storage;
 use replay_ring_sse::RetentionConfig;
@@ -80,6 +81,82 @@ async fn typescript_long_task_survives_cuts_exactly_once() {
     assert!(cuts >= 5, "expected at least 5 cuts, saw {cuts}");
     assert!(assert_resumes_continuous(&log) >= 4);
     assert_eq!(server.store.as_ref().unwrap().metrics().refused(), 0);
+}
+
+/// A resumed connection cut before its first replayed event: the client got the response head
+/// and the priming event that names its cursor, and nothing else. The TypeScript SDK (1.32) takes
+/// the id it reconnects with from what the connection delivered, not from the cursor it resumed
+/// with, so without that priming event it would reconnect with no `Last-Event-ID` at all: a new
+/// standalone `GET`, and the call's remaining progress and its result would never arrive. Two
+/// such cuts in a row for TypeScript, then the usual cuts after 25 frames; one for Python, whose
+/// client gives up after two broken reconnections.
+async fn resume_cut_before_its_first_event_continues_from_the_cursor(typescript: bool) {
+    let early_cuts = if typescript { 2 } else { 1 };
+    let n = 100;
+    let server = start_server(Storage::ReplayRing(store_config())).await;
+    let proxy = start_proxy(server.addr, |c| {
+        c.cut_after_frames = Some(25);
+        c.cut_resumes_before_data = early_cuts;
+    })
+    .await;
+    let url = format!("{}/mcp", proxy.url());
+    let driver = tokio::spawn(async move {
+        if typescript {
+            ts_long_task(&url, n, DELAY_MS, 30_000).await
+        } else {
+            python_long_task(&url, n, DELAY_MS, 30).await
+        }
+    });
+    if !typescript {
+        // The Python client counts every broken resumed stream towards its two reconnections,
+        // progress or not: only the POST and the early cuts break.
+        proxy
+            .wait_for(Duration::from_secs(30), |log| {
+                log.iter().any(|r| r.outcome.is_cut())
+            })
+            .await
+            .expect("the proxy cut the POST stream");
+        proxy.set_cut_after_frames(None);
+    }
+    let out = driver.await.expect("driver task");
+    let log = proxy.requests();
+
+    assert_long_task_exactly_once(&out, n);
+    let resumes: Vec<_> = with_method(&log, "GET")
+        .into_iter()
+        .filter(|r| r.last_event_id.is_some())
+        .collect();
+    let early: Vec<_> = resumes
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.outcome == Outcome::CutAfterFrames(1))
+        .collect();
+    assert_eq!(early.len(), early_cuts, "{resumes:#?}");
+    for (i, cut) in early {
+        assert_eq!(
+            cut.priming_ids,
+            [cut.last_event_id.clone().unwrap()],
+            "{cut:?}"
+        );
+        let next = resumes.get(i + 1).expect("a resume after the early cut");
+        assert_eq!(
+            next.last_event_id, cut.last_event_id,
+            "the reconnect after an early cut resumes from the same cursor: {resumes:#?}"
+        );
+    }
+    assert!(assert_resumes_continuous(&log) > early_cuts);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs python/node clients; run by scripts/test-all"]
+async fn typescript_resume_cut_before_its_first_event_continues_from_the_cursor() {
+    resume_cut_before_its_first_event_continues_from_the_cursor(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs python/node clients; run by scripts/test-all"]
+async fn python_resume_cut_before_its_first_event_continues_from_the_cursor() {
+    resume_cut_before_its_first_event_continues_from_the_cursor(false).await;
 }
 
 /// A resume from below the floor: the proxy cuts the POST stream after a few frames but keeps

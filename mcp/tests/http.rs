@@ -20,7 +20,7 @@ mod redis_support;
 
 use in_process::{
     call, delete, events, events_from, get, initialize, json_body, long_task, long_task_paced,
-    post, Sse,
+    post, replayed, replayed_from, Sse,
 };
 use redis_support::RedisServer;
 
@@ -97,10 +97,11 @@ async fn post_stream_then_resume_replays_exactly_after_the_cursor(kind: Kind) {
         all[6].data
     );
 
-    // The client lost everything after progress 2 (id 3): the resume replays ids 4..=7, ends.
+    // The client lost everything after progress 2 (id 3): the resume names its cursor (a priming
+    // event), replays ids 4..=7, ends.
     let resp = call(&app, get(&session, Some(&ids[2]))).await;
     assert_eq!(resp.status(), StatusCode::OK);
-    let replay = events(resp, 100).await;
+    let replay = replayed(resp, &ids[2], 100).await;
     let replay_ids: Vec<_> = replay.iter().filter_map(|e| e.id.clone()).collect();
     assert_eq!(replay_ids, ids[3..].to_vec());
     assert!(
@@ -218,11 +219,8 @@ async fn a_resume_at_the_final_id_of_a_completed_stream_is_410_stream_complete(k
     let last = all.last().unwrap().id.clone().unwrap();
     let (prefix, head) = last.rsplit_once('.').unwrap();
     // From the middle: the rest, ending with the result.
-    let replay = events(
-        call(&app, get(&session, Some(&format!("{prefix}.2")))).await,
-        100,
-    )
-    .await;
+    let cursor = format!("{prefix}.2");
+    let replay = replayed(call(&app, get(&session, Some(&cursor))).await, &cursor, 100).await;
     assert!(
         replay.last().unwrap().data.contains("structuredContent"),
         "{replay:?}"
@@ -294,7 +292,7 @@ async fn resume_a_call_closed_by_backpressure(f: &Fixture) -> (String, Vec<Sse>)
     );
     let resp = call(&app, get(&session, Some(&priming))).await;
     assert_eq!(resp.status(), StatusCode::OK);
-    let got = events(resp, 100).await;
+    let got = replayed(resp, &priming, 100).await;
     assert_eq!(got.iter().filter(|e| e.id.is_some()).count(), 7, "{got:?}");
     let error: Value = serde_json::from_str(&got.last().unwrap().data).unwrap();
     assert_eq!(error["id"], 41, "{error}");
@@ -462,9 +460,47 @@ async fn a_resume_with_every_reader_slot_taken_is_503_not_an_error_event(kind: K
     drop(held);
     let again = call(&app, get(&session, Some(&cursor))).await;
     assert_eq!(again.status(), StatusCode::OK);
-    let replay = events(again, 100).await;
+    let replay = replayed(again, &cursor, 100).await;
     assert_eq!(replay.len(), all.len() - 2, "{replay:?}");
     assert_eq!(replay.last().unwrap().id, all.last().unwrap().id);
+}
+
+/// The guard's check and the manager's resume race for the last reader slot. A resume that loses
+/// it after passing the check ends with its cursor and a retry hint, so its client comes back
+/// from the same place; a JSON-RPC error would end the request, whose result another connection
+/// may still deliver (two final answers to one request).
+#[tokio::test]
+async fn a_resume_that_loses_the_last_reader_slot_after_the_check_is_told_to_retry() {
+    use futures::StreamExt;
+    use replay_ring_mcp::ReplayRingSessionManager;
+    use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+    use rmcp::transport::streamable_http_server::session::{SessionId, SessionManager};
+
+    let (app, store) = ring_app_with(StoreConfig {
+        max_readers: 1,
+        ..StoreConfig::default()
+    });
+    let session = initialize(&app).await;
+    let all = events(call(&app, post(Some(&session), long_task(1, 3))).await, 100).await;
+    let cursor = all[1].id.clone().unwrap();
+    let held = call(&app, get(&session, Some(&cursor))).await;
+    assert_eq!(held.status(), StatusCode::OK);
+    // What rmcp calls once the guard let the resume through: the slot is gone by now.
+    let manager = ReplayRingSessionManager::new(store.clone(), LocalSessionManager::default());
+    let resumed = manager
+        .resume(&SessionId::from(session.as_str()), cursor.clone())
+        .await
+        .unwrap();
+    let frames: Vec<_> = resumed.collect().await;
+    assert_eq!(frames.len(), 1, "{frames:?}");
+    assert_eq!(frames[0].event_id.as_deref(), Some(cursor.as_str()));
+    assert!(frames[0].message.is_none() && frames[0].retry.is_some());
+    assert_eq!(store.metrics().resumes_busy, 1);
+    // The retry once the slot is free gets the rest of the call, result included.
+    drop(held);
+    let again = call(&app, get(&session, Some(&cursor))).await;
+    let rest = replayed(again, &cursor, 100).await;
+    assert_eq!(rest.last().unwrap().id, all.last().unwrap().id);
 }
 
 async fn a_browser_page_of_another_origin_is_refused(kind: Kind) {
@@ -657,11 +693,8 @@ async fn metrics_endpoint_publishes_the_store_counters_through_the_facade() {
     let all = events(call(&app, post(Some(&session), long_task(1, 3))).await, 100).await;
     let last = all.last().unwrap().id.clone().unwrap();
     let (prefix, _) = last.rsplit_once('.').unwrap();
-    let replay = events(
-        call(&app, get(&session, Some(&format!("{prefix}.2")))).await,
-        100,
-    )
-    .await;
+    let cursor = format!("{prefix}.2");
+    let replay = replayed(call(&app, get(&session, Some(&cursor))).await, &cursor, 100).await;
     assert_eq!(replay.len(), 3, "{replay:?}");
     for cursor in [format!("{prefix}.99"), "0".to_owned()] {
         let resp = call(&app, get(&session, Some(&cursor))).await;
@@ -737,7 +770,7 @@ async fn a_sessions_stream_is_not_resumable_without_the_session(kind: Kind) {
     // The session resumes from id 2 and gets 3..: nothing was acknowledged by the others.
     let resp = call(&app, get(&session, Some(&ids[1]))).await;
     assert_eq!(resp.status(), StatusCode::OK);
-    let replay: Vec<_> = events(resp, 100)
+    let replay: Vec<_> = replayed(resp, &ids[1], 100)
         .await
         .into_iter()
         .filter_map(|e| e.id)
@@ -851,13 +884,15 @@ async fn a_get_stream_resume_beside_a_live_one_delivers_nothing_twice(kind: Kind
     };
     assert_eq!(messages(&events_from(&mut live, 3).await), 3);
     drop(live);
-    let got = events(resumed, 10).await;
+    // The shadow names its cursor first, so that a client cut before the retry hint reconnects
+    // with it too.
+    let got = replayed(resumed, &cursor, 10).await;
     assert_eq!(messages(&got), 0, "{got:?}");
     assert!(got.last().is_some_and(|e| e.retry.is_some()), "{got:?}");
     let again = call(&app, get(&session, Some(&cursor))).await;
     assert_eq!(again.status(), StatusCode::OK);
     let mut again = again.into_body();
-    assert_eq!(messages(&events_from(&mut again, 3).await), 3);
+    assert_eq!(messages(&replayed_from(&mut again, &cursor, 3).await), 3);
 }
 
 /// With polling (`frames_per_connection`), the connection that delivers the last event of a

@@ -26,7 +26,8 @@ mod in_process;
 mod redis_support;
 
 use in_process::{
-    call, delete, events_from, get, initialize, json_body, long_task_paced, post, Sse,
+    call, delete, events_from, get, initialize, json_body, long_task_paced, post, replayed_from,
+    Sse,
 };
 use redis_support::RedisServer;
 
@@ -187,7 +188,7 @@ async fn a_tool_call_cut_on_one_replica_resumes_on_another_from_redis_exactly_on
     // The reconnect lands on replica B, which has never seen this MCP session.
     let resumed = call(&r.b, get(&session, Some(&cursor))).await;
     assert_eq!(resumed.status(), StatusCode::OK);
-    let after = events_from(&mut resumed.into_body(), 1000).await;
+    let after = replayed_from(&mut resumed.into_body(), &cursor, 1000).await;
     // Ids continue the cursor exactly, one by one, on the same stream.
     let prefix = cursor.rsplit_once('.').unwrap().0;
     for (expected, e) in (seq_of(&cursor) + 1..).zip(&after) {
@@ -236,7 +237,7 @@ async fn another_replica_checks_the_session_and_refuses_unreplayable_cursors_exp
     // A resume with id 3 acknowledges 1..=3; a later one from 1 is below the floor: 416.
     let resumed = call(&r.b, get(&session, Some(&ids[2]))).await;
     assert_eq!(resumed.status(), StatusCode::OK);
-    let rest = events_from(&mut resumed.into_body(), 100).await;
+    let rest = replayed_from(&mut resumed.into_body(), &ids[2], 100).await;
     assert_eq!(rest.len(), 3, "{rest:?}");
     let gap = call(&r.b, get(&session, Some(&ids[0]))).await;
     assert_eq!(gap.status(), StatusCode::RANGE_NOT_SATISFIABLE);
@@ -324,7 +325,7 @@ async fn resumes_served_from_redis_are_capped_at_max_readers_per_stream() {
     assert_eq!(r.store_b.metrics().readers_active, limit as u64 - 1);
     let resumed = call(&r.b, get(&session, Some(&cursor))).await;
     assert_eq!(resumed.status(), StatusCode::OK);
-    let next = events_from(&mut resumed.into_body(), 1).await;
+    let next = replayed_from(&mut resumed.into_body(), &cursor, 1).await;
     assert_eq!(
         seq_of(next[0].id.as_deref().unwrap()),
         seq_of(&cursor) + 1,
@@ -432,7 +433,7 @@ async fn a_stream_whose_replica_is_gone_ends_explicitly_on_the_replica_serving_i
         .expect("served from Redis");
     assert_eq!(resumed.status(), StatusCode::OK);
     let mut body = Body::new(resumed.into_body());
-    let replayed = events_from(&mut body, 1).await;
+    let replayed = replayed_from(&mut body, "s1.a.1", 1).await;
     assert_eq!(replayed[0].id.as_deref(), Some("s1.a.2"));
     // While A lives, its store renews the lease: for three lease periods without events, B's
     // connection carries keep-alive comments only (without the renewals it would end).
@@ -493,7 +494,7 @@ async fn redis_refusing_an_event_out_of_memory_ends_the_stream_explicitly() {
     let b = store_on(&server, Epoch::new(0xb)).await;
     let resumed = b.remote_resume(Some("sess-1"), b"s1.abc.0").await.unwrap();
     assert_eq!(resumed.status(), StatusCode::OK);
-    let events = events_from(&mut Body::new(resumed.into_body()), 10_000).await;
+    let events = replayed_from(&mut Body::new(resumed.into_body()), "s1.abc.0", 10_000).await;
     let ids: Vec<u64> = events
         .iter()
         .filter_map(|e| e.id.as_deref())

@@ -218,8 +218,9 @@ pub fn split_id(id: &str) -> (&str, u64) {
 }
 
 /// Checks, from the wire, that every resume on a replay-ring stream continued exactly after its
-/// cursor: the first id of each accepted GET with `Last-Event-ID` is cursor + 1 on the same
-/// stream, and ids then rise by one.
+/// cursor: each accepted GET with `Last-Event-ID` first names the cursor itself in a priming event
+/// (no data: it only sets the client's last event id), then delivers ids cursor + 1, + 2, ... of
+/// the same stream.
 pub fn assert_resumes_continuous(log: &[RequestLog]) -> usize {
     let mut checked = 0;
     for r in log
@@ -229,8 +230,19 @@ pub fn assert_resumes_continuous(log: &[RequestLog]) -> usize {
         if r.status != Some(200) || r.frame_ids.is_empty() {
             continue;
         }
-        let (stream, cursor) = split_id(r.last_event_id.as_deref().unwrap());
-        for (expected, id) in (cursor + 1..).zip(&r.frame_ids) {
+        let cursor_id = r.last_event_id.as_deref().unwrap();
+        assert_eq!(
+            (r.frame_ids.first(), r.priming_ids.first()),
+            (Some(&cursor_id.to_owned()), Some(&cursor_id.to_owned())),
+            "resume after {cursor_id} did not start with its cursor as a priming event: {r:?}"
+        );
+        assert_eq!(
+            r.priming_ids.len(),
+            1,
+            "resume after {cursor_id} sent more than one event without data: {r:?}"
+        );
+        let (stream, cursor) = split_id(cursor_id);
+        for (expected, id) in (cursor + 1..).zip(&r.frame_ids[1..]) {
             let (s, seq) = split_id(id);
             assert_eq!(
                 s, stream,

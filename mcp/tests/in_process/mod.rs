@@ -70,6 +70,25 @@ pub async fn events(resp: Response<Body>, max: usize) -> Vec<Sse> {
     events_from(&mut resp.into_body(), max).await
 }
 
+/// Reads a resumed connection's events as [`events`] does, checks that the first is the priming
+/// event naming `cursor` (its id, no data, a `retry:` hint), and returns the others.
+pub async fn replayed(resp: Response<Body>, cursor: &str, max: usize) -> Vec<Sse> {
+    replayed_from(&mut resp.into_body(), cursor, max).await
+}
+
+/// [`replayed`] on a body that stays usable: the priming event and up to `max` events after it.
+pub async fn replayed_from(body: &mut Body, cursor: &str, max: usize) -> Vec<Sse> {
+    let mut got = events_from(body, max + 1).await;
+    assert!(!got.is_empty(), "a resumed connection sent nothing");
+    let priming = got.remove(0);
+    assert_eq!(priming.id.as_deref(), Some(cursor), "{priming:?}");
+    assert!(
+        priming.data.is_empty() && priming.retry.is_some(),
+        "{priming:?}"
+    );
+    got
+}
+
 /// Reads events from `body` until it ends or `max` events were read; the body stays usable.
 pub async fn events_from(body: &mut Body, max: usize) -> Vec<Sse> {
     let mut buf = String::new();
