@@ -417,3 +417,58 @@ async fn a_take_over_at_the_last_id_only_closes_the_stream() {
     let window = replay_ring_sse::backend::Backend::window(&stream).await;
     assert_eq!(window.unwrap().head, N);
 }
+
+/// The only producing replica loses its lease while it waits for room in a full window (a Redis
+/// stall or a pause past the lease; here the lease key is deleted), so its backpressure close is
+/// refused. The stream is not closed in Redis, and nobody else will produce: the replica must
+/// stand by and take the lease again, then go on or end the stream explicitly — never leave it
+/// open with no producer, which clients would see as keep-alives forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_producer_whose_backpressure_close_is_refused_takes_the_stream_up_again() {
+    const CAPACITY: u64 = 16;
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut args = producer_args(&url, None);
+    let capacity = args.iter().position(|a| a == "--capacity").unwrap() + 1;
+    args[capacity] = CAPACITY.to_string();
+    args.extend(
+        [
+            "--lease-ms",
+            "500",
+            "--resumption-window-ms",
+            "60000",
+            "--backpressure-timeout-ms",
+            "1500",
+        ]
+        .map(String::from),
+    );
+    let _replica = Replica::start(&args).await;
+    let stream = server
+        .backend()
+        .await
+        .open(&replay_ring_sse::StreamId::new("events").unwrap())
+        .await
+        .unwrap();
+    let state = || async { stream.state().await.unwrap() };
+    common::eventually(Duration::from_secs(10), "a full window", || async {
+        state().await.head == CAPACITY
+    })
+    .await;
+    let lease = stream.key_names()[3].to_owned();
+    let deleted: u64 = redis::cmd("DEL")
+        .arg(&lease)
+        .query(&mut server.raw())
+        .unwrap();
+    assert_eq!(deleted, 1, "the replica held the lease");
+    let fence = state().await.fence;
+
+    common::eventually(
+        Duration::from_secs(15),
+        "the stream to go on or end under a new lease",
+        || async {
+            let s = state().await;
+            s.fence > fence && (s.head > CAPACITY || s.closed.is_some())
+        },
+    )
+    .await;
+}

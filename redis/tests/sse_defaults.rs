@@ -8,9 +8,10 @@ use std::time::Duration;
 use common::RedisServer;
 use futures_util::{FutureExt, StreamExt};
 use http::{HeaderMap, StatusCode};
+use replay_ring::CloseReason;
 use replay_ring_redis::RedisStream;
 use replay_ring_sse::axum::{SseConfig, SseProducer, SseStream};
-use replay_ring_sse::{StreamId, StreamIdentity};
+use replay_ring_sse::{PublishError, RetentionConfig, StreamId, StreamIdentity};
 
 const LIMIT: Duration = Duration::from_secs(10);
 
@@ -420,4 +421,61 @@ async fn an_acknowledging_resume_is_answered_while_redis_holds_its_release_back(
     })
     .await;
     reading.abort();
+}
+
+/// A backpressure close that Redis refuses (the lease lapsed while the producer waited for room:
+/// a Redis stall or a paused process past the lease) leaves the stream open. The producer must
+/// not claim it ended, or the replica would neither produce nor stand by again, and clients would
+/// get keep-alives forever: it gives the stream up ([`PublishError::Superseded`]), and the next
+/// producer to take the lease continues it and can end it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backpressure_close_that_redis_refuses_gives_the_stream_up_for_the_next_producer() {
+    let server = RedisServer::start();
+    let stream = server
+        .backend()
+        .await
+        .create(&StreamId::new("refused-close").unwrap(), 4)
+        .await
+        .unwrap();
+    let producer = stream.acquire_producer().await.unwrap();
+    let config = SseConfig {
+        retention: RetentionConfig {
+            resumption_window: Duration::from_secs(60),
+            backpressure_timeout: Duration::from_millis(300),
+        },
+        ..SseConfig::default()
+    };
+    let (_sse, mut publisher) = SseStream::with_backend(producer, stream.identity(), config);
+    for n in 1..=4 {
+        assert_eq!(publisher.send(format!("e{n}")).await.unwrap(), n);
+    }
+    // The window is full and nothing will be released for a minute; the lease is gone before
+    // the backpressure bound is reached.
+    let lease = stream.key_names()[3].to_owned();
+    let deleted: u64 = redis::cmd("DEL")
+        .arg(&lease)
+        .query(&mut server.raw())
+        .unwrap();
+    assert_eq!(deleted, 1);
+
+    let err = publisher.send("e5").await.unwrap_err();
+    assert!(matches!(err, PublishError::Superseded), "{err:?}");
+    let again = publisher.send("e5").await.unwrap_err();
+    assert!(matches!(again, PublishError::Superseded), "{again:?}");
+    let state = stream.state().await.unwrap();
+    assert_eq!((state.head, state.closed), (4, None), "not closed in Redis");
+
+    // The next producer continues after the head, and its close is recorded.
+    let next = stream.acquire_producer().await.unwrap();
+    assert_eq!(next.next_id(), 5);
+    next.close(CloseReason::BackpressureTimeout {
+        waited: Duration::from_millis(300),
+    })
+    .await
+    .unwrap();
+    let closed = stream.state().await.unwrap().closed;
+    assert!(
+        matches!(closed, Some(CloseReason::BackpressureTimeout { .. })),
+        "{closed:?}"
+    );
 }

@@ -181,9 +181,12 @@ pub enum PublishError {
     IdsExhausted,
     /// The stream was already closed (by this publisher, or in the backend).
     Closed(Option<CloseReason>),
-    /// Another producer took the stream over (a network backend's lease moved on): this publisher
-    /// can never publish again, and the stream, which is not closed, goes on with the other one.
-    /// Nothing of this publish was stored.
+    /// This publisher gave the stream up without closing it: another producer took it over (a
+    /// network backend's lease moved on), or a close this publisher had to make (after the
+    /// backpressure bound, or with ids exhausted) did not reach the backend, which consumed its
+    /// producer. It can never publish again; the stream, which is not closed, goes on with the
+    /// next producer (on Redis, a standby that takes the lease). Nothing of this publish was
+    /// stored.
     Superseded,
     /// The backend could not be reached. The stream stays open; publishing again retries. See
     /// [`AppendError::Unavailable`] for whether the event may have been stored.
@@ -201,9 +204,10 @@ impl fmt::Display for PublishError {
             PublishError::IdsExhausted => f.write_str("event ids exhausted; stream closed"),
             PublishError::Closed(Some(reason)) => write!(f, "stream closed: {reason}"),
             PublishError::Closed(None) => f.write_str("stream closed"),
-            PublishError::Superseded => {
-                f.write_str("another producer took the stream over; this one publishes no more")
-            }
+            PublishError::Superseded => f.write_str(
+                "this producer gave the stream up without closing it (another producer took it \
+                 over, or its close failed); it publishes no more",
+            ),
             PublishError::Unavailable(e) => write!(f, "{e}"),
         }
     }
@@ -250,7 +254,9 @@ pub struct Publisher<P: BackendProducer, R = SharedRetention> {
     retention: R,
     clock: BackpressureClock,
     close_reason: Option<CloseReason>,
-    /// Another producer took the stream over: every later publish says so.
+    /// This publisher gave the stream up without closing it: another producer took it over, or
+    /// this publisher's close did not reach the backend (which consumed its producer). Every
+    /// later publish says [`PublishError::Superseded`]: the stream goes on with the next producer.
     superseded: bool,
     stats: PublisherStats,
 }
@@ -329,7 +335,8 @@ where
         &self.retention
     }
 
-    /// Whether this publisher closed the stream.
+    /// Whether this publisher publishes no more: it closed the stream, found it closed, or gave
+    /// it up ([`PublishError::Superseded`]).
     pub fn is_closed(&self) -> bool {
         self.producer.is_none()
     }
@@ -406,7 +413,7 @@ where
                 }
                 Err(AppendError::Full(back)) => make = back,
                 Err(AppendError::IdsExhausted(_)) => {
-                    self.close(CloseReason::error("event ids exhausted"))
+                    self.close_or_give_up(CloseReason::error("event ids exhausted"))
                         .await?;
                     return Err(PublishError::IdsExhausted);
                 }
@@ -455,7 +462,7 @@ where
                             now.into_std().saturating_duration_since(since)
                         }),
                     };
-                    self.close(reason).await?;
+                    self.close_or_give_up(reason).await?;
                     return Err(PublishError::BackpressureTimeout { waited });
                 }
             };
@@ -488,7 +495,10 @@ where
     /// Ends the stream with `reason` (no-op if this publisher already closed it).
     ///
     /// # Errors
-    /// [`PublishError::Unavailable`] if the backend did not record the close.
+    /// [`PublishError::Unavailable`] if the backend did not record the close. The producer is
+    /// gone all the same (a network backend's close consumes it), so this publisher has given the
+    /// stream up without closing it: later publishes return [`PublishError::Superseded`], and the
+    /// stream goes on with the next producer (on Redis, once the lease lapses, a standby's).
     ///
     /// # Cancel safety
     /// The producer is consumed when the close starts; a cancelled close may or may not have been
@@ -497,10 +507,26 @@ where
         let Some(producer) = self.producer.take() else {
             return Ok(());
         };
-        self.close_reason = Some(reason.clone());
-        producer
-            .close(reason)
+        match producer.close(reason.clone()).await {
+            Ok(()) => {
+                self.close_reason = Some(reason);
+                Ok(())
+            }
+            Err(e) => {
+                // Not closed: claiming `reason` to later publishes would tell a caller the stream
+                // ended when readers will never see that end.
+                self.superseded = true;
+                Err(PublishError::Unavailable(e))
+            }
+        }
+    }
+
+    /// A close that a publish must make: its failure means this publisher gave the stream up,
+    /// which is what the publish reports ([`PublishError::Superseded`]: publishing again would
+    /// not retry).
+    async fn close_or_give_up(&mut self, reason: CloseReason) -> Result<(), PublishError> {
+        self.close(reason)
             .await
-            .map_err(PublishError::Unavailable)
+            .map_err(|_| PublishError::Superseded)
     }
 }

@@ -260,7 +260,7 @@ async fn produce_or_stand_by(
         drop(keeper);
         match outcome {
             app::Stopped::Ended(PublishError::Superseded) => {
-                eprintln!("producer: the producer lease moved on; standing by");
+                eprintln!("producer: gave the stream up without closing it (the lease moved on, or a close failed); standing by");
             }
             app::Stopped::ShutDown(producer) => {
                 if let Some(producer) = producer.into_backend_producer() {

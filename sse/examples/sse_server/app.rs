@@ -196,7 +196,8 @@ where
 pub enum Stopped<B: Backend> {
     /// It closed the stream after id `events`.
     Completed,
-    /// The stream ended, or another producer took it over ([`PublishError::Superseded`]).
+    /// The stream ended, or this producer gave it up without closing it
+    /// ([`PublishError::Superseded`]: another producer took it over, or a close failed).
     Ended(PublishError),
     /// The shutdown future completed first: the producer, with the stream still open. It stopped
     /// between two events, in a wait for room (which used no id), or in a network backend's
@@ -229,10 +230,13 @@ where
     };
     match ended {
         Some(e) => Stopped::Ended(e),
-        None => {
-            let _ = producer.close(CloseReason::Completed).await;
-            Stopped::Completed
-        }
+        // A close that did not reach the backend leaves the stream open and without a producer:
+        // the caller hands it on as it would a stream taken over (a standby's producer finds the
+        // last id published and closes it).
+        None => match producer.close(CloseReason::Completed).await {
+            Ok(()) => Stopped::Completed,
+            Err(_) => Stopped::Ended(PublishError::Superseded),
+        },
     }
 }
 
