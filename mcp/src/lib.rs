@@ -1,5 +1,6 @@
 //! A [replay-ring](replay_ring) event store for MCP servers built on rmcp's streamable HTTP
-//! transport: every SSE event is committed to a per-stream ring before its id leaves the server,
+//! transport: every SSE event of an MCP session's streams is committed to a per-stream ring before
+//! its id leaves the server (the `initialize` response, sent before the session exists, is rmcp's),
 //! a resume replays exactly the events after the client's `Last-Event-ID` and then continues live,
 //! and a cursor that cannot be honoured gets an explicit HTTP error — never an empty `200`.
 //!
