@@ -464,6 +464,9 @@ async fn a_backpressure_close_that_redis_refuses_gives_the_stream_up_for_the_nex
     assert!(matches!(again, PublishError::Superseded), "{again:?}");
     let state = stream.state().await.unwrap();
     assert_eq!((state.head, state.closed), (4, None), "not closed in Redis");
+    // Nor can it close the stream any more.
+    let close = publisher.close(CloseReason::Completed).await;
+    assert!(matches!(close, Err(PublishError::Superseded)), "{close:?}");
 
     // The next producer continues after the head, and its close is recorded.
     let next = stream.acquire_producer().await.unwrap();

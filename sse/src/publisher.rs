@@ -495,17 +495,23 @@ where
     /// Ends the stream with `reason` (no-op if this publisher already closed it).
     ///
     /// # Errors
-    /// [`PublishError::Unavailable`] if the backend did not record the close. The producer is
-    /// gone all the same (a network backend's close consumes it), so this publisher has given the
-    /// stream up without closing it: later publishes return [`PublishError::Superseded`], and the
-    /// stream goes on with the next producer (on Redis, once the lease lapses, a standby's).
+    /// [`PublishError::Superseded`] if this publisher had given the stream up: it cannot close
+    /// what it no longer produces. [`PublishError::Unavailable`] if the backend did not record
+    /// the close. The producer is gone all the same (a network backend's close consumes it), so
+    /// this publisher has then given the stream up without closing it: later publishes return
+    /// [`PublishError::Superseded`], and the stream goes on with the next producer (on Redis,
+    /// once the lease lapses, a standby's).
     ///
     /// # Cancel safety
     /// The producer is consumed when the close starts; a cancelled close may or may not have been
     /// recorded (the ring records it immediately).
     pub async fn close(&mut self, reason: CloseReason) -> Result<(), PublishError> {
         let Some(producer) = self.producer.take() else {
-            return Ok(());
+            return if self.superseded {
+                Err(PublishError::Superseded)
+            } else {
+                Ok(())
+            };
         };
         match producer.close(reason.clone()).await {
             Ok(()) => {
