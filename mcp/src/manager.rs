@@ -181,22 +181,27 @@ impl ReplayRingSessionManager {
     }
 
     /// The explicit answer when a resume that passed the tower check is refused after all (the
-    /// window moved in between): a JSON-RPC error for the stream's request when it has one, else a
-    /// `retry:` hint that ends the connection, so the client's reconnect gets the explicit HTTP
+    /// window moved in between): the cursor's priming event, then a JSON-RPC error for the
+    /// stream's request when it has one, else a `retry:` hint that ends the connection, so the
+    /// client's reconnect, which the priming event makes name the cursor, gets the explicit HTTP
     /// status from [`ResumeGuardLayer`](crate::ResumeGuardLayer). Never an empty stream.
     ///
     /// Every reader slot taken is not final: the connection ends with the cursor and a `retry:`
     /// hint, and the client resumes from the same place once a slot is free. (An error response
     /// would end the request, whose result may still arrive on another connection.)
     fn refusal_stream(&self, last_event_id: &str, refusal: &ResumeRefusal) -> SseStream {
+        let cursor = EventId::parse(last_event_id).ok();
+        // Only a cursor that parsed is echoed (the guard refuses the others before rmcp).
+        let priming = cursor.as_ref().map(|_| self.cursor_priming(last_event_id));
         if matches!(
             refusal.reason,
             RefusalReason::Decision(ResumeDecision::Busy { .. })
         ) {
-            return SseStream::new(stream::iter([self.cursor_priming(last_event_id)]));
+            if let Some(priming) = priming {
+                return SseStream::new(stream::iter([priming]));
+            }
         }
-        let request = EventId::parse(last_event_id)
-            .ok()
+        let request = cursor
             .and_then(|id| self.store.entry_by_event_id(&id))
             .and_then(|entry| entry.request());
         let data = serde_json::json!({
@@ -206,7 +211,7 @@ impl ReplayRingSessionManager {
         });
         let retry = self.store.config().retry;
         let frame = broken_frame(request, refusal.to_string(), data, retry);
-        SseStream::new(stream::iter([frame]))
+        SseStream::new(stream::iter(priming).chain(stream::iter([frame])))
     }
 }
 
