@@ -343,7 +343,8 @@ where
 
     /// The backend's producer back, to stop publishing without closing the stream (a replica
     /// shutting down hands its Redis producer lease to a standby this way); `None` once a publish
-    /// found the stream closed or taken over by another producer, or this publisher closed it.
+    /// found the stream closed or taken over by another producer, or this publisher closed it or
+    /// tried to (a close consumes the producer, whether or not the backend recorded it).
     ///
     /// ```
     /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
@@ -386,7 +387,9 @@ where
     ///
     /// # Errors
     /// [`PublishError::BackpressureTimeout`] and [`PublishError::IdsExhausted`] (the stream is now
-    /// closed), [`PublishError::Closed`] (it was already), [`PublishError::Unavailable`].
+    /// closed), [`PublishError::Closed`] (it was already), [`PublishError::Superseded`] (another
+    /// producer took the stream over, or the close this publish had to make did not reach the
+    /// backend), [`PublishError::Unavailable`].
     ///
     /// # Cancel safety
     /// Cancelling never consumes an id. With the in-process ring the append itself completes in
@@ -504,7 +507,8 @@ where
     ///
     /// # Cancel safety
     /// The producer is consumed when the close starts; a cancelled close may or may not have been
-    /// recorded (the ring records it immediately).
+    /// recorded (the ring records it immediately). A publisher whose close was cancelled has given
+    /// the stream up, as after a failed close.
     pub async fn close(&mut self, reason: CloseReason) -> Result<(), PublishError> {
         let Some(producer) = self.producer.take() else {
             return if self.superseded {
@@ -513,18 +517,15 @@ where
                 Ok(())
             };
         };
-        match producer.close(reason.clone()).await {
-            Ok(()) => {
-                self.close_reason = Some(reason);
-                Ok(())
-            }
-            Err(e) => {
-                // Not closed: claiming `reason` to later publishes would tell a caller the stream
-                // ended when readers will never see that end.
-                self.superseded = true;
-                Err(PublishError::Unavailable(e))
-            }
-        }
+        // Given up until the backend confirms the close: a close that fails, or is cancelled
+        // while in flight, must not make later calls claim an end no reader may ever see. (If
+        // it did land, the next producer finds the stream closed.)
+        self.superseded = true;
+        let closed = producer.close(reason.clone()).await;
+        closed.map_err(PublishError::Unavailable)?;
+        self.superseded = false;
+        self.close_reason = Some(reason);
+        Ok(())
     }
 
     /// A close that a publish must make: its failure means this publisher gave the stream up,

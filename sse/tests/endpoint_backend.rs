@@ -132,7 +132,13 @@ impl BackendProducer for ViaProducer {
         BackendProducer::ready(&mut self.inner).await
     }
 
+    /// While the switch is down, a close is held back until it goes up again and then fails,
+    /// as a request to an unreachable store whose reply never came (the close did not land).
     async fn close(self, reason: CloseReason) -> Result<(), Unavailable> {
+        if *self.down.borrow() {
+            let _ = self.down.subscribe().wait_for(|down| !*down).await;
+            return Err(unreachable_store());
+        }
         BackendProducer::close(self.inner, reason).await
     }
 }
@@ -389,4 +395,37 @@ async fn a_release_racing_a_resume_does_not_raise_its_advertised_floor() {
     }
     let first = text.find("data: e").unwrap();
     assert!(text[first..].starts_with("data: e4\n"), "{text}");
+}
+
+/// A publish cancelled while the close it had to make (past the backpressure bound) is in flight
+/// leaves the publisher without a producer and without knowing whether the close landed. It must
+/// not claim the stream ended: later publishes say it gave the stream up, so that the caller
+/// hands the stream on instead of treating it as over.
+#[tokio::test]
+async fn a_publish_cancelled_during_its_backpressure_close_claims_no_end() {
+    let (inner, _ring) = ReplayRing::<Bytes>::new(4, 1).unwrap();
+    let down = Arc::new(watch::Sender::new(false));
+    let producer = ViaProducer {
+        inner,
+        down: down.clone(),
+        release_after_resume: Arc::default(),
+    };
+    let me = StreamIdentity::new(StreamId::new("events").unwrap(), Epoch::new(0xabc));
+    let config = SseConfig {
+        retention: RetentionConfig {
+            resumption_window: Duration::from_secs(60),
+            backpressure_timeout: Duration::from_millis(200),
+        },
+        ..SseConfig::default()
+    };
+    let (_stream, mut producer) = SseStream::with_backend(producer, me, config);
+    for n in 1..=4 {
+        assert_eq!(producer.send(format!("e{n}")).await.unwrap(), n);
+    }
+    down.send_replace(true);
+    let cancelled = tokio::time::timeout(Duration::from_secs(1), producer.send("e5")).await;
+    assert!(cancelled.is_err(), "the close is held back: {cancelled:?}");
+    down.send_replace(false);
+    let after = producer.send("e5").await.unwrap_err();
+    assert!(matches!(after, PublishError::Superseded), "{after:?}");
 }
