@@ -688,13 +688,8 @@ async fn pump_body(
     let cut_at = (event_stream && cut_ms != OFF)
         .then(|| tokio::time::Instant::now() + Duration::from_millis(cut_ms));
     let resumed = shared.logs()[idx].method == "GET" && shared.logs()[idx].last_event_id.is_some();
-    // Relaxed: a standalone counter; each resumed stream takes at most one cut from it.
-    let cut_before_data = event_stream
-        && resumed
-        && shared
-            .resume_cuts_left
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
-            .is_ok();
+    // Until this resumed stream's first data frame: whether it may be cut there.
+    let mut before_data = event_stream && resumed;
     // Only event streams are throttled: the page, its scripts and JSON answers load at full speed.
     let rate = if event_stream {
         shared.throttle.subscribe()
@@ -755,10 +750,19 @@ async fn pump_body(
             // Where the last complete frame of this piece ended.
             let mut complete = 0;
             for end in ends {
-                if cut_before_data && end.has_data {
-                    send_len = complete;
-                    cut = Some(frames);
-                    break;
+                if before_data && end.has_data {
+                    before_data = false;
+                    // Relaxed: a standalone counter; a stream that is cut takes one from it,
+                    // and one that never carries data (a shadow, a retry hint) takes none.
+                    let cut_here = shared
+                        .resume_cuts_left
+                        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+                        .is_ok();
+                    if cut_here {
+                        send_len = complete;
+                        cut = Some(frames);
+                        break;
+                    }
                 }
                 complete = end.end;
                 if end.comment_only {
