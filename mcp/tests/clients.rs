@@ -42,12 +42,7 @@ async fn python_long_task_survives_cuts_exactly_once() {
     let url = format!("{}/mcp", proxy.url());
     let driver = tokio::spawn(async move { python_long_task(&url, N, DELAY_MS, 60).await });
     // Stop cutting once the POST stream was cut (the client waits `retry` before it resumes).
-    proxy
-        .wait_for(Duration::from_secs(30), |log| {
-            log.iter().any(|r| r.outcome.is_cut())
-        })
-        .await
-        .expect("the proxy cut the POST stream");
+    wait_for_the_post_cut(&proxy).await;
     proxy.set_cut_after_frames(None);
     let out = driver.await.expect("driver task");
 
@@ -110,12 +105,7 @@ async fn resume_cut_before_its_first_event_continues_from_the_cursor(typescript:
     if !typescript {
         // The Python client counts every broken resumed stream towards its two reconnections,
         // progress or not: only the POST and the early cuts break.
-        proxy
-            .wait_for(Duration::from_secs(30), |log| {
-                log.iter().any(|r| r.outcome.is_cut())
-            })
-            .await
-            .expect("the proxy cut the POST stream");
+        wait_for_the_post_cut(&proxy).await;
         proxy.set_cut_after_frames(None);
     }
     let out = driver.await.expect("driver task");
@@ -186,12 +176,7 @@ async fn below_floor_resume_gets_explicit_error_and_stops(typescript: bool) {
             python_long_task(&url, 60, 10, 8).await
         }
     });
-    proxy
-        .wait_for(Duration::from_secs(30), |log| {
-            log.iter().any(|r| r.outcome.is_cut())
-        })
-        .await
-        .expect("the proxy cut the POST stream");
+    wait_for_the_post_cut(&proxy).await;
     proxy.set_hold(true);
     proxy.set_cut_after_frames(None);
     // Let the server finish the task and the window expire while the client is held away. The
@@ -327,12 +312,7 @@ async fn side_by_side_builtin_cache_vs_replay_ring() {
             let proxy = start_proxy(server.addr, |c| c.cut_after_frames = Some(cut)).await;
             let url = format!("{}/mcp", proxy.url());
             let driver = tokio::spawn(async move { python_long_task(&url, n, delay_ms, 30).await });
-            proxy
-                .wait_for(Duration::from_secs(30), |log| {
-                    log.iter().any(|r| r.outcome.is_cut())
-                })
-                .await
-                .expect("the proxy cut the POST stream");
+            wait_for_the_post_cut(&proxy).await;
             proxy.set_cut_after_frames(None);
             let out = driver.await.expect("driver task");
             let seen = progress(&out, "progress");

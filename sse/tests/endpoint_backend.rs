@@ -43,6 +43,24 @@ struct ViaProducer {
     release_after_resume: Arc<AtomicU64>,
 }
 
+impl ViaProducer {
+    /// The ring's producer behind the traits, with its switch (up) and no release after resumes.
+    fn new(inner: Producer<Bytes>) -> (ViaProducer, Arc<watch::Sender<bool>>) {
+        let down = Arc::new(watch::Sender::new(false));
+        let producer = ViaProducer {
+            inner,
+            down: down.clone(),
+            release_after_resume: Arc::default(),
+        };
+        (producer, down)
+    }
+}
+
+/// The stream identity every test here uses.
+fn identity() -> StreamIdentity {
+    StreamIdentity::new(StreamId::new("events").unwrap(), Epoch::new(0xabc))
+}
+
 struct ViaTail {
     inner: Reader<Bytes>,
     down: Arc<watch::Sender<bool>>,
@@ -168,13 +186,8 @@ async fn start() -> (
     Arc<watch::Sender<bool>>,
 ) {
     let (inner, _ring) = ReplayRing::<Bytes>::new(8, 4).unwrap();
-    let down = Arc::new(watch::Sender::new(false));
-    let producer = ViaProducer {
-        inner,
-        down: down.clone(),
-        release_after_resume: Arc::default(),
-    };
-    let me = StreamIdentity::new(StreamId::new("events").unwrap(), Epoch::new(0xabc));
+    let (producer, down) = ViaProducer::new(inner);
+    let me = identity();
     let config = SseConfig {
         acknowledge_on_resume: true,
         ..SseConfig::default()
@@ -323,7 +336,7 @@ async fn only_a_backend_whose_readers_are_all_local_releases_a_vacant_window() {
         },
         ..SseConfig::default()
     };
-    let me = StreamIdentity::new(StreamId::new("events").unwrap(), Epoch::new(0xabc));
+    let me = identity();
 
     let (_ring_stream, mut on_ring) = SseStream::new(me, config).unwrap();
     for expected in 1..=6 {
@@ -335,11 +348,7 @@ async fn only_a_backend_whose_readers_are_all_local_releases_a_vacant_window() {
         .max_readers(4)
         .build()
         .unwrap();
-    let producer = ViaProducer {
-        inner,
-        down: Arc::new(watch::Sender::new(false)),
-        release_after_resume: Arc::default(),
-    };
+    let (producer, _down) = ViaProducer::new(inner);
     let (_shared_stream, mut shared) = SseStream::with_backend(producer, me, config);
     for expected in 1..=2 {
         assert_eq!(shared.send("x").await.unwrap(), expected);
@@ -366,7 +375,7 @@ async fn a_release_racing_a_resume_does_not_raise_its_advertised_floor() {
         down: Arc::new(watch::Sender::new(false)),
         release_after_resume: release_after_resume.clone(),
     };
-    let me = StreamIdentity::new(StreamId::new("events").unwrap(), Epoch::new(0xabc));
+    let me = identity();
     let (stream, mut producer) = SseStream::with_backend(producer, me, SseConfig::default());
     for n in 1..=10 {
         assert_eq!(producer.send(format!("e{n}")).await.unwrap(), n);
@@ -404,13 +413,8 @@ async fn a_release_racing_a_resume_does_not_raise_its_advertised_floor() {
 #[tokio::test]
 async fn a_publish_cancelled_during_its_backpressure_close_claims_no_end() {
     let (inner, _ring) = ReplayRing::<Bytes>::new(4, 1).unwrap();
-    let down = Arc::new(watch::Sender::new(false));
-    let producer = ViaProducer {
-        inner,
-        down: down.clone(),
-        release_after_resume: Arc::default(),
-    };
-    let me = StreamIdentity::new(StreamId::new("events").unwrap(), Epoch::new(0xabc));
+    let (producer, down) = ViaProducer::new(inner);
+    let me = identity();
     let config = SseConfig {
         retention: RetentionConfig {
             resumption_window: Duration::from_secs(60),

@@ -61,6 +61,17 @@ pub async fn start_proxy(
     ChaosProxy::start(config).await.expect("start proxy")
 }
 
+/// Waits (30 s at most) until the proxy has cut a stream: the tool call's POST stream, in the
+/// tests that cut it first.
+pub async fn wait_for_the_post_cut(proxy: &ProxyHandle) {
+    proxy
+        .wait_for(Duration::from_secs(30), |log| {
+            log.iter().any(|r| r.outcome.is_cut())
+        })
+        .await
+        .expect("the proxy cut the POST stream");
+}
+
 pub fn clients_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("clients")
 }
