@@ -173,7 +173,7 @@ impl ReplayRingSessionManager {
     /// The first event of a resumed connection: the client's own cursor, with empty data and the
     /// `retry:` hint. Clients dispatch nothing for it, but it sets the connection's last event id
     /// before any replayed event arrives. The TypeScript SDK tracks that id per connection and
-    /// does not seed it from the cursor it resumed with, so a resumed connection cut before its
+    /// does not start it from the cursor it resumed with, so a resumed connection cut before its
     /// first complete event would otherwise reconnect with no `Last-Event-ID` at all, and the
     /// request's remaining messages would never reach it.
     fn cursor_priming(&self, cursor: &str) -> ServerSseMessage {
