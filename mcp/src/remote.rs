@@ -230,9 +230,7 @@ impl RingEventStore {
         // client cut before the first replayed event still reconnects with it.
         let priming = connection.priming(id.seq);
         Some(event_stream_response(
-            stream::once(async move { priming })
-                .chain(connection.frames())
-                .boxed(),
+            stream::iter([priming]).chain(connection.frames()).boxed(),
         ))
     }
 
