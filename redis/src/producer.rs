@@ -78,7 +78,8 @@ impl RedisProducer {
         self.token.parse().unwrap_or(0)
     }
 
-    /// The id the next append will receive.
+    /// The id the next append will receive: the events still pending
+    /// ([`has_pending`](Self::has_pending)) are stored before it, under the ids before this one.
     ///
     /// ```no_run
     /// # fn f(p: replay_ring_redis::RedisProducer) {
@@ -86,7 +87,8 @@ impl RedisProducer {
     /// # }
     /// ```
     pub fn next_id(&self) -> u64 {
-        self.next_id
+        let pending: usize = self.pending.iter().map(|batch| batch.len()).sum();
+        self.next_id + pending as u64
     }
 
     /// Whether an append with an unknown outcome is waiting to be resent.
@@ -109,8 +111,10 @@ impl RedisProducer {
     /// [`Error::Fenced`], [`Error::Closed`], [`Error::Unknown`] (reply lost: resent on the next
     /// call), [`Error::Conflict`], [`Error::OutOfSequence`], [`Error::IdsExhausted`],
     /// [`Error::NotFound`] / [`Error::EpochChanged`] (stream lost), [`Error::Corrupt`],
-    /// [`Error::OutOfMemory`], [`Error::Unavailable`]. If resending a pending event fails, that
-    /// error is returned and `payload` was not appended.
+    /// [`Error::OutOfMemory`], [`Error::Unavailable`]. If resending a pending event fails with
+    /// [`Error::Unknown`] (its reply was lost again), `payload` joins the pending events and the
+    /// error names the id it will get; if the resend is refused (any other error), that error is
+    /// returned and `payload` was not appended.
     ///
     /// # Cancel safety
     /// Cancel safe in the same sense as a lost reply: a cancelled call may or may not have
@@ -153,11 +157,22 @@ impl RedisProducer {
         // (even while an earlier event is resent) leaves it to be sent like a lost reply.
         self.pending.push_back(batch.clone());
         while self.pending.len() > 1 {
-            if let Err(e) = self.resend_oldest().await {
-                // An earlier event's resend failed: this one never went out, and the caller is
-                // told so (the error), so it is not kept.
-                self.pending.pop_back();
-                return Err(e);
+            match self.resend_oldest().await {
+                Ok(_) => {}
+                // An earlier event's reply was lost again: this one stays queued behind it, as
+                // `Error::Unknown` promises, under the id it will get once those are stored.
+                Err(Error::Unknown { source, .. }) => {
+                    return Err(Error::Unknown {
+                        id: self.next_id() - batch.len() as u64,
+                        source,
+                    })
+                }
+                Err(e) => {
+                    // A definite refusal of an earlier event: this one never went out, and the
+                    // caller is told so (the error), so it is not kept.
+                    self.pending.pop_back();
+                    return Err(e);
+                }
             }
         }
         match self.send(self.next_id, &batch).await {
@@ -303,8 +318,9 @@ impl RedisProducer {
     /// backend errors of [`append`](Self::append) from resending a pending event.
     ///
     /// # Cancel safety
-    /// Cancel safe: one atomic script; the producer is consumed either way, and a lease left
-    /// behind expires.
+    /// The close itself is one atomic script, but pending events are resent before it: a
+    /// cancelled close may have stored some of them, and may or may not have closed the stream.
+    /// The producer is consumed either way, and a lease left behind expires.
     pub async fn close(mut self, reason: CloseReason) -> Result<(), Error> {
         match self.resolve_pending().await {
             // Refused before it was written (the script answers `DUP` for an event that did

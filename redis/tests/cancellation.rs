@@ -1,6 +1,7 @@
 //! Cancelled calls against a real redis-server: an append cancelled while an earlier one is being
-//! resent is still sent, once; a `recv` or an `append_wait` cancelled during its blocking read
-//! leaves nothing that makes the next call fail.
+//! resent is still sent, once, and so is an append whose earlier event's reply is lost again; a
+//! `recv` or an `append_wait` cancelled during its blocking read leaves nothing that makes the
+//! next call fail.
 //!
 //! The SSE writer cancels a reader's `recv` whenever it sends a keep-alive, and `select!` loops and
 //! timeouts cancel the others: each of these is what a server does all day.
@@ -73,6 +74,50 @@ async fn an_append_cancelled_while_an_earlier_one_is_resent_is_still_sent_once()
     };
     assert_eq!(last, Some(2));
     assert!(!p.has_pending());
+    assert_eq!(p.append(b"third").await.unwrap(), 3);
+    assert_eq!(
+        all_events(&stream).await,
+        vec![
+            (1, Bytes::from("first")),
+            (2, Bytes::from("second")),
+            (3, Bytes::from("third")),
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_append_behind_a_reply_lost_again_stays_queued_under_its_own_id() {
+    let server = RedisServer::start();
+    let backend = server.backend_with(quick()).await;
+    let stream = backend
+        .create(&StreamId::new("lost-again").unwrap(), 64)
+        .await
+        .unwrap();
+    let mut p = stream.acquire_producer().await.unwrap();
+    let _: () = redis::cmd("CLIENT")
+        .arg(&["PAUSE", "2000", "WRITE"])
+        .query(&mut server.raw())
+        .unwrap();
+    match p.append(b"first").await {
+        Err(Error::Unknown { id: 1, .. }) => {}
+        other => panic!("expected Unknown for id 1, got {other:?}"),
+    }
+    assert_eq!(p.next_id(), 2, "the pending event keeps id 1");
+    // The resend of "first" is lost too: "second" was never sent, but `Unknown` tells the caller
+    // it is kept (do not append it again), so it must be, under the id after "first".
+    match p.append(b"second").await {
+        Err(Error::Unknown { id: 2, .. }) => {}
+        other => panic!("expected Unknown for id 2, got {other:?}"),
+    }
+    assert_eq!(p.next_id(), 3);
+    let deadline = std::time::Instant::now() + LIMIT;
+    let last = loop {
+        match p.resolve_pending().await {
+            Err(Error::Unknown { .. }) if std::time::Instant::now() < deadline => continue,
+            other => break other.unwrap(),
+        }
+    };
+    assert_eq!(last, Some(2));
     assert_eq!(p.append(b"third").await.unwrap(), 3);
     assert_eq!(
         all_events(&stream).await,
