@@ -632,9 +632,10 @@ pub trait BackendProducer: Send + 'static {
     /// `Unavailable`: see [`AppendError::Unavailable`].
     ///
     /// # Cancel safety
-    /// Not cancel safe for network backends: a cancelled append may have stored the event (the
-    /// payload built by `make` is then only in the backend). The ring's future completes on its
-    /// first poll.
+    /// Not cancel safe for network backends: once `make` has run, a cancelled append may have
+    /// stored the event, or the producer may keep the payload and store it before its next append
+    /// or close (the Redis backend's does), so the payload ends up only in the backend. The
+    /// ring's future completes on its first poll.
     fn try_append_with<F>(
         &mut self,
         make: F,

@@ -182,11 +182,12 @@ pub enum PublishError {
     /// The stream was already closed (by this publisher, or in the backend).
     Closed(Option<CloseReason>),
     /// This publisher gave the stream up without closing it: another producer took it over (a
-    /// network backend's lease moved on), or a close this publisher had to make (after the
-    /// backpressure bound, or with ids exhausted) did not reach the backend, which consumed its
-    /// producer. It can never publish again; the stream, which is not closed, goes on with the
-    /// next producer (on Redis, a standby that takes the lease). Nothing of this publish was
-    /// stored.
+    /// network backend's lease moved on), or a close this publisher made (its own
+    /// [`close`](Publisher::close), or one a publish had to make after the backpressure bound or
+    /// with ids exhausted) was not confirmed and the backend did not show it landed. The backend
+    /// consumed the producer: this publisher can never publish again, and the stream goes on
+    /// with the next producer (on Redis, a standby that takes the lease). Nothing of this
+    /// publish was stored.
     Superseded,
     /// The backend could not be reached. The stream stays open; publishing again retries. See
     /// [`AppendError::Unavailable`] for whether the event may have been stored.
@@ -224,7 +225,8 @@ impl std::error::Error for PublishError {}
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct PublisherStats {
-    /// Events appended.
+    /// Publishes that returned an id (a cancelled publish whose event a network backend stored
+    /// later is not counted).
     pub published: u64,
     /// Times the publisher found the window full and started waiting (one per episode, however
     /// many wake-ups it took).
@@ -258,6 +260,9 @@ pub struct Publisher<P: BackendProducer, R = SharedRetention> {
     /// this publisher's close did not reach the backend (which consumed its producer). Every
     /// later publish says [`PublishError::Superseded`]: the stream goes on with the next producer.
     superseded: bool,
+    /// A close of this publisher's own failed or was cancelled, so it may have landed after all:
+    /// later calls ask the backend before they say [`PublishError::Superseded`].
+    close_unconfirmed: bool,
     stats: PublisherStats,
 }
 
@@ -307,6 +312,7 @@ where
             clock: BackpressureClock::new(backpressure_timeout),
             close_reason: None,
             superseded: false,
+            close_unconfirmed: false,
             stats: PublisherStats::default(),
         }
     }
@@ -392,13 +398,15 @@ where
     /// backend), [`PublishError::Unavailable`].
     ///
     /// # Cancel safety
-    /// Cancelling never consumes an id. With the in-process ring the append itself completes in
-    /// the poll that starts it, so a cancelled publish either returned its id (the event is stored)
-    /// or appended nothing: `make` is then dropped uncalled, and the caller, whose future did not
-    /// complete, still owns the decision to publish again. The backpressure episode is kept across a
-    /// cancelled publish, so retrying cannot extend the bound. With a network backend, a publish
-    /// cancelled while its append is in flight may or may not have stored the event (see
-    /// [`BackendProducer::try_append_with`]).
+    /// With the in-process ring the append itself completes in the poll that starts it, so a
+    /// cancelled publish either returned its id (the event is stored) or appended nothing and
+    /// consumed no id: `make` is then dropped uncalled, and the caller, whose future did not
+    /// complete, still owns the decision to publish again. The backpressure episode is kept
+    /// across a cancelled publish, so retrying cannot extend the bound. With a network backend,
+    /// a publish cancelled after `make` ran may have stored the event, or the backend may keep it
+    /// and store it before the next publish or close (the Redis backend does; see
+    /// [`BackendProducer::try_append_with`]): publishing the same payload again may store it
+    /// twice. [`stats`](Self::stats) count only the publishes that returned an id.
     pub async fn publish_with<F>(&mut self, make: F) -> Result<u64, PublishError>
     where
         F: FnOnce(u64) -> <P::Backend as Backend>::Payload + Send,
@@ -406,7 +414,7 @@ where
         let mut make = make;
         loop {
             let Some(producer) = self.producer.as_mut() else {
-                return Err(self.ended());
+                return Err(self.ended().await);
             };
             match producer.try_append_with(make).await {
                 Ok(id) => {
@@ -476,7 +484,7 @@ where
                 None => deadline,
             };
             let Some(producer) = self.producer.as_mut() else {
-                return Err(self.ended());
+                return Err(self.ended().await);
             };
             tokio::select! {
                 ready = producer.ready() => ready.map_err(PublishError::Unavailable)?,
@@ -486,8 +494,17 @@ where
         }
     }
 
-    /// Why this publisher can no longer publish, once it has no producer.
-    fn ended(&self) -> PublishError {
+    /// Why this publisher can no longer publish, once it has no producer. After a close of its
+    /// own whose outcome is unknown, the backend says whether the stream ended: a close that
+    /// landed is an end, not a hand-over (cancel safe: it only reads).
+    async fn ended(&mut self) -> PublishError {
+        if self.close_unconfirmed {
+            if let Ok(Some(reason)) = self.backend.close_reason().await {
+                self.close_unconfirmed = false;
+                self.superseded = false;
+                self.close_reason = Some(reason);
+            }
+        }
         if self.superseded {
             PublishError::Superseded
         } else {
@@ -499,41 +516,49 @@ where
     ///
     /// # Errors
     /// [`PublishError::Superseded`] if this publisher had given the stream up: it cannot close
-    /// what it no longer produces. [`PublishError::Unavailable`] if the backend did not record
-    /// the close. The producer is gone all the same (a network backend's close consumes it), so
-    /// this publisher has then given the stream up without closing it: later publishes return
-    /// [`PublishError::Superseded`], and the stream goes on with the next producer (on Redis,
-    /// once the lease lapses, a standby's).
+    /// what it no longer produces. [`PublishError::Unavailable`] if the backend did not confirm
+    /// the close, which may or may not have landed. The producer is gone all the same (a network
+    /// backend's close consumes it), so later calls ask the backend whether the close landed:
+    /// if it did, publishes return [`PublishError::Closed`] and `close` returns `Ok` (calling it
+    /// again tells whether the close landed); if not, this publisher has given the stream up
+    /// without closing it: both return [`PublishError::Superseded`], and the stream goes on with
+    /// the next producer (on Redis, once the lease lapses, a standby's).
     ///
     /// # Cancel safety
     /// The producer is consumed when the close starts; a cancelled close may or may not have been
-    /// recorded (the ring records it immediately). A publisher whose close was cancelled has given
-    /// the stream up, as after a failed close.
+    /// recorded (the ring records it immediately). Later calls then behave as after a close that
+    /// returned [`PublishError::Unavailable`].
     pub async fn close(&mut self, reason: CloseReason) -> Result<(), PublishError> {
         let Some(producer) = self.producer.take() else {
-            return if self.superseded {
-                Err(PublishError::Superseded)
-            } else {
-                Ok(())
+            return match self.ended().await {
+                PublishError::Superseded => Err(PublishError::Superseded),
+                _ => Ok(()),
             };
         };
         // Given up until the backend confirms the close: a close that fails, or is cancelled
-        // while in flight, must not make later calls claim an end no reader may ever see. (If
-        // it did land, the next producer finds the stream closed.)
+        // while in flight, must not make later calls claim an end no reader may ever see. Those
+        // calls ask the backend whether it landed after all (`ended`).
         self.superseded = true;
+        self.close_unconfirmed = true;
         let closed = producer.close(reason.clone()).await;
         closed.map_err(PublishError::Unavailable)?;
         self.superseded = false;
+        self.close_unconfirmed = false;
         self.close_reason = Some(reason);
         Ok(())
     }
 
-    /// A close that a publish must make: its failure means this publisher gave the stream up,
-    /// which is what the publish reports ([`PublishError::Superseded`]: publishing again would
-    /// not retry).
+    /// A close that a publish must make. If it is not confirmed, the backend says whether it
+    /// landed: if not, this publisher gave the stream up, which is what the publish reports
+    /// ([`PublishError::Superseded`]: publishing again would not retry); if the stream was
+    /// closed meanwhile for another reason, that close is what the publish reports.
     async fn close_or_give_up(&mut self, reason: CloseReason) -> Result<(), PublishError> {
-        self.close(reason)
-            .await
-            .map_err(|_| PublishError::Superseded)
+        if self.close(reason.clone()).await.is_ok() {
+            return Ok(());
+        }
+        match self.ended().await {
+            PublishError::Closed(Some(stored)) if stored == reason => Ok(()),
+            other => Err(other),
+        }
     }
 }

@@ -7,6 +7,7 @@
 
 mod common;
 
+use std::mem::ManuallyDrop;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -41,6 +42,8 @@ struct ViaProducer {
     inner: Producer<Bytes>,
     down: Arc<watch::Sender<bool>>,
     release_after_resume: Arc<AtomicU64>,
+    /// Each close lands, but its reply is lost: the caller gets `Unavailable`.
+    close_reply_lost: bool,
 }
 
 impl ViaProducer {
@@ -51,6 +54,7 @@ impl ViaProducer {
             inner,
             down: down.clone(),
             release_after_resume: Arc::default(),
+            close_reply_lost: false,
         };
         (producer, down)
     }
@@ -153,11 +157,19 @@ impl BackendProducer for ViaProducer {
     /// While the switch is down, a close is held back until it goes up again and then fails,
     /// as a request to an unreachable store whose reply never came (the close did not land).
     async fn close(self, reason: CloseReason) -> Result<(), Unavailable> {
+        // Not dropped if the close is cancelled or fails: dropping a ring's producer closes the
+        // ring, while a network store's stream stays open when its producer goes away.
+        let inner = ManuallyDrop::new(self.inner);
         if *self.down.borrow() {
             let _ = self.down.subscribe().wait_for(|down| !*down).await;
             return Err(unreachable_store());
         }
-        BackendProducer::close(self.inner, reason).await
+        let lose_reply = self.close_reply_lost;
+        BackendProducer::close(ManuallyDrop::into_inner(inner), reason).await?;
+        if lose_reply {
+            return Err(unreachable_store());
+        }
+        Ok(())
     }
 }
 
@@ -374,6 +386,7 @@ async fn a_release_racing_a_resume_does_not_raise_its_advertised_floor() {
         inner,
         down: Arc::new(watch::Sender::new(false)),
         release_after_resume: release_after_resume.clone(),
+        close_reply_lost: false,
     };
     let me = identity();
     let (stream, mut producer) = SseStream::with_backend(producer, me, SseConfig::default());
@@ -407,9 +420,9 @@ async fn a_release_racing_a_resume_does_not_raise_its_advertised_floor() {
 }
 
 /// A publish cancelled while the close it had to make (past the backpressure bound) is in flight
-/// leaves the publisher without a producer and without knowing whether the close landed. It must
-/// not claim the stream ended: later publishes say it gave the stream up, so that the caller
-/// hands the stream on instead of treating it as over.
+/// leaves the publisher without a producer and without knowing whether the close landed. The
+/// close did not land, so it must not claim the stream ended: later publishes say it gave the
+/// stream up, so that the caller hands the stream on instead of treating it as over.
 #[tokio::test]
 async fn a_publish_cancelled_during_its_backpressure_close_claims_no_end() {
     let (inner, _ring) = ReplayRing::<Bytes>::new(4, 1).unwrap();
@@ -432,4 +445,42 @@ async fn a_publish_cancelled_during_its_backpressure_close_claims_no_end() {
     down.send_replace(false);
     let after = producer.send("e5").await.unwrap_err();
     assert!(matches!(after, PublishError::Superseded), "{after:?}");
+}
+
+/// A close whose reply is lost did land: the publish that had to make it (past the backpressure
+/// bound) says the stream ended, and so does every later publish, instead of claiming that the
+/// stream, closed for good, goes on with another producer.
+#[tokio::test]
+async fn a_backpressure_close_whose_reply_is_lost_is_found_to_have_landed() {
+    let (inner, ring) = ReplayRing::<Bytes>::new(4, 1).unwrap();
+    let (mut producer, _down) = ViaProducer::new(inner);
+    producer.close_reply_lost = true;
+    let config = SseConfig {
+        retention: RetentionConfig {
+            resumption_window: Duration::from_secs(60),
+            backpressure_timeout: Duration::from_millis(200),
+        },
+        ..SseConfig::default()
+    };
+    let (_stream, mut producer) = SseStream::with_backend(producer, identity(), config);
+    for n in 1..=4 {
+        assert_eq!(producer.send(format!("e{n}")).await.unwrap(), n);
+    }
+    let ended = producer.send("e5").await.unwrap_err();
+    assert!(
+        matches!(ended, PublishError::BackpressureTimeout { .. }),
+        "{ended:?}"
+    );
+    assert!(matches!(
+        ring.close_reason(),
+        Some(CloseReason::BackpressureTimeout { .. })
+    ));
+    let after = producer.send("e6").await.unwrap_err();
+    assert!(
+        matches!(
+            after,
+            PublishError::Closed(Some(CloseReason::BackpressureTimeout { .. }))
+        ),
+        "{after:?}"
+    );
 }
