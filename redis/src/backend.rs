@@ -38,14 +38,14 @@ pub struct RedisConfig {
     pub stream_ttl: Duration,
     /// How long a producer lease lasts without renewal. Appends renew it.
     pub lease: Duration,
-    /// Most events one replay or tail read fetches (one `XRANGE … COUNT` page).
+    /// Most events one replay or tail read fetches (one `XRANGE … COUNT` page): 1 to 2^63 − 1.
     pub read_batch: usize,
     /// How long one blocked `XREAD` waits before the waiting readers re-check the stream (expiry,
     /// deletion). The blocking read's dedicated connection allows this plus `response_timeout`.
     pub block: Duration,
-    /// Response timeout of the shared connection (every command except a blocked read).
+    /// Response timeout of the shared connection (every command except a blocked read). Not zero.
     pub response_timeout: Duration,
-    /// Connect timeout of every connection.
+    /// Connect timeout of every connection. Not zero.
     pub connect_timeout: Duration,
 }
 
@@ -166,9 +166,20 @@ impl RedisBackend {
                 "key_prefix must be non-empty and contain no '{' or '}'",
             ));
         }
-        if config.read_batch == 0 || config.lease.is_zero() || config.block.is_zero() {
+        if config.read_batch == 0
+            || config.lease.is_zero()
+            || config.block.is_zero()
+            || config.response_timeout.is_zero()
+            || config.connect_timeout.is_zero()
+        {
             return Err(Error::InvalidArgument(
-                "read_batch, lease and block must be non-zero",
+                "read_batch, lease, block, response_timeout and connect_timeout must be non-zero",
+            ));
+        }
+        // It reaches Redis as `XRANGE … COUNT`, a signed 64-bit integer.
+        if u64::try_from(config.read_batch).map_or(true, |n| n > i64::MAX as u64) {
+            return Err(Error::InvalidArgument(
+                "read_batch must be at most 2^63 - 1",
             ));
         }
         // Each of them reaches Redis in milliseconds (`PEXPIRE`, `SET PX`, `XREAD BLOCK`), read

@@ -5,6 +5,7 @@ mod common;
 
 use std::time::Duration;
 
+use bytes::Bytes;
 use common::RedisServer;
 use replay_ring::CloseReason;
 use replay_ring_redis::{Error, ReadItem, RedisBackend, RedisConfig, RedisStream};
@@ -70,6 +71,27 @@ async fn impossible_configurations_are_refused_up_front() {
         ..base()
     })
     .await;
+    // A zero response or connect timeout would fail requests at random, not fail fast.
+    for config in [
+        RedisConfig {
+            response_timeout: Duration::ZERO,
+            ..base()
+        },
+        RedisConfig {
+            connect_timeout: Duration::ZERO,
+            ..base()
+        },
+    ] {
+        let why = refused(config).await;
+        assert!(why.contains("timeout"), "{why}");
+    }
+    // `XRANGE … COUNT` takes a signed 64-bit count: more would fail every read.
+    let why = refused(RedisConfig {
+        read_batch: usize::MAX,
+        ..base()
+    })
+    .await;
+    assert!(why.contains("read_batch"), "{why}");
     // Durations Redis takes in milliseconds, which the scripts read as exact Lua numbers.
     let too_long = Duration::from_millis(1 << 53);
     for config in [
@@ -105,6 +127,24 @@ async fn impossible_configurations_are_refused_up_front() {
         };
         RedisBackend::connect(&server.url(), config).await.unwrap();
     }
+    let largest_batch = RedisConfig {
+        read_batch: usize::try_from(i64::MAX).unwrap_or(usize::MAX),
+        ..base()
+    };
+    let backend = RedisBackend::connect(&server.url(), largest_batch)
+        .await
+        .unwrap();
+    let stream = backend
+        .create(&StreamId::new("largest-batch").unwrap(), 8)
+        .await
+        .unwrap();
+    let mut producer = stream.acquire_producer().await.unwrap();
+    producer.append(b"one").await.unwrap();
+    let mut reader = stream.resume(Some(0)).await.unwrap();
+    assert_eq!(
+        reader.recv().await.unwrap(),
+        ReadItem::Events(vec![(1, Bytes::from("one"))])
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
