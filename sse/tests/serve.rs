@@ -550,3 +550,56 @@ async fn timeouts_of_duration_max_mean_never() {
         );
     }
 }
+
+/// Settings under which no request could be served are refused before anything is accepted: a
+/// zero timeout would close every connection unanswered, a cap of 0 refuse every request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settings_that_serve_nothing_are_refused_up_front() {
+    let base = ServeConfig::default;
+    let impossible = [
+        ServeConfig {
+            header_read_timeout: Duration::ZERO,
+            ..base()
+        },
+        ServeConfig {
+            body_read_timeout: Duration::ZERO,
+            ..base()
+        },
+        ServeConfig {
+            write_timeout: Duration::ZERO,
+            ..base()
+        },
+        ServeConfig {
+            idle_timeout: Duration::ZERO,
+            ..base()
+        },
+        ServeConfig {
+            max_connections: 0,
+            ..base()
+        },
+    ];
+    for config in impossible {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let served = tokio::time::timeout(
+            Duration::from_secs(5),
+            serve(listener, Router::new(), config),
+        )
+        .await
+        .expect("refused at once");
+        let error = served.unwrap_err();
+        assert_eq!(error.kind(), std::io::ErrorKind::InvalidInput, "{config:?}");
+    }
+    // A shutdown grace of zero is meaningful (close every connection at the signal).
+    let (addr, _flags) = start(ServeConfig {
+        shutdown_grace: Duration::ZERO,
+        ..base()
+    })
+    .await;
+    let mut socket = TcpStream::connect(addr).await.unwrap();
+    socket
+        .write_all(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let reply = read_to_close(&mut socket, Duration::from_secs(5)).await;
+    assert!(reply.starts_with(b"HTTP/1.1 200"));
+}

@@ -93,6 +93,31 @@ impl Default for ServeConfig {
     }
 }
 
+impl ServeConfig {
+    /// Refuses the settings under which no request could be served.
+    fn check(&self) -> io::Result<()> {
+        let timeouts = [
+            ("header_read_timeout", self.header_read_timeout),
+            ("body_read_timeout", self.body_read_timeout),
+            ("write_timeout", self.write_timeout),
+            ("idle_timeout", self.idle_timeout),
+        ];
+        if let Some((name, _)) = timeouts.iter().find(|(_, t)| t.is_zero()) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("ServeConfig::{name} is zero: every connection would be closed unanswered"),
+            ));
+        }
+        if self.max_connections == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "ServeConfig::max_connections is 0: every request would be refused",
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// Half the soft `RLIMIT_NOFILE` (the other half stays for the application's own files), clamped
 /// to 32..=16384; 512 where the limit cannot be read.
 fn default_max_connections() -> usize {
@@ -125,9 +150,12 @@ fn default_max_connections() -> usize {
 ///
 /// # Errors
 ///
-/// None in practice: accept errors about one connection are skipped, and others (such as running
-/// out of file descriptors) pause accepting briefly instead of ending the server. The `Result`
-/// leaves room for failures of the listener itself.
+/// [`io::ErrorKind::InvalidInput`] at once, before accepting anything, if a timeout of `config`
+/// other than `shutdown_grace` is zero (every connection would be closed unanswered) or
+/// `max_connections` is 0 (every request would be refused). Otherwise none in practice: accept
+/// errors about one connection are skipped, and others (such as running out of file descriptors)
+/// pause accepting briefly instead of ending the server. The `Result` leaves room for failures
+/// of the listener itself.
 ///
 /// # Cancel safety
 ///
@@ -190,6 +218,7 @@ pub async fn serve_with_shutdown(
     config: ServeConfig,
     signal: impl Future<Output = ()> + Send,
 ) -> io::Result<()> {
+    config.check()?;
     let router = router.layer(::axum::middleware::map_request_with_state(
         config.body_read_timeout,
         super::body_deadline::with_body_deadline,
