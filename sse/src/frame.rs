@@ -176,7 +176,8 @@ impl<'a> Frame<'a> {
         self
     }
 
-    /// Sets the `retry:` field: the client's reconnection delay, in whole milliseconds.
+    /// Sets the `retry:` field: the client's reconnection delay, in whole milliseconds, rounded
+    /// up (only `Duration::ZERO` is written as `retry: 0`).
     ///
     /// ```
     /// use replay_ring_sse::Frame;
@@ -264,7 +265,8 @@ impl<'a> Frame<'a> {
             put_field(buf, b"event", name.as_bytes());
         }
         if let Some(delay) = self.retry {
-            let ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+            // Rounded up: a delay under a millisecond is not "reconnect at once" (`retry: 0`).
+            let ms = u64::try_from(delay.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX);
             let mut digits = itoa_buf();
             put_field(buf, b"retry", itoa(ms, &mut digits));
         }

@@ -239,3 +239,20 @@ fn priming_keep_alive_and_retry_behave_as_the_standard_says() {
     assert!(parsed.events.is_empty());
     assert_eq!(parsed.last_event_id, "");
 }
+
+/// `retry:` carries whole milliseconds: a delay under one is rounded up, not written as
+/// `retry: 0` (reconnect at once), and only a zero delay is zero.
+#[test]
+fn retry_rounds_up_to_whole_milliseconds() {
+    for (delay, ms) in [
+        (Duration::ZERO, 0),
+        (Duration::from_nanos(1), 1),
+        (Duration::from_micros(999), 1),
+        (Duration::from_millis(1), 1),
+        (Duration::from_micros(1_001), 2),
+        (Duration::from_millis(1500), 1500),
+    ] {
+        let frame = Frame::new().retry(delay).encode().unwrap();
+        assert_eq!(parse_stream(&frame).retry, Some(ms), "{delay:?}");
+    }
+}
