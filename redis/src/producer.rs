@@ -91,6 +91,11 @@ impl RedisProducer {
         self.next_id + pending as u64
     }
 
+    /// The id the next request writes: the oldest pending event's, or the next append's.
+    pub(crate) fn next_write_id(&self) -> u64 {
+        self.next_id
+    }
+
     /// Whether an append with an unknown outcome is waiting to be resent.
     ///
     /// ```no_run
