@@ -19,7 +19,10 @@ pub enum Error {
     /// or may not be in the log. The producer keeps the payload and resends it, with the same id,
     /// before its next append (or on [`resolve_pending`](crate::RedisProducer::resolve_pending));
     /// the server recognises a repeat, so the retry neither duplicates nor skips. Do not append
-    /// the same payload again yourself: it is already queued.
+    /// the same payload again yourself: it is already queued. (If the lease moves to another
+    /// producer first, the next call is [`Error::Fenced`] and pending events are never resent:
+    /// each is in the log if an earlier send of it arrived, and the new producer continues after
+    /// the head either way, so ids still neither repeat nor skip.)
     Unknown {
         /// The id the append would have (or has) received.
         id: u64,

@@ -158,6 +158,11 @@ impl RedisProducer {
     }
 
     async fn append_owned(&mut self, batch: Arc<[Bytes]>) -> Result<RangeInclusive<u64>, Error> {
+        // Past the last id even after the pending events: refused before it is queued, so no
+        // error ever promises it an id that cannot exist.
+        if self.next_id() + batch.len() as u64 - 1 > crate::MAX_ID {
+            return Err(Error::IdsExhausted);
+        }
         // Pending before the first await until its outcome is known, so a call cancelled anywhere
         // (even while an earlier event is resent) leaves it to be sent like a lost reply.
         self.pending.push_back(batch.clone());

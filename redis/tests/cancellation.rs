@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::RedisServer;
-use replay_ring_redis::{Error, ReadItem, RedisConfig, RedisStream};
+use replay_ring_redis::{Error, ReadItem, RedisConfig, RedisStream, MAX_ID};
 use replay_ring_sse::StreamId;
 use tokio::time::timeout;
 
@@ -127,6 +127,39 @@ async fn an_append_behind_a_reply_lost_again_stays_queued_under_its_own_id() {
             (3, Bytes::from("third")),
         ]
     );
+}
+
+/// At the last id, an append behind a pending event that has taken it is refused at once, as
+/// any append past the last id is: it is not queued, and no error promises it an id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_append_past_the_last_id_behind_a_pending_event_is_refused_not_queued() {
+    let server = RedisServer::start();
+    let backend = server.backend_with(quick()).await;
+    let stream = backend
+        .create(&StreamId::new("top").unwrap(), 8)
+        .await
+        .unwrap();
+    server.move_head_to(&stream, MAX_ID - 1);
+    let mut p = stream.acquire_producer().await.unwrap();
+    let _: () = redis::cmd("CLIENT")
+        .arg(&["PAUSE", "2000", "WRITE"])
+        .query(&mut server.raw())
+        .unwrap();
+    match p.append(b"last").await {
+        Err(Error::Unknown { id, .. }) => assert_eq!(id, MAX_ID),
+        other => panic!("expected Unknown for the last id, got {other:?}"),
+    }
+    assert!(matches!(p.append(b"over").await, Err(Error::IdsExhausted)));
+    assert_eq!(p.next_id(), MAX_ID + 1);
+    let deadline = std::time::Instant::now() + LIMIT;
+    let last = loop {
+        match p.resolve_pending().await {
+            Err(Error::Unknown { .. }) if std::time::Instant::now() < deadline => continue,
+            other => break other.unwrap(),
+        }
+    };
+    assert_eq!(last, Some(MAX_ID));
+    assert!(!p.has_pending());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -465,29 +465,7 @@ async fn ids_are_exact_up_to_2_pow_53_minus_1_and_then_exhausted() {
     let stream = backend.create(&sid("top"), 8).await.unwrap();
     // Move the stream to just below the limit, as if 2^53 - 2 events had come and gone.
     let below = replay_ring_redis::MAX_ID - 1;
-    let mut raw = server.raw();
-    let [meta, log, _, _] = stream.key_names();
-    let _: String = redis::cmd("XADD")
-        .arg(log)
-        .arg(format!("0-{below}"))
-        .arg("d")
-        .arg("x")
-        .query(&mut raw)
-        .unwrap();
-    let _: () = redis::cmd("XTRIM")
-        .arg(log)
-        .arg("MAXLEN")
-        .arg(0)
-        .query(&mut raw)
-        .unwrap();
-    let _: () = redis::cmd("HSET")
-        .arg(meta)
-        .arg("head")
-        .arg(below.to_string())
-        .arg("floor")
-        .arg((below + 1).to_string())
-        .query(&mut raw)
-        .unwrap();
+    server.move_head_to(&stream, below);
     let mut p = stream.acquire_producer().await.unwrap();
     assert_eq!(p.append(b"last").await.unwrap(), replay_ring_redis::MAX_ID);
     assert!(matches!(p.append(b"over").await, Err(Error::IdsExhausted)));

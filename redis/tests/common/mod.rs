@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use replay_ring_redis::{RedisBackend, RedisConfig};
+use replay_ring_redis::{RedisBackend, RedisConfig, RedisStream};
 
 pub struct RedisServer {
     pub port: u16,
@@ -128,6 +128,34 @@ impl RedisServer {
             .expect("url")
             .get_connection_with_timeout(Duration::from_secs(2))
             .expect("connect")
+    }
+
+    /// Moves a stream with no events yet to `head` (retaining none), as if `head` events had
+    /// come and gone, by writing its keys behind the backend's back.
+    pub fn move_head_to(&self, stream: &RedisStream, head: u64) {
+        let mut raw = self.raw();
+        let [meta, log, _, _] = stream.key_names();
+        let _: String = redis::cmd("XADD")
+            .arg(log)
+            .arg(format!("0-{head}"))
+            .arg("d")
+            .arg("x")
+            .query(&mut raw)
+            .unwrap();
+        let _: () = redis::cmd("XTRIM")
+            .arg(log)
+            .arg("MAXLEN")
+            .arg(0)
+            .query(&mut raw)
+            .unwrap();
+        let _: () = redis::cmd("HSET")
+            .arg(meta)
+            .arg("head")
+            .arg(head.to_string())
+            .arg("floor")
+            .arg((head + 1).to_string())
+            .query(&mut raw)
+            .unwrap();
     }
 
     pub async fn backend(&self) -> RedisBackend {
