@@ -197,7 +197,10 @@ pub(crate) fn encode(event: &ServerSseMessage) -> Vec<u8> {
         .as_deref()
         .and_then(|m| serde_json::to_value(m).ok())
         .unwrap_or(Value::Null);
-    let retry = event.retry.map(|r| r.as_millis() as u64);
+    // Rounded up as `Frame::retry` does: under a millisecond is not "reconnect at once".
+    let retry = event
+        .retry
+        .map(|r| u64::try_from(r.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX));
     json!({ "message": message, "retry": retry })
         .to_string()
         .into_bytes()
