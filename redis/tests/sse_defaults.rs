@@ -427,7 +427,8 @@ async fn an_acknowledging_resume_is_answered_while_redis_holds_its_release_back(
 /// a Redis stall or a paused process past the lease) leaves the stream open. The producer must
 /// not claim it ended, or the replica would neither produce nor stand by again, and clients would
 /// get keep-alives forever: it gives the stream up ([`PublishError::Superseded`]), and the next
-/// producer to take the lease continues it and can end it.
+/// producer to take the lease continues it and can end it; the old publisher then reports that
+/// end, not a close of its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backpressure_close_that_redis_refuses_gives_the_stream_up_for_the_next_producer() {
     let server = RedisServer::start();
@@ -464,21 +465,26 @@ async fn a_backpressure_close_that_redis_refuses_gives_the_stream_up_for_the_nex
     assert!(matches!(again, PublishError::Superseded), "{again:?}");
     let state = stream.state().await.unwrap();
     assert_eq!((state.head, state.closed), (4, None), "not closed in Redis");
-    // Nor can it close the stream any more.
-    let close = publisher.close(CloseReason::Completed).await;
-    assert!(matches!(close, Err(PublishError::Superseded)), "{close:?}");
 
     // The next producer continues after the head, and its close is recorded.
     let next = stream.acquire_producer().await.unwrap();
     assert_eq!(next.next_id(), 5);
-    next.close(CloseReason::BackpressureTimeout {
-        waited: Duration::from_millis(300),
-    })
-    .await
-    .unwrap();
+    next.close(CloseReason::Completed).await.unwrap();
     let closed = stream.state().await.unwrap().closed;
+    assert_eq!(closed, Some(CloseReason::Completed));
+    // The old publisher now says the stream ended, with the other producer's reason; its own
+    // refused close did not land, so `close` does not say it did.
+    let after = publisher.send("e6").await.unwrap_err();
     assert!(
-        matches!(closed, Some(CloseReason::BackpressureTimeout { .. })),
-        "{closed:?}"
+        matches!(after, PublishError::Closed(Some(CloseReason::Completed))),
+        "{after:?}"
+    );
+    let close = publisher.close(CloseReason::Completed).await;
+    assert!(
+        matches!(
+            close,
+            Err(PublishError::Closed(Some(CloseReason::Completed)))
+        ),
+        "{close:?}"
     );
 }

@@ -186,8 +186,9 @@ pub enum PublishError {
     /// [`close`](Publisher::close), or one a publish had to make after the backpressure bound or
     /// with ids exhausted) was not confirmed and the backend did not show it landed. The backend
     /// consumed the producer: this publisher can never publish again, and the stream goes on
-    /// with the next producer (on Redis, a standby that takes the lease). Nothing of this
-    /// publish was stored.
+    /// with the next producer (on Redis, a standby that takes the lease), unless that
+    /// unconfirmed close was held up on its way and lands later, which the next producer's
+    /// acquisition finds (see [`Publisher::close`]). Nothing of this publish was stored.
     Superseded,
     /// The backend could not be reached. The stream stays open; publishing again retries. See
     /// [`AppendError::Unavailable`] for whether the event may have been stored.
@@ -260,9 +261,9 @@ pub struct Publisher<P: BackendProducer, R = SharedRetention> {
     /// this publisher's close did not reach the backend (which consumed its producer). Every
     /// later publish says [`PublishError::Superseded`]: the stream goes on with the next producer.
     superseded: bool,
-    /// A close of this publisher's own failed or was cancelled, so it may have landed after all:
-    /// later calls ask the backend before they say [`PublishError::Superseded`].
-    close_unconfirmed: bool,
+    /// The reason of a close of this publisher's own that failed or was cancelled, so may have
+    /// landed after all: later calls ask the backend before they say [`PublishError::Superseded`].
+    close_unconfirmed: Option<CloseReason>,
     stats: PublisherStats,
 }
 
@@ -312,7 +313,7 @@ where
             clock: BackpressureClock::new(backpressure_timeout),
             close_reason: None,
             superseded: false,
-            close_unconfirmed: false,
+            close_unconfirmed: None,
             stats: PublisherStats::default(),
         }
     }
@@ -496,19 +497,23 @@ where
 
     /// Why this publisher can no longer publish, once it has no producer. After a close of its
     /// own whose outcome is unknown, the backend says whether the stream ended: a close that
-    /// landed is an end, not a hand-over (cancel safe: it only reads).
+    /// landed is an end, not a hand-over (cancel safe: it only reads). A stored reason other
+    /// than that close's is another producer's close, after a hand-over: an end too, but this
+    /// publisher stays superseded.
     async fn ended(&mut self) -> PublishError {
-        if self.close_unconfirmed {
-            if let Ok(Some(reason)) = self.backend.close_reason().await {
-                self.close_unconfirmed = false;
-                self.superseded = false;
-                self.close_reason = Some(reason);
+        if let Some(mine) = &self.close_unconfirmed {
+            if let Ok(Some(stored)) = self.backend.close_reason().await {
+                if stored == *mine {
+                    self.superseded = false;
+                }
+                self.close_unconfirmed = None;
+                self.close_reason = Some(stored);
             }
         }
-        if self.superseded {
-            PublishError::Superseded
-        } else {
-            PublishError::Closed(self.close_reason.clone())
+        match &self.close_reason {
+            Some(reason) => PublishError::Closed(Some(reason.clone())),
+            None if self.superseded => PublishError::Superseded,
+            None => PublishError::Closed(None),
         }
     }
 
@@ -516,13 +521,21 @@ where
     ///
     /// # Errors
     /// [`PublishError::Superseded`] if this publisher had given the stream up: it cannot close
-    /// what it no longer produces. [`PublishError::Unavailable`] if the backend did not confirm
-    /// the close, which may or may not have landed. The producer is gone all the same (a network
-    /// backend's close consumes it), so later calls ask the backend whether the close landed:
-    /// if it did, publishes return [`PublishError::Closed`] and `close` returns `Ok` (calling it
-    /// again tells whether the close landed); if not, this publisher has given the stream up
-    /// without closing it: both return [`PublishError::Superseded`], and the stream goes on with
-    /// the next producer (on Redis, once the lease lapses, a standby's).
+    /// what it no longer produces; [`PublishError::Closed`] if it had, and another producer has
+    /// closed the stream since. [`PublishError::Unavailable`] if the backend did not confirm the
+    /// close, which may or may not have landed. The producer is gone all the same (a network
+    /// backend's close consumes it), so later calls read the backend's close reason (one round
+    /// trip each, until a reason is found):
+    /// - the close's own reason: it landed; publishes return [`PublishError::Closed`] and `close`
+    ///   returns `Ok`;
+    /// - no reason, or no answer: it is not known to have landed, and this publisher counts as
+    ///   having given the stream up: publishes and `close` return [`PublishError::Superseded`],
+    ///   and the stream goes on with the next producer (on Redis, once the lease lapses, a
+    ///   standby's). A close held up on its way (in the network, or by a store that holds writes
+    ///   back) may still land later: the next producer's acquisition then finds the stream
+    ///   closed;
+    /// - another reason: another producer closed the stream after a hand-over; both return
+    ///   [`PublishError::Closed`] with it.
     ///
     /// # Cancel safety
     /// The producer is consumed when the close starts; a cancelled close may or may not have been
@@ -530,35 +543,35 @@ where
     /// returned [`PublishError::Unavailable`].
     pub async fn close(&mut self, reason: CloseReason) -> Result<(), PublishError> {
         let Some(producer) = self.producer.take() else {
-            return match self.ended().await {
-                PublishError::Superseded => Err(PublishError::Superseded),
-                _ => Ok(()),
-            };
+            let ended = self.ended().await;
+            return if self.superseded { Err(ended) } else { Ok(()) };
         };
         // Given up until the backend confirms the close: a close that fails, or is cancelled
         // while in flight, must not make later calls claim an end no reader may ever see. Those
         // calls ask the backend whether it landed after all (`ended`).
         self.superseded = true;
-        self.close_unconfirmed = true;
+        self.close_unconfirmed = Some(reason.clone());
         let closed = producer.close(reason.clone()).await;
         closed.map_err(PublishError::Unavailable)?;
         self.superseded = false;
-        self.close_unconfirmed = false;
+        self.close_unconfirmed = None;
         self.close_reason = Some(reason);
         Ok(())
     }
 
     /// A close that a publish must make. If it is not confirmed, the backend says whether it
     /// landed: if not, this publisher gave the stream up, which is what the publish reports
-    /// ([`PublishError::Superseded`]: publishing again would not retry); if the stream was
-    /// closed meanwhile for another reason, that close is what the publish reports.
+    /// ([`PublishError::Superseded`]: publishing again would not retry); if another producer
+    /// closed the stream after a hand-over, that close is what the publish reports.
     async fn close_or_give_up(&mut self, reason: CloseReason) -> Result<(), PublishError> {
-        if self.close(reason.clone()).await.is_ok() {
+        if self.close(reason).await.is_ok() {
             return Ok(());
         }
-        match self.ended().await {
-            PublishError::Closed(Some(stored)) if stored == reason => Ok(()),
-            other => Err(other),
+        let ended = self.ended().await;
+        if self.superseded {
+            Err(ended)
+        } else {
+            Ok(())
         }
     }
 }

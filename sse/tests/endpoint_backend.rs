@@ -445,6 +445,9 @@ async fn a_publish_cancelled_during_its_backpressure_close_claims_no_end() {
     down.send_replace(false);
     let after = producer.send("e5").await.unwrap_err();
     assert!(matches!(after, PublishError::Superseded), "{after:?}");
+    // Nor can it close the stream any more.
+    let close = producer.close(CloseReason::Completed).await;
+    assert!(matches!(close, Err(PublishError::Superseded)), "{close:?}");
 }
 
 /// A close whose reply is lost did land: the publish that had to make it (past the backpressure
