@@ -180,11 +180,10 @@ impl BackendProducer for RedisProducer {
             .await
             .map_err(|e| unavailable("ready", e))?;
         self.known_floor = state.floor;
-        // A floor past the next id (another producer appended and released since) is room as
-        // far as waiting goes: the append that follows finds the lease gone. Room for the oldest
+        // A floor past `next_id` (another producer appended and released since) is room as far
+        // as waiting goes: the append that follows finds the lease gone. Room for the oldest
         // pending event is enough: the append that follows stores it at once.
-        let next = self.next_write_id();
-        if state.closed.is_some() || next.saturating_sub(state.floor) < state.capacity {
+        if state.closed.is_some() || self.next_id().saturating_sub(state.floor) < state.capacity {
             return Ok(());
         }
         let wait = self.stream().backend.config().block;

@@ -78,8 +78,8 @@ impl RedisProducer {
         self.token.parse().unwrap_or(0)
     }
 
-    /// The id the next append will receive: the events still pending
-    /// ([`has_pending`](Self::has_pending)) are stored before it, under the ids before this one.
+    /// The id of the next event this producer writes: the oldest pending event's
+    /// ([`has_pending`](Self::has_pending)), or else the next append's.
     ///
     /// ```no_run
     /// # fn f(p: replay_ring_redis::RedisProducer) {
@@ -87,13 +87,12 @@ impl RedisProducer {
     /// # }
     /// ```
     pub fn next_id(&self) -> u64 {
-        let pending: usize = self.pending.iter().map(|batch| batch.len()).sum();
-        self.next_id + pending as u64
+        self.next_id
     }
 
-    /// The id the next request writes: the oldest pending event's, or the next append's.
-    pub(crate) fn next_write_id(&self) -> u64 {
-        self.next_id
+    /// How many events are pending (their batches together).
+    fn pending_events(&self) -> u64 {
+        self.pending.iter().map(|batch| batch.len() as u64).sum()
     }
 
     /// Whether an append with an unknown outcome is waiting to be resent.
@@ -160,7 +159,7 @@ impl RedisProducer {
     async fn append_owned(&mut self, batch: Arc<[Bytes]>) -> Result<RangeInclusive<u64>, Error> {
         // Past the last id even after the pending events: refused before it is queued, so no
         // error ever promises it an id that cannot exist.
-        if self.next_id() + batch.len() as u64 - 1 > crate::MAX_ID {
+        if self.next_id + self.pending_events() + batch.len() as u64 - 1 > crate::MAX_ID {
             return Err(Error::IdsExhausted);
         }
         // Pending before the first await until its outcome is known, so a call cancelled anywhere
@@ -173,7 +172,7 @@ impl RedisProducer {
                 // `Error::Unknown` promises, under the id it will get once those are stored.
                 Err(Error::Unknown { source, .. }) => {
                     return Err(Error::Unknown {
-                        id: self.next_id() - batch.len() as u64,
+                        id: self.next_id + self.pending_events() - batch.len() as u64,
                         source,
                     })
                 }
