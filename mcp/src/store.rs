@@ -41,6 +41,11 @@ use crate::stream_entry::{EntryParts, StreamEntry, Writer};
 /// shortens it).
 const ATTENDANCE_RECHECK: Duration = Duration::from_millis(250);
 
+/// Why the streams of a deleted (or expired) MCP session end.
+fn session_closed() -> CloseReason {
+    CloseReason::error("session closed")
+}
+
 #[derive(Default)]
 struct Streams {
     by_rmcp: HashMap<String, Arc<StreamEntry>>,
@@ -505,18 +510,34 @@ impl RingEventStore {
         if let Some(entry) = streams.by_rmcp.get(rmcp_id) {
             // Live connections of a deleted session end explicitly instead of idling (a request
             // stream with a JSON-RPC error, the GET stream with a retry hint whose reconnect gets
-            // 404). A push in progress holds the lock; it finishes on its own.
-            if let Ok(mut writer) = entry.writer.try_lock() {
+            // 404).
+            entry.forgotten.send_replace(true);
+            match entry.writer.try_lock() {
                 // The ring records a close at once: the future is ready on its first poll.
-                let _ = writer
-                    .publisher
-                    .close(CloseReason::error("session closed"))
-                    .now_or_never();
+                Ok(mut writer) => {
+                    let _ = writer.publisher.close(session_closed()).now_or_never();
+                }
+                // A push in progress holds the writer: one waiting for room ends the stream
+                // itself (`forgotten`); one past its wait does not, so close once it is done.
+                Err(_) => Self::close_when_free(entry.clone(), session_closed()),
             }
             #[cfg(feature = "redis")]
-            Self::close_log_later(entry.clone(), CloseReason::error("session closed"));
+            Self::close_log_later(entry.clone(), session_closed());
         }
         streams.remove(rmcp_id);
+    }
+
+    /// Closes a stream's ring with `reason` in a task, once a push in progress has let go of its
+    /// writer (a no-op if that push closed it).
+    fn close_when_free(entry: Arc<StreamEntry>, reason: CloseReason) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        runtime.spawn(async move {
+            let mut writer = entry.writer.lock().await;
+            let _ = writer.publisher.close(reason).await;
+            entry.mark_closed();
+        });
     }
 
     /// Ends the live connections of the stream answering `request` in `session` (they get a
@@ -737,18 +758,29 @@ impl RingEventStore {
         // `publish_with` is polled before the deadline is checked, so an event with room is
         // always stored; a cancelled publish appends nothing, so the wait can be restarted to
         // re-read the deadline, which moves when the stream's client connects or leaves.
+        let mut forgotten = entry.forgotten.subscribe();
         let published = loop {
             let deadline = entry.backpressure_deadline(since, retention);
             let recheck = Instant::now() + ATTENDANCE_RECHECK;
-            match tokio::time::timeout_at(
-                deadline.min(recheck).into(),
-                publisher.publish_with(&make),
-            )
-            .await
-            {
-                Ok(published) => break Ok(published),
-                Err(elapsed) if Instant::now() >= deadline => break Err(elapsed),
-                Err(_) => {}
+            let attempt = tokio::select! {
+                biased;
+                attempt = tokio::time::timeout_at(
+                    deadline.min(recheck).into(),
+                    publisher.publish_with(&make),
+                ) => Some(attempt),
+                _ = forgotten.wait_for(|gone| *gone) => None,
+            };
+            match attempt {
+                Some(Ok(published)) => break Ok(published),
+                Some(Err(elapsed)) if Instant::now() >= deadline => break Err(elapsed),
+                Some(Err(_)) => {}
+                // The session was deleted while this push waited for room: nobody may read the
+                // stream again, so it ends now (its live connections with it), not at the bound.
+                None => {
+                    let reason = session_closed();
+                    let _ = publisher.close(reason.clone()).await;
+                    break Ok(Err(PublishError::Closed(Some(reason))));
+                }
             }
         };
         let result = match published {

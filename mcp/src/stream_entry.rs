@@ -38,6 +38,9 @@ pub(crate) struct StreamEntry {
     pub(crate) unattended_since: Mutex<Option<Instant>>,
     /// Bumped to end every live connection of this stream (SEP-1699 server-side disconnect).
     pub(crate) disconnect: tokio::sync::watch::Sender<u64>,
+    /// Set once the stream's session is gone: a push waiting for room then ends the stream at
+    /// once instead of at the backpressure bound.
+    pub(crate) forgotten: tokio::sync::watch::Sender<bool>,
     /// Notified when the last connection reading the stream leaves ([`vacated`](Self::vacated)).
     pub(crate) vacated: tokio::sync::Notify,
     /// The session's GET stream (`<session>:common`), not a request's.
@@ -73,6 +76,7 @@ impl EntryParts {
             full_since: Mutex::new(None),
             unattended_since: Mutex::new(Some(Instant::now())),
             disconnect: tokio::sync::watch::channel(0).0,
+            forgotten: tokio::sync::watch::channel(false).0,
             vacated: tokio::sync::Notify::new(),
             is_common: self.is_common,
             session_scoped: self.session_scoped,

@@ -54,7 +54,7 @@ enum Kind {
 /// A store, and the redis-server its event log is on (stopped when the fixture drops).
 struct Fixture {
     store: RingEventStore,
-    _redis: Option<RedisServer>,
+    redis: Option<RedisServer>,
 }
 
 impl Fixture {
@@ -62,7 +62,7 @@ impl Fixture {
         match kind {
             Kind::Ring => Fixture {
                 store: RingEventStore::with_epoch(config, epoch),
-                _redis: None,
+                redis: None,
             },
             Kind::Redis => {
                 let server = RedisServer::start();
@@ -71,7 +71,7 @@ impl Fixture {
                     .expect("connect to redis");
                 Fixture {
                     store: RingEventStore::with_redis_epoch(config, log, epoch),
-                    _redis: Some(server),
+                    redis: Some(server),
                 }
             }
         }
@@ -625,6 +625,87 @@ async fn only_the_get_stream_is_released_for_want_of_a_connection(kind: Kind) {
     }
 }
 
+/// A push waiting for room when its session is deleted (the window is full and nothing will be
+/// released for an hour) ends the stream at once, and the stream's live connection gets every
+/// event, then its end, instead of idling until the backpressure bound.
+async fn deleting_a_session_ends_a_push_waiting_for_room(kind: Kind) {
+    let f = store(kind, 4, Duration::from_secs(3600)).await;
+    let s = &f.store;
+    let first = s.store_event("sess-1:common", &progress(1)).await.unwrap();
+    for p in 2..=4 {
+        s.store_event("sess-1:common", &progress(p)).await.unwrap();
+    }
+    // From before the first event: a resume acknowledges its cursor, which would make room.
+    let (stream_and_epoch, _) = first.rsplit_once('.').unwrap();
+    let before_first = format!("{stream_and_epoch}.0");
+    let mut live = s
+        .resume_stream(Some("sess-1"), before_first.as_bytes())
+        .unwrap();
+    let fifth = progress(5);
+    let push = s.store_event("sess-1:common", &fifth);
+    tokio::pin!(push);
+    while s.metrics().backpressure_waits == 0 {
+        assert!(futures::poll!(&mut push).is_pending());
+        tokio::task::yield_now().await;
+    }
+    assert!(futures::poll!(&mut push).is_pending(), "waits for room");
+    s.drop_session("sess-1");
+    let refused = tokio::time::timeout(LIMIT, push)
+        .await
+        .expect("ended at once, not at the bound")
+        .unwrap_err();
+    assert!(refused.to_string().contains("session closed"), "{refused}");
+    for p in 1..=4 {
+        assert_eq!(progress_of(&next(&mut live).await.unwrap()), Some(p));
+    }
+    // The GET stream answers no request: its end is a retry hint.
+    let last = next(&mut live).await.unwrap();
+    assert!(last.message.is_none(), "{last:?}");
+    assert!(next(&mut live).await.is_none());
+}
+
+/// A push past its wait for room when its session is deleted (here: waiting for Redis to take
+/// its event) cannot end the stream itself; the stream is closed once that push is done, so its
+/// live connection gets every event, then its end, instead of idling forever.
+#[tokio::test]
+async fn deleting_a_session_during_a_push_closes_the_stream_once_the_push_is_done() {
+    let f = store(Kind::Redis, 16, LIMIT).await;
+    let s = &f.store;
+    let first = s.store_event("sess-1:common", &progress(1)).await.unwrap();
+    let (stream_and_epoch, _) = first.rsplit_once('.').unwrap();
+    let before_first = format!("{stream_and_epoch}.0");
+    let mut live = s
+        .resume_stream(Some("sess-1"), before_first.as_bytes())
+        .unwrap();
+    assert_eq!(progress_of(&next(&mut live).await.unwrap()), Some(1));
+    // Redis holds writes back: the next push is in the ring and waits for Redis to take it.
+    let redis = f.redis.as_ref().unwrap();
+    let _: () = ::redis::cmd("CLIENT")
+        .arg(&["PAUSE", "1000", "WRITE"])
+        .query(&mut redis.raw())
+        .unwrap();
+    let second = progress(2);
+    let push = s.store_event("sess-1:common", &second);
+    tokio::pin!(push);
+    // The ring's head moves before Redis is asked.
+    while s
+        .check_resume(Some("sess-1"), first.as_bytes())
+        .is_ok_and(|state| state.head < 2)
+    {
+        assert!(futures::poll!(&mut push).is_pending());
+        tokio::task::yield_now().await;
+    }
+    s.drop_session("sess-1");
+    tokio::time::timeout(LIMIT, push)
+        .await
+        .expect("Redis takes writes again")
+        .unwrap();
+    assert_eq!(progress_of(&next(&mut live).await.unwrap()), Some(2));
+    let last = next(&mut live).await.unwrap();
+    assert!(last.message.is_none(), "{last:?}");
+    assert!(next(&mut live).await.is_none());
+}
+
 on_both_logs!(
     ids_are_per_stream_wire_ids_and_gap_free,
     replay_is_strictly_after_the_cursor_on_its_stream_then_live_until_the_response,
@@ -640,4 +721,5 @@ on_both_logs!(
     only_the_get_stream_is_released_for_want_of_a_connection,
     a_resume_finding_every_reader_slot_taken_is_refused_as_busy,
     a_client_that_keeps_up_paces_a_fast_stream_rather_than_ending_it,
+    deleting_a_session_ends_a_push_waiting_for_room,
 );
