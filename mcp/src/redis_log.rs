@@ -155,6 +155,35 @@ impl RedisEventLog {
             .map_err(|e: redis::RedisError| format!("{EVENT_LOG}: {e}"))
     }
 
+    fn session_gone_key(&self, session: &str) -> String {
+        let prefix = &self.backend.config().key_prefix;
+        format!("{prefix}:mcp-session-gone:{session}")
+    }
+
+    /// Records that the MCP session `session` was deleted, for as long as its streams may stay
+    /// in Redis (`stream_ttl`; for good if that is zero): a resume of any of them, on any replica,
+    /// is then refused as one of an unknown session, also once the replica that held a stream has
+    /// forgotten it (and so could not clear its owner).
+    pub(crate) async fn mark_session_gone(&self, session: &str) -> Result<(), String> {
+        let ttl = self.backend.config().stream_ttl;
+        let key = self.session_gone_key(session);
+        let mut conn = self.backend.connection();
+        let result: Result<(), redis::RedisError> = if ttl.is_zero() {
+            conn.set(&key, 1).await
+        } else {
+            conn.pset_ex(&key, 1, ttl.as_millis() as u64).await
+        };
+        result.map_err(|e| format!("{EVENT_LOG}: {e}"))
+    }
+
+    /// Whether the MCP session `session` was deleted ([`mark_session_gone`](Self::mark_session_gone)).
+    pub(crate) async fn session_gone(&self, session: &str) -> Result<bool, RedisError> {
+        let mut conn = self.backend.connection();
+        conn.exists(self.session_gone_key(session))
+            .await
+            .map_err(RedisError::Unavailable)
+    }
+
     /// The MCP session that owns `stream` and the request it answers, if recorded.
     pub(crate) async fn owner(&self, stream: &RedisStream) -> Result<Option<Owner>, RedisError> {
         let mut conn = self.backend.connection();

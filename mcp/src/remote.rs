@@ -68,6 +68,19 @@ impl RingEventStore {
         }
     }
 
+    /// Records in Redis, in the background (the caller cannot wait), that the MCP session
+    /// `session` is gone, so that no replica resumes its streams any more.
+    pub(crate) fn mark_session_gone_later(&self, session: &str) {
+        let (Some(log), Ok(runtime)) = (&self.inner.log, tokio::runtime::Handle::try_current())
+        else {
+            return;
+        };
+        let (log, session) = (log.clone(), session.to_owned());
+        runtime.spawn(async move {
+            let _ = log.mark_session_gone(&session).await;
+        });
+    }
+
     /// Runs [`maintain_event_log`](Self::maintain_event_log) every third of the lease, in the
     /// current tokio runtime (if any), until the store is dropped.
     pub(crate) fn spawn_log_maintenance(&self) {
@@ -151,6 +164,12 @@ impl RingEventStore {
             Ok(_) => return None,
             Err(e) => return unavailable(e),
         };
+        // The owner record of a stream its replica had already forgotten outlives the session.
+        match log.session_gone(session).await {
+            Ok(false) => {}
+            Ok(true) => return None,
+            Err(e) => return unavailable(e),
+        }
         let state = match stream.state().await {
             Ok(s) => s,
             Err(e) if e.is_stream_lost() => return None,

@@ -503,6 +503,8 @@ impl RingEventStore {
         }
         streams.pending_disconnects.retain(|(s, _)| &**s != session);
         streams.pending_cancels.retain(|(s, _, _)| &**s != session);
+        #[cfg(feature = "redis")]
+        self.mark_session_gone_later(session);
     }
 
     /// Closes a stream whose session is gone and forgets it.

@@ -271,6 +271,60 @@ async fn another_replica_checks_the_session_and_refuses_unreplayable_cursors_exp
     assert_eq!(down.headers()["retry-after"], "1", "as every other 503");
 }
 
+/// A deleted session's stream is resumed from Redis by no replica, also once the replica that
+/// held it has forgotten it (after `completed_ttl`) and so could not clear its owner record.
+#[tokio::test]
+async fn a_deleted_sessions_stream_forgotten_before_the_delete_is_not_resumed_from_redis() {
+    const COMPLETED_TTL: Duration = Duration::from_millis(100);
+    let server = RedisServer::start();
+    let log = RedisEventLog::connect(&server.url(), quick_config())
+        .await
+        .unwrap();
+    let config = StoreConfig {
+        completed_ttl: COMPLETED_TTL,
+        ..StoreConfig::default()
+    };
+    let store_a = RingEventStore::with_redis_epoch(config, log, Epoch::generate());
+    let a = store_app(store_a.clone());
+    let b = store_app(store_on(&server, Epoch::generate()).await);
+    let session = initialize(&a).await;
+    let resp = call(&a, post(Some(&session), long_task_paced(1, 2, 0))).await;
+    let events = events_from(&mut resp.into_body(), 100).await;
+    let ids: Vec<String> = events.iter().filter_map(|e| e.id.clone()).collect();
+    assert_eq!(ids.len(), 4, "priming, 2 progress, result: {events:?}");
+    // The passage of time is the subject: the completed stream is forgotten on A after its TTL.
+    tokio::time::sleep(COMPLETED_TTL + Duration::from_millis(50)).await;
+    store_a.maintain();
+    assert!(store_a
+        .check_resume(Some(&session), ids[1].as_bytes())
+        .is_err());
+    // Redis still has it, so A serves it from there, as any replica would.
+    let served = call(&a, get(&session, Some(&ids[1]))).await;
+    assert_eq!(served.status(), StatusCode::OK);
+    assert!(call(&a, delete(&session)).await.status().is_success());
+    for (replica, app) in [("A", &a), ("B", &b)] {
+        let mut answers = Vec::new();
+        for _ in 0..100 {
+            // The session is recorded as gone in the background, right after the DELETE.
+            let resp = call(app, get(&session, Some(&ids[1]))).await;
+            answers.push(resp.status());
+            if resp.status() == StatusCode::NOT_FOUND {
+                assert_eq!(
+                    json_body(resp).await["error"]["data"]["error"],
+                    "session_lost"
+                );
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(
+            answers.last(),
+            Some(&StatusCode::NOT_FOUND),
+            "{replica}: {answers:?}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_malformed_cursor_is_400_on_every_replica_whether_or_not_it_holds_the_session() {
     let r = replicas().await;
