@@ -153,7 +153,9 @@ pub(crate) async fn answer_plain_text(
     }
     let (parts, text) = match read_text(response).await {
         Ok(read) => read,
-        Err(emptied) => return emptied,
+        // Longer than rmcp's own texts (it can echo what the client sent, a header say) or
+        // unreadable: still a JSON error, with the status's own reason as its message.
+        Err(emptied) => (emptied.into_parts().0, Bytes::new()),
     };
     let status = parts.status;
     let reason = status.canonical_reason().unwrap_or("Client Error");

@@ -213,6 +213,17 @@ async fn every_other_client_error_of_rmcp_is_json_with_its_status() {
             "bad_request",
         ),
         (
+            // rmcp echoes the value into a text longer than any of its own.
+            "a GET naming a protocol version of 5,000 bytes",
+            with_header(
+                get(&session, None),
+                "mcp-protocol-version",
+                &"x".repeat(5000),
+            ),
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        ),
+        (
             "a POST body over the 4 MiB limit",
             oversized,
             StatusCode::PAYLOAD_TOO_LARGE,
