@@ -104,12 +104,12 @@ pub(crate) async fn answer_body_failure(
     }
 }
 
-/// `response` from rmcp, or 503 `backend_unavailable` with `Retry-After` if it is rmcp's
-/// plain-text 500 for a store call the event log on Redis failed (the request's new stream, or
-/// its first event, could not be written): the request can be sent again once Redis is back,
-/// as a resume refused while Redis is down can.
-#[cfg(feature = "redis")]
-pub(crate) async fn answer_event_log_failure(
+/// `response` from rmcp, or a 503 with `Retry-After` if it is rmcp's plain-text 500 for a
+/// refusal or failure of the session manager that the request can be sent again after:
+/// `too_many_streams` when the session holds its most request streams, and (with a Redis event
+/// log) `backend_unavailable` when the event log failed the request's new stream or its first
+/// event, as a resume refused while Redis is down is.
+pub(crate) async fn answer_internal_failure(
     response: Response<Body>,
     envelope: Envelope,
 ) -> Response<Body> {
@@ -121,14 +121,24 @@ pub(crate) async fn answer_event_log_failure(
         Err(emptied) => return emptied,
     };
     let detail = String::from_utf8_lossy(&text);
-    if !detail.contains(crate::redis_log::EVENT_LOG) {
+    let (error, message) = if detail.contains(crate::manager::TOO_MANY_STREAMS) {
+        (
+            "too_many_streams",
+            "this MCP session holds its most request streams; retry later",
+        )
+    } else if is_event_log_failure(&detail) {
+        (
+            "backend_unavailable",
+            "the event log on Redis failed this request; retry later",
+        )
+    } else {
         return Response::from_parts(parts, Full::new(text).boxed());
-    }
+    };
     let mut answer = client_error(
         envelope,
         StatusCode::SERVICE_UNAVAILABLE,
-        "backend_unavailable",
-        "the event log on Redis failed this request; retry later",
+        error,
+        message,
         detail.trim(),
     );
     answer.headers_mut().insert(
@@ -136,6 +146,17 @@ pub(crate) async fn answer_event_log_failure(
         http::HeaderValue::from_static("1"),
     );
     answer
+}
+
+/// Whether rmcp's text is that of a failure of the event log on Redis.
+#[cfg(feature = "redis")]
+fn is_event_log_failure(text: &str) -> bool {
+    text.contains(crate::redis_log::EVENT_LOG)
+}
+
+#[cfg(not(feature = "redis"))]
+fn is_event_log_failure(_text: &str) -> bool {
+    false
 }
 
 /// JSON-RPC's first implementation-defined server error, which the MCP SDKs' servers use for
@@ -239,7 +260,7 @@ mod tests {
              redis unavailable: Connection refused",
             crate::redis_log::EVENT_LOG
         );
-        let answer = answer_event_log_failure(plain_500(&text), Envelope::Bare).await;
+        let answer = answer_internal_failure(plain_500(&text), Envelope::Bare).await;
         assert_eq!(answer.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(answer.headers()[http::header::RETRY_AFTER], "1");
         let body: serde_json::Value = serde_json::from_str(&body_text(answer).await).unwrap();
@@ -253,7 +274,7 @@ mod tests {
     #[tokio::test]
     async fn any_other_500_passes_unchanged() {
         let text = "Encounter an error when get session: worker gone";
-        let answer = answer_event_log_failure(plain_500(text), Envelope::Bare).await;
+        let answer = answer_internal_failure(plain_500(text), Envelope::Bare).await;
         assert_eq!(answer.status(), StatusCode::INTERNAL_SERVER_ERROR);
         assert_eq!(body_text(answer).await, text);
     }

@@ -54,9 +54,9 @@ use replay_ring_sse::{
 };
 use rmcp::transport::streamable_http_server::session::{SessionId, SessionManager};
 
-#[cfg(feature = "redis")]
-use crate::client_errors::answer_event_log_failure;
-use crate::client_errors::{answer_body_failure, answer_plain_text, BodyKind};
+use crate::client_errors::{
+    answer_body_failure, answer_internal_failure, answer_plain_text, BodyKind,
+};
 use crate::manager::ReplayRingSessionManager;
 use crate::refusal::{RefusalReason, ResumeRefusal};
 
@@ -234,9 +234,7 @@ impl<S: Clone> ResumeGuard<S> {
             {
                 return Ok(refusal_answer(&session_lost(), envelope));
             }
-            #[cfg(feature = "redis")]
-            let response = answer_event_log_failure(response, envelope).await;
-            Ok(response)
+            Ok(answer_internal_failure(response, envelope).await)
         })
     }
 

@@ -72,7 +72,10 @@ pub use config::{
     DEFAULT_MAX_READERS, DEFAULT_RETRY,
 };
 pub use layer::{refusal_response, refusal_status, Body, ResumeGuard, ResumeGuardLayer};
-pub use manager::{ManagerError, ReplayRingSessionManager, SseStream, DEFAULT_MAX_SESSIONS};
+pub use manager::{
+    ManagerError, ReplayRingSessionManager, SseStream, DEFAULT_MAX_SESSIONS,
+    DEFAULT_MAX_STREAMS_PER_SESSION,
+};
 pub use metrics::StoreMetrics;
 #[cfg(feature = "redis")]
 pub use redis_log::RedisEventLog;

@@ -41,7 +41,17 @@ pub enum ManagerError {
     Refused(ResumeRefusal),
     /// The store failed.
     Store(String),
+    /// The session holds its most request streams already (open, or ended within
+    /// `completed_ttl`); see [`ReplayRingSessionManager::with_max_streams_per_session`].
+    TooManyStreams {
+        /// The cap.
+        limit: usize,
+    },
 }
+
+/// The start of [`ManagerError::TooManyStreams`]'s text, which rmcp passes on in its 500 and the
+/// guard answers as 503 `too_many_streams`.
+pub(crate) const TOO_MANY_STREAMS: &str = "too many request streams in this MCP session";
 
 impl std::fmt::Display for ManagerError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -52,6 +62,10 @@ impl std::fmt::Display for ManagerError {
             ),
             ManagerError::Refused(r) => write!(f, "{r}"),
             ManagerError::Store(e) => f.write_str(e),
+            ManagerError::TooManyStreams { limit } => write!(
+                f,
+                "{TOO_MANY_STREAMS}: it holds {limit} (open, or ended within the completed-stream TTL); retry later"
+            ),
         }
     }
 }
@@ -104,10 +118,13 @@ pub struct ReplayRingSessionManager {
     inner: LocalSessionManager,
     store: RingEventStore,
     max_sessions: usize,
+    max_streams_per_session: usize,
 }
 
 /// Default [`ReplayRingSessionManager::with_max_sessions`]: 10,000 sessions at once.
 pub const DEFAULT_MAX_SESSIONS: usize = 10_000;
+/// Default [`ReplayRingSessionManager::with_max_streams_per_session`]: 1,024 request streams.
+pub const DEFAULT_MAX_STREAMS_PER_SESSION: usize = 1024;
 
 impl ReplayRingSessionManager {
     /// Wraps `local` (its `session_config` is kept) and installs `store` as its event store.
@@ -117,7 +134,37 @@ impl ReplayRingSessionManager {
             inner,
             store,
             max_sessions: DEFAULT_MAX_SESSIONS,
+            max_streams_per_session: DEFAULT_MAX_STREAMS_PER_SESSION,
         }
+    }
+
+    /// At most `max` request streams per MCP session (default
+    /// [`DEFAULT_MAX_STREAMS_PER_SESSION`]), counting those open and those ended less than
+    /// `completed_ttl` ago, which still retain their events: a request that would open one more
+    /// is answered 503 `too_many_streams` with `Retry-After` (by
+    /// [`ResumeGuardLayer`](crate::ResumeGuardLayer)) and never reaches the session. Without a
+    /// cap, one session that keeps starting long calls and never reads them holds up to
+    /// `capacity` events for every one of them. Notifications and responses open no stream and
+    /// are never refused.
+    ///
+    /// ```
+    /// use replay_ring_mcp::{ReplayRingSessionManager, RingEventStore, StoreConfig};
+    /// use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+    ///
+    /// let store = RingEventStore::new(StoreConfig::default());
+    /// let manager = ReplayRingSessionManager::new(store, LocalSessionManager::default())
+    ///     .with_max_streams_per_session(64);
+    /// assert_eq!(manager.max_streams_per_session(), 64);
+    /// ```
+    #[must_use]
+    pub fn with_max_streams_per_session(mut self, max: usize) -> Self {
+        self.max_streams_per_session = max;
+        self
+    }
+
+    /// The cap on request streams per session.
+    pub fn max_streams_per_session(&self) -> usize {
+        self.max_streams_per_session
     }
 
     /// At most `max` MCP sessions at once (default [`DEFAULT_MAX_SESSIONS`]): with that many
@@ -265,6 +312,11 @@ impl SessionManager for ReplayRingSessionManager {
             ClientJsonRpcMessage::Request(r) => Some(r.id.clone()),
             _ => None,
         };
+        // Refused before rmcp routes it: the request never reaches the session.
+        let limit = self.max_streams_per_session;
+        if request.is_some() && self.store.request_streams_of(id) >= limit {
+            return Err(ManagerError::TooManyStreams { limit });
+        }
         let mut local = Box::pin(self.inner.create_stream(id, message).await?);
         // rmcp stores the priming event before it routes the request, so it is already queued.
         let priming = local.next().await.ok_or(ManagerError::NoPrimingEvent)?;

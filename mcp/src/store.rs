@@ -51,6 +51,9 @@ struct Streams {
     by_rmcp: HashMap<String, Arc<StreamEntry>>,
     by_name: HashMap<StreamId, Arc<StreamEntry>>,
     by_request: HashMap<(SessionId, RequestId), Arc<StreamEntry>>,
+    /// How many entries of `by_request` each session has: the request streams it holds, open or
+    /// ended within `completed_ttl` (what the session's streams retain in memory).
+    per_session: HashMap<SessionId, usize>,
     /// Disconnects asked for before the request's stream was bound (the tool ran first).
     pending_disconnects: std::collections::HashSet<(SessionId, RequestId)>,
     /// Cancellations that arrived before the request's stream was bound, newest last, with when
@@ -71,7 +74,28 @@ impl Streams {
         if let Some(entry) = self.by_rmcp.remove(rmcp_id) {
             self.by_name.remove(&entry.identity.stream);
             if let (Some(s), Some(r)) = (entry.session(), entry.request()) {
-                self.by_request.remove(&(s, r));
+                let key = (s, r);
+                // A request id the client used again maps to the newer stream: leave that one.
+                if self
+                    .by_request
+                    .get(&key)
+                    .is_some_and(|held| Arc::ptr_eq(held, &entry))
+                {
+                    self.by_request.remove(&key);
+                    self.count_request_stream(&key.0, false);
+                }
+            }
+        }
+    }
+
+    /// Counts a request stream of `session` in (`added`) or out.
+    fn count_request_stream(&mut self, session: &SessionId, added: bool) {
+        if added {
+            *self.per_session.entry(session.clone()).or_default() += 1;
+        } else if let Some(n) = self.per_session.get_mut(session) {
+            *n -= 1;
+            if *n == 0 {
+                self.per_session.remove(session);
             }
         }
     }
@@ -432,8 +456,17 @@ impl RingEventStore {
             streams.pending_cancels.remove(at);
             Self::end_cancelled(entry.clone());
         }
-        streams.by_request.insert(key, entry.clone());
+        let session = key.0.clone();
+        if streams.by_request.insert(key, entry.clone()).is_none() {
+            streams.count_request_stream(&session, true);
+        }
         pending
+    }
+
+    /// How many request streams `session` holds: open, or ended less than `completed_ttl` ago.
+    pub(crate) fn request_streams_of(&self, session: &str) -> usize {
+        let streams = self.inner.streams.lock();
+        streams.per_session.get(session).copied().unwrap_or(0)
     }
 
     /// Ends the stream answering `request` in `session` because the client cancelled the request

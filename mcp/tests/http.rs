@@ -10,7 +10,9 @@ use axum::Router;
 use http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use replay_ring_mcp::{RedisEventLog, RingEventStore, StoreConfig};
-use replay_ring_mcp_demo::{app, store_app, store_app_with_max_sessions, Storage};
+use replay_ring_mcp_demo::{
+    app, store_app, store_app_with_limits, store_app_with_max_sessions, Storage,
+};
 use replay_ring_sse::{RetentionConfig, SlowConsumerPolicy};
 use serde_json::{json, Value};
 
@@ -557,6 +559,50 @@ async fn a_request_that_would_open_a_session_past_the_cap_is_503() {
     );
     assert!(call(&app, delete(&first)).await.status().is_success());
     initialize(&app).await;
+}
+
+/// A session that holds its most request streams (open, or ended within `completed_ttl`) gets
+/// 503 `too_many_streams` with `Retry-After` for a request that would open one more, and the
+/// request never reaches it; a notification still goes through, and a stream forgotten after
+/// its TTL makes room.
+#[tokio::test]
+async fn a_request_beyond_the_sessions_stream_cap_is_503_too_many_streams() {
+    const COMPLETED_TTL: Duration = Duration::from_millis(100);
+    let store = RingEventStore::new(StoreConfig {
+        completed_ttl: COMPLETED_TTL,
+        ..StoreConfig::default()
+    });
+    let app = store_app_with_limits(store.clone(), replay_ring_mcp::DEFAULT_MAX_SESSIONS, 2);
+    let session = initialize(&app).await;
+    let ping = |id: u64| json!({"jsonrpc": "2.0", "id": id, "method": "ping"});
+    for id in 1..=2 {
+        let resp = call(&app, post(Some(&session), ping(id))).await;
+        assert_eq!(resp.status(), StatusCode::OK);
+        let events = events_from(&mut resp.into_body(), 10).await;
+        assert!(
+            events.iter().any(|e| e.data.contains("\"result\"")),
+            "{events:?}"
+        );
+    }
+    let refused = call(&app, post(Some(&session), ping(3))).await;
+    assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(refused.headers()["retry-after"], "1");
+    let body = json_body(refused).await;
+    assert_eq!(body["error"], "too_many_streams", "{body}");
+    let cancelled = json!({
+        "jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 3}
+    });
+    assert_eq!(
+        call(&app, post(Some(&session), cancelled)).await.status(),
+        StatusCode::ACCEPTED
+    );
+    // The passage of time is the subject: ended streams are forgotten after their TTL.
+    tokio::time::sleep(COMPLETED_TTL + Duration::from_millis(50)).await;
+    store.maintain();
+    assert_eq!(
+        call(&app, post(Some(&session), ping(4))).await.status(),
+        StatusCode::OK
+    );
 }
 
 /// The progress value of an SSE event's JSON-RPC notification, if it is one.

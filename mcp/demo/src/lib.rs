@@ -521,12 +521,28 @@ pub fn store_app(store: RingEventStore) -> Router {
 
 /// [`store_app`] with at most `max_sessions` MCP sessions open at once (more get a 503).
 pub fn store_app_with_max_sessions(store: RingEventStore, max_sessions: usize) -> Router {
+    store_app_with_limits(
+        store,
+        max_sessions,
+        replay_ring_mcp::DEFAULT_MAX_STREAMS_PER_SESSION,
+    )
+}
+
+/// [`store_app`] with at most `max_sessions` MCP sessions open at once and `max_streams` request
+/// streams per session (more of either get a 503).
+pub fn store_app_with_limits(
+    store: RingEventStore,
+    max_sessions: usize,
+    max_streams: usize,
+) -> Router {
     let retry = store.config().retry;
     let http_config = http_config(retry);
     let mut local = LocalSessionManager::default();
     local.session_config.sse_retry = Some(retry);
     let manager = Arc::new(
-        ReplayRingSessionManager::new(store.clone(), local).with_max_sessions(max_sessions),
+        ReplayRingSessionManager::new(store.clone(), local)
+            .with_max_sessions(max_sessions)
+            .with_max_streams_per_session(max_streams),
     );
     let tools = Tools {
         store: Some(store.clone()),
