@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::RedisServer;
-use replay_ring_redis::{Error, ReadItem, RedisConfig, RedisStream, MAX_ID};
+use replay_ring_redis::{Error, ReadItem, RedisConfig, RedisProducer, RedisStream, MAX_ID};
 use replay_ring_sse::StreamId;
 use tokio::time::timeout;
 
@@ -41,6 +41,34 @@ async fn all_events(stream: &RedisStream) -> Vec<(u64, Bytes)> {
     all
 }
 
+/// Redis holds writes back for two seconds (as a primary does during a failover): replies to
+/// appends do not come within the response timeout, so their outcome is unknown.
+fn hold_writes(server: &RedisServer) {
+    let _: () = redis::cmd("CLIENT")
+        .arg(&["PAUSE", "2000", "WRITE"])
+        .query(&mut server.raw())
+        .unwrap();
+}
+
+/// Resends the pending events until Redis takes writes again; the last one's id.
+async fn resolve_once_writes_resume(p: &mut RedisProducer) -> Option<u64> {
+    let deadline = std::time::Instant::now() + LIMIT;
+    loop {
+        match p.resolve_pending().await {
+            Err(Error::Unknown { .. }) if std::time::Instant::now() < deadline => continue,
+            other => break other.unwrap(),
+        }
+    }
+}
+
+fn first_second_third() -> Vec<(u64, Bytes)> {
+    vec![
+        (1, Bytes::from("first")),
+        (2, Bytes::from("second")),
+        (3, Bytes::from("third")),
+    ]
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_append_cancelled_while_an_earlier_one_is_resent_is_still_sent_once() {
     let server = RedisServer::start();
@@ -50,12 +78,8 @@ async fn an_append_cancelled_while_an_earlier_one_is_resent_is_still_sent_once()
         .await
         .unwrap();
     let mut p = stream.acquire_producer().await.unwrap();
-    // Redis holds writes back (as on a primary during a failover): the append's reply does not
-    // come within the response timeout, so its outcome is unknown and it stays pending.
-    let _: () = redis::cmd("CLIENT")
-        .arg(&["PAUSE", "2000", "WRITE"])
-        .query(&mut server.raw())
-        .unwrap();
+    // The append's reply does not come in time: its outcome is unknown and it stays pending.
+    hold_writes(&server);
     match p.append(b"first").await {
         Err(Error::Unknown { id: 1, .. }) => {}
         other => panic!("expected Unknown for id 1, got {other:?}"),
@@ -65,24 +89,11 @@ async fn an_append_cancelled_while_an_earlier_one_is_resent_is_still_sent_once()
     assert!(cancelled.is_err(), "{cancelled:?}");
     assert!(p.has_pending());
     // Once Redis takes writes again, both are stored, in order, once each.
-    let deadline = std::time::Instant::now() + LIMIT;
-    let last = loop {
-        match p.resolve_pending().await {
-            Err(Error::Unknown { .. }) if std::time::Instant::now() < deadline => continue,
-            other => break other.unwrap(),
-        }
-    };
+    let last = resolve_once_writes_resume(&mut p).await;
     assert_eq!(last, Some(2));
     assert!(!p.has_pending());
     assert_eq!(p.append(b"third").await.unwrap(), 3);
-    assert_eq!(
-        all_events(&stream).await,
-        vec![
-            (1, Bytes::from("first")),
-            (2, Bytes::from("second")),
-            (3, Bytes::from("third")),
-        ]
-    );
+    assert_eq!(all_events(&stream).await, first_second_third());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -94,10 +105,7 @@ async fn an_append_behind_a_reply_lost_again_stays_queued_under_its_own_id() {
         .await
         .unwrap();
     let mut p = stream.acquire_producer().await.unwrap();
-    let _: () = redis::cmd("CLIENT")
-        .arg(&["PAUSE", "2000", "WRITE"])
-        .query(&mut server.raw())
-        .unwrap();
+    hold_writes(&server);
     match p.append(b"first").await {
         Err(Error::Unknown { id: 1, .. }) => {}
         other => panic!("expected Unknown for id 1, got {other:?}"),
@@ -110,23 +118,10 @@ async fn an_append_behind_a_reply_lost_again_stays_queued_under_its_own_id() {
         other => panic!("expected Unknown for id 2, got {other:?}"),
     }
     assert_eq!(p.next_id(), 1, "both are pending");
-    let deadline = std::time::Instant::now() + LIMIT;
-    let last = loop {
-        match p.resolve_pending().await {
-            Err(Error::Unknown { .. }) if std::time::Instant::now() < deadline => continue,
-            other => break other.unwrap(),
-        }
-    };
+    let last = resolve_once_writes_resume(&mut p).await;
     assert_eq!(last, Some(2));
     assert_eq!(p.append(b"third").await.unwrap(), 3);
-    assert_eq!(
-        all_events(&stream).await,
-        vec![
-            (1, Bytes::from("first")),
-            (2, Bytes::from("second")),
-            (3, Bytes::from("third")),
-        ]
-    );
+    assert_eq!(all_events(&stream).await, first_second_third());
 }
 
 /// At the last id, an append behind a pending event that has taken it is refused at once, as
@@ -141,23 +136,14 @@ async fn an_append_past_the_last_id_behind_a_pending_event_is_refused_not_queued
         .unwrap();
     server.move_head_to(&stream, MAX_ID - 1);
     let mut p = stream.acquire_producer().await.unwrap();
-    let _: () = redis::cmd("CLIENT")
-        .arg(&["PAUSE", "2000", "WRITE"])
-        .query(&mut server.raw())
-        .unwrap();
+    hold_writes(&server);
     match p.append(b"last").await {
         Err(Error::Unknown { id, .. }) => assert_eq!(id, MAX_ID),
         other => panic!("expected Unknown for the last id, got {other:?}"),
     }
     assert!(matches!(p.append(b"over").await, Err(Error::IdsExhausted)));
     assert_eq!(p.next_id(), MAX_ID, "only the last one is pending");
-    let deadline = std::time::Instant::now() + LIMIT;
-    let last = loop {
-        match p.resolve_pending().await {
-            Err(Error::Unknown { .. }) if std::time::Instant::now() < deadline => continue,
-            other => break other.unwrap(),
-        }
-    };
+    let last = resolve_once_writes_resume(&mut p).await;
     assert_eq!(last, Some(MAX_ID));
     assert!(!p.has_pending());
 }
