@@ -273,10 +273,17 @@ impl<S: Clone> ResumeGuard<S> {
         let mut inner = self.take_ready();
         let manager = self.manager.clone();
         Box::pin(async move {
-            if manager.has_session(&session).await.unwrap_or(false) {
-                return inner.call(req).await;
+            if !manager.has_session(&session).await.unwrap_or(false) {
+                return Ok(refusal_response(&session_lost()));
             }
-            Ok(refusal_response(&session_lost()))
+            let response = inner.call(req).await?;
+            // Only a DELETE ends a session for good: one that rmcp closes for inactivity may be
+            // restored, with its id, from a session store.
+            #[cfg(feature = "redis")]
+            if response.status().is_success() {
+                manager.store().mark_session_gone_later(&session);
+            }
+            Ok(response)
         })
     }
 }

@@ -314,9 +314,14 @@ impl SessionManager for ReplayRingSessionManager {
         };
         // Refused before rmcp routes it: the request never reaches the session.
         let limit = self.max_streams_per_session;
-        if request.is_some() && self.store.request_streams_of(id) >= limit {
-            return Err(ManagerError::TooManyStreams { limit });
-        }
+        let slot = match request {
+            Some(_) => Some(
+                self.store
+                    .reserve_request_stream(id, limit)
+                    .ok_or(ManagerError::TooManyStreams { limit })?,
+            ),
+            None => None,
+        };
         let mut local = Box::pin(self.inner.create_stream(id, message).await?);
         // rmcp stores the priming event before it routes the request, so it is already queued.
         let priming = local.next().await.ok_or(ManagerError::NoPrimingEvent)?;
@@ -332,7 +337,7 @@ impl SessionManager for ReplayRingSessionManager {
             .store
             .entry_by_event_id(&event_id)
             .ok_or_else(|| ManagerError::Store(format!("stream of {wire} is not in the store")))?;
-        let disconnect = self.store.bind(&entry, id, request);
+        let disconnect = self.store.bind(&entry, id, request, slot);
         // With a Redis event log: record the owner, so that another replica can check a resume
         // of this stream against its MCP session.
         #[cfg(feature = "redis")]

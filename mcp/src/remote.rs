@@ -68,8 +68,8 @@ impl RingEventStore {
         }
     }
 
-    /// Records in Redis, in the background (the caller cannot wait), that the MCP session
-    /// `session` is gone, so that no replica resumes its streams any more.
+    /// Records in Redis, in the background, that the MCP session `session` was deleted, so that
+    /// no replica resumes its streams any more (the `DELETE` is answered meanwhile).
     pub(crate) fn mark_session_gone_later(&self, session: &str) {
         let (Some(log), Ok(runtime)) = (&self.inner.log, tokio::runtime::Handle::try_current())
         else {

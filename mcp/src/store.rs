@@ -51,8 +51,9 @@ struct Streams {
     by_rmcp: HashMap<String, Arc<StreamEntry>>,
     by_name: HashMap<StreamId, Arc<StreamEntry>>,
     by_request: HashMap<(SessionId, RequestId), Arc<StreamEntry>>,
-    /// How many entries of `by_request` each session has: the request streams it holds, open or
-    /// ended within `completed_ttl` (what the session's streams retain in memory).
+    /// Request streams each session holds (bound entries of `by_rmcp`, open or ended within
+    /// `completed_ttl`: what the session's streams retain in memory), plus the slots reserved
+    /// for streams being created ([`StreamSlot`]).
     per_session: HashMap<SessionId, usize>,
     /// Disconnects asked for before the request's stream was bound (the tool ran first).
     pending_disconnects: std::collections::HashSet<(SessionId, RequestId)>,
@@ -73,7 +74,9 @@ impl Streams {
     fn remove(&mut self, rmcp_id: &str) {
         if let Some(entry) = self.by_rmcp.remove(rmcp_id) {
             self.by_name.remove(&entry.identity.stream);
+            // A bound request stream (both set by `bind`, under this lock) is counted.
             if let (Some(s), Some(r)) = (entry.session(), entry.request()) {
+                self.count_request_stream(&s, false);
                 let key = (s, r);
                 // A request id the client used again maps to the newer stream: leave that one.
                 if self
@@ -82,7 +85,6 @@ impl Streams {
                     .is_some_and(|held| Arc::ptr_eq(held, &entry))
                 {
                     self.by_request.remove(&key);
-                    self.count_request_stream(&key.0, false);
                 }
             }
         }
@@ -97,6 +99,23 @@ impl Streams {
             if *n == 0 {
                 self.per_session.remove(session);
             }
+        }
+    }
+}
+
+/// A request stream of a session counted under its cap before the stream exists: taken over by
+/// [`RingEventStore::bind`], or given back when dropped (the request failed before its stream).
+pub(crate) struct StreamSlot {
+    store: RingEventStore,
+    session: SessionId,
+    taken: bool,
+}
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        if !self.taken {
+            let mut streams = self.store.inner.streams.lock();
+            streams.count_request_stream(&self.session, false);
         }
     }
 }
@@ -427,22 +446,35 @@ impl RingEventStore {
         self.inner.streams.lock().by_name.get(&id.stream).cloned()
     }
 
-    /// Binds a request stream (found by one of its ids) to its session and JSON-RPC request.
-    /// Returns whether a disconnect was already asked for (the connection should end as soon as
-    /// it has caught up).
+    /// Binds a request stream (found by one of its ids) to its session and JSON-RPC request,
+    /// which takes over `slot` (the stream's place under the session's cap). Returns whether a
+    /// disconnect was already asked for (the connection should end as soon as it has caught up).
     pub(crate) fn bind(
         &self,
         entry: &Arc<StreamEntry>,
         session: &SessionId,
         request: Option<RequestId>,
+        slot: Option<StreamSlot>,
     ) -> bool {
+        let mut streams = self.inner.streams.lock();
         *entry.session.lock() = Some(session.clone());
         let Some(r) = request else {
             return false;
         };
-        *entry.request.lock() = Some(r.clone());
+        // Counted from here until `Streams::remove`, if it is still held (a stream swept in the
+        // meantime is never removed again: its slot is given back instead).
+        let held = streams
+            .by_name
+            .get(&entry.identity.stream)
+            .is_some_and(|e| Arc::ptr_eq(e, entry));
+        if held {
+            *entry.request.lock() = Some(r.clone());
+            match slot {
+                Some(mut slot) => slot.taken = true,
+                None => streams.count_request_stream(session, true),
+            }
+        }
         let key = (session.clone(), r);
-        let mut streams = self.inner.streams.lock();
         let pending = streams.pending_disconnects.remove(&key);
         let now = Instant::now();
         streams
@@ -456,17 +488,35 @@ impl RingEventStore {
             streams.pending_cancels.remove(at);
             Self::end_cancelled(entry.clone());
         }
-        let session = key.0.clone();
-        if streams.by_request.insert(key, entry.clone()).is_none() {
-            streams.count_request_stream(&session, true);
+        if held {
+            streams.by_request.insert(key, entry.clone());
         }
         pending
     }
 
-    /// How many request streams `session` holds: open, or ended less than `completed_ttl` ago.
-    pub(crate) fn request_streams_of(&self, session: &str) -> usize {
-        let streams = self.inner.streams.lock();
-        streams.per_session.get(session).copied().unwrap_or(0)
+    /// A place for one more request stream of `session`, if it holds fewer than `limit` (open,
+    /// or ended less than `completed_ttl` ago: those past it are swept first), counted at once
+    /// so that concurrent requests cannot all pass; `None` at the cap.
+    pub(crate) fn reserve_request_stream(
+        &self,
+        session: &SessionId,
+        limit: usize,
+    ) -> Option<StreamSlot> {
+        let mut streams = self.inner.streams.lock();
+        let held = |streams: &Streams| streams.per_session.get(session).copied().unwrap_or(0);
+        if held(&streams) >= limit {
+            // Without the store's housekeeping timer, a refusal must not last for good.
+            self.sweep(&mut streams, Instant::now());
+            if held(&streams) >= limit {
+                return None;
+            }
+        }
+        streams.count_request_stream(session, true);
+        Some(StreamSlot {
+            store: self.clone(),
+            session: session.clone(),
+            taken: false,
+        })
     }
 
     /// Ends the stream answering `request` in `session` because the client cancelled the request
@@ -536,8 +586,6 @@ impl RingEventStore {
         }
         streams.pending_disconnects.retain(|(s, _)| &**s != session);
         streams.pending_cancels.retain(|(s, _, _)| &**s != session);
-        #[cfg(feature = "redis")]
-        self.mark_session_gone_later(session);
     }
 
     /// Closes a stream whose session is gone and forgets it.

@@ -563,8 +563,8 @@ async fn a_request_that_would_open_a_session_past_the_cap_is_503() {
 
 /// A session that holds its most request streams (open, or ended within `completed_ttl`) gets
 /// 503 `too_many_streams` with `Retry-After` for a request that would open one more, and the
-/// request never reaches it; a notification still goes through, and a stream forgotten after
-/// its TTL makes room.
+/// request never reaches it; a notification still goes through, and once the ended streams are
+/// past their TTL there is room again, with no housekeeping timer running.
 #[tokio::test]
 async fn a_request_beyond_the_sessions_stream_cap_is_503_too_many_streams() {
     const COMPLETED_TTL: Duration = Duration::from_millis(100);
@@ -572,7 +572,7 @@ async fn a_request_beyond_the_sessions_stream_cap_is_503_too_many_streams() {
         completed_ttl: COMPLETED_TTL,
         ..StoreConfig::default()
     });
-    let app = store_app_with_limits(store.clone(), replay_ring_mcp::DEFAULT_MAX_SESSIONS, 2);
+    let app = store_app_with_limits(store, replay_ring_mcp::DEFAULT_MAX_SESSIONS, 2);
     let session = initialize(&app).await;
     let ping = |id: u64| json!({"jsonrpc": "2.0", "id": id, "method": "ping"});
     for id in 1..=2 {
@@ -596,12 +596,55 @@ async fn a_request_beyond_the_sessions_stream_cap_is_503_too_many_streams() {
         call(&app, post(Some(&session), cancelled)).await.status(),
         StatusCode::ACCEPTED
     );
-    // The passage of time is the subject: ended streams are forgotten after their TTL.
+    // The passage of time is the subject: ended streams leave the count after their TTL.
     tokio::time::sleep(COMPLETED_TTL + Duration::from_millis(50)).await;
-    store.maintain();
     assert_eq!(
         call(&app, post(Some(&session), ping(4))).await.status(),
         StatusCode::OK
+    );
+}
+
+/// The cap holds for requests that arrive together (each is counted before rmcp routes it) and
+/// for a client that reuses a request id (each stream counts, not each id).
+#[tokio::test]
+async fn the_stream_cap_holds_for_concurrent_requests_and_reused_ids() {
+    let app = store_app_with_limits(
+        RingEventStore::new(StoreConfig::default()),
+        replay_ring_mcp::DEFAULT_MAX_SESSIONS,
+        2,
+    );
+    let session = initialize(&app).await;
+    let burst = (1..=10).map(|id| call(&app, post(Some(&session), long_task_paced(id, 50, 100))));
+    let statuses: Vec<StatusCode> = futures::future::join_all(burst)
+        .await
+        .iter()
+        .map(|r| r.status())
+        .collect();
+    let accepted = statuses.iter().filter(|s| **s == StatusCode::OK).count();
+    assert_eq!(accepted, 2, "{statuses:?}");
+    assert!(
+        statuses
+            .iter()
+            .all(|s| *s == StatusCode::OK || *s == StatusCode::SERVICE_UNAVAILABLE),
+        "{statuses:?}"
+    );
+
+    let other = initialize(&app).await;
+    let mut reused = Vec::new();
+    for _ in 0..3 {
+        reused.push(
+            call(&app, post(Some(&other), long_task_paced(1, 50, 100)))
+                .await
+                .status(),
+        );
+    }
+    assert_eq!(
+        reused,
+        [
+            StatusCode::OK,
+            StatusCode::OK,
+            StatusCode::SERVICE_UNAVAILABLE
+        ]
     );
 }
 
