@@ -61,6 +61,23 @@ async fn resolve_once_writes_resume(p: &mut RedisProducer) -> Option<u64> {
     }
 }
 
+/// A stream whose producer appended "first" while Redis held writes back: the reply did not
+/// come in time, so its outcome is unknown (it stays pending) and writes are still held.
+async fn first_append_unanswered(server: &RedisServer, name: &str) -> (RedisStream, RedisProducer) {
+    let backend = server.backend_with(quick()).await;
+    let stream = backend
+        .create(&StreamId::new(name).unwrap(), 64)
+        .await
+        .unwrap();
+    let mut p = stream.acquire_producer().await.unwrap();
+    hold_writes(server);
+    match p.append(b"first").await {
+        Err(Error::Unknown { id: 1, .. }) => {}
+        other => panic!("expected Unknown for id 1, got {other:?}"),
+    }
+    (stream, p)
+}
+
 fn first_second_third() -> Vec<(u64, Bytes)> {
     vec![
         (1, Bytes::from("first")),
@@ -72,18 +89,7 @@ fn first_second_third() -> Vec<(u64, Bytes)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_append_cancelled_while_an_earlier_one_is_resent_is_still_sent_once() {
     let server = RedisServer::start();
-    let backend = server.backend_with(quick()).await;
-    let stream = backend
-        .create(&StreamId::new("cancel-append").unwrap(), 64)
-        .await
-        .unwrap();
-    let mut p = stream.acquire_producer().await.unwrap();
-    // The append's reply does not come in time: its outcome is unknown and it stays pending.
-    hold_writes(&server);
-    match p.append(b"first").await {
-        Err(Error::Unknown { id: 1, .. }) => {}
-        other => panic!("expected Unknown for id 1, got {other:?}"),
-    }
+    let (stream, mut p) = first_append_unanswered(&server, "cancel-append").await;
     // The next append resends the first (still held back) and is cancelled meanwhile.
     let cancelled = timeout(Duration::from_millis(50), p.append(b"second")).await;
     assert!(cancelled.is_err(), "{cancelled:?}");
@@ -99,17 +105,7 @@ async fn an_append_cancelled_while_an_earlier_one_is_resent_is_still_sent_once()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_append_behind_a_reply_lost_again_stays_queued_under_its_own_id() {
     let server = RedisServer::start();
-    let backend = server.backend_with(quick()).await;
-    let stream = backend
-        .create(&StreamId::new("lost-again").unwrap(), 64)
-        .await
-        .unwrap();
-    let mut p = stream.acquire_producer().await.unwrap();
-    hold_writes(&server);
-    match p.append(b"first").await {
-        Err(Error::Unknown { id: 1, .. }) => {}
-        other => panic!("expected Unknown for id 1, got {other:?}"),
-    }
+    let (stream, mut p) = first_append_unanswered(&server, "lost-again").await;
     assert_eq!(p.next_id(), 1, "the pending event keeps id 1");
     // The resend of "first" is lost too: "second" was never sent, but `Unknown` tells the caller
     // it is kept (do not append it again), so it must be, under the id after "first".
