@@ -276,14 +276,12 @@ impl<S: Clone> ResumeGuard<S> {
             if !manager.has_session(&session).await.unwrap_or(false) {
                 return Ok(refusal_response(&session_lost()));
             }
-            let response = inner.call(req).await?;
             // Only a DELETE ends a session for good: one that rmcp closes for inactivity may be
-            // restored, with its id, from a session store.
+            // restored, with its id, from a session store. Recorded before rmcp closes it, so
+            // that a DELETE whose answer is dropped midway still counts.
             #[cfg(feature = "redis")]
-            if response.status().is_success() {
-                manager.store().mark_session_gone_later(&session);
-            }
-            Ok(response)
+            manager.store().mark_session_gone_later(&session);
+            inner.call(req).await
         })
     }
 }

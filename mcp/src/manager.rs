@@ -338,6 +338,13 @@ impl SessionManager for ReplayRingSessionManager {
             .entry_by_event_id(&event_id)
             .ok_or_else(|| ManagerError::Store(format!("stream of {wire} is not in the store")))?;
         let disconnect = self.store.bind(&entry, id, request, slot);
+        // Closed while the stream was being created (a `DELETE` racing this request):
+        // `close_session` looked for the session's streams before this one was bound to it, so
+        // nothing else would ever end or forget it.
+        if !self.inner.has_session(id).await? {
+            self.store.drop_session(id);
+            return Err(LocalSessionManagerError::SessionNotFound(id.clone()).into());
+        }
         // With a Redis event log: record the owner, so that another replica can check a resume
         // of this stream against its MCP session.
         #[cfg(feature = "redis")]

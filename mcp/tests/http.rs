@@ -648,6 +648,50 @@ async fn the_stream_cap_holds_for_concurrent_requests_and_reused_ids() {
     );
 }
 
+/// A `DELETE` racing a request of its session: the request's stream may be bound to the session
+/// after `close_session` looked for the session's streams. Such a stream must still be ended and
+/// forgotten, not held open (and counted under the session's cap) for good. This is a race:
+/// without the manager's check after binding, most runs left a stream behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_racing_its_sessions_delete_leaves_no_stream_behind() {
+    const COMPLETED_TTL: Duration = Duration::from_millis(100);
+    let store = RingEventStore::new(StoreConfig {
+        completed_ttl: COMPLETED_TTL,
+        ..StoreConfig::default()
+    });
+    let app = store_app(store.clone());
+    for round in 0..40 {
+        let mut races = Vec::new();
+        for k in 0..10 {
+            let session = initialize(&app).await;
+            let (a, b) = (app.clone(), app.clone());
+            let call_session = session.clone();
+            races.push(tokio::spawn(async move {
+                let id = round * 10 + k;
+                let resp = call(&a, post(Some(&call_session), long_task_paced(id, 1, 5))).await;
+                if resp.status() == StatusCode::OK {
+                    let mut body = resp.into_body();
+                    let read = events_from(&mut body, 5);
+                    let _ = tokio::time::timeout(Duration::from_millis(200), read).await;
+                }
+            }));
+            for _ in 0..k % 3 {
+                tokio::task::yield_now().await;
+            }
+            races.push(tokio::spawn(async move {
+                let _ = call(&b, delete(&session)).await;
+            }));
+        }
+        for race in races {
+            race.await.unwrap();
+        }
+    }
+    // The passage of time is the subject: ended streams are forgotten after their TTL.
+    tokio::time::sleep(COMPLETED_TTL + Duration::from_millis(100)).await;
+    store.maintain();
+    assert_eq!(store.metrics().streams_open, 0);
+}
+
 /// The progress value of an SSE event's JSON-RPC notification, if it is one.
 fn progress_of(e: &Sse) -> Option<u64> {
     let v: Value = serde_json::from_str(&e.data).ok()?;
