@@ -130,7 +130,7 @@ fuzz_target!(|input: Input| {
     assert_eq!(parsed.last_event_id, id_string);
     assert_eq!(
         parsed.retry_ms,
-        retry.map(|r| r.as_millis().min(u128::from(u64::MAX)))
+        retry.map(|r| r.as_nanos().div_ceil(1_000_000).min(u128::from(u64::MAX)))
     );
     let expected_events = match &input.data {
         Some(d) => vec![Dispatched {
@@ -163,7 +163,7 @@ fuzz_target!(|input: Input| {
         );
         assert_eq!(
             p.retry_ms,
-            retry.map(|r| r.as_millis().min(u128::from(u64::MAX)))
+            retry.map(|r| r.as_nanos().div_ceil(1_000_000).min(u128::from(u64::MAX)))
         );
     }
 });
