@@ -272,7 +272,8 @@ async fn another_replica_checks_the_session_and_refuses_unreplayable_cursors_exp
 }
 
 /// A deleted session's stream is resumed from Redis by no replica, also once the replica that
-/// held it has forgotten it (after `completed_ttl`) and so could not clear its owner record.
+/// held it has forgotten it (after `completed_ttl`) and so could not clear its owner record; a
+/// session closed without a `DELETE` (for inactivity) is not taken for a deleted one.
 #[tokio::test]
 async fn a_deleted_sessions_stream_forgotten_before_the_delete_is_not_resumed_from_redis() {
     const COMPLETED_TTL: Duration = Duration::from_millis(100);
@@ -301,6 +302,11 @@ async fn a_deleted_sessions_stream_forgotten_before_the_delete_is_not_resumed_fr
     // Redis still has it, so A serves it from there, as any replica would.
     let served = call(&a, get(&session, Some(&ids[1]))).await;
     assert_eq!(served.status(), StatusCode::OK);
+    // A session rmcp closes for inactivity (its streams are dropped, as here) is not recorded as
+    // gone: a session store may restore it with its id, and its streams stay resumable.
+    store_a.drop_session(&session);
+    let kept = call(&b, get(&session, Some(&ids[1]))).await;
+    assert_eq!(kept.status(), StatusCode::OK);
     assert!(call(&a, delete(&session)).await.status().is_success());
     for (replica, app) in [("A", &a), ("B", &b)] {
         let mut answers = Vec::new();
