@@ -156,7 +156,8 @@ impl RedisBackend {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a bad URL or configuration, [`Error::Unavailable`] when
-    /// Redis cannot be reached.
+    /// Redis cannot be reached, [`Error::Server`] when it refuses the connection as configured
+    /// (wrong credentials, or none where Redis requires them: `WRONGPASS`, `NOAUTH`).
     ///
     /// # Cancel safety
     /// Cancel safe: nothing is created on the server.
@@ -207,16 +208,23 @@ impl RedisBackend {
         let conn = client
             .get_connection_manager_with_config(manager_config.clone())
             .await
-            .map_err(Error::Unavailable)?;
+            .map_err(Error::from_connect)?;
         let writes = client
-            .get_connection_manager_with_config(manager_config)
+            .get_connection_manager_with_config(manager_config.clone())
             .await
-            .map_err(Error::Unavailable)?;
+            .map_err(Error::from_connect)?;
+        let mut conn = SharedConnection::new(client.clone(), manager_config.clone(), conn);
+        // Connecting sends no command when the URL has no credentials: a Redis that requires
+        // them would refuse every later call instead (`NOAUTH`). One round trip says so now.
+        redis::cmd("PING")
+            .query_async::<()>(&mut conn)
+            .await
+            .map_err(Error::from_connect)?;
         Ok(RedisBackend {
             shared: Arc::new(Shared {
-                client,
-                conn: SharedConnection::new(conn),
-                writes: SharedConnection::new(writes),
+                client: client.clone(),
+                conn,
+                writes: SharedConnection::new(client, manager_config, writes),
                 config,
                 counters: Counters::default(),
             }),

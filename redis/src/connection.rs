@@ -15,14 +15,27 @@
 //! acquisition carries its handle's claim and is handed the token it was granted again, see
 //! `claim.rs`).
 
-use redis::aio::{ConnectionLike, ConnectionManager};
-use redis::{Cmd, Pipeline, RedisError, RedisFuture, Value};
+use std::io;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::{Client, Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, Value};
+
+/// The least time between two replacements of a manager whose reconnection failed to
+/// authenticate: a Redis that keeps refusing the credentials costs one connection attempt (and
+/// its retries) a second, not one per command.
+const REPLACE_PAUSE: Duration = Duration::from_secs(1);
 
 /// A backend's shared connection to Redis ([`RedisBackend::connection`]), for commands of your
 /// own next to the backend's: a reconnecting multiplexed connection that sends a command once
 /// more when Redis had closed the connection under it (a restart, a failover, `CLIENT KILL`, its
 /// idle `timeout`). Send only commands that may run twice (reads, `SET` of a fixed value, `DEL`):
 /// when the reply is lost the first attempt may have run. Cheap to clone.
+///
+/// If a reconnection is refused at authentication (the credentials were changed, or the user
+/// disabled), commands fail with that error until Redis accepts the credentials again; the
+/// connection tries again at most once a second, and recovers by itself once they work.
 ///
 /// ```no_run
 /// # async fn f(backend: replay_ring_redis::RedisBackend) -> redis::RedisResult<()> {
@@ -34,7 +47,7 @@ use redis::{Cmd, Pipeline, RedisError, RedisFuture, Value};
 ///
 /// [`RedisBackend::connection`]: crate::RedisBackend::connection
 #[derive(Clone)]
-pub struct SharedConnection(ConnectionManager);
+pub struct SharedConnection(Arc<Managed>);
 
 impl std::fmt::Debug for SharedConnection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -42,9 +55,73 @@ impl std::fmt::Debug for SharedConnection {
     }
 }
 
+/// The manager in use, and what it takes to replace it.
+struct Managed {
+    client: Client,
+    config: ConnectionManagerConfig,
+    current: Mutex<Current>,
+}
+
+struct Current {
+    manager: ConnectionManager,
+    /// Counts replacements, so that of the commands that saw one manager fail, only the first
+    /// replaces it.
+    generation: u64,
+    replaced_at: Option<Instant>,
+}
+
 impl SharedConnection {
-    pub(crate) fn new(manager: ConnectionManager) -> Self {
-        SharedConnection(manager)
+    pub(crate) fn new(
+        client: Client,
+        config: ConnectionManagerConfig,
+        manager: ConnectionManager,
+    ) -> Self {
+        SharedConnection(Arc::new(Managed {
+            client,
+            config,
+            current: Mutex::new(Current {
+                manager,
+                generation: 0,
+                replaced_at: None,
+            }),
+        }))
+    }
+}
+
+impl Managed {
+    fn current(&self) -> (ConnectionManager, u64) {
+        // Poisoning cannot leave `Current` half-updated: every update is a few plain stores.
+        let current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
+        (current.manager.clone(), current.generation)
+    }
+
+    /// After `error` from the manager of `generation`: replaces a manager that cannot recover.
+    ///
+    /// redis-rs's manager connects again only after an I/O error. When that reconnection is
+    /// refused at authentication, the manager keeps the failed attempt and answers every later
+    /// command with its error, for good, even once Redis accepts the credentials again; a new
+    /// manager, connecting lazily on its first command, is the only way out.
+    fn after_failure(&self, error: &RedisError, generation: u64) {
+        if error.kind() != ErrorKind::AuthenticationFailed {
+            return;
+        }
+        let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
+        let now = Instant::now();
+        if current.generation != generation
+            || current
+                .replaced_at
+                .is_some_and(|at| now.duration_since(at) < REPLACE_PAUSE)
+        {
+            return;
+        }
+        // Fails only for a push-sender setting this crate never makes.
+        if let Ok(manager) =
+            ConnectionManager::new_lazy_with_config(self.client.clone(), self.config.clone())
+        {
+            current.manager = manager;
+            current.generation += 1;
+            current.replaced_at = Some(now);
+        }
     }
 }
 
@@ -54,13 +131,40 @@ pub(crate) fn closed_under_it(e: &RedisError) -> bool {
     e.is_connection_dropped() && !e.is_connection_refusal() && !e.is_timeout()
 }
 
+/// The error of a command whose first attempt was cut off (`first`) and whose second failed
+/// (`second`). Whatever the second says, the first may have run: an error that could be taken
+/// for a refusal (a failed authentication on the new connection, an ACL rule) is reported as the
+/// lost connection instead, so that a write is not taken for one that did not happen.
+fn after_resend(first: RedisError, second: RedisError) -> RedisError {
+    if second.is_io_error() || second.is_timeout() || second.is_connection_dropped() {
+        return second;
+    }
+    RedisError::from(io::Error::new(
+        io::ErrorKind::ConnectionAborted,
+        format!(
+            "the connection closed under the command ({first}) and sending it again failed \
+             ({second}): it may have run"
+        ),
+    ))
+}
+
 impl ConnectionLike for SharedConnection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         Box::pin(async move {
-            match self.0.req_packed_command(cmd).await {
-                Err(e) if closed_under_it(&e) => self.0.req_packed_command(cmd).await,
+            let (mut manager, generation) = self.0.current();
+            let result = match manager.req_packed_command(cmd).await {
+                Err(first) if closed_under_it(&first) => {
+                    manager.req_packed_command(cmd).await.map_err(|second| {
+                        self.0.after_failure(&second, generation);
+                        after_resend(first, second)
+                    })
+                }
                 other => other,
+            };
+            if let Err(e) = &result {
+                self.0.after_failure(e, generation);
             }
+            result
         })
     }
 
@@ -71,16 +175,25 @@ impl ConnectionLike for SharedConnection {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         Box::pin(async move {
-            match self.0.req_packed_commands(pipeline, offset, count).await {
-                Err(e) if closed_under_it(&e) => {
-                    self.0.req_packed_commands(pipeline, offset, count).await
-                }
+            let (mut manager, generation) = self.0.current();
+            let result = match manager.req_packed_commands(pipeline, offset, count).await {
+                Err(first) if closed_under_it(&first) => manager
+                    .req_packed_commands(pipeline, offset, count)
+                    .await
+                    .map_err(|second| {
+                        self.0.after_failure(&second, generation);
+                        after_resend(first, second)
+                    }),
                 other => other,
+            };
+            if let Err(e) = &result {
+                self.0.after_failure(e, generation);
             }
+            result
         })
     }
 
     fn get_db(&self) -> i64 {
-        self.0.get_db()
+        self.0.current().0.get_db()
     }
 }

@@ -140,19 +140,10 @@ pub enum Error {
 impl Error {
     /// Classifies a redis-rs error for `stream`.
     pub(crate) fn from_redis(stream: &StreamId, err: redis::RedisError) -> Error {
-        if err.is_io_error()
-            || err.is_timeout()
-            || err.is_connection_dropped()
-            || err.is_connection_refusal()
-        {
+        if unreachable_for_now(&err) {
             return Error::Unavailable(err);
         }
         match err.code() {
-            // Redis is replaying its AOF after a restart, or a cluster/replica is failing over:
-            // the same request can succeed shortly.
-            Some("LOADING" | "MASTERDOWN" | "TRYAGAIN" | "CLUSTERDOWN" | "READONLY") => {
-                Error::Unavailable(err)
-            }
             Some("OOM") => Error::OutOfMemory(err.detail().unwrap_or("").to_owned()),
             Some("RRCORRUPT") => Error::Corrupt {
                 stream: *stream,
@@ -164,11 +155,30 @@ impl Error {
             },
             // An `ERR` raised inside one of the scripts (e.g. HINCRBY on a garbage field) means the
             // data, not the request, is broken: the arguments are all produced by this crate.
-            Some("ERR") if err.detail().is_some_and(|d| d.contains("script:")) => Error::Corrupt {
-                stream: *stream,
-                detail: err.detail().unwrap_or("").to_owned(),
-            },
+            // Except an ACL rule denying the script a command (Redis 7.0 words it so; later
+            // versions answer `NOPERM`): that is the deployment's answer to the request.
+            Some("ERR")
+                if err.detail().is_some_and(|d| {
+                    d.contains("script:") && !d.contains("can't run this command")
+                }) =>
+            {
+                Error::Corrupt {
+                    stream: *stream,
+                    detail: err.detail().unwrap_or("").to_owned(),
+                }
+            }
             _ => Error::Server(err),
+        }
+    }
+
+    /// Classifies a failure to connect: Redis down, or busy for a moment, is
+    /// [`Error::Unavailable`]; anything else (credentials refused or missing, an unknown
+    /// database) is a configuration to fix, [`Error::Server`], not worth retrying as it is.
+    pub(crate) fn from_connect(err: redis::RedisError) -> Error {
+        if unreachable_for_now(&err) {
+            Error::Unavailable(err)
+        } else {
+            Error::Server(err)
         }
     }
 
@@ -205,6 +215,20 @@ impl Error {
                 | Error::LogRolledBack { .. }
         )
     }
+}
+
+/// Redis cannot answer now, but the same request can succeed shortly: it is down or the
+/// connection broke, it is replaying its AOF after a restart, or a cluster or replica is
+/// failing over.
+fn unreachable_for_now(err: &redis::RedisError) -> bool {
+    err.is_io_error()
+        || err.is_timeout()
+        || err.is_connection_dropped()
+        || err.is_connection_refusal()
+        || matches!(
+            err.code(),
+            Some("LOADING" | "MASTERDOWN" | "TRYAGAIN" | "CLUSTERDOWN" | "READONLY")
+        )
 }
 
 impl fmt::Display for Error {

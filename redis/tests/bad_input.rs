@@ -285,6 +285,17 @@ async fn foreign_log_entries_are_corrupt() {
     hset(&server, stream.key_names()[0], "head", "2");
     let r = stream.resume(Some(1)).await;
     assert_corrupt("foreign id", r.map(|_| ()));
+    // An entry at the next id, the head left alone: the log refuses the producer's append.
+    let stream = with_events(&backend, "next", 1).await;
+    let _: String = redis::cmd("XADD")
+        .arg(stream.key_names()[1])
+        .arg("0-2")
+        .arg("d")
+        .arg("y")
+        .query(&mut server.raw())
+        .unwrap();
+    let mut producer = stream.acquire_producer().await.unwrap();
+    assert_corrupt("append", producer.append(b"e2").await);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

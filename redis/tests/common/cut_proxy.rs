@@ -22,6 +22,9 @@ pub enum Mode {
     /// Forward the request, then drop the connection when Redis answers (the command ran, the
     /// reply is lost).
     LoseReply = 2,
+    /// As `LoseReply` for the next reply only, then `Pass` (so the client's reconnection gets
+    /// through).
+    LoseOneReply = 3,
 }
 
 pub struct CutProxy {
@@ -75,6 +78,12 @@ async fn pump(client: TcpStream, server: TcpStream, mode: Arc<AtomicU8>) {
                 let Ok(n) = n else { return };
                 if n == 0 { return }
                 if mode.load(Ordering::SeqCst) == Mode::LoseReply as u8 { return }
+                if mode
+                    .compare_exchange(Mode::LoseOneReply as u8, Mode::Pass as u8, Ordering::SeqCst, Ordering::SeqCst)
+                    .is_ok()
+                {
+                    return;
+                }
                 if cw.write_all(&sbuf[..n]).await.is_err() { return }
             }
         }
