@@ -109,6 +109,15 @@ pub enum Error {
     },
     /// Ids would reach 2^53 (the limit of exact arithmetic in Redis's Lua).
     IdsExhausted,
+    /// An append's payloads add up to more than
+    /// [`RedisConfig::max_append_bytes`](crate::RedisConfig::max_append_bytes). Nothing was sent
+    /// and no id consumed.
+    TooLarge {
+        /// The append's payload bytes.
+        bytes: u64,
+        /// The limit.
+        limit: u64,
+    },
     /// Resume below the retained window: `requested + 1 ..= floor - 1` were released.
     Gap {
         /// The cursor.
@@ -286,6 +295,11 @@ impl fmt::Display for Error {
                 "stream {stream} lost events in Redis: its log ends at id {head}, but id {seen} was seen in it (a restore from an older snapshot, or a failover to a lagging replica), so it cannot be continued under its epoch"
             ),
             Error::IdsExhausted => write!(f, "ids exhausted (2^53)"),
+            Error::TooLarge { bytes, limit } => write!(
+                f,
+                "an append of {bytes} payload bytes exceeds max_append_bytes ({limit}); nothing \
+                 was sent"
+            ),
             Error::Gap { requested, floor, head } => write!(
                 f,
                 "cannot resume after id {requested}: events {}..={} were released (retained {floor}..={head})",

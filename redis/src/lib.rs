@@ -65,7 +65,7 @@ mod sse;
 mod stream;
 mod tail;
 
-pub use backend::{RedisBackend, RedisConfig, RedisStats};
+pub use backend::{RedisBackend, RedisConfig, RedisStats, DEFAULT_MAX_APPEND_BYTES};
 pub use connection::SharedConnection;
 pub use error::Error;
 pub use producer::{LeaseKeeper, RedisProducer};

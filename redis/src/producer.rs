@@ -114,6 +114,7 @@ impl RedisProducer {
     /// [`Error::Full`] (nothing appended; wait for a release, see [`append_wait`](Self::append_wait)),
     /// [`Error::Fenced`], [`Error::Closed`], [`Error::Unknown`] (reply lost: resent on the next
     /// call), [`Error::Conflict`], [`Error::OutOfSequence`], [`Error::IdsExhausted`],
+    /// [`Error::TooLarge`] (past [`RedisConfig::max_append_bytes`](crate::RedisConfig)),
     /// [`Error::NotFound`] / [`Error::EpochChanged`] (stream lost), [`Error::Corrupt`],
     /// [`Error::OutOfMemory`], [`Error::Unavailable`]. If resending a pending event fails with
     /// [`Error::Unknown`] (its reply was lost again), `payload` joins the pending events and the
@@ -128,6 +129,7 @@ impl RedisProducer {
     /// holds each of them until [`resolve_pending`](Self::resolve_pending) (or the next append)
     /// has sent them; appending the same payload again would store it twice.
     pub async fn append(&mut self, payload: &[u8]) -> Result<u64, Error> {
+        self.check_size(payload.len() as u64)?;
         let batch: Arc<[Bytes]> = Arc::new([Bytes::copy_from_slice(payload)]);
         self.append_owned(batch).await.map(|ids| *ids.end())
     }
@@ -149,11 +151,23 @@ impl RedisProducer {
         if payloads.is_empty() {
             return Err(Error::InvalidArgument("an empty batch"));
         }
+        let bytes = payloads.iter().map(|p| p.as_ref().len() as u64).sum();
+        self.check_size(bytes)?;
         let batch: Arc<[Bytes]> = payloads
             .iter()
             .map(|p| Bytes::copy_from_slice(p.as_ref()))
             .collect();
         self.append_owned(batch).await
+    }
+
+    /// Refuses an append past what Redis takes in one request, before it is copied or queued:
+    /// Redis would drop the connection under it, and under every resend of it.
+    fn check_size(&self, bytes: u64) -> Result<(), Error> {
+        let limit = self.stream.backend.config().max_append_bytes as u64;
+        if bytes > limit {
+            return Err(Error::TooLarge { bytes, limit });
+        }
+        Ok(())
     }
 
     async fn append_owned(&mut self, batch: Arc<[Bytes]>) -> Result<RangeInclusive<u64>, Error> {

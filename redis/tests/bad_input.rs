@@ -85,6 +85,13 @@ async fn impossible_configurations_are_refused_up_front() {
         let why = refused(config).await;
         assert!(why.contains("timeout"), "{why}");
     }
+    // A zero limit would refuse every append.
+    let why = refused(RedisConfig {
+        max_append_bytes: 0,
+        ..base()
+    })
+    .await;
+    assert!(why.contains("max_append_bytes"), "{why}");
     // `XRANGE … COUNT` takes a signed 64-bit count: more would fail every read.
     let why = refused(RedisConfig {
         read_batch: usize::MAX,

@@ -188,6 +188,48 @@ async fn a_refused_append_burns_no_id() {
     assert_eq!(len, 4);
 }
 
+/// Redis drops the connection under a bulk string longer than its `proto-max-bulk-len` (here
+/// 1 MiB, its minimum): with `max_append_bytes` set to that limit, a payload at it is stored and
+/// anything past it, alone or as a batch, is refused before it is sent, consuming no id, and
+/// leaves nothing pending to resend.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_append_past_max_append_bytes_is_refused_before_it_is_sent() {
+    const LIMIT: usize = 1024 * 1024;
+    let server = RedisServer::start_with(&["--proto-max-bulk-len", "1mb"]);
+    let backend = server
+        .backend_with(RedisConfig {
+            max_append_bytes: LIMIT,
+            ..RedisConfig::default()
+        })
+        .await;
+    let stream = backend.create(&sid("sizes"), 8).await.unwrap();
+    let mut p = stream.acquire_producer().await.unwrap();
+    match p.append(&vec![b'x'; LIMIT + 1]).await {
+        Err(e @ Error::TooLarge { bytes, limit }) => {
+            assert_eq!((bytes, limit), (LIMIT as u64 + 1, LIMIT as u64));
+            assert!(!e.is_transient(), "{e}");
+        }
+        other => panic!("expected TooLarge, got {other:?}"),
+    }
+    let halves = [vec![b'y'; LIMIT / 2], vec![b'z'; LIMIT / 2 + 1]];
+    assert!(matches!(
+        p.append_batch(&halves).await,
+        Err(Error::TooLarge { .. })
+    ));
+    assert!(!p.has_pending());
+    assert_eq!(p.append(&vec![b'x'; LIMIT]).await.unwrap(), 1);
+    assert_eq!(p.append(b"small").await.unwrap(), 2);
+    let mut r = stream.resume(Some(0)).await.unwrap();
+    let mut got = Vec::new();
+    while got.len() < 2 {
+        match r.recv().await.unwrap() {
+            ReadItem::Events(events) => got.extend(events.into_iter().map(|(id, p)| (id, p.len()))),
+            ReadItem::Closed(reason) => panic!("closed early: {reason}"),
+        }
+    }
+    assert_eq!(got, vec![(1, LIMIT), (2, 5)]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn release_moves_the_floor_monotonically() {
     let server = RedisServer::start();
