@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
+use replay_ring::{BuildError, ReplayRing};
 use replay_ring_sse::{RetentionConfig, SlowConsumerPolicy};
+use rmcp::transport::streamable_http_server::session::ServerSseMessage;
 
 /// Default events retained per stream.
 pub const DEFAULT_CAPACITY: usize = 1024;
@@ -60,5 +62,29 @@ impl Default for StoreConfig {
             frames_per_connection: None,
             slow_consumer: SlowConsumerPolicy::default(),
         }
+    }
+}
+
+impl StoreConfig {
+    /// Checks that every stream's ring can be built with these settings, as
+    /// [`RingEventStore::new`](crate::RingEventStore::new) does (it panics otherwise): call it
+    /// first where the settings come from outside, such as command-line flags.
+    ///
+    /// # Errors
+    /// The ring's [`BuildError`]: a zero or too large `capacity`, zero or too many `max_readers`.
+    ///
+    /// ```
+    /// use replay_ring_mcp::StoreConfig;
+    /// assert!(StoreConfig::default().check().is_ok());
+    /// assert!(StoreConfig { capacity: 0, ..StoreConfig::default() }.check().is_err());
+    /// ```
+    pub fn check(&self) -> Result<(), BuildError> {
+        // One slot: enough to check the settings without allocating a whole window.
+        ReplayRing::<ServerSseMessage>::builder()
+            .capacity(self.capacity)
+            .initial_slots(1)
+            .max_readers(self.max_readers)
+            .build()
+            .map(drop)
     }
 }

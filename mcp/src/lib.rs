@@ -67,6 +67,11 @@ mod store;
 mod stream;
 mod stream_entry;
 
+/// The ring and SSE crates whose types this one's API uses, re-exported so that they come in
+/// the versions this crate uses.
+pub use replay_ring;
+pub use replay_ring_sse;
+
 pub use config::{
     StoreConfig, DEFAULT_CAPACITY, DEFAULT_COMPLETED_TTL, DEFAULT_INITIAL_SLOTS,
     DEFAULT_MAX_READERS, DEFAULT_RETRY,

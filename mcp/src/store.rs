@@ -163,12 +163,23 @@ impl Default for RingEventStore {
 
 impl RingEventStore {
     /// A store with a fresh random epoch (ids from before a restart are recognised as lost).
+    ///
+    /// # Panics
+    /// If `config` fails [`StoreConfig::check`] (a zero or too large capacity, zero or too many
+    /// readers): no stream could be built, and every request would fail. Call `check` first
+    /// where the settings come from outside.
     pub fn new(config: StoreConfig) -> Self {
         Self::with_epoch(config, Epoch::generate())
     }
 
     /// A store with a given epoch (tests).
+    ///
+    /// # Panics
+    /// As [`new`](Self::new).
     pub fn with_epoch(config: StoreConfig, epoch: Epoch) -> Self {
+        if let Err(e) = config.check() {
+            panic!("invalid StoreConfig: {e}");
+        }
         RingEventStore {
             inner: Arc::new(Inner {
                 config,
@@ -199,6 +210,9 @@ impl RingEventStore {
     /// let store = RingEventStore::with_redis(StoreConfig::default(), log);
     /// # Ok(()) }
     /// ```
+    ///
+    /// # Panics
+    /// As [`new`](Self::new).
     #[cfg(feature = "redis")]
     pub fn with_redis(config: StoreConfig, log: RedisEventLog) -> Self {
         Self::with_redis_epoch(config, log, Epoch::generate())
@@ -206,6 +220,9 @@ impl RingEventStore {
 
     /// [`with_redis`](Self::with_redis) with a given epoch (tests). Two stores on one Redis must
     /// never share an epoch: the epoch names their Redis streams.
+    ///
+    /// # Panics
+    /// As [`new`](Self::new).
     #[cfg(feature = "redis")]
     pub fn with_redis_epoch(config: StoreConfig, log: RedisEventLog, epoch: Epoch) -> Self {
         let mut store = Self::with_epoch(config, epoch);

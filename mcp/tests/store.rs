@@ -723,3 +723,30 @@ on_both_logs!(
     a_client_that_keeps_up_paces_a_fast_stream_rather_than_ending_it,
     deleting_a_session_ends_a_push_waiting_for_room,
 );
+
+/// Settings no stream's ring can be built with are refused when the store is made, not by a
+/// 500 on every request.
+#[test]
+fn a_store_refuses_settings_no_stream_could_be_built_with() {
+    for config in [
+        StoreConfig {
+            capacity: 0,
+            ..StoreConfig::default()
+        },
+        StoreConfig {
+            max_readers: 0,
+            ..StoreConfig::default()
+        },
+    ] {
+        assert!(config.check().is_err(), "{config:?}");
+        let made = std::panic::catch_unwind(|| RingEventStore::new(config));
+        assert!(made.is_err(), "RingEventStore::new accepted {config:?}");
+    }
+    let config = StoreConfig {
+        capacity: 1,
+        max_readers: 1,
+        ..StoreConfig::default()
+    };
+    assert!(config.check().is_ok());
+    assert_eq!(RingEventStore::new(config).config().capacity, 1);
+}

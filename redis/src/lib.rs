@@ -23,9 +23,7 @@
 //! Deployment guidance (persistence settings, failover, memory) is in `docs/scaling.md`.
 //!
 //! ```no_run
-//! use replay_ring::CloseReason;
-//! use replay_ring_redis::{ReadItem, RedisBackend, RedisConfig};
-//! use replay_ring_sse::StreamId;
+//! use replay_ring_redis::{CloseReason, ReadItem, RedisBackend, RedisConfig, StreamId};
 //!
 //! # async fn demo() -> Result<(), replay_ring_redis::Error> {
 //! let backend = RedisBackend::connect("redis://127.0.0.1:6379", RedisConfig::default()).await?;
@@ -57,6 +55,11 @@ mod claim;
 mod codec;
 mod connection;
 mod error;
+/// The README's example is compiled as a doctest.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
+
 mod page;
 mod producer;
 mod reader;
@@ -64,6 +67,13 @@ mod scripts;
 mod sse;
 mod stream;
 mod tail;
+
+/// The ring and SSE crates whose types this one's API uses, re-exported so that they come in
+/// the versions this crate uses.
+pub use replay_ring;
+pub use replay_ring::CloseReason;
+pub use replay_ring_sse;
+pub use replay_ring_sse::StreamId;
 
 pub use backend::{RedisBackend, RedisConfig, RedisStats, DEFAULT_MAX_APPEND_BYTES};
 pub use connection::SharedConnection;

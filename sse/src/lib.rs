@@ -68,6 +68,11 @@ pub mod contract;
 #[cfg(feature = "axum")]
 pub mod axum;
 
+/// The ring this crate serves streams from, re-exported so that its types (such as
+/// [`CloseReason`]) come in the version this crate uses.
+pub use replay_ring;
+pub use replay_ring::CloseReason;
+
 pub use event_id::{
     Epoch, EventId, EventIdBuf, IdField, LastEventIdError, Malformed, StreamId, StreamIdError,
     StreamIdentity, MAX_EVENT_ID_LEN, MAX_STREAM_LEN,

@@ -319,6 +319,24 @@ pub struct Refused {
     pub state: Option<StreamState>,
 }
 
+impl fmt::Display for Refused {
+    /// The decision's message (the stream's window is in [`state`](Refused::state)).
+    ///
+    /// ```
+    /// use replay_ring_sse::{resume, Epoch, StreamId, StreamIdentity};
+    /// let me = StreamIdentity::new(StreamId::new("s").unwrap(), Epoch::new(1));
+    /// let (_p, ring) = replay_ring::ReplayRing::<u8>::new(4, 1).unwrap();
+    /// let refused = resume(&ring, &me, Some(b"s.1.3")).unwrap_err();
+    /// assert!(refused.to_string().contains("newest id is 0"));
+    /// let boxed: Box<dyn std::error::Error + Send + Sync> = Box::new(refused);
+    /// ```
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.decision, f)
+    }
+}
+
+impl std::error::Error for Refused {}
+
 /// Opens a reader for a GET on `ring` (whose identity is `identity`): parses the untrusted header,
 /// checks stream and epoch, and registers the reader with the ring, which is the authority on
 /// floor and head (a snapshot decision could race with the producer or a release).

@@ -25,7 +25,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 use replay_ring_mcp::{RedisEventLog, RingEventStore, StoreConfig};
 use replay_ring_mcp_demo::{app, store_app_with_max_sessions, MetricsEndpoint, Storage};
 use replay_ring_redis::RedisConfig;
@@ -137,7 +137,21 @@ async fn shutdown_signal() {
 #[tokio::main]
 async fn main() -> std::io::Result<()> {
     let args = Args::parse();
-    let (router, store) = match (&args.redis, args.storage()) {
+    let storage = args.storage();
+    if let Storage::ReplayRing(config) = &storage {
+        if let Err(e) = config.check() {
+            Args::command()
+                .error(
+                    clap::error::ErrorKind::ValueValidation,
+                    format!(
+                        "--capacity {} / --max-readers {}: {e}",
+                        args.capacity, args.max_readers
+                    ),
+                )
+                .exit();
+        }
+    }
+    let (router, store) = match (&args.redis, storage) {
         (Some(url), Storage::ReplayRing(config)) => {
             let redis_config = RedisConfig {
                 stream_ttl: Duration::from_secs(args.redis_stream_ttl_s),

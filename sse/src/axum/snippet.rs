@@ -1,6 +1,6 @@
 use axum::{routing::get, Router};
 use replay_ring_sse::axum::{events, serve, ServeConfig, SseConfig, SseStream};
-use replay_ring_sse::{Epoch, StreamId, StreamIdentity};
+use replay_ring_sse::{Epoch, PublishError, StreamId, StreamIdentity};
 
 /// An existing app (`/`) plus a resumable event stream at `/events`.
 async fn run(listener: tokio::net::TcpListener) -> Result<(), Box<dyn std::error::Error>> {
@@ -9,8 +9,12 @@ async fn run(listener: tokio::net::TcpListener) -> Result<(), Box<dyn std::error
     tokio::spawn(async move {
         for n in 1u64.. {
             let tick = format!(r#"{{"tick":{n}}}"#);
-            if producer.send(tick).await.is_err() {
-                break; // the stream was closed explicitly (backpressure bound)
+            match producer.send(tick).await {
+                Ok(_) => {}
+                // The store could not be reached (a network backend): the stream stays open.
+                Err(PublishError::Unavailable(_)) => {}
+                // The stream ended: closed at the backpressure bound, or taken over.
+                Err(_) => break,
             }
             // 10 events/s: a 30 s resumption window holds 300, within the default 1,024.
             tokio::time::sleep(std::time::Duration::from_millis(100)).await;
