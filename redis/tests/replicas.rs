@@ -257,6 +257,40 @@ async fn a_standby_takes_over_at_once_when_the_producer_shuts_down() {
     );
 }
 
+/// A replica refuses settings no stream could be served with, and a port in use, before it
+/// creates the stream or takes the lease: nothing is left in Redis.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_that_cannot_serve_fails_before_touching_redis() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port().to_string();
+    let exe = replay_ring_e2e::server::server_binary().expect("build sse_server");
+    for (flags, says) in [
+        (&["--max-readers", "0"][..], "max_readers"),
+        (&["--capacity", "0"], "capacity"),
+        (&["--port", port.as_str(), "--eager"], "--port"),
+    ] {
+        let run = tokio::process::Command::new(&exe)
+            .args(["--redis", &url])
+            .args(flags)
+            .kill_on_drop(true)
+            .output();
+        let out = tokio::time::timeout(Duration::from_secs(30), run)
+            .await
+            .unwrap_or_else(|_| panic!("{flags:?}: the replica started and kept running"))
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{flags:?} started: {stderr}");
+        assert!(stderr.contains(says), "{flags:?}: {stderr}");
+    }
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query(&mut server.raw())
+        .unwrap();
+    assert!(keys.is_empty(), "left in Redis: {keys:?}");
+}
+
 /// A serve-only replica whose stream was deleted keeps trying to open it; stopped (SIGTERM)
 /// meanwhile, it exits at once instead of waiting in that loop for its shutdown deadline.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

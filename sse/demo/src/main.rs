@@ -27,7 +27,8 @@ use axum::extract::Request;
 use axum::Router;
 use bytes::Bytes;
 use clap::Parser;
-use replay_ring_sse::axum::{serve, serve_with_shutdown, ServeConfig, SseProducer, SseStream};
+use replay_ring::ReplayRing;
+use replay_ring_sse::axum::{serve_with_shutdown, ServeConfig, SseProducer, SseStream};
 use replay_ring_sse::backend::Backend;
 use replay_ring_sse::StreamId;
 
@@ -47,12 +48,16 @@ struct DemoArgs {
     /// replica that finds the producer lease held serves as a standby and takes over producing
     /// once the lease is free (at once, `--eager` or not), and a producer whose lease another
     /// replica took becomes a standby again
-    #[arg(long, requires = "redis")]
+    #[arg(
+        long,
+        requires = "redis",
+        conflicts_with_all = ["eager", "start_after", "rate", "events", "timestamps", "payload_bytes"]
+    )]
     serve_only: bool,
     /// How long the producer lease lasts without a renewal: how soon a standby replica takes over
     /// from a producer that crashed (one stopped with SIGTERM or Ctrl-C gives its lease back, and
     /// a standby takes it within a tenth of this) [default: 10000]
-    #[arg(long, requires = "redis", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, requires = "redis", value_parser = clap::value_parser!(u64).range(MIN_LEASE_MS..))]
     lease_ms: Option<u64>,
     /// Stream name in event ids and Redis keys [default: events]
     #[arg(long, requires = "redis", value_parser = |s: &str| StreamId::new(s).map_err(|e| e.to_string()))]
@@ -68,6 +73,11 @@ struct DemoArgs {
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(..=MAX_PAYLOAD_BYTES))]
     payload_bytes: u32,
 }
+
+/// The shortest `--lease-ms`: the producer renews every third of a lease, and a shorter lease
+/// lapses between two renewals on a busy machine, so replicas would take it from each other on
+/// almost every event.
+const MIN_LEASE_MS: u64 = 100;
 
 /// The largest `--payload-bytes`: 16 MiB per event is far past any load test, and refused at
 /// startup rather than failing the producer's allocation later.
@@ -91,15 +101,20 @@ async fn run(args: DemoArgs) -> Result<()> {
     }
 }
 
-/// One process holds the whole stream: a signal ends it at once (there is no one to hand over to,
-/// and a new process starts a new epoch).
+/// One process holds the whole stream. At SIGTERM or Ctrl-C it stops accepting and gives open
+/// connections `ServeConfig::shutdown_grace` (there is no one to hand the stream over to, and a
+/// new process starts a new epoch: clients start over with `404 stream_lost`).
 async fn run_alone(args: DemoArgs) -> Result<()> {
     let (app, producer) = app::build(&args.example)?;
     describe(&app.stream);
-    let producing = args.clone();
-    tokio::spawn(async move { drop(produce(producer, producing, pending()).await) });
     let listener = listen(&args).await?;
-    serve(listener, app_router(app), ServeConfig::default()).await?;
+    let producing = args.clone();
+    tokio::spawn(async move { app::report(&produce(producer, producing, pending()).await) });
+    let signal = async {
+        app::shutdown_signal().await;
+        eprintln!("shutting down");
+    };
+    serve_with_shutdown(listener, app_router(app), ServeConfig::default(), signal).await?;
     Ok(())
 }
 
@@ -110,16 +125,22 @@ async fn run_alone(args: DemoArgs) -> Result<()> {
 async fn run_replica(args: DemoArgs, url: &str) -> Result<()> {
     let (stop, stopping) = tokio::sync::watch::channel(false);
     let stop = Arc::new(stop);
+    // The limits of a stream held in this process (a window of at least one event, at least one
+    // connection), refused before anything is created in Redis.
+    ReplayRing::<Bytes>::builder()
+        .capacity(args.example.capacity)
+        .initial_slots(1)
+        .max_readers(args.example.max_readers)
+        .build()?;
     // Listening from the start: a replica stopped while it starts up may hold the lease already.
     tokio::spawn(stop_on_signals(stop.clone()));
+    // Bound first: a port in use fails before the stream is created or the lease taken.
+    let listener = listen(&args).await?;
     // The producer (or standby) runs on a task of its own, started with the replica.
     let (router, replica) = replica::start(&args, url, stopping.clone()).await?;
-    let served = async {
-        let listener = listen(&args).await?;
-        serve_with_shutdown(listener, router, ServeConfig::default(), stopped(stopping)).await?;
-        Ok(())
-    }
-    .await;
+    let served = serve_with_shutdown(listener, router, ServeConfig::default(), stopped(stopping))
+        .await
+        .map_err(Into::into);
     let _ = stop.send(true);
     // The lease is one script call away; if Redis does not answer, it lapses by itself.
     if tokio::time::timeout(HAND_BACK, replica).await.is_err() {
@@ -134,7 +155,10 @@ async fn listen(args: &DemoArgs) -> Result<tokio::net::TcpListener> {
     if let Some(warning) = args.example.sizing_warning().filter(|_| !args.serve_only) {
         eprintln!("{warning}");
     }
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", args.example.port)).await?;
+    let port = args.example.port;
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .map_err(|e| format!("--port {port}: {e}"))?;
     // Stdout is line-buffered: the line is out before the first request can arrive.
     println!("listening on http://{}", listener.local_addr()?);
     Ok(listener)
@@ -143,10 +167,10 @@ async fn listen(args: &DemoArgs) -> Result<tokio::net::TcpListener> {
 /// Says `stop` at the first SIGTERM or Ctrl-C, and exits the process at the second (an operator
 /// who does not want to wait for the shutdown grace).
 async fn stop_on_signals(stop: Arc<tokio::sync::watch::Sender<bool>>) {
-    shutdown_signal().await;
+    app::shutdown_signal().await;
     eprintln!("shutting down (a second signal exits at once)");
     let _ = stop.send(true);
-    shutdown_signal().await;
+    app::shutdown_signal().await;
     eprintln!("second signal: exiting now");
     std::process::exit(130);
 }
@@ -158,34 +182,6 @@ const HAND_BACK: Duration = Duration::from_secs(5);
 async fn stopped(mut stop: tokio::sync::watch::Receiver<bool>) {
     // The sender is dropped only after sending `true`, which `wait_for` sees either way.
     let _ = stop.wait_for(|stop| *stop).await;
-}
-
-/// Completes at SIGTERM or SIGINT (Ctrl-C). A signal this process cannot listen for is never
-/// reported, rather than taken for a shutdown.
-async fn shutdown_signal() {
-    let interrupt = async {
-        if let Err(e) = tokio::signal::ctrl_c().await {
-            eprintln!("cannot listen for Ctrl-C: {e}");
-            pending::<()>().await;
-        }
-    };
-    #[cfg(unix)]
-    let terminate = async {
-        use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => drop(term.recv().await),
-            Err(e) => {
-                eprintln!("cannot listen for SIGTERM: {e}");
-                pending::<()>().await;
-            }
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = pending::<()>();
-    tokio::select! {
-        () = interrupt => {}
-        () = terminate => {}
-    }
 }
 
 /// The stream's name, epoch and window on stderr.
@@ -284,7 +280,7 @@ mod tests {
     }
 
     #[test]
-    fn rates_and_payload_sizes_the_producer_cannot_use_are_refused_at_startup() {
+    fn rates_payload_sizes_and_delays_that_cannot_work_are_refused_at_startup() {
         use clap::Parser;
         for bad in [
             ["--rate", "1e-300"],
@@ -294,6 +290,9 @@ mod tests {
             ["--rate", "inf"],
             ["--payload-bytes", "18446744073709551615"],
             ["--payload-bytes", "16777217"],
+            ["--retry-ms", "0"],
+            ["--retry-ms", "86400001"],
+            ["--lease-ms", "99"],
         ] {
             let parsed = DemoArgs::try_parse_from(["sse_server", bad[0], bad[1]]);
             assert!(parsed.is_err(), "{bad:?} accepted");
@@ -303,10 +302,36 @@ mod tests {
             ["--rate", "0.001"],
             ["--rate", "1e9"],
             ["--payload-bytes", "16777216"],
+            ["--retry-ms", "1"],
         ] {
             let parsed = DemoArgs::try_parse_from(["sse_server", good[0], good[1]]);
             assert!(parsed.is_ok(), "{good:?} refused: {parsed:?}");
         }
+    }
+
+    /// A serve-only replica produces nothing: producer flags given with it are refused, not
+    /// silently ignored.
+    #[test]
+    fn producer_flags_are_refused_with_serve_only() {
+        use clap::Parser;
+        let base = [
+            "sse_server",
+            "--redis",
+            "redis://127.0.0.1:1/",
+            "--serve-only",
+        ];
+        for flag in [
+            &["--eager"][..],
+            &["--rate", "5"],
+            &["--events", "10"],
+            &["--start-after", "2"],
+            &["--timestamps"],
+            &["--payload-bytes", "64"],
+        ] {
+            let parsed = DemoArgs::try_parse_from(base.iter().chain(flag));
+            assert!(parsed.is_err(), "{flag:?} accepted with --serve-only");
+        }
+        assert!(DemoArgs::try_parse_from(base).is_ok());
     }
 
     #[test]

@@ -88,6 +88,14 @@ impl Incarnation {
             identity.epoch,
             stream.window_capacity()
         );
+        let asked = args.example.capacity.next_power_of_two() as u64;
+        if create && stream.window_capacity() != asked {
+            eprintln!(
+                "note: the stream existed with capacity {}; --capacity {} applies to a new one",
+                stream.window_capacity(),
+                args.example.capacity
+            );
+        }
         let producer = match args.serve_only {
             true => None,
             false => match stream.acquire_producer().await {
@@ -99,7 +107,13 @@ impl Incarnation {
                     None
                 }
                 // Nothing more to produce: serve what it holds.
-                Err(Error::Closed(_)) => None,
+                Err(Error::Closed(reason)) => {
+                    eprintln!(
+                        "note: the stream is closed ({reason}); it is served as it is until it \
+                         expires or is deleted (another --stream starts a new one)"
+                    );
+                    None
+                }
                 Err(e) => return Err(e),
             },
         };
@@ -269,7 +283,10 @@ async fn produce_or_stand_by(
                 return Ok(());
             }
             // The stream ended.
-            app::Stopped::Ended(_) | app::Stopped::Completed => return Ok(()),
+            ended @ (app::Stopped::Ended(_) | app::Stopped::Completed) => {
+                app::report(&ended);
+                return Ok(());
+            }
         }
     }
 }

@@ -68,8 +68,9 @@ pub struct Args {
     /// Cut a connection lagging more than this percentage of a full window while another keeps up (0 = never)
     #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u8).range(0..=100))]
     pub max_lag_percent: u8,
-    /// Reconnection delay sent in `retry:`
-    #[arg(long, default_value_t = 1000)]
+    /// Reconnection delay sent in `retry:` (1 ms to a day: 0 would make clients reconnect in a
+    /// tight loop)
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
     pub retry_ms: u64,
     /// Simultaneous event-stream connections
     #[arg(long, default_value_t = 16)]
@@ -204,6 +205,44 @@ pub enum Stopped<B: Backend> {
     /// append whose outcome it did not see (the event may be stored; a producer that takes over
     /// continues after whatever the head is).
     ShutDown(SseProducer<B>),
+}
+
+/// Says on stderr why the producer stopped, if the stream ended (an operator otherwise sees a
+/// server that serves only the stream's end).
+pub fn report<B: Backend>(stopped: &Stopped<B>) {
+    match stopped {
+        Stopped::Completed => eprintln!("producer: closed the stream after its last event"),
+        Stopped::Ended(e) => eprintln!("producer: stopped: {e}"),
+        Stopped::ShutDown(_) => {}
+    }
+}
+
+/// Completes at SIGTERM or SIGINT (Ctrl-C). A signal this process cannot listen for is never
+/// reported, rather than taken for a shutdown.
+pub async fn shutdown_signal() {
+    let interrupt = async {
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            eprintln!("cannot listen for Ctrl-C: {e}");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => drop(term.recv().await),
+            Err(e) => {
+                eprintln!("cannot listen for SIGTERM: {e}");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = interrupt => {}
+        () = terminate => {}
+    }
 }
 
 /// [`run_producer`] until `shutdown` completes; then hands the producer back without closing the

@@ -4,12 +4,14 @@
 //!
 //! `cargo run -p replay-ring-sse --features axum,metrics --example sse_server -- --rate 20`
 
+// Shared with the demo server and `tests/server.rs`; each uses its own part of it.
+#[allow(dead_code)]
 mod app;
 
 use std::process::ExitCode;
 
 use clap::Parser;
-use replay_ring_sse::axum::{serve, ServeConfig};
+use replay_ring_sse::axum::{serve_with_shutdown, ServeConfig};
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -27,13 +29,23 @@ async fn run(args: app::Args) -> Result<(), Box<dyn std::error::Error>> {
     if let Some(warning) = args.sizing_warning() {
         eprintln!("{warning}");
     }
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", args.port)).await?;
+    let port = args.port;
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .map_err(|e| format!("--port {port}: {e}"))?;
     // Stdout is line-buffered: the line is out before the first request can arrive.
     println!("listening on http://{}", listener.local_addr()?);
     let payload = |id| bytes::Bytes::from(format!("{{\"n\":{id}}}"));
-    tokio::spawn(async move { app::run_producer(producer, &args, payload).await });
+    tokio::spawn(async move {
+        let pending = std::future::pending();
+        app::report(&app::run_producer_until(producer, &args, payload, pending).await);
+    });
+    let signal = async {
+        app::shutdown_signal().await;
+        eprintln!("shutting down");
+    };
     // Header-read, write and idle timeouts and a connection cap, on top of the stream's own
-    // slow-consumer policy.
-    serve(listener, app::router(app), ServeConfig::default()).await?;
+    // slow-consumer policy; at SIGTERM or Ctrl-C, open connections get `shutdown_grace`.
+    serve_with_shutdown(listener, app::router(app), ServeConfig::default(), signal).await?;
     Ok(())
 }
