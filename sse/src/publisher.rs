@@ -215,7 +215,23 @@ impl fmt::Display for PublishError {
     }
 }
 
-impl std::error::Error for PublishError {}
+impl std::error::Error for PublishError {
+    /// For [`Unavailable`](PublishError::Unavailable), what made the backend fail (its message
+    /// is this error's own): the chain then reads "backend unavailable: append", then the cause.
+    ///
+    /// ```
+    /// use std::error::Error;
+    /// use replay_ring_sse::{backend::Unavailable, PublishError};
+    /// let e = PublishError::Unavailable(Unavailable::with_source("append", std::io::Error::other("reset")));
+    /// assert_eq!(e.source().unwrap().to_string(), "reset");
+    /// ```
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            PublishError::Unavailable(e) => e.source(),
+            _ => None,
+        }
+    }
+}
 
 /// What a [`Publisher`] has done, for metrics.
 ///

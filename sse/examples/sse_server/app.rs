@@ -207,12 +207,24 @@ pub enum Stopped<B: Backend> {
     ShutDown(SseProducer<B>),
 }
 
+/// `e` and the errors that caused it, `: `-separated (what a log line needs to say why).
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
+    text
+}
+
 /// Says on stderr why the producer stopped, if the stream ended (an operator otherwise sees a
 /// server that serves only the stream's end).
 pub fn report<B: Backend>(stopped: &Stopped<B>) {
     match stopped {
         Stopped::Completed => eprintln!("producer: closed the stream after its last event"),
-        Stopped::Ended(e) => eprintln!("producer: stopped: {e}"),
+        Stopped::Ended(e) => eprintln!("producer: stopped: {}", with_causes(e)),
         Stopped::ShutDown(_) => {}
     }
 }
@@ -302,7 +314,7 @@ where
         match producer.stream().backend().window().await {
             Ok(window) => break window.head,
             Err(e) => {
-                eprintln!("producer: {e}; retrying");
+                eprintln!("producer: {}; retrying", with_causes(&e));
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }
@@ -316,7 +328,7 @@ where
         match producer.send_with(payload).await {
             Ok(id) => last = id,
             Err(PublishError::Unavailable(e)) => {
-                eprintln!("producer: {e}; retrying");
+                eprintln!("producer: {}; retrying", with_causes(&e));
                 tokio::time::sleep(Duration::from_millis(100)).await; // back off while it is down
             }
             // Closed (readers got an explicit terminal frame), or superseded.
