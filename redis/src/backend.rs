@@ -47,23 +47,23 @@ pub struct RedisConfig {
     pub response_timeout: Duration,
     /// Connect timeout of every connection. Not zero.
     pub connect_timeout: Duration,
-    /// The most payload bytes one append (or batch) may carry; a larger one is refused with
-    /// [`Error::TooLarge`] before anything is sent, and consumes no id. Not zero. The default,
-    /// [`DEFAULT_MAX_APPEND_BYTES`] (512 MiB), is Redis's default `proto-max-bulk-len` (the limit
-    /// of one payload) and half its default `client-query-buffer-limit` (the limit of one
-    /// request). Keep it at or below both on your Redis: Redis drops the connection under a
-    /// request past them, which reads as a lost reply, and the producer would resend that event,
-    /// and queue every later one behind it, without end.
-    pub max_append_bytes: usize,
+    /// The largest payload one event may have; a larger one is refused with [`Error::TooLarge`]
+    /// before anything is sent (with the rest of its batch), and consumes no id. Not zero. The
+    /// default, [`DEFAULT_MAX_PAYLOAD_BYTES`] (512 MiB), is Redis's default `proto-max-bulk-len`,
+    /// the longest argument it takes. Keep it at or below that setting, and below
+    /// `client-query-buffer-limit` (1 GiB by default), on your Redis: Redis drops
+    /// the connection under a longer one, which reads as a lost reply, and the producer would
+    /// resend that event, and queue every later one behind it, without end.
+    pub max_payload_bytes: usize,
 }
 
-/// Default [`RedisConfig::max_append_bytes`]: 512 MiB, Redis's default `proto-max-bulk-len`.
+/// Default [`RedisConfig::max_payload_bytes`]: 512 MiB, Redis's default `proto-max-bulk-len`.
 ///
 /// ```
-/// use replay_ring_redis::{RedisConfig, DEFAULT_MAX_APPEND_BYTES};
-/// assert_eq!(RedisConfig::default().max_append_bytes, DEFAULT_MAX_APPEND_BYTES);
+/// use replay_ring_redis::{RedisConfig, DEFAULT_MAX_PAYLOAD_BYTES};
+/// assert_eq!(RedisConfig::default().max_payload_bytes, DEFAULT_MAX_PAYLOAD_BYTES);
 /// ```
-pub const DEFAULT_MAX_APPEND_BYTES: usize = 512 * 1024 * 1024;
+pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 512 * 1024 * 1024;
 
 impl Default for RedisConfig {
     fn default() -> Self {
@@ -75,7 +75,7 @@ impl Default for RedisConfig {
             block: Duration::from_secs(5),
             response_timeout: Duration::from_secs(2),
             connect_timeout: Duration::from_secs(2),
-            max_append_bytes: DEFAULT_MAX_APPEND_BYTES,
+            max_payload_bytes: DEFAULT_MAX_PAYLOAD_BYTES,
         }
     }
 }
@@ -189,10 +189,10 @@ impl RedisBackend {
             || config.block.is_zero()
             || config.response_timeout.is_zero()
             || config.connect_timeout.is_zero()
-            || config.max_append_bytes == 0
+            || config.max_payload_bytes == 0
         {
             return Err(Error::InvalidArgument(
-                "read_batch, lease, block, response_timeout, connect_timeout and max_append_bytes \
+                "read_batch, lease, block, response_timeout, connect_timeout and max_payload_bytes \
                  must be non-zero",
             ));
         }

@@ -46,8 +46,22 @@ const REPLACE_PAUSE: Duration = Duration::from_secs(1);
 /// ```
 ///
 /// [`RedisBackend::connection`]: crate::RedisBackend::connection
-#[derive(Clone)]
-pub struct SharedConnection(Arc<Managed>);
+pub struct SharedConnection {
+    managed: Arc<Managed>,
+    /// A command sent through this handle went out again after its connection closed under it:
+    /// its first attempt may have run, whatever the second was told.
+    cut_off: bool,
+}
+
+impl Clone for SharedConnection {
+    /// A handle on the same connection that has sent nothing yet.
+    fn clone(&self) -> Self {
+        SharedConnection {
+            managed: self.managed.clone(),
+            cut_off: false,
+        }
+    }
+}
 
 impl std::fmt::Debug for SharedConnection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -76,15 +90,25 @@ impl SharedConnection {
         config: ConnectionManagerConfig,
         manager: ConnectionManager,
     ) -> Self {
-        SharedConnection(Arc::new(Managed {
-            client,
-            config,
-            current: Mutex::new(Current {
-                manager,
-                generation: 0,
-                replaced_at: None,
+        SharedConnection {
+            managed: Arc::new(Managed {
+                client,
+                config,
+                current: Mutex::new(Current {
+                    manager,
+                    generation: 0,
+                    replaced_at: None,
+                }),
             }),
-        }))
+            cut_off: false,
+        }
+    }
+
+    /// Whether a command sent through this handle was sent again because its connection closed
+    /// under it: its first attempt may have run, so a refusal of the second (an ACL rule, `-OOM`,
+    /// a failed login on the new connection) does not say it did not.
+    pub(crate) fn was_cut_off(&self) -> bool {
+        self.cut_off
     }
 }
 
@@ -131,19 +155,18 @@ pub(crate) fn closed_under_it(e: &RedisError) -> bool {
     e.is_connection_dropped() && !e.is_connection_refusal() && !e.is_timeout()
 }
 
-/// The error of a command whose first attempt was cut off (`first`) and whose second failed
-/// (`second`). Whatever the second says, the first may have run: an error that could be taken
-/// for a refusal (a failed authentication on the new connection, an ACL rule) is reported as the
-/// lost connection instead, so that a write is not taken for one that did not happen.
-fn after_resend(first: RedisError, second: RedisError) -> RedisError {
-    if second.is_io_error() || second.is_timeout() || second.is_connection_dropped() {
-        return second;
+/// `error`, the failure of a command that may have run all the same (its first attempt was cut
+/// off), as the lost connection it comes down to: [`Error::Unavailable`](crate::Error), and so
+/// `Error::Unknown` for an append, never a refusal.
+pub(crate) fn may_have_run(error: RedisError) -> RedisError {
+    if error.is_io_error() || error.is_timeout() || error.is_connection_dropped() {
+        return error;
     }
     RedisError::from(io::Error::new(
         io::ErrorKind::ConnectionAborted,
         format!(
-            "the connection closed under the command ({first}) and sending it again failed \
-             ({second}): it may have run"
+            "the connection closed under the command, and sending it again failed ({error}): \
+             it may have run"
         ),
     ))
 }
@@ -151,18 +174,19 @@ fn after_resend(first: RedisError, second: RedisError) -> RedisError {
 impl ConnectionLike for SharedConnection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         Box::pin(async move {
-            let (mut manager, generation) = self.0.current();
+            let (mut manager, generation) = self.managed.current();
             let result = match manager.req_packed_command(cmd).await {
                 Err(first) if closed_under_it(&first) => {
+                    self.cut_off = true;
                     manager.req_packed_command(cmd).await.map_err(|second| {
-                        self.0.after_failure(&second, generation);
-                        after_resend(first, second)
+                        self.managed.after_failure(&second, generation);
+                        may_have_run(second)
                     })
                 }
                 other => other,
             };
             if let Err(e) = &result {
-                self.0.after_failure(e, generation);
+                self.managed.after_failure(e, generation);
             }
             result
         })
@@ -175,25 +199,26 @@ impl ConnectionLike for SharedConnection {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         Box::pin(async move {
-            let (mut manager, generation) = self.0.current();
+            let (mut manager, generation) = self.managed.current();
             let result = match manager.req_packed_commands(pipeline, offset, count).await {
-                Err(first) if closed_under_it(&first) => manager
-                    .req_packed_commands(pipeline, offset, count)
-                    .await
-                    .map_err(|second| {
-                        self.0.after_failure(&second, generation);
-                        after_resend(first, second)
-                    }),
+                Err(first) if closed_under_it(&first) => {
+                    self.cut_off = true;
+                    let second = manager.req_packed_commands(pipeline, offset, count).await;
+                    second.map_err(|second| {
+                        self.managed.after_failure(&second, generation);
+                        may_have_run(second)
+                    })
+                }
                 other => other,
             };
             if let Err(e) = &result {
-                self.0.after_failure(e, generation);
+                self.managed.after_failure(e, generation);
             }
             result
         })
     }
 
     fn get_db(&self) -> i64 {
-        self.0.current().0.get_db()
+        self.managed.current().0.get_db()
     }
 }

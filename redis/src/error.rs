@@ -109,11 +109,11 @@ pub enum Error {
     },
     /// Ids would reach 2^53 (the limit of exact arithmetic in Redis's Lua).
     IdsExhausted,
-    /// An append's payloads add up to more than
-    /// [`RedisConfig::max_append_bytes`](crate::RedisConfig::max_append_bytes). Nothing was sent
-    /// and no id consumed.
+    /// A payload is longer than
+    /// [`RedisConfig::max_payload_bytes`](crate::RedisConfig::max_payload_bytes). Nothing was
+    /// sent (nor the rest of its batch) and no id consumed.
     TooLarge {
-        /// The append's payload bytes.
+        /// The payload's length.
         bytes: u64,
         /// The limit.
         limit: u64,
@@ -164,12 +164,12 @@ impl Error {
             },
             // An `ERR` raised inside one of the scripts (e.g. HINCRBY on a garbage field) means the
             // data, not the request, is broken: the arguments are all produced by this crate.
-            // Except an ACL rule denying the script a command (Redis 7.0 words it so; later
-            // versions answer `NOPERM`): that is the deployment's answer to the request.
+            // Except an ACL rule denying the script a command or a key: that is the deployment's
+            // answer to the request.
             Some("ERR")
-                if err.detail().is_some_and(|d| {
-                    d.contains("script:") && !d.contains("can't run this command")
-                }) =>
+                if err
+                    .detail()
+                    .is_some_and(|d| d.contains("script:") && !is_acl_denial(d)) =>
             {
                 Error::Corrupt {
                     stream: *stream,
@@ -224,6 +224,20 @@ impl Error {
                 | Error::LogRolledBack { .. }
         )
     }
+}
+
+/// Whether a script's error is an ACL rule denying it a command or a key. Redis 7.0 says "The
+/// user executing the script can't run this command or subcommand" (or "can't access at least
+/// one of the keys"); 7.2 and later say "ACL failure in script: User … has no permissions to …".
+fn is_acl_denial(detail: &str) -> bool {
+    [
+        "can't run this command",
+        "can't access",
+        "ACL failure",
+        "no permissions",
+    ]
+    .iter()
+    .any(|words| detail.contains(words))
 }
 
 /// Redis cannot answer now, but the same request can succeed shortly: it is down or the
@@ -297,8 +311,8 @@ impl fmt::Display for Error {
             Error::IdsExhausted => write!(f, "ids exhausted (2^53)"),
             Error::TooLarge { bytes, limit } => write!(
                 f,
-                "an append of {bytes} payload bytes exceeds max_append_bytes ({limit}); nothing \
-                 was sent"
+                "a payload of {bytes} bytes exceeds max_payload_bytes ({limit}); nothing was \
+                 sent"
             ),
             Error::Gap { requested, floor, head } => write!(
                 f,
@@ -324,6 +338,50 @@ impl std::error::Error for Error {
         match self {
             Error::Unavailable(e) | Error::Server(e) | Error::Unknown { source: e, .. } => Some(e),
             _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `text`, an error reply as Redis sends it, classified for a stream.
+    fn classify(text: &str) -> Error {
+        let reply = format!("-{text}\r\n");
+        let err = redis::parse_redis_value(reply.as_bytes())
+            .unwrap()
+            .extract_error()
+            .unwrap_err();
+        Error::from_redis(&StreamId::new("s").unwrap(), err)
+    }
+
+    #[test]
+    fn acl_denials_in_scripts_are_server_errors_in_every_wording() {
+        for text in [
+            "ERR The user executing the script can't run this command or subcommand script: \
+             8d3d, on @user_script:1.",
+            "ERR The user executing the script can't access at least one of the keys mentioned \
+             in the command arguments script: 57fa, on @user_script:1.",
+            "ERR ACL failure in script: User writer has no permissions to run the 'xtrim' \
+             command script: 8d3d, on @user_script:12.",
+            "ERR ACL failure in script: User writer has no permissions to access the 'k' key \
+             script: 8d3d, on @user_script:12.",
+            "NOPERM User writer has no permissions to run the 'evalsha' command",
+        ] {
+            assert!(matches!(classify(text), Error::Server(_)), "{text}");
+        }
+    }
+
+    #[test]
+    fn other_script_errors_mean_data_this_crate_did_not_write() {
+        for text in [
+            "ERR Error running script (call to f_0123): @user_script:5: ERR value is not an \
+             integer or out of range script: 0123, on @user_script:5.",
+            "RRCORRUPT field head is not a decimal number",
+            "WRONGTYPE Operation against a key holding the wrong kind of value",
+        ] {
+            assert!(matches!(classify(text), Error::Corrupt { .. }), "{text}");
         }
     }
 }

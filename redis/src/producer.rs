@@ -114,7 +114,7 @@ impl RedisProducer {
     /// [`Error::Full`] (nothing appended; wait for a release, see [`append_wait`](Self::append_wait)),
     /// [`Error::Fenced`], [`Error::Closed`], [`Error::Unknown`] (reply lost: resent on the next
     /// call), [`Error::Conflict`], [`Error::OutOfSequence`], [`Error::IdsExhausted`],
-    /// [`Error::TooLarge`] (past [`RedisConfig::max_append_bytes`](crate::RedisConfig)),
+    /// [`Error::TooLarge`] (past [`RedisConfig::max_payload_bytes`](crate::RedisConfig)),
     /// [`Error::NotFound`] / [`Error::EpochChanged`] (stream lost), [`Error::Corrupt`],
     /// [`Error::OutOfMemory`], [`Error::Unavailable`]. If resending a pending event fails with
     /// [`Error::Unknown`] (its reply was lost again), `payload` joins the pending events and the
@@ -151,8 +151,8 @@ impl RedisProducer {
         if payloads.is_empty() {
             return Err(Error::InvalidArgument("an empty batch"));
         }
-        let bytes = payloads.iter().map(|p| p.as_ref().len() as u64).sum();
-        self.check_size(bytes)?;
+        let largest = payloads.iter().map(|p| p.as_ref().len() as u64).max();
+        self.check_size(largest.unwrap_or(0))?;
         let batch: Arc<[Bytes]> = payloads
             .iter()
             .map(|p| Bytes::copy_from_slice(p.as_ref()))
@@ -160,10 +160,10 @@ impl RedisProducer {
         self.append_owned(batch).await
     }
 
-    /// Refuses an append past what Redis takes in one request, before it is copied or queued:
+    /// Refuses a payload longer than Redis takes as one argument, before it is copied or queued:
     /// Redis would drop the connection under it, and under every resend of it.
     fn check_size(&self, bytes: u64) -> Result<(), Error> {
-        let limit = self.stream.backend.config().max_append_bytes as u64;
+        let limit = self.stream.backend.config().max_payload_bytes as u64;
         if bytes > limit {
             return Err(Error::TooLarge { bytes, limit });
         }
@@ -418,14 +418,19 @@ impl RedisProducer {
         ];
         let args = head.into_iter().chain(batch.iter().map(|p| p.as_ref()));
         let seen = s.head_seen_before();
-        let value = scripts::eval(
-            &scripts::APPEND_SCRIPT,
-            &mut s.backend.write_conn(),
-            &keys,
-            args,
-        )
-        .await
-        .map_err(|e| Error::from_redis(&s.id, e))?;
+        let mut conn = s.backend.write_conn();
+        let value = scripts::eval(&scripts::APPEND_SCRIPT, &mut conn, &keys, args)
+            .await
+            .map_err(|e| match conn.was_cut_off() {
+                // Sent again after its connection closed under it, the append may have run the
+                // first time; whatever Redis said to a later attempt (an ACL rule, `-OOM`, a
+                // failed login) does not say otherwise. Only data this crate did not write is
+                // known as such whichever attempt ran.
+                true if e.code() != Some("RRCORRUPT") => {
+                    Error::Unavailable(crate::connection::may_have_run(e))
+                }
+                _ => Error::from_redis(&s.id, e),
+            })?;
         let (mut reply, status) = Reply::new(&s.id, value)?;
         match status.as_str() {
             "OK" | "DUP" => {

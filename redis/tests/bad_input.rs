@@ -87,11 +87,11 @@ async fn impossible_configurations_are_refused_up_front() {
     }
     // A zero limit would refuse every append.
     let why = refused(RedisConfig {
-        max_append_bytes: 0,
+        max_payload_bytes: 0,
         ..base()
     })
     .await;
-    assert!(why.contains("max_append_bytes"), "{why}");
+    assert!(why.contains("max_payload_bytes"), "{why}");
     // `XRANGE … COUNT` takes a signed 64-bit count: more would fail every read.
     let why = refused(RedisConfig {
         read_batch: usize::MAX,

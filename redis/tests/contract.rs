@@ -189,16 +189,16 @@ async fn a_refused_append_burns_no_id() {
 }
 
 /// Redis drops the connection under a bulk string longer than its `proto-max-bulk-len` (here
-/// 1 MiB, its minimum): with `max_append_bytes` set to that limit, a payload at it is stored and
-/// anything past it, alone or as a batch, is refused before it is sent, consuming no id, and
-/// leaves nothing pending to resend.
+/// 1 MiB, its minimum): with `max_payload_bytes` set to that limit, a
+/// payload at it is stored, alone or in a batch whose total is past it, and a longer one, alone
+/// or in a batch, is refused before it is sent, consuming no id and leaving nothing pending.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_append_past_max_append_bytes_is_refused_before_it_is_sent() {
+async fn a_payload_past_max_payload_bytes_is_refused_before_it_is_sent() {
     const LIMIT: usize = 1024 * 1024;
     let server = RedisServer::start_with(&["--proto-max-bulk-len", "1mb"]);
     let backend = server
         .backend_with(RedisConfig {
-            max_append_bytes: LIMIT,
+            max_payload_bytes: LIMIT,
             ..RedisConfig::default()
         })
         .await;
@@ -211,23 +211,24 @@ async fn an_append_past_max_append_bytes_is_refused_before_it_is_sent() {
         }
         other => panic!("expected TooLarge, got {other:?}"),
     }
-    let halves = [vec![b'y'; LIMIT / 2], vec![b'z'; LIMIT / 2 + 1]];
+    let one_too_long = [vec![b'y'; 10], vec![b'z'; LIMIT + 1]];
     assert!(matches!(
-        p.append_batch(&halves).await,
+        p.append_batch(&one_too_long).await,
         Err(Error::TooLarge { .. })
     ));
     assert!(!p.has_pending());
     assert_eq!(p.append(&vec![b'x'; LIMIT]).await.unwrap(), 1);
-    assert_eq!(p.append(b"small").await.unwrap(), 2);
+    let two_at_the_limit = [vec![b'y'; LIMIT], vec![b'z'; LIMIT]];
+    assert_eq!(p.append_batch(&two_at_the_limit).await.unwrap(), 2..=3);
     let mut r = stream.resume(Some(0)).await.unwrap();
     let mut got = Vec::new();
-    while got.len() < 2 {
+    while got.len() < 3 {
         match r.recv().await.unwrap() {
             ReadItem::Events(events) => got.extend(events.into_iter().map(|(id, p)| (id, p.len()))),
             ReadItem::Closed(reason) => panic!("closed early: {reason}"),
         }
     }
-    assert_eq!(got, vec![(1, LIMIT), (2, 5)]);
+    assert_eq!(got, vec![(1, LIMIT), (2, LIMIT), (3, LIMIT)]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,7 +5,7 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -27,9 +27,14 @@ pub enum Mode {
     LoseOneReply = 3,
 }
 
+/// Run once a reply is lost, before the client's connection is closed (so before it can send
+/// anything again).
+type Hook = Box<dyn FnOnce() + Send>;
+
 pub struct CutProxy {
     pub addr: SocketAddr,
     mode: Arc<AtomicU8>,
+    hook: Arc<Mutex<Option<Hook>>>,
 }
 
 impl CutProxy {
@@ -37,18 +42,25 @@ impl CutProxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let mode = Arc::new(AtomicU8::new(Mode::Pass as u8));
-        let m = mode.clone();
+        let hook: Arc<Mutex<Option<Hook>>> = Arc::default();
+        let (m, h) = (mode.clone(), hook.clone());
         tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
-                let m = m.clone();
+                let (m, h) = (m.clone(), h.clone());
                 tokio::spawn(async move {
                     if let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)).await {
-                        pump(client, server, m).await;
+                        pump(client, server, m, h).await;
                     }
                 });
             }
         });
-        CutProxy { addr, mode }
+        CutProxy { addr, mode, hook }
+    }
+
+    /// Runs `hook` when the next reply is lost (`LoseOneReply`), before the client sees its
+    /// connection close: a change to the server between the request it ran and the resend.
+    pub fn on_lost_reply(&self, hook: impl FnOnce() + Send + 'static) {
+        *self.hook.lock().unwrap() = Some(Box::new(hook));
     }
 
     pub fn url(&self) -> String {
@@ -61,7 +73,12 @@ impl CutProxy {
     }
 }
 
-async fn pump(client: TcpStream, server: TcpStream, mode: Arc<AtomicU8>) {
+async fn pump(
+    client: TcpStream,
+    server: TcpStream,
+    mode: Arc<AtomicU8>,
+    hook: Arc<Mutex<Option<Hook>>>,
+) {
     let (mut cr, mut cw) = client.into_split();
     let (mut sr, mut sw) = server.into_split();
     let mut cbuf = vec![0u8; 64 * 1024];
@@ -82,6 +99,11 @@ async fn pump(client: TcpStream, server: TcpStream, mode: Arc<AtomicU8>) {
                     .compare_exchange(Mode::LoseOneReply as u8, Mode::Pass as u8, Ordering::SeqCst, Ordering::SeqCst)
                     .is_ok()
                 {
+                    let hook = hook.lock().unwrap().take();
+                    if let Some(hook) = hook {
+                        // A blocking call in a test's proxy: it runs once, before the close.
+                        let _ = tokio::task::spawn_blocking(hook).await;
+                    }
                     return;
                 }
                 if cw.write_all(&sbuf[..n]).await.is_err() { return }

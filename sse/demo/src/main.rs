@@ -107,7 +107,8 @@ async fn run(args: DemoArgs) -> Result<()> {
 async fn run_alone(args: DemoArgs) -> Result<()> {
     let (app, producer) = app::build(&args.example)?;
     describe(&app.stream);
-    let listener = listen(&args).await?;
+    let listener = bind(&args).await?;
+    announce(&args, &listener)?;
     let producing = args.clone();
     tokio::spawn(async move { app::report(&produce(producer, producing, pending()).await) });
     let signal = async {
@@ -135,12 +136,17 @@ async fn run_replica(args: DemoArgs, url: &str) -> Result<()> {
     // Listening from the start: a replica stopped while it starts up may hold the lease already.
     tokio::spawn(stop_on_signals(stop.clone()));
     // Bound first: a port in use fails before the stream is created or the lease taken.
-    let listener = listen(&args).await?;
-    // The producer (or standby) runs on a task of its own, started with the replica.
+    let listener = bind(&args).await?;
+    // The producer (or standby) runs on a task of its own, started with the replica. Announced
+    // after it: a replica that says it listens has taken the lease, or found it held.
     let (router, replica) = replica::start(&args, url, stopping.clone()).await?;
-    let served = serve_with_shutdown(listener, router, ServeConfig::default(), stopped(stopping))
-        .await
-        .map_err(Into::into);
+    // From here every way out gives the lease back.
+    let served = match announce(&args, &listener) {
+        Ok(()) => serve_with_shutdown(listener, router, ServeConfig::default(), stopped(stopping))
+            .await
+            .map_err(Into::into),
+        Err(e) => Err(e),
+    };
     let _ = stop.send(true);
     // The lease is one script call away; if Redis does not answer, it lapses by itself.
     if tokio::time::timeout(HAND_BACK, replica).await.is_err() {
@@ -149,19 +155,24 @@ async fn run_replica(args: DemoArgs, url: &str) -> Result<()> {
     served
 }
 
-/// Binds the port and says where it listens (after the sizing warning, which needs the stream's
-/// settings validated; only where this process may produce).
-async fn listen(args: &DemoArgs) -> Result<tokio::net::TcpListener> {
-    if let Some(warning) = args.example.sizing_warning().filter(|_| !args.serve_only) {
-        eprintln!("{warning}");
-    }
+/// Binds the port (a port in use is reported with its number).
+async fn bind(args: &DemoArgs) -> Result<tokio::net::TcpListener> {
     let port = args.example.port;
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
         .await
         .map_err(|e| format!("--port {port}: {e}"))?;
+    Ok(listener)
+}
+
+/// Says where `listener` listens, once the server is ready to answer (the line the tests and
+/// benchmarks wait for), after the sizing warning (only where this process may produce).
+fn announce(args: &DemoArgs, listener: &tokio::net::TcpListener) -> Result<()> {
+    if let Some(warning) = args.example.sizing_warning().filter(|_| !args.serve_only) {
+        eprintln!("{warning}");
+    }
     // Stdout is line-buffered: the line is out before the first request can arrive.
     println!("listening on http://{}", listener.local_addr()?);
-    Ok(listener)
+    Ok(())
 }
 
 /// Says `stop` at the first SIGTERM or Ctrl-C, and exits the process at the second (an operator
