@@ -11,9 +11,13 @@
 //!
 //! Sending a command twice is safe because every command of this crate is idempotent: reads,
 //! `DEL`, and scripts that recognise a repeat (an append carries its id and is acknowledged again,
-//! releases and closes are monotonic, creating an existing stream opens it, and a lease
-//! acquisition carries its handle's claim and is handed the token it was granted again, see
-//! `claim.rs`).
+//! releases are monotonic, creating an existing stream opens it, and a lease acquisition carries
+//! its handle's claim and is handed the token it was granted again, see `claim.rs`). A resend
+//! can still be refused where the first attempt ran (an ACL rule or `-OOM` in between, or a
+//! lease check that comes before the repeat is recognised: a close gives its lease up, and a
+//! lease may lapse meanwhile), so a handle remembers that it resent
+//! ([`SharedConnection::was_cut_off`]) and the producer takes such a refusal of an append for an
+//! unknown outcome, and of a close for the stored reason.
 
 use std::io;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -158,14 +162,20 @@ pub(crate) fn closed_under_it(e: &RedisError) -> bool {
 /// `error`, the failure of a command that may have run all the same (its first attempt was cut
 /// off), as the lost connection it comes down to: [`Error::Unavailable`](crate::Error), and so
 /// `Error::Unknown` for an append, never a refusal.
-pub(crate) fn may_have_run(error: RedisError) -> RedisError {
+fn after_resend(error: RedisError) -> RedisError {
     if error.is_io_error() || error.is_timeout() || error.is_connection_dropped() {
         return error;
     }
+    may_have_run(error.to_string())
+}
+
+/// The lost connection a command that may have run comes down to, with what its resend was
+/// told (`answer`).
+pub(crate) fn may_have_run(answer: String) -> RedisError {
     RedisError::from(io::Error::new(
         io::ErrorKind::ConnectionAborted,
         format!(
-            "the connection closed under the command, and sending it again failed ({error}): \
+            "the connection closed under the command, and sending it again failed ({answer}): \
              it may have run"
         ),
     ))
@@ -180,7 +190,7 @@ impl ConnectionLike for SharedConnection {
                     self.cut_off = true;
                     manager.req_packed_command(cmd).await.map_err(|second| {
                         self.managed.after_failure(&second, generation);
-                        may_have_run(second)
+                        after_resend(second)
                     })
                 }
                 other => other,
@@ -206,7 +216,7 @@ impl ConnectionLike for SharedConnection {
                     let second = manager.req_packed_commands(pipeline, offset, count).await;
                     second.map_err(|second| {
                         self.managed.after_failure(&second, generation);
-                        may_have_run(second)
+                        after_resend(second)
                     })
                 }
                 other => other,

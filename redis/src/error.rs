@@ -180,6 +180,21 @@ impl Error {
         }
     }
 
+    /// Classifies the failure of a write that may have run all the same (its request went out
+    /// again after its connection closed under it): whatever a later attempt was told (an ACL
+    /// rule, `-OOM`, a failed login), it is the lost connection ([`Error::Unavailable`], so
+    /// `Error::Unknown` for an append), never a refusal. Only data this crate did not write is
+    /// known as such whichever attempt ran.
+    pub(crate) fn from_redis_after_resend(stream: &StreamId, err: redis::RedisError) -> Error {
+        if unreachable_for_now(&err) {
+            return Error::Unavailable(err);
+        }
+        match Error::from_redis(stream, err) {
+            corrupt @ Error::Corrupt { .. } => corrupt,
+            other => Error::Unavailable(crate::connection::may_have_run(other.to_string())),
+        }
+    }
+
     /// Classifies a failure to connect: Redis down, or busy for a moment, is
     /// [`Error::Unavailable`]; anything else (credentials refused or missing, an unknown
     /// database) is a configuration to fix, [`Error::Server`], not worth retrying as it is.

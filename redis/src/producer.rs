@@ -354,6 +354,7 @@ impl RedisProducer {
             }
         }
         let s = &self.stream;
+        let mut conn = s.backend.write_conn();
         let value: redis::Value = scripts::CLOSE_SCRIPT
             .key(&s.keys.meta)
             .key(&s.keys.lease)
@@ -362,12 +363,18 @@ impl RedisProducer {
             .arg(&self.token)
             .arg(codec::encode_reason(&reason))
             .arg(codec::encode_epoch(s.epoch))
-            .invoke_async(&mut s.backend.write_conn())
+            .invoke_async(&mut conn)
             .await
             .map_err(|e| Error::from_redis(&s.id, e))?;
         let (mut reply, status) = Reply::new(&s.id, value)?;
         match status.as_str() {
             "OK" => Ok(()),
+            // The lease is checked before the close is: a close that landed gave the lease up, so
+            // its resend (the reply was lost) finds no holder. The stored reason tells.
+            "FENCED" if conn.was_cut_off() => match s.state().await {
+                Ok(state) if state.closed.as_ref() == Some(&reason) => Ok(()),
+                _ => Err(self.fenced(&mut reply)),
+            },
             "FENCED" => Err(self.fenced(&mut reply)),
             "CLOSED" => Err(Error::Closed(
                 reply
@@ -422,14 +429,8 @@ impl RedisProducer {
         let value = scripts::eval(&scripts::APPEND_SCRIPT, &mut conn, &keys, args)
             .await
             .map_err(|e| match conn.was_cut_off() {
-                // Sent again after its connection closed under it, the append may have run the
-                // first time; whatever Redis said to a later attempt (an ACL rule, `-OOM`, a
-                // failed login) does not say otherwise. Only data this crate did not write is
-                // known as such whichever attempt ran.
-                true if e.code() != Some("RRCORRUPT") => {
-                    Error::Unavailable(crate::connection::may_have_run(e))
-                }
-                _ => Error::from_redis(&s.id, e),
+                true => Error::from_redis_after_resend(&s.id, e),
+                false => Error::from_redis(&s.id, e),
             })?;
         let (mut reply, status) = Reply::new(&s.id, value)?;
         match status.as_str() {
@@ -464,6 +465,11 @@ impl RedisProducer {
                     capacity: reply.id("capacity")?,
                 })
             }
+            // The lease is checked before a resend is recognised: if the first attempt ran and
+            // the lease lapsed before the resend, the event is stored all the same.
+            "FENCED" if conn.was_cut_off() => Err(Error::Unavailable(
+                crate::connection::may_have_run("the lease is no longer held".into()),
+            )),
             "FENCED" => Err(self.fenced(&mut reply)),
             "CLOSED" => Err(Error::Closed(
                 reply

@@ -520,6 +520,62 @@ async fn a_batch_whose_reply_was_lost_is_resent_as_a_whole_once() {
     assert_eq!(backend.stats().duplicates_resolved, 1);
 }
 
+/// The lease lapses between an append Redis ran and the resend of it (its reply was lost): the
+/// resend is answered "fenced", yet the event is stored. The append is `Unknown`, not `Fenced`
+/// ("nothing of it was stored"), so nobody publishes it again under another id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_lost_under_a_lost_reply_leaves_the_append_unknown() {
+    let server = RedisServer::start();
+    let proxy = CutProxy::start(server.port).await;
+    let backend = replay_ring_redis::RedisBackend::connect(&proxy.url(), RedisConfig::default())
+        .await
+        .unwrap();
+    let stream = backend.create(&sid("lapsed"), 64).await.unwrap();
+    let mut p = stream.acquire_producer().await.unwrap();
+    assert_eq!(p.append(b"e1").await.unwrap(), 1);
+    let (url, lease) = (server.url(), stream.key_names()[3].to_owned());
+    proxy.on_lost_reply(move || {
+        let mut raw = redis::Client::open(url).unwrap().get_connection().unwrap();
+        let _: () = redis::cmd("DEL").arg(lease).query(&mut raw).unwrap();
+    });
+    proxy.set(Mode::LoseOneReply);
+    let lost = p.append(b"e2").await;
+    assert!(
+        matches!(lost, Err(Error::Unknown { id: 2, .. })),
+        "{lost:?}"
+    );
+    // Resent without a cut-off, it is refused for what it is; the event is in the log once.
+    assert!(matches!(
+        p.resolve_pending().await,
+        Err(Error::Fenced { .. })
+    ));
+    let expected: Vec<(u64, Vec<u8>)> =
+        (1..=2).map(|i| (i, format!("e{i}").into_bytes())).collect();
+    assert_eq!(log(&server, &stream), expected);
+}
+
+/// A close whose reply was lost landed, and gave the lease up: its resend finds no holder. The
+/// close reports success, not `Fenced`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_close_whose_reply_was_lost_is_confirmed() {
+    let server = RedisServer::start();
+    let proxy = CutProxy::start(server.port).await;
+    let backend = replay_ring_redis::RedisBackend::connect(&proxy.url(), RedisConfig::default())
+        .await
+        .unwrap();
+    // Loads the close script, so that the reply lost below is the close's own.
+    let warm = backend.create(&sid("warm"), 64).await.unwrap();
+    let warm = warm.acquire_producer().await.unwrap();
+    warm.close(CloseReason::Completed).await.unwrap();
+    let stream = backend.create(&sid("closing"), 64).await.unwrap();
+    let mut p = stream.acquire_producer().await.unwrap();
+    assert_eq!(p.append(b"e1").await.unwrap(), 1);
+    let reason = CloseReason::error("bye");
+    proxy.set(Mode::LoseOneReply);
+    p.close(reason.clone()).await.unwrap();
+    assert_eq!(stream.state().await.unwrap().closed, Some(reason));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resend_with_another_payload_is_a_conflict() {
     let server = RedisServer::start();
