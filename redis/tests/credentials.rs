@@ -40,6 +40,25 @@ fn names_a_permission(e: &Error) -> bool {
     text.contains("can't run") || text.contains("no permissions")
 }
 
+/// The producer of a new stream `s` on a backend connected to `url`, which has appended "one".
+async fn producing_one(url: &str) -> RedisProducer {
+    let backend = RedisBackend::connect(url, RedisConfig::default())
+        .await
+        .unwrap();
+    let stream = backend.create(&sid("s"), 8).await.unwrap();
+    let mut producer = stream.acquire_producer().await.unwrap();
+    assert_eq!(producer.append(b"one").await.unwrap(), 1);
+    producer
+}
+
+/// Events 1, 2 and 3: "one", "two", "three".
+fn one_two_three() -> Vec<(u64, String)> {
+    [(1, "one"), (2, "two"), (3, "three")]
+        .into_iter()
+        .map(|(id, p)| (id, p.to_owned()))
+        .collect()
+}
+
 /// The payloads of `producer`'s stream, read back from the start.
 async fn payloads(producer: &RedisProducer) -> Vec<(u64, String)> {
     let mut reader = producer.stream().resume(Some(0)).await.unwrap();
@@ -115,13 +134,7 @@ async fn an_acl_rule_denying_xadd_is_a_server_error_and_consumes_no_id() {
 async fn credentials_changing_under_a_lost_reply_leave_the_append_unknown_and_recoverable() {
     let server = RedisServer::start_with(&["--requirepass", "old"]);
     let proxy = CutProxy::start(server.port).await;
-    let url = format!("redis://:old@{}/", proxy.addr);
-    let backend = RedisBackend::connect(&url, RedisConfig::default())
-        .await
-        .unwrap();
-    let stream = backend.create(&sid("s"), 8).await.unwrap();
-    let mut producer = stream.acquire_producer().await.unwrap();
-    assert_eq!(producer.append(b"one").await.unwrap(), 1);
+    let mut producer = producing_one(&format!("redis://:old@{}/", proxy.addr)).await;
 
     let mut admin = admin(&server, "old");
     config_set(&mut admin, "requirepass", "new");
@@ -151,11 +164,7 @@ async fn credentials_changing_under_a_lost_reply_leave_the_append_unknown_and_re
     };
     assert_eq!(resolved, Some(2));
     assert_eq!(producer.append(b"three").await.unwrap(), 3);
-    let expected: Vec<(u64, String)> = [(1, "one"), (2, "two"), (3, "three")]
-        .into_iter()
-        .map(|(id, p)| (id, p.to_owned()))
-        .collect();
-    assert_eq!(payloads(&producer).await, expected);
+    assert_eq!(payloads(&producer).await, one_two_three());
 }
 
 /// An ACL rule that comes into force between an append Redis ran and the resend of it (its
@@ -170,13 +179,7 @@ async fn an_acl_rule_arriving_under_a_lost_reply_leaves_the_append_unknown() {
         .query(&mut server.raw())
         .unwrap();
     let proxy = CutProxy::start(server.port).await;
-    let url = format!("redis://writer:pw@{}/", proxy.addr);
-    let backend = RedisBackend::connect(&url, RedisConfig::default())
-        .await
-        .unwrap();
-    let stream = backend.create(&sid("s"), 8).await.unwrap();
-    let mut producer = stream.acquire_producer().await.unwrap();
-    assert_eq!(producer.append(b"one").await.unwrap(), 1);
+    let mut producer = producing_one(&format!("redis://writer:pw@{}/", proxy.addr)).await;
 
     let set_rule = |rule: &'static str| {
         let url = server.url();
@@ -198,9 +201,5 @@ async fn an_acl_rule_arriving_under_a_lost_reply_leaves_the_append_unknown() {
     set_rule("+evalsha")();
     assert_eq!(producer.resolve_pending().await.unwrap(), Some(2));
     assert_eq!(producer.append(b"three").await.unwrap(), 3);
-    let expected: Vec<(u64, String)> = [(1, "one"), (2, "two"), (3, "three")]
-        .into_iter()
-        .map(|(id, p)| (id, p.to_owned()))
-        .collect();
-    assert_eq!(payloads(&producer).await, expected);
+    assert_eq!(payloads(&producer).await, one_two_three());
 }
