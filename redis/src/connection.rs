@@ -159,16 +159,6 @@ pub(crate) fn closed_under_it(e: &RedisError) -> bool {
     e.is_connection_dropped() && !e.is_connection_refusal() && !e.is_timeout()
 }
 
-/// `error`, the failure of a command that may have run all the same (its first attempt was cut
-/// off), as the lost connection it comes down to: [`Error::Unavailable`](crate::Error), and so
-/// `Error::Unknown` for an append, never a refusal.
-fn after_resend(error: RedisError) -> RedisError {
-    if error.is_io_error() || error.is_timeout() || error.is_connection_dropped() {
-        return error;
-    }
-    may_have_run(error.to_string())
-}
-
 /// The lost connection a command that may have run comes down to, with what its resend was
 /// told (`answer`).
 pub(crate) fn may_have_run(answer: String) -> RedisError {
@@ -188,10 +178,7 @@ impl ConnectionLike for SharedConnection {
             let result = match manager.req_packed_command(cmd).await {
                 Err(first) if closed_under_it(&first) => {
                     self.cut_off = true;
-                    manager.req_packed_command(cmd).await.map_err(|second| {
-                        self.managed.after_failure(&second, generation);
-                        after_resend(second)
-                    })
+                    manager.req_packed_command(cmd).await
                 }
                 other => other,
             };
@@ -213,11 +200,7 @@ impl ConnectionLike for SharedConnection {
             let result = match manager.req_packed_commands(pipeline, offset, count).await {
                 Err(first) if closed_under_it(&first) => {
                     self.cut_off = true;
-                    let second = manager.req_packed_commands(pipeline, offset, count).await;
-                    second.map_err(|second| {
-                        self.managed.after_failure(&second, generation);
-                        after_resend(second)
-                    })
+                    manager.req_packed_commands(pipeline, offset, count).await
                 }
                 other => other,
             };

@@ -231,6 +231,10 @@ pub fn report<B: Backend>(stopped: &Stopped<B>) {
 
 /// Completes at SIGTERM or SIGINT (Ctrl-C). A signal this process cannot listen for is never
 /// reported, rather than taken for a shutdown.
+///
+/// # Cancel safety
+///
+/// Cancel safe: it only waits; a signal that arrives after it was dropped is not reported.
 pub async fn shutdown_signal() {
     let interrupt = async {
         if let Err(e) = tokio::signal::ctrl_c().await {
