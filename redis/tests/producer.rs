@@ -526,10 +526,7 @@ async fn a_batch_whose_reply_was_lost_is_resent_as_a_whole_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_lost_under_a_lost_reply_leaves_the_append_unknown() {
     let server = RedisServer::start();
-    let proxy = CutProxy::start(server.port).await;
-    let backend = replay_ring_redis::RedisBackend::connect(&proxy.url(), RedisConfig::default())
-        .await
-        .unwrap();
+    let (proxy, backend) = through_cut_proxy(&server).await;
     let stream = backend.create(&sid("lapsed"), 64).await.unwrap();
     let mut p = stream.acquire_producer().await.unwrap();
     assert_eq!(p.append(b"e1").await.unwrap(), 1);
@@ -559,10 +556,7 @@ async fn a_lease_lost_under_a_lost_reply_leaves_the_append_unknown() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_close_whose_reply_was_lost_is_confirmed() {
     let server = RedisServer::start();
-    let proxy = CutProxy::start(server.port).await;
-    let backend = replay_ring_redis::RedisBackend::connect(&proxy.url(), RedisConfig::default())
-        .await
-        .unwrap();
+    let (proxy, backend) = through_cut_proxy(&server).await;
     // Loads the close script, so that the reply lost below is the close's own.
     let warm = backend.create(&sid("warm"), 64).await.unwrap();
     let warm = warm.acquire_producer().await.unwrap();

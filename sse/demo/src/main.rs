@@ -107,7 +107,7 @@ async fn run(args: DemoArgs) -> Result<()> {
 async fn run_alone(args: DemoArgs) -> Result<()> {
     let (app, producer) = app::build(&args.example)?;
     describe(&app.stream);
-    let listener = bind(&args).await?;
+    let listener = app::bind(args.example.port).await?;
     announce(&args, &listener)?;
     let producing = args.clone();
     tokio::spawn(async move { app::report(&produce(producer, producing, pending()).await) });
@@ -136,7 +136,7 @@ async fn run_replica(args: DemoArgs, url: &str) -> Result<()> {
     // Listening from the start: a replica stopped while it starts up may hold the lease already.
     tokio::spawn(stop_on_signals(stop.clone()));
     // Bound first: a port in use fails before the stream is created or the lease taken.
-    let listener = bind(&args).await?;
+    let listener = app::bind(args.example.port).await?;
     // The producer (or standby) runs on a task of its own, started with the replica. Announced
     // after it: a replica that says it listens has taken the lease, or found it held.
     let (router, replica) = replica::start(&args, url, stopping.clone()).await?;
@@ -153,15 +153,6 @@ async fn run_replica(args: DemoArgs, url: &str) -> Result<()> {
         eprintln!("the producer did not stop in {HAND_BACK:?}; its lease lapses by itself");
     }
     served
-}
-
-/// Binds the port (a port in use is reported with its number).
-async fn bind(args: &DemoArgs) -> Result<tokio::net::TcpListener> {
-    let port = args.example.port;
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
-        .await
-        .map_err(|e| format!("--port {port}: {e}"))?;
-    Ok(listener)
 }
 
 /// Says where `listener` listens, once the server is ready to answer (the line the tests and

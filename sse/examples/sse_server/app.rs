@@ -207,6 +207,13 @@ pub enum Stopped<B: Backend> {
     ShutDown(SseProducer<B>),
 }
 
+/// Binds `port` on 127.0.0.1; a port in use is reported with its number.
+pub async fn bind(port: u16) -> Result<tokio::net::TcpListener, String> {
+    tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .map_err(|e| format!("--port {port}: {e}"))
+}
+
 /// `e` and the errors that caused it, `: `-separated (what a log line needs to say why).
 fn with_causes(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();

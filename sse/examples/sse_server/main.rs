@@ -29,10 +29,7 @@ async fn run(args: app::Args) -> Result<(), Box<dyn std::error::Error>> {
     if let Some(warning) = args.sizing_warning() {
         eprintln!("{warning}");
     }
-    let port = args.port;
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
-        .await
-        .map_err(|e| format!("--port {port}: {e}"))?;
+    let listener = app::bind(args.port).await?;
     // Stdout is line-buffered: the line is out before the first request can arrive.
     println!("listening on http://{}", listener.local_addr()?);
     let payload = |id| bytes::Bytes::from(format!("{{\"n\":{id}}}"));
