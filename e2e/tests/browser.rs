@@ -644,3 +644,173 @@ async fn backpressure_past_the_bound_ends_with_explicit_error() {
     assert_eq!(ev[0].outcome, Outcome::Complete);
     b.quit().await.unwrap();
 }
+
+/// (c3) A connection cut as a slow consumer ends with `stream-error` `slow_consumer` once its socket
+/// takes data again; the events after the last one delivered are held for it, so the page resumes
+/// from that id and still gets every event exactly once, instead of stopping at the error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs chromium; run by scripts/test-all"]
+async fn a_page_cut_as_a_slow_consumer_resumes_exactly_once() {
+    const N: u64 = 100;
+    const CAPACITY: usize = 64;
+    // 64 events of 256 KiB: a full window is more than loopback's socket buffers absorb (~3 MiB
+    // on the server's side plus the proxy's receive buffer), so the server's write stays pending.
+    const PAYLOAD: &str = "262144";
+    let _serial = SERIAL.lock().await;
+    let name = "c3-slow-consumer-cut";
+    let (server, proxy, mut b) = start_all(
+        name,
+        ServerOptions {
+            capacity: Some(CAPACITY),
+            rate: Some(0),
+            events: Some(N),
+            // Long enough that the cut connection's events are still held when it resumes, short
+            // enough that the producer gets past the first full window within the test.
+            resumption_window_ms: Some(3_000),
+            backpressure_timeout_ms: Some(60_000),
+            extra_args: [
+                fast_retry().extra_args,
+                ["--write-timeout-ms", "300", "--payload-bytes", PAYLOAD]
+                    .map(String::from)
+                    .to_vec(),
+            ]
+            .concat(),
+        },
+        |c| ProxyConfig {
+            throttle_bytes_per_sec: Some(0),
+            ..c
+        },
+    )
+    .await;
+    let seen_by = Witnesses::of_server(name, &proxy, &server);
+    wait_metrics(&server, "the stalled page cut as a slow consumer", |m| {
+        m.get("slow_consumers_cut").is_some_and(|c| c >= 1.0)
+    })
+    .await;
+    proxy.set_throttle(None);
+
+    let s = wait_and_shoot(&mut b, &seen_by, "all events and `end`", |s| s.done).await;
+    let log = proxy.requests();
+    assert_exactly_once(&s, N, &log);
+    assert_eq!(s.text_of("status"), "done");
+    // One cut at least (the stall); a resumed connection that chromium is slow to read on a
+    // loaded machine may be cut again, and resumes the same way.
+    let interruptions = s.raw["interruptions"].as_array().unwrap();
+    assert!(!interruptions.is_empty());
+    for i in interruptions {
+        assert_eq!(i["error"], "slow_consumer", "{interruptions:?}");
+    }
+    assert_eq!(s.reconnects, interruptions.len() as u64);
+
+    // The wire: the server ended each cut response itself (with the error frame), and each of the
+    // browser's own reconnects carried the last id it had been sent.
+    let ev = event_requests(&log);
+    assert_eq!(ev.len(), interruptions.len() + 1, "{}", summary(&log));
+    for w in ev.windows(2) {
+        assert_eq!(w[0].outcome, Outcome::Complete, "{}", summary(&log));
+        assert_eq!(w[1].status, Some(200));
+        assert_eq!(
+            w[1].last_event_id.as_deref(),
+            w[0].frame_ids.last().map(String::as_str),
+            "{}",
+            summary(&log)
+        );
+    }
+    b.quit().await.unwrap();
+}
+
+/// Opens `/events` directly on `addr` until the server serves it (it answers 503 while its one
+/// reader slot is still taken by a connection it has not yet seen close); returns the open stream.
+async fn take_the_only_reader(addr: SocketAddr) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt;
+    let deadline = Instant::now() + LONG;
+    loop {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        s.write_all(format!("GET /events HTTP/1.1\r\nHost: {addr}\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        let mut r = replay_ring_e2e::http::Buffered::new(s);
+        let head = r.read_head().await.unwrap().expect("a response head");
+        if head.first_line.contains(" 200 ") {
+            return r.inner;
+        }
+        assert!(head.first_line.contains(" 503 "), "{}", head.first_line);
+        assert!(Instant::now() < deadline, "the reader slot was never freed");
+        // Polling under a deadline: the server has no signal for "a slot is free".
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// (d) A resume refused for now (503 `too_many_readers`, `Retry-After: 1`) is retried after the
+/// Retry-After, with the cursor in the query string (a new `EventSource` cannot set
+/// `Last-Event-ID`), and the page goes on exactly once as soon as a slot is free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs chromium; run by scripts/test-all"]
+async fn a_resume_refused_for_now_is_retried_and_continues_exactly_once() {
+    const N: u64 = 400;
+    let _serial = SERIAL.lock().await;
+    let name = "d-retry-after-503";
+    let (server, proxy, mut b) = start_all(
+        name,
+        ServerOptions {
+            capacity: Some(1024),
+            rate: Some(100),
+            events: Some(N),
+            extra_args: [
+                fast_retry().extra_args,
+                ["--max-readers", "1"].map(String::from).to_vec(),
+            ]
+            .concat(),
+            ..ServerOptions::default()
+        },
+        |c| c,
+    )
+    .await;
+    let seen_by = Witnesses::of_server(name, &proxy, &server);
+    wait_page(&mut b, &seen_by, "first events", |s| s.ids.len() >= 20).await;
+
+    // Cut the page and hold its reconnect while another client takes the only reader slot.
+    proxy.set_hold(true);
+    proxy.set_cut_after_frames(Some(1));
+    let held = wait_held(&proxy).await;
+    let cursor = held.last().unwrap().last_event_id.clone().unwrap();
+    let other = take_the_only_reader(server.addr()).await;
+    proxy.set_cut_after_frames(None);
+    proxy.set_hold(false);
+
+    let s = wait_page(&mut b, &seen_by, "a refusal the page waits out", |s| {
+        s.raw["interruptions"]
+            .as_array()
+            .is_some_and(|i| !i.is_empty())
+    })
+    .await;
+    assert!(!s.done, "the page did not give up: {:?}", s.error);
+    let refusal = &s.raw["interruptions"][0];
+    assert_eq!(refusal["error"], "too_many_readers", "{refusal}");
+    assert_eq!(refusal["status"], 503);
+    drop(other);
+
+    let s = wait_and_shoot(&mut b, &seen_by, "all events and `end`", |s| s.done).await;
+    let log = proxy.requests();
+    assert_exactly_once(&s, N, &log);
+    assert_eq!(s.text_of("status"), "done");
+    let ev = event_requests(&log);
+    assert!(
+        ev.iter()
+            .any(|l| l.status == Some(503) && l.last_event_id.as_deref() == Some(&cursor)),
+        "the browser's own resume was refused:\n{}",
+        summary(&log)
+    );
+    // The resume that succeeded named the cursor in the query string, and only there.
+    let resumed = ev.last().unwrap();
+    assert_eq!(resumed.status, Some(200), "{}", summary(&log));
+    assert_eq!(resumed.last_event_id, None, "{}", summary(&log));
+    // `encodeURIComponent` leaves an id's characters (`[A-Za-z0-9_.-]`) as they are.
+    assert_eq!(
+        resumed.path.split_once("?lastEventId="),
+        Some(("/events", cursor.as_str())),
+        "{}",
+        summary(&log)
+    );
+    b.quit().await.unwrap();
+}
