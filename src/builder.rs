@@ -219,27 +219,31 @@ impl<T: Send> Builder<T> {
         self
     }
 
-    /// Allocates the ring: the slots (all of them, or the first [`initial_slots`](Self::initial_slots)),
-    /// and the reader table's first segment. Nothing else is allocated after this,
-    /// except the slot segments a ring built with `initial_slots < capacity` grows into and the
-    /// reader-table segments that registrations beyond the first 64 entries open
-    /// ([`max_readers`](Self::max_readers)).
+    /// Checks the settings as [`build`](Self::build) does, without allocating anything: for
+    /// settings that come from outside (flags, a config file), to refuse them before other work
+    /// starts, or where rings are built later, one per request.
     ///
     /// # Errors
     ///
-    /// A [`BuildError`] on a zero or absurd capacity, zero or too many readers, a first id outside
-    /// `1..u64::MAX`, or when the allocator refuses the slot array.
+    /// The [`BuildError`] that `build` would return for these settings, except
+    /// [`BuildError::AllocationFailed`], which only the allocation itself can tell.
     ///
     /// ```
     /// use replay_ring::{BuildError, ReplayRing};
     ///
-    /// assert!(ReplayRing::<u8>::builder().capacity(3).build().is_ok());
+    /// assert!(ReplayRing::<u8>::builder().capacity(1 << 20).check().is_ok());
     /// assert_eq!(
-    ///     ReplayRing::<u8>::builder().first_id(0).build().unwrap_err(),
-    ///     BuildError::InvalidFirstId(0)
+    ///     ReplayRing::<u8>::builder().max_readers(0).check(),
+    ///     Err(BuildError::ZeroReaders)
     /// );
     /// ```
-    pub fn build(self) -> Result<(Producer<T>, ReplayRing<T>), BuildError> {
+    pub fn check(&self) -> Result<(), BuildError> {
+        self.window().map(drop)
+    }
+
+    /// The window's capacity (the requested one rounded up to a power of two), once every
+    /// setting has been checked.
+    fn window(&self) -> Result<usize, BuildError> {
         if self.capacity == 0 {
             return Err(BuildError::ZeroCapacity);
         }
@@ -264,7 +268,31 @@ impl<T: Send> Builder<T> {
         if self.first_id == 0 || self.first_id > LAST_ID {
             return Err(BuildError::InvalidFirstId(self.first_id));
         }
+        Ok(capacity)
+    }
 
+    /// Allocates the ring: the slots (all of them, or the first [`initial_slots`](Self::initial_slots)),
+    /// and the reader table's first segment. Nothing else is allocated after this,
+    /// except the slot segments a ring built with `initial_slots < capacity` grows into and the
+    /// reader-table segments that registrations beyond the first 64 entries open
+    /// ([`max_readers`](Self::max_readers)).
+    ///
+    /// # Errors
+    ///
+    /// A [`BuildError`] on a zero or absurd capacity, zero or too many readers, a first id outside
+    /// `1..u64::MAX`, or when the allocator refuses the slot array.
+    ///
+    /// ```
+    /// use replay_ring::{BuildError, ReplayRing};
+    ///
+    /// assert!(ReplayRing::<u8>::builder().capacity(3).build().is_ok());
+    /// assert_eq!(
+    ///     ReplayRing::<u8>::builder().first_id(0).build().unwrap_err(),
+    ///     BuildError::InvalidFirstId(0)
+    /// );
+    /// ```
+    pub fn build(self) -> Result<(Producer<T>, ReplayRing<T>), BuildError> {
+        let capacity = self.window()?;
         // Clamped first: `capacity` is a power of two, so rounding up cannot pass it (or overflow).
         let initial_slots = self
             .initial_slots

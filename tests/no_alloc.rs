@@ -142,6 +142,20 @@ fn bytes_to_build(initial_slots: Option<usize>) -> usize {
 }
 
 #[test]
+fn checking_settings_allocates_nothing() {
+    // The largest window and reader table a `[u8; 128]` ring may have: building it would take
+    // over 128 GiB; checking it takes nothing.
+    let builder = ReplayRing::<[u8; 128]>::builder()
+        .capacity(replay_ring::MAX_CAPACITY)
+        .max_readers(replay_ring::MAX_READERS);
+    COUNTING.with(|c| c.set(true));
+    let checked = builder.check();
+    COUNTING.with(|c| c.set(false));
+    assert_eq!(checked, Ok(()));
+    assert_eq!(allocations(), 0, "check() allocated");
+}
+
+#[test]
 fn an_idle_lazy_ring_allocates_only_its_first_segment() {
     let eager = bytes_to_build(None);
     let lazy = bytes_to_build(Some(16));

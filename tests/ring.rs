@@ -35,13 +35,19 @@ fn next_batch_ids<T: Sync>(reader: &mut Reader<T>) -> Vec<u64> {
 
 #[test]
 fn bad_configurations_are_errors_not_panics() {
+    // `check` (which allocates nothing) and `build` agree on every configuration.
     let build = |capacity, readers, first| {
-        ReplayRing::<u64>::builder()
+        let builder = ReplayRing::<u64>::builder()
             .capacity(capacity)
             .max_readers(readers)
-            .first_id(first)
-            .build()
-            .map(|_| ())
+            .first_id(first);
+        let checked = builder.check();
+        let built = builder.build().map(|_| ());
+        assert_eq!(
+            checked, built,
+            "capacity {capacity}, readers {readers}, first id {first}"
+        );
+        built
     };
     assert_eq!(build(0, 1, 1), Err(BuildError::ZeroCapacity));
     assert_eq!(
@@ -104,6 +110,13 @@ fn a_huge_payload_times_capacity_is_refused() {
             requested: 8,
             max: 4
         }
+    );
+    assert_eq!(
+        ReplayRing::<[u8; 1 << 60]>::builder().capacity(8).check(),
+        Err(BuildError::CapacityTooLarge {
+            requested: 8,
+            max: 4
+        })
     );
     // 1 PiB fits in an isize but not in this machine: the allocator's refusal is an error too.
     let err = ReplayRing::<[u8; 1 << 20]>::new(1 << 30, 1).unwrap_err();

@@ -79,12 +79,9 @@ impl StoreConfig {
     /// assert!(StoreConfig { capacity: 0, ..StoreConfig::default() }.check().is_err());
     /// ```
     pub fn check(&self) -> Result<(), BuildError> {
-        // One slot: enough to check the settings without allocating a whole window.
         ReplayRing::<ServerSseMessage>::builder()
             .capacity(self.capacity)
-            .initial_slots(1)
             .max_readers(self.max_readers)
-            .build()
-            .map(drop)
+            .check()
     }
 }

@@ -130,9 +130,8 @@ async fn run_replica(args: DemoArgs, url: &str) -> Result<()> {
     // connection), refused before anything is created in Redis.
     ReplayRing::<Bytes>::builder()
         .capacity(args.example.capacity)
-        .initial_slots(1)
         .max_readers(args.example.max_readers)
-        .build()?;
+        .check()?;
     // Listening from the start: a replica stopped while it starts up may hold the lease already.
     tokio::spawn(stop_on_signals(stop.clone()));
     // Bound first: a port in use fails before the stream is created or the lease taken.
