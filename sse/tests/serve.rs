@@ -103,13 +103,25 @@ async fn start_with_shutdown(
     tokio::sync::oneshot::Sender<()>,
     tokio::task::JoinHandle<std::io::Result<()>>,
 ) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (signal_tx, signal_rx) = tokio::sync::oneshot::channel::<()>();
     let config = ServeConfig {
         shutdown_grace: grace,
         ..ServeConfig::default()
     };
+    start_with_config(app, config).await
+}
+
+/// [`start_with_shutdown`] with every setting given.
+async fn start_with_config(
+    app: Router,
+    config: ServeConfig,
+) -> (
+    SocketAddr,
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<std::io::Result<()>>,
+) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (signal_tx, signal_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(replay_ring_sse::axum::serve_with_shutdown(
         listener,
         app,
@@ -602,4 +614,126 @@ async fn settings_that_serve_nothing_are_refused_up_front() {
         .unwrap();
     let reply = read_to_close(&mut socket, Duration::from_secs(5)).await;
     assert!(reply.starts_with(b"HTTP/1.1 200"));
+}
+
+/// A handler that switches protocols (as a WebSocket route does) would hand its socket out of the
+/// cap, the timeouts and the shutdown: the switch is answered with a 501 instead, the handler's
+/// upgrade fails, and the connection goes on serving requests under every limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_protocol_switch_is_refused_with_501() {
+    let (upgrade_tx, mut upgrades) = tokio::sync::mpsc::unbounded_channel();
+    let app = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .route(
+            "/up",
+            get(move |mut request: axum::extract::Request| {
+                let upgrade_tx = upgrade_tx.clone();
+                async move {
+                    let on_upgrade = hyper::upgrade::on(&mut request);
+                    tokio::spawn(async move {
+                        let _ = upgrade_tx.send(on_upgrade.await.is_ok());
+                    });
+                    axum::http::Response::builder()
+                        .status(axum::http::StatusCode::SWITCHING_PROTOCOLS)
+                        .header("connection", "upgrade")
+                        .header("upgrade", "echo")
+                        .body(Body::empty())
+                        .unwrap()
+                }
+            }),
+        )
+        // A tunnel: `CONNECT` answered 200.
+        .fallback(|| async { "tunnel open" });
+    let config = ServeConfig {
+        max_connections: 1,
+        ..ServeConfig::default()
+    };
+    let (addr, _signal, _server) = start_with_config(app, config).await;
+
+    let mut socket = TcpStream::connect(addr).await.unwrap();
+    let requests: [&[u8]; 2] = [
+        b"GET /up HTTP/1.1\r\nHost: x\r\nConnection: upgrade\r\nUpgrade: echo\r\n\r\n",
+        b"CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n",
+    ];
+    for request in requests {
+        socket.write_all(request).await.unwrap();
+        let reply = read_one_reply(&mut socket).await;
+        assert!(reply.starts_with("HTTP/1.1 501"), "{reply}");
+        assert!(reply.contains("upgrade_not_supported"), "{reply}");
+    }
+    // The handler learnt that its switch did not happen.
+    assert_eq!(upgrades.recv().await, Some(false));
+    // The same connection, still the only one allowed, still serves plain requests.
+    socket
+        .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let reply = read_one_reply(&mut socket).await;
+    assert!(
+        reply.starts_with("HTTP/1.1 200") && reply.ends_with("ok"),
+        "{reply}"
+    );
+}
+
+/// Reads one response with a `content-length` body from `socket` (left open), as text.
+async fn read_one_reply(socket: &mut TcpStream) -> String {
+    let mut reply = Vec::new();
+    let mut buf = [0u8; 1024];
+    let deadline = Instant::now() + common::LIMIT;
+    loop {
+        let text = String::from_utf8_lossy(&reply).into_owned();
+        if let Some((head, body)) = text.split_once("\r\n\r\n") {
+            let length = head
+                .lines()
+                .find_map(|l| {
+                    l.to_ascii_lowercase()
+                        .strip_prefix("content-length:")
+                        .map(|v| v.trim().parse::<usize>().unwrap())
+                })
+                .expect("a content-length");
+            if body.len() >= length {
+                return text;
+            }
+        }
+        let n = tokio::time::timeout_at(deadline.into(), socket.read(&mut buf))
+            .await
+            .expect("a whole reply in time")
+            .unwrap();
+        assert!(n > 0, "closed mid-reply: {text}");
+        reply.extend_from_slice(&buf[..n]);
+    }
+}
+
+/// A connection over the cap, still silent (its 503 waits for a request head), is closed at the
+/// shutdown signal, before `serve_with_shutdown` returns, not left to its own 2 s timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_waiting_for_their_503_close_before_shutdown_returns() {
+    let app = Router::new().route("/", get(|| async { "ok" }));
+    let config = ServeConfig {
+        max_connections: 1,
+        shutdown_grace: Duration::ZERO,
+        ..ServeConfig::default()
+    };
+    let (addr, signal_tx, server) = start_with_config(app, config).await;
+    let mut holder = TcpStream::connect(addr).await.unwrap();
+    holder
+        .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    assert!(read_one_reply(&mut holder)
+        .await
+        .starts_with("HTTP/1.1 200"));
+    let mut silent = TcpStream::connect(addr).await.unwrap();
+    // Accepted after `silent`, and refused: the accept loop has handed `silent` its refusal.
+    let probe = common::get(addr, "/", &[]).await;
+    assert_eq!(probe.status, 503);
+    let signalled = Instant::now();
+    signal_tx.send(()).unwrap();
+    server.await.unwrap().unwrap();
+    // Its refusal would have waited 2 s from its accept for a request head.
+    let closed = closed_within(&mut silent, Duration::from_secs(1)).await;
+    eprintln!(
+        "serve returned {:?} after the signal, the silent connection was closed {closed:?} later",
+        signalled.elapsed() - closed
+    );
 }

@@ -61,6 +61,7 @@ mod endpoint;
 mod frames;
 #[cfg(feature = "metrics")]
 mod metrics;
+mod no_upgrades;
 mod producer;
 mod serve;
 mod serve_stats;

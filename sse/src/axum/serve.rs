@@ -148,6 +148,11 @@ fn default_max_connections() -> usize {
 /// start its client's resumption window, the moment the client goes; browsers and SSE clients
 /// never half-close.
 ///
+/// Protocols are not switched: a handler's `101 Switching Protocols` (a WebSocket route) or `2xx`
+/// answer to `CONNECT` goes out as `501 Not Implemented` with
+/// `{"error":"upgrade_not_supported",…}`, because an upgraded connection would leave the cap, the
+/// timeouts and the shutdown behind. Serve such routes from a server of their own.
+///
 /// # Errors
 ///
 /// [`io::ErrorKind::InvalidInput`] at once, before accepting anything, if a timeout of `config`
@@ -180,14 +185,19 @@ pub async fn serve(listener: TcpListener, router: Router, config: ServeConfig) -
 ///
 /// 1. the listener is closed, so new connections are refused;
 /// 2. every open connection finishes the response it is writing and closes instead of waiting for
-///    another request (idle keep-alive connections close at once);
+///    another request (idle keep-alive connections close at once; a new connection that has sent
+///    part of its first request head may still complete it and be answered, within the grace and
+///    the header-read timeout); connections over the cap that are waiting for their 503 are
+///    closed at once;
 /// 3. connections still open [`shutdown_grace`](ServeConfig::shutdown_grace) later are closed.
 ///    Event streams do not end by themselves, so this is where they end unless the application
 ///    closed their producer first (its streams then end with their close frame). Their clients
 ///    reconnect with `Last-Event-ID` (to another replica, or to this server once it is back) and
-///    miss nothing the store still holds.
+///    miss nothing the store still holds. Each connection counts the grace from when its task
+///    sees the signal; one busy writing a very large event sees it once that event is written.
 ///
-/// Returns once every connection has closed.
+/// Returns once every connection has closed. With a long grace, an open event stream holds the
+/// return that long: close the stream's producer at the signal, or keep the grace short.
 ///
 /// # Errors
 ///
@@ -219,10 +229,14 @@ pub async fn serve_with_shutdown(
     signal: impl Future<Output = ()> + Send,
 ) -> io::Result<()> {
     config.check()?;
-    let router = router.layer(::axum::middleware::map_request_with_state(
-        config.body_read_timeout,
-        super::body_deadline::with_body_deadline,
-    ));
+    let router = router
+        .layer(::axum::middleware::map_request_with_state(
+            config.body_read_timeout,
+            super::body_deadline::with_body_deadline,
+        ))
+        .layer(::axum::middleware::from_fn(
+            super::no_upgrades::refuse_upgrades,
+        ));
     // `acquire_many` counts in u32; a larger cap is no cap in practice.
     let cap = u32::try_from(config.max_connections).unwrap_or(u32::MAX);
     let permits = Arc::new(Semaphore::new(cap as usize));
@@ -259,7 +273,12 @@ pub async fn serve_with_shutdown(
             Err(_) => {
                 count(Closed::Refused);
                 if let Ok(permit) = overflow.clone().try_acquire_owned() {
-                    tokio::spawn(refuse_connection(tcp, config.max_connections, permit));
+                    tokio::spawn(refuse_connection(
+                        tcp,
+                        config.max_connections,
+                        permit,
+                        stopping.clone(),
+                    ));
                 }
             }
         }
@@ -269,7 +288,9 @@ pub async fn serve_with_shutdown(
     // not polled theirs yet (the value is marked changed for every receiver).
     let _ = stop.send(true);
     // Each connection holds a permit until its task ends: all of them back means all closed.
+    // Refusals in progress stop at the signal, so they are back at once.
     let _all_closed = permits.acquire_many(cap).await;
+    let _all_refused = overflow.acquire_many(OVERFLOW_ANSWERS as u32).await;
     Ok(())
 }
 
@@ -296,8 +317,9 @@ async fn serve_connection(
     let connection = http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(capped(config.header_read_timeout))
-        .serve_connection(io, service)
-        .with_upgrades();
+        // No `with_upgrades()`: an upgraded socket would leave this task, and with it the cap,
+        // the timeouts and the shutdown (`refuse_upgrades` answers a switch with a 501).
+        .serve_connection(io, service);
     tokio::pin!(connection);
     let mut watchdog = Watchdog::new(activity, config, stopping);
     let mut wake = SideWake::new();
@@ -319,8 +341,14 @@ async fn serve_connection(
     }
 }
 
-/// Answers an over-the-cap connection with a 503 and closes it.
-async fn refuse_connection(tcp: TcpStream, limit: usize, _permit: OwnedSemaphorePermit) {
+/// Answers an over-the-cap connection with a 503 and closes it; at the shutdown signal, closes it
+/// at once (a refusal is not worth a grace).
+async fn refuse_connection(
+    tcp: TcpStream,
+    limit: usize,
+    _permit: OwnedSemaphorePermit,
+    mut stopping: watch::Receiver<bool>,
+) {
     let body = serde_json::json!({
         "error": "too_many_connections",
         "limit": limit,
@@ -344,5 +372,9 @@ async fn refuse_connection(tcp: TcpStream, limit: usize, _permit: OwnedSemaphore
         .header_read_timeout(OVERFLOW_TIMEOUT)
         .keep_alive(false)
         .serve_connection(TokioIo::new(tcp), service);
-    let _ = tokio::time::timeout(OVERFLOW_TIMEOUT, connection).await;
+    tokio::select! {
+        _ = tokio::time::timeout(OVERFLOW_TIMEOUT, connection) => {}
+        // An error means the server's sender is gone: it stopped too.
+        _ = stopping.wait_for(|stop| *stop) => {}
+    }
 }
