@@ -404,7 +404,8 @@ async fn page_and_metrics_are_served() {
     let page = get(server.port, "/", None).await;
     assert_eq!(page.status, 200);
     for needle in [
-        "new EventSource(\"/events\")",
+        "new EventSource(",
+        "\"/events\"",
         "window.__replay",
         "id=\"received\"",
         "id=\"gaps\"",
