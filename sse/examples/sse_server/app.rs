@@ -75,7 +75,9 @@ pub struct Args {
     /// Simultaneous event-stream connections
     #[arg(long, default_value_t = 16)]
     pub max_readers: usize,
-    /// Stream epoch, lowercase hex [default: random per process]
+    /// Stream epoch, lowercase hex [default: random per process]. Give each start its own: a
+    /// restarted stream counts from id 1 again, and under a reused epoch a client's resume could
+    /// run on into the new events as if they followed its own
     #[arg(long, value_parser = parse_epoch)]
     pub epoch: Option<Epoch>,
     /// Start producing at startup, not at the first /events request
