@@ -93,16 +93,16 @@ async fn start(config: ServeConfig) -> (SocketAddr, Flags) {
     (addr, flags)
 }
 
-/// Serves `app` with `serve_with_shutdown` and the given grace; the sender is the shutdown signal,
-/// the handle completes when the server has returned.
-async fn start_with_shutdown(
-    app: Router,
-    grace: Duration,
-) -> (
+/// A server under test: its address, its shutdown signal, and its task, which completes when the
+/// server has returned.
+type Served = (
     SocketAddr,
     tokio::sync::oneshot::Sender<()>,
     tokio::task::JoinHandle<std::io::Result<()>>,
-) {
+);
+
+/// Serves `app` with `serve_with_shutdown` and the given grace.
+async fn start_with_shutdown(app: Router, grace: Duration) -> Served {
     let config = ServeConfig {
         shutdown_grace: grace,
         ..ServeConfig::default()
@@ -111,14 +111,7 @@ async fn start_with_shutdown(
 }
 
 /// [`start_with_shutdown`] with every setting given.
-async fn start_with_config(
-    app: Router,
-    config: ServeConfig,
-) -> (
-    SocketAddr,
-    tokio::sync::oneshot::Sender<()>,
-    tokio::task::JoinHandle<std::io::Result<()>>,
-) {
+async fn start_with_config(app: Router, config: ServeConfig) -> Served {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (signal_tx, signal_rx) = tokio::sync::oneshot::channel::<()>();
