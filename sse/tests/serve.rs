@@ -635,6 +635,11 @@ async fn a_protocol_switch_is_refused_with_501() {
                 }
             }),
         )
+        // How an extractor such as axum's `WebSocketUpgrade` refuses an upgrade it cannot take.
+        .route(
+            "/ws",
+            get(|| async { (axum::http::StatusCode::UPGRADE_REQUIRED, "no upgrade") }),
+        )
         // A tunnel: `CONNECT` answered 200.
         .fallback(|| async { "tunnel open" });
     let config = ServeConfig {
@@ -644,18 +649,23 @@ async fn a_protocol_switch_is_refused_with_501() {
     let (addr, _signal, _server) = start_with_config(app, config).await;
 
     let mut socket = TcpStream::connect(addr).await.unwrap();
-    let requests: [&[u8]; 2] = [
+    let requests: [&[u8]; 3] = [
         b"GET /up HTTP/1.1\r\nHost: x\r\nConnection: upgrade\r\nUpgrade: echo\r\n\r\n",
+        b"GET /ws HTTP/1.1\r\nHost: x\r\nConnection: upgrade\r\nUpgrade: websocket\r\n\r\n",
         b"CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n",
     ];
-    for request in requests {
+    for (i, request) in requests.into_iter().enumerate() {
         socket.write_all(request).await.unwrap();
         let reply = read_one_reply(&mut socket).await;
         assert!(reply.starts_with("HTTP/1.1 501"), "{reply}");
         assert!(reply.contains("upgrade_not_supported"), "{reply}");
+        if i == 0 {
+            // The handler learns at once that its switch did not happen, while the connection
+            // goes on (not when it ends).
+            let learnt = tokio::time::timeout(common::LIMIT, upgrades.recv()).await;
+            assert_eq!(learnt, Ok(Some(false)));
+        }
     }
-    // The handler learnt that its switch did not happen.
-    assert_eq!(upgrades.recv().await, Some(false));
     // The same connection, still the only one allowed, still serves plain requests.
     socket
         .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")

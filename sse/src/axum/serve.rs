@@ -149,9 +149,11 @@ fn default_max_connections() -> usize {
 /// never half-close.
 ///
 /// Protocols are not switched: a handler's `101 Switching Protocols` (a WebSocket route) or `2xx`
-/// answer to `CONNECT` goes out as `501 Not Implemented` with
+/// answer to `CONNECT`, or the `426 Upgrade Required` of an extractor such as axum's
+/// `WebSocketUpgrade`, goes out as `501 Not Implemented` with
 /// `{"error":"upgrade_not_supported",…}`, because an upgraded connection would leave the cap, the
-/// timeouts and the shutdown behind. Serve such routes from a server of their own.
+/// timeouts and the shutdown behind. A handler waiting for the upgrade (`hyper::upgrade::on`) gets
+/// an error at once. Serve such routes from a server of their own.
 ///
 /// # Errors
 ///
