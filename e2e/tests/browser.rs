@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use common::mock_sse::{self, MockOptions};
 use replay_ring_e2e::browser::{artifacts_dir, seq_of_str, Browser, PageState};
+use replay_ring_e2e::redis::RedisProcess;
 use replay_ring_e2e::server::{DemoServer, Metrics, ServerOptions};
 use replay_ring_e2e::{ChaosProxy, Outcome, ProxyConfig, ProxyHandle, RequestLog};
 
@@ -812,5 +813,86 @@ async fn a_resume_refused_for_now_is_retried_and_continues_exactly_once() {
         "{}",
         summary(&log)
     );
+    b.quit().await.unwrap();
+}
+
+/// The errors the page resumed after, by their `error` field.
+fn interruptions(s: &PageState) -> Vec<String> {
+    s.raw["interruptions"]
+        .as_array()
+        .map(|all| {
+            all.iter()
+                .map(|i| i["error"].as_str().unwrap_or_default().to_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// (e) The demo on Redis, and Redis frozen (`SIGSTOP`): the page's connection ends with
+/// `stream-error` `backend_unavailable` and its resumes are refused with 503 while Redis stays out
+/// of reach; once Redis is back the page resumes, and every event arrives exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs chromium and redis-server; run by scripts/test-all"]
+async fn a_page_rides_out_a_redis_outage_exactly_once() {
+    const N: u64 = 150;
+    let _serial = SERIAL.lock().await;
+    let name = "e-redis-outage";
+    let redis = RedisProcess::start()
+        .await
+        .expect("start redis-server (scripts/redis-setup installs it)");
+    let (server, proxy, mut b) = start_all(
+        name,
+        ServerOptions {
+            rate: Some(50),
+            events: Some(N),
+            extra_args: [
+                fast_retry().extra_args,
+                // A lease that outlasts the outage: this test is not about a standby taking over.
+                vec![
+                    "--redis".into(),
+                    redis.url(),
+                    "--lease-ms".into(),
+                    "120000".into(),
+                ],
+            ]
+            .concat(),
+            ..ServerOptions::default()
+        },
+        |c| c,
+    )
+    .await;
+    let seen_by = Witnesses::of_server(name, &proxy, &server);
+    wait_page(&mut b, &seen_by, "first events", |s| s.ids.len() >= 20).await;
+
+    redis.freeze().unwrap();
+    let s = wait_page(&mut b, &seen_by, "the outage reported to the page", |s| {
+        !interruptions(s).is_empty()
+    })
+    .await;
+    assert!(!s.done, "the page gave up: {:?}", s.error);
+    redis.thaw().unwrap();
+
+    let s = wait_and_shoot(&mut b, &seen_by, "all events and `end`", |s| s.done).await;
+    let log = proxy.requests();
+    assert_exactly_once(&s, N, &log);
+    assert_eq!(s.text_of("status"), "done");
+    let seen = interruptions(&s);
+    assert!(
+        seen.iter().all(|e| e == "backend_unavailable"),
+        "{seen:?}\n{}",
+        summary(&log)
+    );
+    // The connection that was live when Redis froze was ended by the server (with the frame), not
+    // cut; resumes followed it.
+    let ev = event_requests(&log);
+    let (last, before) = ev.split_last().unwrap();
+    assert!(
+        before
+            .iter()
+            .any(|l| l.outcome == Outcome::Complete && l.status == Some(200)),
+        "{}",
+        summary(&log)
+    );
+    assert_eq!(last.status, Some(200), "{}", summary(&log));
     b.quit().await.unwrap();
 }
