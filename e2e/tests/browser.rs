@@ -38,9 +38,18 @@ async fn spawn_server(name: &str, opts: ServerOptions) -> DemoServer {
 /// The example's defaults, except that the page reconnects 50 ms after a cut.
 fn fast_retry() -> ServerOptions {
     ServerOptions {
-        extra_args: vec!["--retry-ms".into(), "50".into()],
+        extra_args: fast_retry_and(&[]),
         ..ServerOptions::default()
     }
+}
+
+/// The server arguments of [`fast_retry`] followed by `more`.
+fn fast_retry_and(more: &[&str]) -> Vec<String> {
+    ["--retry-ms", "50"]
+        .iter()
+        .chain(more)
+        .map(|a| a.to_string())
+        .collect()
 }
 
 /// Starts the chaos proxy in front of `upstream` (`config` adjusts its defaults), launches chromium
@@ -514,11 +523,7 @@ async fn slow_consumer_backpressures_without_loss() {
             // refused them (see c2). This test is about the producer waiting, so the server's
             // write timeout (5 s by default; `sse/tests/slow_consumer.rs` covers it) is set past
             // any such stall instead of cutting the stream in the middle of it.
-            extra_args: [
-                fast_retry().extra_args,
-                vec!["--write-timeout-ms".into(), "60000".into()],
-            ]
-            .concat(),
+            extra_args: fast_retry_and(&["--write-timeout-ms", "60000"]),
         },
         paused_reads,
     )
@@ -669,13 +674,7 @@ async fn a_page_cut_as_a_slow_consumer_resumes_exactly_once() {
             // enough that the producer gets past the first full window within the test.
             resumption_window_ms: Some(3_000),
             backpressure_timeout_ms: Some(60_000),
-            extra_args: [
-                fast_retry().extra_args,
-                ["--write-timeout-ms", "300", "--payload-bytes", PAYLOAD]
-                    .map(String::from)
-                    .to_vec(),
-            ]
-            .concat(),
+            extra_args: fast_retry_and(&["--write-timeout-ms", "300", "--payload-bytes", PAYLOAD]),
         },
         |c| ProxyConfig {
             throttle_bytes_per_sec: Some(0),
@@ -757,11 +756,7 @@ async fn a_resume_refused_for_now_is_retried_and_continues_exactly_once() {
             capacity: Some(1024),
             rate: Some(100),
             events: Some(N),
-            extra_args: [
-                fast_retry().extra_args,
-                ["--max-readers", "1"].map(String::from).to_vec(),
-            ]
-            .concat(),
+            extra_args: fast_retry_and(&["--max-readers", "1"]),
             ..ServerOptions::default()
         },
         |c| c,
@@ -845,17 +840,8 @@ async fn a_page_rides_out_a_redis_outage_exactly_once() {
         ServerOptions {
             rate: Some(50),
             events: Some(N),
-            extra_args: [
-                fast_retry().extra_args,
-                // A lease that outlasts the outage: this test is not about a standby taking over.
-                vec![
-                    "--redis".into(),
-                    redis.url(),
-                    "--lease-ms".into(),
-                    "120000".into(),
-                ],
-            ]
-            .concat(),
+            // A lease that outlasts the outage: this test is not about a standby taking over.
+            extra_args: fast_retry_and(&["--redis", &redis.url(), "--lease-ms", "120000"]),
             ..ServerOptions::default()
         },
         |c| c,
