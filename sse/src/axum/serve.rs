@@ -139,9 +139,9 @@ fn default_max_connections() -> usize {
 /// Serves `router` on `listener` until the listener fails, with the timeouts and the connection
 /// cap of `config` (see [`ServeConfig`]). A drop-in for `axum::serve(listener, router)` (for
 /// routes that switch no protocol, see below), which keeps a connection for as long as the client
-/// likes: one that sends half a request, or nothing,
-/// or never reads its response holds a file descriptor forever, and enough of them make new
-/// requests hang. Connections are HTTP/1.1 (server-sent events need nothing else).
+/// likes: one that sends half a request, or nothing, or never reads its response holds a file
+/// descriptor forever, and enough of them make new requests hang. Connections are HTTP/1.1
+/// (server-sent events need nothing else).
 ///
 /// A client that shuts down its sending side (a TCP half-close) is taken to have left, as by
 /// hyper's HTTP/1 server and most proxies: its connection is closed, with or without the response
