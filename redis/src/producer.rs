@@ -428,9 +428,12 @@ impl RedisProducer {
         let mut conn = s.backend.write_conn();
         let value = scripts::eval(&scripts::APPEND_SCRIPT, &mut conn, &keys, args)
             .await
-            .map_err(|e| match conn.was_cut_off() {
-                true => Error::from_redis_after_resend(&s.id, e),
-                false => Error::from_redis(&s.id, e),
+            .map_err(|e| {
+                if conn.was_cut_off() {
+                    Error::from_redis_after_resend(&s.id, e)
+                } else {
+                    Error::from_redis(&s.id, e)
+                }
             })?;
         let (mut reply, status) = Reply::new(&s.id, value)?;
         match status.as_str() {

@@ -672,9 +672,10 @@ async fn run(stream: RedisStream, task: u64) {
                     None => log.is_none(),
                 };
                 // (Sent after the blocking read, so `issued` dates it soundly too.)
-                let settled = match unsettled {
-                    true => read_state(&stream, pos).await.ok(),
-                    false => None,
+                let settled = if unsettled {
+                    read_state(&stream, pos).await.ok()
+                } else {
+                    None
                 };
                 match settled {
                     Some((from, page)) => tail.settle(from, page, config.read_batch, issued),
