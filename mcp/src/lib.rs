@@ -61,6 +61,7 @@ mod metrics;
 #[cfg(feature = "redis")]
 mod redis_log;
 mod refusal;
+mod registry;
 #[cfg(feature = "redis")]
 mod remote;
 mod store;

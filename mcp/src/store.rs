@@ -10,7 +10,6 @@
 // only add an allocation (the SSE layer makes the same call for `Refused`).
 #![allow(clippy::result_large_err)]
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -32,6 +31,7 @@ use crate::metrics::{Counters, StoreMetrics};
 #[cfg(feature = "redis")]
 use crate::redis_log::{LogWriter, RedisEventLog};
 use crate::refusal::{RefusalReason, ResumeRefusal};
+use crate::registry::Streams;
 #[cfg(feature = "redis")]
 use crate::stream::Gate;
 use crate::stream::RingStream;
@@ -44,63 +44,6 @@ const ATTENDANCE_RECHECK: Duration = Duration::from_millis(250);
 /// Why the streams of a deleted (or expired) MCP session end.
 fn session_closed() -> CloseReason {
     CloseReason::error("session closed")
-}
-
-#[derive(Default)]
-struct Streams {
-    by_rmcp: HashMap<String, Arc<StreamEntry>>,
-    by_name: HashMap<StreamId, Arc<StreamEntry>>,
-    by_request: HashMap<(SessionId, RequestId), Arc<StreamEntry>>,
-    /// Request streams each session holds (bound entries of `by_rmcp`, open or ended within
-    /// `completed_ttl`: what the session's streams retain in memory), plus the slots reserved
-    /// for streams being created ([`StreamSlot`]).
-    per_session: HashMap<SessionId, usize>,
-    /// Disconnects asked for before the request's stream was bound (the tool ran first).
-    pending_disconnects: std::collections::HashSet<(SessionId, RequestId)>,
-    /// Cancellations that arrived before the request's stream was bound, newest last, with when
-    /// they arrived. A client sends these, so at most [`PENDING_CANCELS`] are kept, each for
-    /// [`PENDING_CANCEL_TTL`]: the race they cover is microseconds wide, and a cancellation of a
-    /// request rmcp never saw (an id not issued yet, or of another type) must not end a later
-    /// request that happens to reuse the id.
-    pending_cancels: std::collections::VecDeque<(SessionId, RequestId, Instant)>,
-}
-
-/// Most cancellations kept for requests whose stream is not bound yet.
-const PENDING_CANCELS: usize = 256;
-/// How long a cancellation waits for its request's stream to be bound.
-const PENDING_CANCEL_TTL: Duration = Duration::from_secs(1);
-
-impl Streams {
-    fn remove(&mut self, rmcp_id: &str) {
-        if let Some(entry) = self.by_rmcp.remove(rmcp_id) {
-            self.by_name.remove(&entry.identity.stream);
-            // A bound request stream (both set by `bind`, under this lock) is counted.
-            if let (Some(s), Some(r)) = (entry.session(), entry.request()) {
-                self.count_request_stream(&s, false);
-                let key = (s, r);
-                // A request id the client used again maps to the newer stream: leave that one.
-                if self
-                    .by_request
-                    .get(&key)
-                    .is_some_and(|held| Arc::ptr_eq(held, &entry))
-                {
-                    self.by_request.remove(&key);
-                }
-            }
-        }
-    }
-
-    /// Counts a request stream of `session` in (`added`) or out.
-    fn count_request_stream(&mut self, session: &SessionId, added: bool) {
-        if added {
-            *self.per_session.entry(session.clone()).or_default() += 1;
-        } else if let Some(n) = self.per_session.get_mut(session) {
-            *n -= 1;
-            if *n == 0 {
-                self.per_session.remove(session);
-            }
-        }
-    }
 }
 
 /// A request stream of a session counted under its cap before the stream exists: taken over by
@@ -493,16 +436,7 @@ impl RingEventStore {
         }
         let key = (session.clone(), r);
         let pending = streams.pending_disconnects.remove(&key);
-        let now = Instant::now();
-        streams
-            .pending_cancels
-            .retain(|&(_, _, at)| now.saturating_duration_since(at) < PENDING_CANCEL_TTL);
-        if let Some(at) = streams
-            .pending_cancels
-            .iter()
-            .position(|(s, r, _)| (s, r) == (&key.0, &key.1))
-        {
-            streams.pending_cancels.remove(at);
+        if streams.take_pending_cancel(&key, Instant::now()) {
             Self::end_cancelled(entry.clone());
         }
         if held {
@@ -545,14 +479,7 @@ impl RingEventStore {
         let mut streams = self.inner.streams.lock();
         match streams.by_request.get(&key) {
             Some(entry) => Self::end_cancelled(entry.clone()),
-            None => {
-                if streams.pending_cancels.len() == PENDING_CANCELS {
-                    streams.pending_cancels.pop_front();
-                }
-                streams
-                    .pending_cancels
-                    .push_back((key.0, key.1, Instant::now()));
-            }
+            None => streams.add_pending_cancel(key, Instant::now()),
         }
     }
 
@@ -601,8 +528,7 @@ impl RingEventStore {
         for k in gone {
             Self::end_and_forget(&mut streams, &k);
         }
-        streams.pending_disconnects.retain(|(s, _)| &**s != session);
-        streams.pending_cancels.retain(|(s, _, _)| &**s != session);
+        streams.forget_pending(session);
     }
 
     /// Closes a stream whose session is gone and forgets it.
