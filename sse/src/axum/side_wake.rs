@@ -113,7 +113,8 @@ impl<M: Future + Unpin, S: Future + Unpin> Future for Supervised<'_, M, S> {
             }
             // A firing between the swap and the registration found no waker but set the flag
             // (as does a side future that yields for tokio's cooperative budget): be polled again
-            // rather than loop here.
+            // rather than loop here. Relaxed: only a hint to poll again; the next poll's Acquire
+            // swap of the flag (above) pairs with the firing's Release store.
             if this.wake.signal.fired.load(Ordering::Relaxed) {
                 cx.waker().wake_by_ref();
             }
