@@ -122,7 +122,9 @@ impl HttpResponse {
         let mut headers: Vec<(&'static str, String)> = Vec::with_capacity(7);
         if decision.is_accepted() {
             headers.push(("content-type", EVENT_STREAM_CONTENT_TYPE.to_owned()));
-            headers.push(("cache-control", "no-store".to_owned()));
+            // `no-transform`: an intermediary that compresses bodies would hold frames back to
+            // fill its blocks, so a client would see events late, in bursts.
+            headers.push(("cache-control", "no-store, no-transform".to_owned()));
             // Tell buffering reverse proxies (nginx) to pass frames through as they are written.
             headers.push(("x-accel-buffering", "no".to_owned()));
         } else {

@@ -43,6 +43,11 @@ async fn the_readme_snippet_serves_a_resumable_stream() {
             .await;
         assert_eq!(reply.status, 200);
         assert_eq!(reply.header("content-type"), Some("text/event-stream"));
+        assert_eq!(
+            reply.header("cache-control"),
+            Some("no-store, no-transform")
+        );
+        assert_eq!(reply.header("x-accel-buffering"), Some("no"));
         let stream_header = reply.header("replay-stream").unwrap().to_owned();
         let frames = reply.frames();
         let priming = &frames[0];

@@ -206,9 +206,13 @@ fn http_mapping_of_every_decision() {
             // Never an empty 200: the body here is empty only because the stream follows, and the
             // stream always starts with a priming event.
             assert_eq!(r.header("content-type"), Some("text/event-stream"));
+            // Neither cached nor buffered or compressed on its way: frames must arrive as sent.
+            assert_eq!(r.header("cache-control"), Some("no-store, no-transform"));
+            assert_eq!(r.header("x-accel-buffering"), Some("no"));
             assert!(r.body.is_empty());
         } else {
             assert_eq!(r.header("content-type"), Some("application/json"));
+            assert_eq!(r.header("cache-control"), Some("no-store"));
             let body = std::str::from_utf8(&r.body).unwrap();
             assert!(body.starts_with('{') && body.ends_with('}'), "{body}");
             assert_eq!(json_string(body, "error"), Some(code), "{body}");
