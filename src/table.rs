@@ -752,8 +752,8 @@ mod tests {
         assert_eq!((0..128).filter(|&i| second.is_initialised(i)).count(), 36);
     }
 
-    /// A scan deactivates every entry it finds unpinned, so the next scan visits only the pinned
-    /// ones: readers that read once and stopped cost the producer nothing after one scan.
+    /// A scan deactivates every entry it finds unpinned that has not pinned since the previous
+    /// scan (none here has: no second chance), so the next scan visits only the pinned ones.
     #[test]
     fn a_scan_deactivates_unpinned_entries_and_keeps_pinned_ones() {
         let readers = 5_000;
