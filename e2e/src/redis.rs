@@ -23,6 +23,11 @@ pub struct RedisProcess {
 impl RedisProcess {
     /// Starts `redis-server` (from `PATH`; `scripts/redis-setup` installs it) on a free loopback
     /// port and waits until it answers.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a future dropped while it waits for the server drops the handle it holds,
+    /// which kills the process.
     pub async fn start() -> io::Result<Self> {
         let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let child = Command::new("redis-server")
