@@ -4,13 +4,15 @@
 //! Screenshots, page/server logs land in `e2e/artifacts/`.
 
 mod common;
+#[path = "../../redis/tests/common/mod.rs"]
+mod redis_support;
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use common::mock_sse::{self, MockOptions};
+use redis_support::RedisServer;
 use replay_ring_e2e::browser::{artifacts_dir, seq_of_str, Browser, PageState};
-use replay_ring_e2e::redis::RedisProcess;
 use replay_ring_e2e::server::{DemoServer, Metrics, ServerOptions};
 use replay_ring_e2e::{ChaosProxy, Outcome, ProxyConfig, ProxyHandle, RequestLog};
 
@@ -832,9 +834,7 @@ async fn a_page_rides_out_a_redis_outage_exactly_once() {
     const N: u64 = 150;
     let _serial = SERIAL.lock().await;
     let name = "e-redis-outage";
-    let redis = RedisProcess::start()
-        .await
-        .expect("start redis-server (scripts/redis-setup installs it)");
+    let redis = RedisServer::start();
     let (server, proxy, mut b) = start_all(
         name,
         ServerOptions {
@@ -850,13 +850,13 @@ async fn a_page_rides_out_a_redis_outage_exactly_once() {
     let seen_by = Witnesses::of_server(name, &proxy, &server);
     wait_page(&mut b, &seen_by, "first events", |s| s.ids.len() >= 20).await;
 
-    redis.freeze().unwrap();
+    redis.freeze();
     let s = wait_page(&mut b, &seen_by, "the outage reported to the page", |s| {
         !interruptions(s).is_empty()
     })
     .await;
     assert!(!s.done, "the page gave up: {:?}", s.error);
-    redis.thaw().unwrap();
+    redis.thaw();
 
     let s = wait_and_shoot(&mut b, &seen_by, "all events and `end`", |s| s.done).await;
     let log = proxy.requests();

@@ -1,5 +1,6 @@
 //! A private `redis-server` per test: free loopback port, its own temp dir, AOF with
-//! `appendfsync always`, no RDB snapshots. Stopped (SIGKILL) when dropped.
+//! `appendfsync always`, no RDB snapshots. Stopped (SIGKILL) when dropped. Shared by the tests of
+//! the Redis, MCP and end-to-end crates (`#[path]`).
 
 #![allow(dead_code)]
 
@@ -123,6 +124,27 @@ impl RedisServer {
     pub fn restart(&mut self) {
         self.kill();
         self.spawn();
+    }
+
+    /// Freezes the server (`SIGSTOP`) until [`thaw`](Self::thaw): its clients' connections stay
+    /// open and nothing answers them, the outage a client cannot tell from a slow server until
+    /// its timeouts say so.
+    pub fn freeze(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Lets a frozen server run again (`SIGCONT`).
+    pub fn thaw(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        let pid = self.child.as_ref().expect("redis-server is running").id();
+        let status = Command::new("kill")
+            .args([signal, &pid.to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill {signal} {pid}: {status}");
     }
 
     /// A plain synchronous connection for poking at keys behind the backend's back.
