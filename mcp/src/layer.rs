@@ -159,6 +159,7 @@ impl<S> ResumeGuard<S> {
         };
         let session = session_of(&req);
         if let Some(version) = session.as_ref().and(stateless_protocol_version(&req)) {
+            self.manager.store().count_unsupported_version();
             let response = resume_needs_a_session_revision(&version);
             return Box::pin(async move { Ok(response) });
         }

@@ -35,6 +35,7 @@ pub(crate) struct Counters {
     pub(crate) resumes_foreign_session: Counter,
     pub(crate) resumes_busy: Counter,
     pub(crate) resumes_stream_ended: Counter,
+    pub(crate) resumes_unsupported_version: Counter,
     pub(crate) backpressure_waits: Counter,
     pub(crate) backpressure_timeouts: Counter,
     pub(crate) streams_ended_with_error: Counter,
@@ -61,6 +62,7 @@ impl Counters {
             resumes_foreign_session: self.resumes_foreign_session.get(),
             resumes_busy: self.resumes_busy.get(),
             resumes_stream_ended: self.resumes_stream_ended.get(),
+            resumes_unsupported_version: self.resumes_unsupported_version.get(),
             backpressure_waits: self.backpressure_waits.get(),
             backpressure_timeouts: self.backpressure_timeouts.get(),
             streams_ended_with_error: self.streams_ended_with_error.get(),
@@ -106,6 +108,9 @@ pub struct StoreMetrics {
     pub resumes_busy: u64,
     /// Resumes refused: the cursor is the last id of a stream that has ended (completed or closed).
     pub resumes_stream_ended: u64,
+    /// Resumes refused: the request names an MCP protocol revision without resumable streams
+    /// (2026-07-28 or later) in a session that negotiated an earlier one.
+    pub resumes_unsupported_version: u64,
     /// Backpressure episodes (a push found the window full).
     pub backpressure_waits: u64,
     /// Streams closed because the window stayed full past the bound.
@@ -141,7 +146,7 @@ pub struct StoreMetrics {
 
 impl StoreMetrics {
     /// `(name, value)` for every field, in declaration order.
-    pub fn fields(&self) -> [(&'static str, u64); 30] {
+    pub fn fields(&self) -> [(&'static str, u64); 31] {
         [
             ("events_stored", self.events_stored),
             ("priming_stored", self.priming_stored),
@@ -158,6 +163,10 @@ impl StoreMetrics {
             ("resumes_foreign_session", self.resumes_foreign_session),
             ("resumes_busy", self.resumes_busy),
             ("resumes_stream_ended", self.resumes_stream_ended),
+            (
+                "resumes_unsupported_version",
+                self.resumes_unsupported_version,
+            ),
             ("backpressure_waits", self.backpressure_waits),
             ("backpressure_timeouts", self.backpressure_timeouts),
             ("streams_ended_with_error", self.streams_ended_with_error),
@@ -186,5 +195,6 @@ impl StoreMetrics {
             + self.resumes_foreign_session
             + self.resumes_busy
             + self.resumes_stream_ended
+            + self.resumes_unsupported_version
     }
 }

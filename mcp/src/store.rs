@@ -703,6 +703,12 @@ impl RingEventStore {
         )
     }
 
+    /// Counts a resume refused for naming a protocol revision without resumable streams (the
+    /// guard answers it before any stream is looked up, so it has no [`ResumeRefusal`]).
+    pub(crate) fn count_unsupported_version(&self) {
+        self.inner.counters.resumes_unsupported_version.inc();
+    }
+
     pub(crate) fn session_lost(&self) -> ResumeRefusal {
         self.count_refusal(RefusalReason::Decision(ResumeDecision::SessionLost), None)
     }

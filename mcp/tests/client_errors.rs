@@ -254,7 +254,8 @@ async fn every_other_client_error_of_rmcp_is_json_with_its_status() {
 /// session, find none, and answer an empty `200`. The revision the session negotiated resumes.
 #[tokio::test]
 async fn a_resume_naming_a_sessionless_protocol_revision_is_400_not_an_empty_200() {
-    let app = store_app(RingEventStore::new(StoreConfig::default()));
+    let store = RingEventStore::new(StoreConfig::default());
+    let app = store_app(store.clone());
     let session = initialize(&app).await;
     let call_resp = call(&app, post(Some(&session), in_process::long_task(1, 2))).await;
     let all = in_process::events(call_resp, 100).await;
@@ -269,6 +270,10 @@ async fn a_resume_naming_a_sessionless_protocol_revision_is_400_not_an_empty_200
         assert_eq!(data["error"], "unsupported_protocol_version", "{data}");
         assert_eq!(data["version"], version, "{data}");
     }
+    // Counted as refused resumes, under their own reason.
+    let m = store.metrics();
+    assert_eq!(m.resumes_unsupported_version, 2, "{m:?}");
+    assert_eq!(m.refused(), 2, "{m:?}");
     let resp = call(&app, get(&session, Some(&cursor))).await;
     assert_eq!(resp.status(), StatusCode::OK);
     let rest = in_process::replayed(resp, &cursor, 100).await;
