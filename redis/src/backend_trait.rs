@@ -121,10 +121,12 @@ impl BackendProducer for RedisProducer {
 
     /// Builds the payload only when the window has room: the producer knows a lower bound of the
     /// floor from its last reply, and re-reads the window (one extra round trip) only when that
-    /// bound says full. A lease that moved to another producer is `Superseded`. Any other refusal
-    /// the script makes *after* `make` ran (closed or deleted meanwhile) cannot hand `make` back
-    /// and is reported as `Unavailable { make: None }`: nothing was stored, but the caller is told
-    /// the conservative "unknown" (the next append reports the closed stream).
+    /// bound says full. A lease that moved to another producer is `Superseded`, and a payload
+    /// past [`RedisConfig::max_payload_bytes`](crate::RedisConfig) is `TooLarge` (refused before
+    /// it is sent). Any other refusal the script makes *after* `make` ran (closed or deleted
+    /// meanwhile) cannot hand `make` back and is reported as `Unavailable { make: None }`: nothing
+    /// was stored, but the caller is told the conservative "unknown" (the next append reports the
+    /// closed stream).
     async fn try_append_with<F>(&mut self, make: F) -> Result<u64, AppendError<F>>
     where
         F: FnOnce(u64) -> Bytes + Send,
@@ -165,6 +167,8 @@ impl BackendProducer for RedisProducer {
             Ok(got) => Ok(got),
             // The script refused before writing: the lease moved to another producer.
             Err(Error::Fenced { .. }) => Err(AppendError::Superseded(None)),
+            // Checked before anything is sent or queued: no id consumed.
+            Err(Error::TooLarge { bytes, limit }) => Err(AppendError::TooLarge { bytes, limit }),
             Err(e) => Err(AppendError::Unavailable {
                 make: None,
                 error: unavailable("append", e),

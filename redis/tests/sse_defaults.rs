@@ -501,3 +501,37 @@ async fn a_backpressure_close_that_redis_refuses_gives_the_stream_up_for_the_nex
         "{close:?}"
     );
 }
+
+/// An event past the backend's `max_payload_bytes` is refused as `TooLarge` through the SSE
+/// layer, before it is sent: no id consumed, nothing pending, the stream stays open, and the next
+/// event gets the id the refused one would have had.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_past_the_payload_limit_is_too_large_and_the_stream_goes_on() {
+    const MAX: usize = 1024;
+    let server = RedisServer::start();
+    let backend = server
+        .backend_with(replay_ring_redis::RedisConfig {
+            max_payload_bytes: MAX,
+            ..Default::default()
+        })
+        .await;
+    let stream = backend
+        .create(&StreamId::new("too-large").unwrap(), 8)
+        .await
+        .unwrap();
+    let producer = stream.acquire_producer().await.unwrap();
+    let (_sse, mut publisher) =
+        SseStream::with_backend(producer, stream.identity(), SseConfig::default());
+    assert_eq!(publisher.send("first").await.unwrap(), 1);
+
+    let err = publisher.send("x".repeat(MAX + 1)).await.unwrap_err();
+    match err {
+        PublishError::TooLarge { bytes, limit } => {
+            assert_eq!((bytes, limit), (MAX as u64 + 1, MAX as u64));
+        }
+        other => panic!("expected TooLarge, got {other:?}"),
+    }
+    assert_eq!(publisher.send("x".repeat(MAX)).await.unwrap(), 2);
+    let state = stream.state().await.unwrap();
+    assert_eq!((state.head, state.closed), (2, None));
+}

@@ -233,7 +233,8 @@ impl StdError for Unavailable {
 }
 
 /// An append that was refused. Except for [`Unavailable`](AppendError::Unavailable) with
-/// `make: None`, no id was consumed and the closure comes back uncalled.
+/// `make: None`, no id was consumed; except for that and [`TooLarge`](AppendError::TooLarge),
+/// the closure comes back uncalled.
 ///
 /// ```
 /// use replay_ring_sse::backend::AppendError;
@@ -263,6 +264,15 @@ pub enum AppendError<F> {
         /// What failed.
         error: Unavailable,
     },
+    /// The payload the closure built is longer than the backend stores as one event (a network
+    /// backend's payload limit). Nothing was sent and no id consumed; the stream stays open and
+    /// a smaller event can follow. The closure was called: only its payload tells the size.
+    TooLarge {
+        /// The payload's length in bytes.
+        bytes: u64,
+        /// The longest payload the backend takes.
+        limit: u64,
+    },
 }
 
 impl<F> AppendError<F> {
@@ -276,6 +286,7 @@ impl<F> AppendError<F> {
         match self {
             AppendError::Full(f) | AppendError::IdsExhausted(f) | AppendError::Closed(f) => Some(f),
             AppendError::Superseded(make) | AppendError::Unavailable { make, .. } => make,
+            AppendError::TooLarge { .. } => None,
         }
     }
 }
@@ -294,6 +305,11 @@ impl<F> fmt::Debug for AppendError<F> {
                 .debug_struct("Unavailable")
                 .field("closure_returned", &make.is_some())
                 .field("error", error)
+                .finish(),
+            AppendError::TooLarge { bytes, limit } => f
+                .debug_struct("TooLarge")
+                .field("bytes", bytes)
+                .field("limit", limit)
                 .finish(),
         }
     }
@@ -321,6 +337,10 @@ impl<F> fmt::Display for AppendError<F> {
             AppendError::Unavailable { make: None, error } => {
                 write!(f, "{error} (append outcome unknown)")
             }
+            AppendError::TooLarge { bytes, limit } => write!(
+                f,
+                "event of {bytes} bytes exceeds the backend's limit of {limit} (nothing appended)"
+            ),
         }
     }
 }

@@ -193,6 +193,15 @@ pub enum PublishError {
     /// The backend could not be reached. The stream stays open; publishing again retries. See
     /// [`AppendError::Unavailable`] for whether the event may have been stored.
     Unavailable(Unavailable),
+    /// The event is longer than the backend stores as one event (a network backend's payload
+    /// limit, such as the Redis backend's `max_payload_bytes`). It was not stored and consumed no
+    /// id; the stream stays open and a smaller event can follow.
+    TooLarge {
+        /// The event's payload length in bytes.
+        bytes: u64,
+        /// The longest payload the backend takes.
+        limit: u64,
+    },
 }
 
 impl fmt::Display for PublishError {
@@ -211,6 +220,11 @@ impl fmt::Display for PublishError {
                  over, or its close failed); it publishes no more",
             ),
             PublishError::Unavailable(e) => write!(f, "{e}"),
+            PublishError::TooLarge { bytes, limit } => write!(
+                f,
+                "event of {bytes} bytes exceeds the backend's limit of {limit}; not stored, \
+                 the stream stays open"
+            ),
         }
     }
 }
@@ -412,7 +426,8 @@ where
     /// [`PublishError::BackpressureTimeout`] and [`PublishError::IdsExhausted`] (the stream is now
     /// closed), [`PublishError::Closed`] (it was already), [`PublishError::Superseded`] (another
     /// producer took the stream over, or the close this publish had to make did not reach the
-    /// backend), [`PublishError::Unavailable`].
+    /// backend), [`PublishError::Unavailable`], [`PublishError::TooLarge`] (this event only; the
+    /// stream stays open).
     ///
     /// # Cancel safety
     /// With the in-process ring the append itself completes in the poll that starts it, so a
@@ -459,6 +474,9 @@ where
                 }
                 Err(AppendError::Unavailable { error, .. }) => {
                     return Err(PublishError::Unavailable(error))
+                }
+                Err(AppendError::TooLarge { bytes, limit }) => {
+                    return Err(PublishError::TooLarge { bytes, limit })
                 }
             }
             let now = tokio::time::Instant::now();

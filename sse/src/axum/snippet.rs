@@ -11,8 +11,9 @@ async fn run(listener: tokio::net::TcpListener) -> Result<(), Box<dyn std::error
             let tick = format!(r#"{{"tick":{n}}}"#);
             match producer.send(tick).await {
                 Ok(_) => {}
-                // The store could not be reached (a network backend): the stream stays open.
-                Err(PublishError::Unavailable(_)) => {}
+                // A network backend could not be reached, or refused this one event as too
+                // large: the stream stays open.
+                Err(PublishError::Unavailable(_) | PublishError::TooLarge { .. }) => {}
                 // The stream ended: closed at the backpressure bound, or taken over.
                 Err(_) => break,
             }
