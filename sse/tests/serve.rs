@@ -148,6 +148,7 @@ async fn half_sent_and_silent_connections_are_closed_and_requests_still_succeed(
         ..ServeConfig::default()
     })
     .await;
+    let timeouts_before = serve_stats().header_read_timeouts;
     let mut silent = Vec::new();
     let mut half_sent = Vec::new();
     for _ in 0..20 {
@@ -177,6 +178,10 @@ async fn half_sent_and_silent_connections_are_closed_and_requests_still_succeed(
         closed_within(s, limit).await;
     }
     closed_within(&mut trickle, limit).await;
+    // Each closed one was counted (before its socket closed), the 20 silent, the 20 half-sent
+    // and the trickling one; other tests of this binary may add their own.
+    let counted = serve_stats().header_read_timeouts - timeouts_before;
+    assert!(counted >= 41, "{counted}");
     let again = common::get(addr, "/", &[]).await;
     assert_eq!(again.status, 200);
 }
@@ -391,6 +396,7 @@ async fn a_request_body_trickled_past_the_body_read_timeout_is_cut() {
         reply.starts_with("HTTP/1.1 200") && reply.ends_with("\r\n\r\n5"),
         "{reply}"
     );
+    let timeouts_before = serve_stats().body_read_timeouts;
     // A body of 100 bytes sent one byte every 50 ms: 5 s in all, moving bytes the whole time.
     let slow = TcpStream::connect(addr).await.unwrap();
     let (mut read, mut write) = slow.into_split();
@@ -417,6 +423,8 @@ async fn a_request_body_trickled_past_the_body_read_timeout_is_cut() {
     let reply = String::from_utf8_lossy(&reply);
     assert!(reply.starts_with("HTTP/1.1 4"), "{reply}");
     assert!(waited >= timeout, "answered after {waited:?}");
+    // Counted when the deadline cut the body, before the handler answered.
+    assert!(serve_stats().body_read_timeouts > timeouts_before);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

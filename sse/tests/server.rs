@@ -431,6 +431,8 @@ async fn page_and_metrics_are_served() {
         "replay_ring_http_write_timeouts_total ",
         "replay_ring_http_idle_timeouts_total ",
         "replay_ring_http_closed_at_shutdown_total ",
+        "replay_ring_http_header_read_timeouts_total ",
+        "replay_ring_http_body_read_timeouts_total ",
     ] {
         assert!(
             metrics.text().contains(&format!("\n{series}")),

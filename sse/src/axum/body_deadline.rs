@@ -16,6 +16,7 @@ use bytes::Bytes;
 use hyper::body::{Body as HttpBody, Frame, SizeHint};
 use tokio::time::{Instant, Sleep};
 
+use super::serve_stats::{count, Closed};
 use crate::deadline::after_tokio;
 
 /// Middleware (`map_request_with_state`): gives the request's body until `timeout` after now to
@@ -31,6 +32,7 @@ pub(super) async fn with_body_deadline(
             inner,
             deadline,
             sleep: None,
+            timed_out: false,
         })
     })
 }
@@ -53,6 +55,8 @@ struct BodyDeadline {
     /// Armed at the first poll that finds no data ready: a body that is there at once (and every
     /// body-less request) costs no timer.
     sleep: Option<Pin<Box<Sleep>>>,
+    /// The deadline has passed and been reported (and counted) once.
+    timed_out: bool,
 }
 
 impl HttpBody for BodyDeadline {
@@ -72,7 +76,12 @@ impl HttpBody for BodyDeadline {
             .sleep
             .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
         match sleep.as_mut().poll(cx) {
-            Poll::Ready(()) => Poll::Ready(Some(Err(BodyTimedOut.into()))),
+            Poll::Ready(()) => {
+                if !std::mem::replace(&mut this.timed_out, true) {
+                    count(Closed::BodyReadTimeout);
+                }
+                Poll::Ready(Some(Err(BodyTimedOut.into())))
+            }
             Poll::Pending => Poll::Pending,
         }
     }

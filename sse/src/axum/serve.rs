@@ -331,7 +331,12 @@ async fn serve_connection(
         wake.arm();
         match Supervised::new(&mut wake, connection.as_mut(), next).await {
             // Ends on completion, on a hyper error, and on hyper's header-read timeout.
-            First::Main(_) => return,
+            First::Main(ended) => {
+                if ended.is_err_and(|e| e.is_timeout()) {
+                    count(Closed::HeaderReadTimeout);
+                }
+                return;
+            }
             // Finish the response in progress, then close instead of reading another.
             First::Side(Action::Drain) => connection.as_mut().graceful_shutdown(),
             First::Side(Action::Close(reason)) => {

@@ -1,5 +1,5 @@
-//! What [`serve`](super::serve) counts: connections refused over the cap, and connections it
-//! closed because a limit ran out. Process-wide (every `serve` in the process adds to the same
+//! What [`serve`](super::serve) counts: connections refused over the cap, connections it
+//! closed because a limit ran out, and request bodies cut at their deadline. Process-wide (every `serve` in the process adds to the same
 //! counters), kept in atomics and published on demand, like a stream's counters, so an app that
 //! renders its own per-server recorder (`metrics::with_local_recorder`) shows them too.
 
@@ -16,9 +16,13 @@ pub(crate) enum Closed {
     IdleTimeout = 2,
     /// Still open at the end of the shutdown grace.
     AtShutdown = 3,
+    /// No complete request head within the header-read timeout.
+    HeaderReadTimeout = 4,
+    /// A request body still arriving at the body-read timeout.
+    BodyReadTimeout = 5,
 }
 
-static COUNTS: [AtomicU64; 4] = [const { AtomicU64::new(0) }; 4];
+static COUNTS: [AtomicU64; 6] = [const { AtomicU64::new(0) }; 6];
 
 /// Counts one connection `why`.
 pub(crate) fn count(why: Closed) {
@@ -44,6 +48,13 @@ pub struct ServeStats {
     pub idle_timeouts: u64,
     /// Connections still open at the end of the shutdown grace, closed then.
     pub closed_at_shutdown: u64,
+    /// Connections closed because no complete request head arrived within the header-read
+    /// timeout: half-sent or trickled heads (slowloris), silent connections, and kept-alive
+    /// connections that sent no next request.
+    pub header_read_timeouts: u64,
+    /// Request bodies still arriving at the body-read timeout (the handler got
+    /// [`BodyTimedOut`](super::BodyTimedOut), and the connection closed after its answer).
+    pub body_read_timeouts: u64,
 }
 
 /// The counters of every [`serve`](super::serve) and
@@ -59,12 +70,15 @@ pub fn serve_stats() -> ServeStats {
         write_timeouts: get(Closed::WriteTimeout),
         idle_timeouts: get(Closed::IdleTimeout),
         closed_at_shutdown: get(Closed::AtShutdown),
+        header_read_timeouts: get(Closed::HeaderReadTimeout),
+        body_read_timeouts: get(Closed::BodyReadTimeout),
     }
 }
 
 /// Publishes [`serve_stats`] through the `metrics` facade to the current recorder, as counters
 /// `replay_ring_http_connections_refused_total`, `replay_ring_http_write_timeouts_total`,
-/// `replay_ring_http_idle_timeouts_total` and `replay_ring_http_closed_at_shutdown_total`
+/// `replay_ring_http_idle_timeouts_total`, `replay_ring_http_closed_at_shutdown_total`,
+/// `replay_ring_http_header_read_timeouts_total` and `replay_ring_http_body_read_timeouts_total`
 /// (absolute values: call it when the metrics are scraped, as
 /// [`SseStream::record_metrics`](super::SseStream::record_metrics)).
 ///
@@ -84,6 +98,14 @@ pub fn record_serve_metrics() {
         (
             "replay_ring_http_closed_at_shutdown_total",
             s.closed_at_shutdown,
+        ),
+        (
+            "replay_ring_http_header_read_timeouts_total",
+            s.header_read_timeouts,
+        ),
+        (
+            "replay_ring_http_body_read_timeouts_total",
+            s.body_read_timeouts,
         ),
     ] {
         metrics::counter!(name).absolute(value);
