@@ -1,7 +1,8 @@
 //! What [`serve`](super::serve) counts: connections refused over the cap, connections it
-//! closed because a limit ran out, and request bodies cut at their deadline. Process-wide (every `serve` in the process adds to the same
-//! counters), kept in atomics and published on demand, like a stream's counters, so an app that
-//! renders its own per-server recorder (`metrics::with_local_recorder`) shows them too.
+//! closed because a limit ran out, and request bodies cut at their deadline. Process-wide (every
+//! `serve` in the process adds to the same counters), kept in atomics and published on demand,
+//! like a stream's counters, so an app that renders its own per-server recorder
+//! (`metrics::with_local_recorder`) shows them too.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
