@@ -356,8 +356,15 @@ fn stateless_protocol_version<B>(req: &Request<B>) -> Option<String> {
     let value = req.headers().get(PROTOCOL_VERSION_HEADER)?;
     // Not text: rmcp answers it 400 itself.
     let version = value.to_str().ok()?;
-    // Revisions are dates, so they order as text (as rmcp compares them).
-    (version >= rmcp::model::ProtocolVersion::V_2026_07_28.as_str()).then(|| version.to_owned())
+    // Revisions are dates (`YYYY-MM-DD`), so they order as text (as rmcp compares them). Anything
+    // else (`latest`, `v2`) names no revision: rmcp refuses it as unsupported.
+    let is_date = version.len() == 10
+        && version.bytes().enumerate().all(|(i, b)| match i {
+            4 | 7 => b == b'-',
+            _ => b.is_ascii_digit(),
+        });
+    (is_date && version >= rmcp::model::ProtocolVersion::V_2026_07_28.as_str())
+        .then(|| version.to_owned())
 }
 
 /// 400 for a resume in an MCP session that names a revision without sessions: the session

@@ -274,6 +274,18 @@ async fn a_resume_naming_a_sessionless_protocol_revision_is_400_not_an_empty_200
     let m = store.metrics();
     assert_eq!(m.resumes_unsupported_version, 2, "{m:?}");
     assert_eq!(m.refused(), 2, "{m:?}");
+    // A version that is no date names no revision at all: rmcp refuses it as unsupported, and it
+    // is not taken for a later revision (though "latest" sorts after every date).
+    for version in ["latest", "v2", "2026-7-28x"] {
+        let mut req = get(&session, Some(&cursor));
+        req.headers_mut()
+            .insert("mcp-protocol-version", version.parse().unwrap());
+        let resp = call(&app, req).await;
+        assert_eq!(resp.status(), StatusCode::BAD_REQUEST, "{version}");
+        let data = error_object(&Method::GET, &json_body(resp).await);
+        assert_ne!(data["error"], "unsupported_protocol_version", "{data}");
+    }
+    assert_eq!(store.metrics().resumes_unsupported_version, 2);
     let resp = call(&app, get(&session, Some(&cursor))).await;
     assert_eq!(resp.status(), StatusCode::OK);
     let rest = in_process::replayed(resp, &cursor, 100).await;
