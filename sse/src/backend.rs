@@ -233,8 +233,9 @@ impl StdError for Unavailable {
 }
 
 /// An append that was refused. Except for [`Unavailable`](AppendError::Unavailable) with
-/// `make: None`, no id was consumed; except for that and [`TooLarge`](AppendError::TooLarge),
-/// the closure comes back uncalled.
+/// `make: None`, no id was consumed. The closure comes back uncalled except in that case,
+/// [`Superseded`](AppendError::Superseded)`(None)` and [`TooLarge`](AppendError::TooLarge), where
+/// it had already been called.
 ///
 /// ```
 /// use replay_ring_sse::backend::AppendError;
@@ -339,7 +340,8 @@ impl<F> fmt::Display for AppendError<F> {
             }
             AppendError::TooLarge { bytes, limit } => write!(
                 f,
-                "event of {bytes} bytes exceeds the backend's limit of {limit} (nothing appended)"
+                "event of {bytes} bytes exceeds the backend's limit of {limit} bytes (nothing \
+                 appended)"
             ),
         }
     }

@@ -222,8 +222,8 @@ impl fmt::Display for PublishError {
             PublishError::Unavailable(e) => write!(f, "{e}"),
             PublishError::TooLarge { bytes, limit } => write!(
                 f,
-                "event of {bytes} bytes exceeds the backend's limit of {limit}; not stored, \
-                 the stream stays open"
+                "event of {bytes} bytes exceeds the backend's limit of {limit} bytes; not \
+                 stored, the stream stays open"
             ),
         }
     }

@@ -344,7 +344,8 @@ where
                 eprintln!("producer: {}; retrying", with_causes(&e));
                 tokio::time::sleep(Duration::from_millis(100)).await; // back off while it is down
             }
-            // Closed (readers got an explicit terminal frame), or superseded.
+            // Closed (readers got an explicit terminal frame), or superseded. (`TooLarge` cannot
+            // happen: these events are far below any store's limit.)
             Err(e) => return Some(e),
         }
     }
