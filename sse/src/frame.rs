@@ -387,6 +387,16 @@ impl<'a> Iterator for DataLines<'a> {
 /// ```
 pub const KEEP_ALIVE: &[u8] = b": keep-alive\n\n";
 
+/// The keep-alive as an event a page can see: `event: keep-alive` with empty data and no id. A
+/// browser's `EventSource` delivers it only to `addEventListener("keep-alive", …)` (never to
+/// `onmessage`), and it leaves the last event id as it was; comments, by contrast, never reach
+/// page script, so only this form lets a page notice a connection that went silently dead.
+///
+/// ```
+/// assert_eq!(replay_ring_sse::KEEP_ALIVE_EVENT, b"event: keep-alive\ndata:\n\n");
+/// ```
+pub const KEEP_ALIVE_EVENT: &[u8] = b"event: keep-alive\ndata:\n\n";
+
 /// Appends a keep-alive comment frame ([`KEEP_ALIVE`]).
 ///
 /// ```

@@ -7,7 +7,7 @@ use ::axum::body::BodyDataStream;
 use ::axum::http::HeaderMap;
 use futures_util::StreamExt;
 use replay_ring_sse::axum::{SseConfig, SseProducer, SseStream};
-use replay_ring_sse::{Epoch, StreamId, StreamIdentity};
+use replay_ring_sse::{Epoch, StreamId, StreamIdentity, KEEP_ALIVE_EVENT};
 use tokio::time::{sleep, Instant};
 
 const KEEP_ALIVE: Duration = Duration::from_millis(100);
@@ -28,11 +28,16 @@ where
 
 /// A stream with `keep_alive`, and a new subscriber's body past its priming event.
 async fn primed(keep_alive: Duration) -> (SseStream, SseProducer, BodyDataStream) {
-    let me = StreamIdentity::new(StreamId::new("ka").unwrap(), Epoch::new(7));
-    let config = SseConfig {
+    primed_with(SseConfig {
         keep_alive,
         ..SseConfig::default()
-    };
+    })
+    .await
+}
+
+/// A stream with `config`, and a new subscriber's body past its priming event.
+async fn primed_with(config: SseConfig) -> (SseStream, SseProducer, BodyDataStream) {
+    let me = StreamIdentity::new(StreamId::new("ka").unwrap(), Epoch::new(7));
     let (stream, producer) = SseStream::new(me, config).unwrap();
     let mut body = stream
         .respond(&HeaderMap::new())
@@ -99,4 +104,38 @@ async fn a_keep_alive_of_zero_or_max_sends_none() {
             .unwrap()
             .contains("data: after\n"));
     }
+}
+
+/// With `keep_alive_event`, an idle stream's keep-alive is an event a page can listen for
+/// (`event: keep-alive`, empty data, no id) on the same schedule, and events go on after it with
+/// the next id.
+#[tokio::test(start_paused = true)]
+async fn keep_alives_can_be_events_a_page_sees() {
+    let (stream, mut producer, mut body) = primed_with(SseConfig {
+        keep_alive: KEEP_ALIVE,
+        keep_alive_event: true,
+        ..SseConfig::default()
+    })
+    .await;
+    producer.send("first").await.unwrap();
+    let chunk = next_chunk(&mut body).await;
+    assert!(std::str::from_utf8(&chunk)
+        .unwrap()
+        .contains("data: first\n"));
+    for k in 1..=2u64 {
+        let before = Instant::now();
+        let chunk = next_chunk(&mut body).await;
+        assert_eq!(&chunk[..], KEEP_ALIVE_EVENT);
+        assert_eq!(&chunk[..], b"event: keep-alive\ndata:\n\n");
+        assert_eq!(before.elapsed(), KEEP_ALIVE, "keep-alive {k}");
+        assert_eq!(stream.stats().keep_alives, k);
+    }
+    let id = producer.send("second").await.unwrap();
+    assert_eq!(id, 2);
+    let chunk = next_chunk(&mut body).await;
+    let text = std::str::from_utf8(&chunk).unwrap();
+    assert!(
+        text.contains("ka.7.2\n") && text.contains("data: second\n"),
+        "{text:?}"
+    );
 }

@@ -45,6 +45,14 @@ pub struct SseConfig {
     /// `Duration::MAX`: none (a stream that stays silent for [`ServeConfig::idle_timeout`](super::ServeConfig::idle_timeout)
     /// is then closed by [`serve`](super::serve)).
     pub keep_alive: Duration,
+    /// Write each keep-alive as [`KEEP_ALIVE_EVENT`](crate::KEEP_ALIVE_EVENT) (`event: keep-alive`,
+    /// empty data, no id) instead of a comment. Off by default. A browser page cannot see
+    /// comments, so a connection that died without a close (a network that dropped it on the
+    /// way) looks to it like a quiet stream, for as long as the operating system keeps the
+    /// socket; with this on, a page that hears nothing for a few `keep_alive` intervals knows the
+    /// connection is dead and can reconnect with its last id. Clients that read only unnamed
+    /// (`message`) events ignore it; a client that treats every event as data must skip it.
+    pub keep_alive_event: bool,
     /// Reconnection delay announced in the priming event (`None`: leave the client's default).
     pub retry: Option<Duration>,
     /// Whether a resume with `Last-Event-ID = x` releases `..= x` at once (capped at the slowest
@@ -64,6 +72,7 @@ impl Default for SseConfig {
             retention: RetentionConfig::default(),
             slow_consumer: SlowConsumerPolicy::default(),
             keep_alive: DEFAULT_KEEP_ALIVE,
+            keep_alive_event: false,
             retry: Some(DEFAULT_RETRY),
             acknowledge_on_resume: false,
         }

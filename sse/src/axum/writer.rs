@@ -15,7 +15,7 @@ use super::side_wake::{First, SideWake, Supervised};
 use crate::backend::{Backend, Tail, TailError};
 use crate::deadline::after_tokio;
 use crate::frame::{encode_stream_event, stream_event_len_hint};
-use crate::{encode_keep_alive, ConnectionId, EventIdBuf};
+use crate::{encode_keep_alive, ConnectionId, EventIdBuf, KEEP_ALIVE_EVENT};
 
 /// Encoded bytes one response chunk stops growing at (it always holds at least one event, and the
 /// chunk that ends a stream may carry the terminal frame beyond it). A
@@ -221,7 +221,11 @@ impl<B: Backend<Payload = Bytes>> Writer<B> {
                         continue;
                     }
                     add(&self.shared.counters.keep_alives, 1);
-                    encode_keep_alive(&mut self.buf);
+                    if self.shared.config.keep_alive_event {
+                        self.buf.extend_from_slice(KEEP_ALIVE_EVENT);
+                    } else {
+                        encode_keep_alive(&mut self.buf);
+                    }
                     self.handed = Some(0);
                     // The timer has fired and fires no more: the next wait polls it first, which
                     // moves it to that wait's deadline (the branch above).
