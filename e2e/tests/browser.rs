@@ -882,3 +882,60 @@ async fn a_page_rides_out_a_redis_outage_exactly_once() {
     assert_eq!(last.status, Some(200), "{}", summary(&log));
     b.quit().await.unwrap();
 }
+
+/// (f) A connection that goes silently dead (the proxy stops forwarding but keeps both sockets
+/// open, as a network that drops a path does): `EventSource` sees no error and would wait for
+/// the operating system to give up on the socket. With keep-alives sent as events, the page hears
+/// nothing for three intervals, closes the connection and resumes from its last id; every event
+/// arrives exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs chromium; run by scripts/test-all"]
+async fn a_page_notices_a_silently_dead_connection_and_resumes_exactly_once() {
+    const N: u64 = 150;
+    let _serial = SERIAL.lock().await;
+    let name = "f-silent-connection";
+    let (server, proxy, mut b) = start_all(
+        name,
+        ServerOptions {
+            rate: Some(50),
+            events: Some(N),
+            extra_args: fast_retry_and(&["--keep-alive-ms", "300", "--keep-alive-event"]),
+            ..ServerOptions::default()
+        },
+        |c| c,
+    )
+    .await;
+    let seen_by = Witnesses::of_server(name, &proxy, &server);
+    wait_page(&mut b, &seen_by, "first events", |s| s.ids.len() >= 20).await;
+
+    // Nothing reaches the page any more, and no socket closes.
+    proxy.set_throttle(Some(0));
+    let s = wait_page(&mut b, &seen_by, "the page's watchdog firing", |s| {
+        s.raw["silentReconnects"].as_u64().unwrap_or(0) >= 1
+    })
+    .await;
+    assert!(!s.done, "the page gave up: {:?}", s.error);
+    proxy.set_throttle(None);
+
+    let s = wait_and_shoot(&mut b, &seen_by, "all events and `end`", |s| s.done).await;
+    let log = proxy.requests();
+    assert_exactly_once(&s, N, &log);
+    assert_eq!(s.text_of("status"), "done");
+    let interruptions = s.raw["interruptions"].as_array().unwrap();
+    assert!(!interruptions.is_empty());
+    for i in interruptions {
+        assert_eq!(i["error"], "silent", "{interruptions:?}\n{}", summary(&log));
+    }
+    // Each of the page's own reconnects named its cursor in the query string, since a fresh
+    // EventSource cannot send Last-Event-ID.
+    let ev = event_requests(&log);
+    assert!(ev.len() >= 2, "{}", summary(&log));
+    for l in &ev[1..] {
+        assert!(
+            l.path.starts_with("/events?lastEventId="),
+            "{}",
+            summary(&log)
+        );
+    }
+    b.quit().await.unwrap();
+}

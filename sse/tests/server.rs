@@ -412,6 +412,10 @@ async fn page_and_metrics_are_served() {
     ] {
         assert!(page.text().contains(needle), "{needle}");
     }
+    // Keep-alives are comments by default, which the page cannot hear: no watchdog interval.
+    assert!(!page
+        .text()
+        .contains("<meta name=\"keep-alive-ms\" content="));
     let metrics = get(server.port, "/metrics", None).await;
     assert_eq!(metrics.status, 200);
     assert!(
@@ -533,4 +537,30 @@ fn the_command_line_refuses_what_the_server_could_not_use() {
         let err = parse(&[&format!("--rate={bad}")]).unwrap_err();
         assert_eq!(err.kind(), clap::error::ErrorKind::ValueValidation, "{bad}");
     }
+}
+
+/// With `--keep-alive-event` the stream sends keep-alives as events and the page is told their
+/// interval (its watchdog's clock); `tests/keep_alive.rs` checks the frames themselves.
+#[tokio::test]
+async fn with_keep_alive_events_the_page_gets_the_interval() {
+    let server = start(app::Args {
+        events: None,
+        keep_alive_ms: 50,
+        keep_alive_event: true,
+        eager: false,
+        ..config()
+    })
+    .await;
+    let page = get(server.port, "/", None).await;
+    assert!(
+        page.text()
+            .contains("<meta name=\"keep-alive-ms\" content=\"50\">"),
+        "{}",
+        &page.text()[..400]
+    );
+    assert_eq!(
+        server.app.stream.config().keep_alive,
+        std::time::Duration::from_millis(50)
+    );
+    assert!(server.app.stream.config().keep_alive_event);
 }

@@ -75,6 +75,14 @@ pub struct Args {
     /// Simultaneous event-stream connections
     #[arg(long, default_value_t = 16)]
     pub max_readers: usize,
+    /// Idle time after which a keep-alive is written (0 = none)
+    #[arg(long, default_value_t = 15_000)]
+    pub keep_alive_ms: u64,
+    /// Write keep-alives as `event: keep-alive` rather than comments, so that the page can tell
+    /// a connection that died silently from a quiet stream (it reconnects after three intervals
+    /// without a word)
+    #[arg(long)]
+    pub keep_alive_event: bool,
     /// Stream epoch, lowercase hex [default: random per process]. Give each start its own: a
     /// restarted stream counts from id 1 again, and under a reused epoch a client's resume could
     /// run on into the new events as if they followed its own
@@ -105,9 +113,10 @@ impl Args {
                 max_lag_percent: (self.max_lag_percent > 0).then_some(self.max_lag_percent),
                 ..SlowConsumerPolicy::default()
             },
+            keep_alive: ms(self.keep_alive_ms),
+            keep_alive_event: self.keep_alive_event,
             retry: Some(ms(self.retry_ms)),
             acknowledge_on_resume: self.acknowledge_on_resume,
-            ..SseConfig::default()
         }
     }
 }
@@ -352,9 +361,25 @@ where
     None
 }
 
+/// The page, told the keep-alive interval when keep-alives are events it can hear (its watchdog
+/// is off otherwise: comments never reach page script).
+fn page_for(config: &SseConfig) -> Bytes {
+    let interval = u64::try_from(config.keep_alive.as_millis()).unwrap_or(u64::MAX);
+    let watchdog = if config.keep_alive_event && interval > 0 {
+        format!(r#"<meta name="keep-alive-ms" content="{interval}">"#)
+    } else {
+        String::new()
+    };
+    Bytes::from(PAGE.replace("<!-- keep-alive -->", &watchdog))
+}
+
 /// `GET /` (the page), `GET /events` (the stream), `GET /metrics` (Prometheus text).
 pub fn router<B: Backend<Payload = Bytes>>(app: App<B>) -> Router {
-    let page = || async { ([(header::CACHE_CONTROL, "no-store")], Html(PAGE)) };
+    let page = page_for(app.stream.config());
+    let page = move || {
+        let page = page.clone();
+        async move { ([(header::CACHE_CONTROL, "no-store")], Html(page)) }
+    };
     Router::new()
         .route("/", get(page))
         .route(
