@@ -139,12 +139,10 @@ impl RedisServer {
     }
 
     fn signal(&self, signal: &str) {
-        let pid = self.child.as_ref().expect("redis-server is running").id();
-        let status = Command::new("kill")
-            .args([signal, &pid.to_string()])
-            .status()
-            .expect("run kill");
-        assert!(status.success(), "kill {signal} {pid}: {status}");
+        send_signal(
+            self.child.as_ref().expect("redis-server is running"),
+            signal,
+        );
     }
 
     /// A plain synchronous connection for poking at keys behind the backend's back.
@@ -198,6 +196,16 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// Sends `signal` (`-STOP`, `-CONT`, `-TERM`) to `child` with `kill`.
+pub fn send_signal(child: &Child, signal: &str) {
+    let pid = child.id();
+    let status = Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill {signal} {pid}: {status}");
 }
 
 /// Polls `cond` until it holds or `timeout` passes.

@@ -222,11 +222,7 @@ impl Replica {
     }
 
     fn signal(&self, signal: &str) {
-        let status = std::process::Command::new("kill")
-            .args([signal, &self.child.id().to_string()])
-            .status()
-            .expect("run kill");
-        assert!(status.success(), "kill {signal}");
+        super::send_signal(&self.child, signal);
     }
 
     /// Waits up to `timeout` for the process to exit by itself; its exit status, `None` if it
