@@ -25,7 +25,7 @@ use http_body_util::{BodyDataStream, Empty};
 use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
 use replay_ring_sse::client::{ContinuityError, ContinuityVerifier};
-use replay_ring_sse::EventId;
+use replay_ring_sse::{EventId, KEEP_ALIVE_EVENT_NAME};
 use serde::Serialize;
 use tokio::net::TcpStream;
 use tokio::sync::{Notify, Semaphore};
@@ -77,6 +77,9 @@ pub struct LoadReport {
     pub dropped: u64,
     /// Ids received twice or out of order.
     pub duplicates: u64,
+    /// Keep-alive events (`event: keep-alive`, a server's `--keep-alive-event`) received: skipped,
+    /// like keep-alive comments, which are not counted.
+    pub keep_alive_events: u64,
     /// Latency samples.
     pub latency_samples: usize,
     /// Publish-to-client latency percentiles, ns (`None` without samples).
@@ -120,6 +123,7 @@ struct ConnTally {
     last_id: Option<u64>,
     dropped: u64,
     duplicates: u64,
+    keep_alive_events: u64,
     ended: bool,
     latencies: Vec<u64>,
     error: Option<String>,
@@ -191,6 +195,7 @@ pub async fn run(spec: &LoadSpec) -> io::Result<LoadReport> {
         report.window_frames += t.window_frames;
         report.dropped += t.dropped;
         report.duplicates += t.duplicates;
+        report.keep_alive_events += t.keep_alive_events;
         if let Some(at) = t.last_received {
             window_end = window_end.max(at);
         }
@@ -279,6 +284,11 @@ async fn connection(
                 break;
             }
             "message" | "" => {}
+            // No id, no data: the cursor stays where it is.
+            KEEP_ALIVE_EVENT_NAME => {
+                tally.keep_alive_events += 1;
+                continue;
+            }
             other => {
                 tally.error = Some(format!("`event: {other}` {}", event.data));
                 break;

@@ -15,7 +15,7 @@ const EVENTS: u64 = 300;
 const RATE: f64 = 100.0;
 
 fn run(kind: ServerKind, bin: PathBuf, start_after: Option<usize>) -> LoadReport {
-    let spec = ServerSpec {
+    load(ServerSpec {
         kind,
         bin,
         rate: RATE,
@@ -24,13 +24,16 @@ fn run(kind: ServerKind, bin: PathBuf, start_after: Option<usize>) -> LoadReport
         connections: CONNECTIONS,
         start_after,
         extra_args: Vec::new(),
-    };
+    })
+}
+
+fn load(spec: ServerSpec) -> LoadReport {
     let server = Server::spawn(&spec).unwrap();
     let load = LoadSpec {
         addr: server.addr,
         server_pid: Some(server.pid()),
-        connections: CONNECTIONS,
-        events: EVENTS,
+        connections: spec.connections,
+        events: spec.events,
         timeout: Duration::from_secs(120),
     };
     let report = tokio::runtime::Runtime::new()
@@ -108,4 +111,29 @@ fn started_after_all_connected_both_servers_send_every_connection_the_whole_stre
             "{kind:?}: {report:?}"
         );
     }
+}
+
+/// A server that writes its keep-alives as events (`--keep-alive-event`) is read like any other:
+/// the client passes over each `event: keep-alive` (no id, no data) and every stream stays whole.
+/// At 20 events/s with a 5 ms keep-alive, every 50 ms gap between events holds keep-alives.
+#[test]
+fn keep_alive_events_are_passed_over_and_every_stream_stays_whole() {
+    const EVENTS: u64 = 30;
+    let report = load(ServerSpec {
+        kind: ServerKind::ReplayRing,
+        bin: replay_ring_e2e::server::server_binary().expect("build the demo sse_server"),
+        rate: 20.0,
+        events: EVENTS,
+        capacity: 4096,
+        connections: CONNECTIONS,
+        start_after: Some(CONNECTIONS),
+        extra_args: ["--keep-alive-ms", "5", "--keep-alive-event"]
+            .map(String::from)
+            .to_vec(),
+    });
+    assert!(report.errors.is_empty(), "{report:?}");
+    assert_eq!(report.complete, CONNECTIONS, "{report:?}");
+    assert_eq!((report.dropped, report.duplicates), (0, 0), "{report:?}");
+    assert_eq!(report.frames, CONNECTIONS as u64 * EVENTS, "{report:?}");
+    assert!(report.keep_alive_events > 0, "{report:?}");
 }

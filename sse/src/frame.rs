@@ -392,10 +392,22 @@ pub const KEEP_ALIVE: &[u8] = b": keep-alive\n\n";
 /// `onmessage`), and it leaves the last event id as it was; comments, by contrast, never reach
 /// page script, so only this form lets a page notice a connection that went silently dead.
 ///
+/// A client of its own skips it by its name, [`KEEP_ALIVE_EVENT_NAME`].
+///
 /// ```
 /// assert_eq!(replay_ring_sse::KEEP_ALIVE_EVENT, b"event: keep-alive\ndata:\n\n");
 /// ```
 pub const KEEP_ALIVE_EVENT: &[u8] = b"event: keep-alive\ndata:\n\n";
+
+/// The `event:` name of [`KEEP_ALIVE_EVENT`]. A client that reads named events (terminal frames
+/// such as `end`) passes over this one: it carries no id and no data, and ends nothing.
+///
+/// ```
+/// let frame = std::str::from_utf8(replay_ring_sse::KEEP_ALIVE_EVENT).unwrap();
+/// let name = replay_ring_sse::KEEP_ALIVE_EVENT_NAME;
+/// assert_eq!(frame.lines().next(), Some(format!("event: {name}").as_str()));
+/// ```
+pub const KEEP_ALIVE_EVENT_NAME: &str = "keep-alive";
 
 /// Appends a keep-alive comment frame ([`KEEP_ALIVE`]).
 ///

@@ -79,7 +79,7 @@ pub use event_id::{
 };
 pub use frame::{
     encode_event, encode_keep_alive, encode_priming, Frame, FrameError, FrameField, KEEP_ALIVE,
-    KEEP_ALIVE_EVENT,
+    KEEP_ALIVE_EVENT, KEEP_ALIVE_EVENT_NAME,
 };
 pub use http::{
     last_event_id, status_for, HttpResponse, EVENT_STREAM_CONTENT_TYPE, LAST_EVENT_ID_HEADER,
