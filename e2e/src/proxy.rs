@@ -41,7 +41,7 @@ pub struct ProxyConfig {
     pub upstream: SocketAddr,
     /// Where to listen; must be loopback. Default `127.0.0.1:0` (any free port).
     pub listen: SocketAddr,
-    /// Cut each event stream after this many event frames (keep-alive comments do not count).
+    /// Cut each event stream after this many event frames (keep-alives do not count).
     pub cut_after_frames: Option<usize>,
     /// Cut each event stream this long after its response head arrived.
     pub cut_after: Option<Duration>,
@@ -141,8 +141,8 @@ pub struct RequestLog {
     pub event_stream: bool,
     /// Event frames forwarded to the client.
     pub frames: usize,
-    /// Comment-only (keep-alive) frames forwarded.
-    pub comment_frames: usize,
+    /// Keep-alive frames forwarded (comments and keep-alive events).
+    pub keep_alive_frames: usize,
     /// `id:` values of forwarded frames, in order.
     pub frame_ids: Vec<String>,
     /// `id:` values of forwarded frames without data (priming events: they set the client's last
@@ -177,8 +177,8 @@ pub struct Counters {
     pub requests: usize,
     /// Event frames forwarded.
     pub frames: usize,
-    /// Keep-alive frames forwarded.
-    pub comment_frames: usize,
+    /// Keep-alive frames forwarded (comments and keep-alive events).
+    pub keep_alive_frames: usize,
     /// Streams cut after k frames.
     pub cuts_after_frames: usize,
     /// Streams cut on schedule.
@@ -314,7 +314,7 @@ impl ProxyHandle {
         };
         for l in logs.iter() {
             c.frames += l.frames;
-            c.comment_frames += l.comment_frames;
+            c.keep_alive_frames += l.keep_alive_frames;
             c.body_bytes += l.body_bytes;
             match l.outcome {
                 Outcome::CutAfterFrames(_) => c.cuts_after_frames += 1,
@@ -422,7 +422,7 @@ async fn serve_client(shared: Arc<Shared>, client: TcpStream, conn: usize) -> io
                 response_headers: Vec::new(),
                 event_stream: false,
                 frames: 0,
-                comment_frames: 0,
+                keep_alive_frames: 0,
                 frame_ids: Vec::new(),
                 priming_ids: Vec::new(),
                 dropped_frames: 0,
@@ -745,7 +745,7 @@ async fn pump_body(
             let ends = scanner.feed(&piece);
             let mut ids = Vec::new();
             let mut priming = Vec::new();
-            let mut comments = 0;
+            let mut keep_alives = 0;
             let mut counted = 0;
             // Where the last complete frame of this piece ended.
             let mut complete = 0;
@@ -765,8 +765,8 @@ async fn pump_body(
                     }
                 }
                 complete = end.end;
-                if end.comment_only {
-                    comments += 1;
+                if end.keep_alive {
+                    keep_alives += 1;
                     continue;
                 }
                 frames += 1;
@@ -785,7 +785,7 @@ async fn pump_body(
             }
             shared.update(idx, |l| {
                 l.frames += counted;
-                l.comment_frames += comments;
+                l.keep_alive_frames += keep_alives;
                 l.frame_ids.extend(ids);
                 l.priming_ids.extend(priming);
             });
@@ -834,7 +834,7 @@ async fn drain(
         let n = scanner
             .feed(&piece)
             .iter()
-            .filter(|e| !e.comment_only)
+            .filter(|e| !e.keep_alive)
             .count();
         if n > 0 {
             shared.update(idx, |l| l.dropped_frames += n);

@@ -3,7 +3,11 @@
 //!
 //! Line endings follow the HTML event-stream grammar: `\r\n`, `\n` or a lone `\r`. A frame is one or
 //! more lines closed by an empty line. A frame whose lines are all comments (`:` first) is a
-//! keep-alive: it dispatches nothing in a browser, so it is counted apart from event frames.
+//! keep-alive: it dispatches nothing in a browser, so it is counted apart from event frames. So is
+//! a keep-alive event (`event: keep-alive` without an id): it reaches only a page's keep-alive
+//! listener and moves no cursor.
+
+use replay_ring_sse::KEEP_ALIVE_EVENT_NAME;
 
 /// Longest `id:` value kept per frame; longer ids are truncated in the log (they are still forwarded).
 const MAX_ID_LEN: usize = 256;
@@ -15,6 +19,8 @@ pub struct FrameEnd {
     pub end: usize,
     /// True when the frame held only comment lines (a keep-alive).
     pub comment_only: bool,
+    /// True when the frame is a keep-alive comment or a keep-alive event without an id.
+    pub keep_alive: bool,
     /// The frame's `id:` field, if it had one (the last one wins, as in the standard).
     pub id: Option<String>,
     /// True when a `data:` line of the frame has a non-empty value (a priming event has none).
@@ -40,6 +46,8 @@ pub struct FrameScanner {
     frame_id: Option<String>,
     /// The current frame has a `data` line with a non-empty value.
     frame_has_data: bool,
+    /// The current frame's `event` field names the keep-alive event.
+    frame_is_keep_alive_event: bool,
 }
 
 impl FrameScanner {
@@ -86,15 +94,19 @@ impl FrameScanner {
                 // Blank line with no frame open (e.g. a stray leading newline): nothing to dispatch.
                 return None;
             }
+            let id = self.frame_id.take();
             let end = FrameEnd {
                 end: 0,
                 comment_only: !self.frame_has_field,
-                id: self.frame_id.take(),
+                keep_alive: !self.frame_has_field
+                    || (self.frame_is_keep_alive_event && id.is_none()),
+                id,
                 has_data: self.frame_has_data,
             };
             self.frame_has_lines = false;
             self.frame_has_field = false;
             self.frame_has_data = false;
+            self.frame_is_keep_alive_event = false;
             return Some(end);
         }
         self.frame_has_lines = true;
@@ -105,6 +117,10 @@ impl FrameScanner {
             }
             if field_value(&self.line_prefix, b"data").is_some_and(|v| !v.is_empty()) {
                 self.frame_has_data = true;
+            }
+            if let Some(name) = field_value(&self.line_prefix, b"event") {
+                // The last `event` field wins, as in the standard.
+                self.frame_is_keep_alive_event = name == KEEP_ALIVE_EVENT_NAME.as_bytes();
             }
         }
         self.line_len = 0;
@@ -196,6 +212,30 @@ mod tests {
                 (Some("5"), false),
                 (Some("6"), true),
                 (None, false)
+            ]
+        );
+    }
+
+    #[test]
+    fn keep_alive_comments_and_events_are_keep_alives_and_nothing_else_is() {
+        let mut s = FrameScanner::new();
+        let ends = s.feed(
+            b": keep-alive\n\nevent: keep-alive\ndata:\n\nevent: keep-alive\nid: 3\ndata:\n\n\
+              event: keep-alives\ndata:\n\nevent: end\ndata: {}\n\nid: 4\ndata: x\n\n",
+        );
+        let got: Vec<_> = ends
+            .iter()
+            .map(|e| (e.keep_alive, e.comment_only))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (true, true),
+                (true, false),
+                (false, false),
+                (false, false),
+                (false, false),
+                (false, false)
             ]
         );
     }

@@ -209,7 +209,7 @@ fn summary(log: &[RequestLog]) -> String {
                 l.status,
                 l.frames,
                 l.frame_ids.last(),
-                l.comment_frames,
+                l.keep_alive_frames,
                 l.body_bytes,
                 l.dropped_frames,
                 l.outcome

@@ -81,9 +81,10 @@ async fn post_bodies_pass_through_unchanged_and_are_logged() {
 
 #[tokio::test]
 async fn counts_frames_split_across_chunks_and_ignores_keepalives() {
-    // Frames deliberately split mid-line and several per chunk, with CRLF and comment frames.
-    let body: &[u8] =
-        b": ka\n\nid: 1\ndata: a\n\nid: 2\r\ndata: b\r\n\r\n: ka\n\nid: 3\ndata: c\ndata: d\n\n";
+    // Frames deliberately split mid-line and several per chunk, with CRLF, comment frames and a
+    // keep-alive event.
+    let body: &[u8] = b": ka\n\nid: 1\ndata: a\n\nid: 2\r\ndata: b\r\n\r\n: ka\n\n\
+        event: keep-alive\ndata:\n\nid: 3\ndata: c\ndata: d\n\n";
     let (up, _) = raw_upstream(move |_, _| {
         let mut parts = vec![b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n".to_vec()];
         for piece in [&body[..3], &body[3..20], &body[20..21], &body[21..]] {
@@ -101,11 +102,40 @@ async fn counts_frames_split_across_chunks_and_ignores_keepalives() {
     assert_eq!(resp.body, body, "payload unchanged through de-/re-chunking");
     let log = proxy.requests();
     assert_eq!(log[0].frames, 3);
-    assert_eq!(log[0].comment_frames, 2);
+    assert_eq!(log[0].keep_alive_frames, 3);
     assert_eq!(log[0].frame_ids, ["1", "2", "3"]);
     assert_eq!(log[0].last_event_id.as_deref(), Some("0"));
     assert!(log[0].event_stream);
     assert_eq!(log[0].outcome, Outcome::Complete);
+}
+
+#[tokio::test]
+async fn a_cut_after_k_frames_counts_events_not_keep_alive_events() {
+    let body: &[u8] = b"id: 1\ndata: a\n\nevent: keep-alive\ndata:\n\n: ka\n\n\
+        event: keep-alive\ndata:\n\nid: 2\ndata: b\n\nid: 3\ndata: c\n\n";
+    let (up, _) = raw_upstream(move |_, _| {
+        vec![
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n".to_vec(),
+            encode_chunk(body),
+            LAST_CHUNK.to_vec(),
+        ]
+    })
+    .await;
+    let proxy = ChaosProxy::start(ProxyConfig {
+        cut_after_frames: Some(2),
+        ..cfg(up)
+    })
+    .await
+    .unwrap();
+    let resp = raw_request(proxy.addr(), &get("/events", None))
+        .await
+        .unwrap();
+    assert!(!resp.complete, "the stream was cut");
+    let through_2 = body.len() - b"id: 3\ndata: c\n\n".len();
+    assert_eq!(resp.body, &body[..through_2], "cut after id 2, not before");
+    let log = proxy.requests();
+    assert_eq!(log[0].outcome, Outcome::CutAfterFrames(2));
+    assert_eq!((log[0].frames, log[0].keep_alive_frames), (2, 3));
 }
 
 #[tokio::test]
@@ -204,7 +234,10 @@ async fn cuts_on_schedule() {
     let log = proxy.requests();
     assert_eq!(log[0].outcome, Outcome::CutOnSchedule);
     assert!(log[0].frames > 0, "events flowed before the cut");
-    assert!(log[0].comment_frames > 0, "keep-alives are counted apart");
+    assert!(
+        log[0].keep_alive_frames > 0,
+        "keep-alives are counted apart"
+    );
     assert_eq!(sse_ids(&resp.body).len(), log[0].frames);
 }
 

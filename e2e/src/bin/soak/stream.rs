@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
 use replay_ring_e2e::http::{find, Buffered, ChunkedDecoder, Head};
-use replay_ring_sse::EventId;
+use replay_ring_sse::{EventId, KEEP_ALIVE_EVENT_NAME};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 
@@ -95,7 +95,7 @@ pub enum Seen {
     Event,
     /// An event at or below the cursor (counted as duplicated).
     Duplicate,
-    /// A comment-only frame (keep-alive) or a frame without an id.
+    /// A keep-alive (a comment, or `event: keep-alive`) or another frame without an id.
     Other,
     /// A named frame: the response ends.
     Terminal,
@@ -135,6 +135,9 @@ impl Cursor {
     /// after it must be the cursor + 1. A skipped id counts as lost, an id at or below the cursor
     /// as duplicated.
     pub fn check(&mut self, frame: &Frame, first: bool, tally: &Tally) -> io::Result<Seen> {
+        if frame.id.is_none() && frame.event.as_deref() == Some(KEEP_ALIVE_EVENT_NAME) {
+            return Ok(Seen::Other);
+        }
         if frame.event.is_some() {
             if frame.is_slow_consumer_cut() {
                 tally.slow_consumer_frames.fetch_add(1, Relaxed);
@@ -327,14 +330,24 @@ mod tests {
         let tally = Tally::default();
         let mut cursor = Cursor::default();
         let seen = body(
-            b"id: s.a.4\nretry: 1000\ndata\n\nid: s.a.5\ndata: {\"n\":5}\n\n: keep-alive\n\n",
+            b"id: s.a.4\nretry: 1000\ndata\n\nid: s.a.5\ndata: {\"n\":5}\n\n: keep-alive\n\n\
+              event: keep-alive\ndata:\n\nid: s.a.6\ndata: {\"n\":6}\n\n",
             &tally,
             &mut cursor,
         );
-        assert_eq!(seen, [Seen::Priming, Seen::Event, Seen::Other]);
-        assert_eq!(cursor.last_event_id().as_deref(), Some("s.a.5"));
+        assert_eq!(
+            seen,
+            [
+                Seen::Priming,
+                Seen::Event,
+                Seen::Other,
+                Seen::Other,
+                Seen::Event
+            ]
+        );
+        assert_eq!(cursor.last_event_id().as_deref(), Some("s.a.6"));
         let seen = body(
-            b"id: s.a.3\ndata\n\nid: s.a.5\ndata: x\n\nid: s.a.8\ndata: x\n\n",
+            b"id: s.a.3\ndata\n\nid: s.a.6\ndata: x\n\nid: s.a.9\ndata: x\n\n",
             &tally,
             &mut cursor,
         );
@@ -342,7 +355,7 @@ mod tests {
         assert_eq!(tally.priming_mismatches.load(Relaxed), 1);
         assert_eq!(tally.duplicated.load(Relaxed), 1);
         assert_eq!(tally.lost.load(Relaxed), 2);
-        assert_eq!(tally.events.load(Relaxed), 2);
+        assert_eq!(tally.events.load(Relaxed), 3);
     }
 
     #[test]
