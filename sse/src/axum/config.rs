@@ -41,7 +41,8 @@ pub struct SseConfig {
     pub retention: RetentionConfig,
     /// When one connection may no longer hold the stream back.
     pub slow_consumer: SlowConsumerPolicy,
-    /// Idle time after which a `: keep-alive` comment is written. `Duration::ZERO` or
+    /// Idle time after which a keep-alive is written: a `: keep-alive` comment, or an event with
+    /// [`keep_alive_event`](Self::keep_alive_event). `Duration::ZERO` or
     /// `Duration::MAX`: none (a stream that stays silent for [`ServeConfig::idle_timeout`](super::ServeConfig::idle_timeout)
     /// is then closed by [`serve`](super::serve)).
     pub keep_alive: Duration,
@@ -51,7 +52,8 @@ pub struct SseConfig {
     /// way) looks to it like a quiet stream, for as long as the operating system keeps the
     /// socket; with this on, a page that hears nothing for a few `keep_alive` intervals knows the
     /// connection is dead and can reconnect with its last id. Clients that read only unnamed
-    /// (`message`) events ignore it; a client that treats every event as data must skip it.
+    /// (`message`) events ignore it; a client that treats every event as data must skip it (its
+    /// name is [`KEEP_ALIVE_EVENT_NAME`](crate::KEEP_ALIVE_EVENT_NAME)).
     pub keep_alive_event: bool,
     /// Reconnection delay announced in the priming event (`None`: leave the client's default).
     pub retry: Option<Duration>,
