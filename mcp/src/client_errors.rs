@@ -121,15 +121,17 @@ pub(crate) async fn answer_internal_failure(
         Err(emptied) => return emptied,
     };
     let detail = String::from_utf8_lossy(&text);
-    let (error, message) = if detail.contains(crate::manager::TOO_MANY_STREAMS) {
+    let (error, message, retry_after) = if detail.contains(crate::manager::TOO_MANY_STREAMS) {
         (
             "too_many_streams",
             "this MCP session holds its most request streams; retry later",
+            stated_retry_after(&detail).unwrap_or(1),
         )
     } else if is_event_log_failure(&detail) {
         (
             "backend_unavailable",
             "the event log on Redis failed this request; retry later",
+            1,
         )
     } else {
         return Response::from_parts(parts, Full::new(text).boxed());
@@ -143,9 +145,17 @@ pub(crate) async fn answer_internal_failure(
     );
     answer.headers_mut().insert(
         http::header::RETRY_AFTER,
-        http::HeaderValue::from_static("1"),
+        http::HeaderValue::from(retry_after),
     );
     answer
+}
+
+/// The whole seconds the manager's refusal text states after
+/// [`RETRY_AFTER_MARK`](crate::manager::RETRY_AFTER_MARK), if it does.
+fn stated_retry_after(text: &str) -> Option<u64> {
+    let (_, rest) = text.split_once(crate::manager::RETRY_AFTER_MARK)?;
+    let digits = rest.split(|c: char| !c.is_ascii_digit()).next()?;
+    digits.parse().ok()
 }
 
 /// Whether rmcp's text is that of a failure of the event log on Redis.

@@ -9,6 +9,7 @@
 //! retention policy sees what each connection was sent.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::stream::{self, BoxStream};
 use futures::{Stream, StreamExt};
@@ -46,12 +47,24 @@ pub enum ManagerError {
     TooManyStreams {
         /// The cap.
         limit: usize,
+        /// How long until the session has room at the earliest: until its first ended stream
+        /// is past `completed_ttl`, or `completed_ttl` while every stream is still open.
+        retry_after: Duration,
     },
 }
 
 /// The start of [`ManagerError::TooManyStreams`]'s text, which rmcp passes on in its 500 and the
 /// guard answers as 503 `too_many_streams`.
 pub(crate) const TOO_MANY_STREAMS: &str = "too many request streams in this MCP session";
+
+/// Precedes the whole seconds of [`ManagerError::TooManyStreams`]'s `retry_after` in its text,
+/// where the guard reads them for the 503's `Retry-After`.
+pub(crate) const RETRY_AFTER_MARK: &str = "; retry after ";
+
+/// `d` in whole seconds, rounded up, at least 1: a `Retry-After` that is never early.
+pub(crate) fn retry_after_secs(d: Duration) -> u64 {
+    (d.as_secs() + u64::from(d.subsec_nanos() > 0)).max(1)
+}
 
 impl std::fmt::Display for ManagerError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -62,9 +75,10 @@ impl std::fmt::Display for ManagerError {
             ),
             ManagerError::Refused(r) => write!(f, "{r}"),
             ManagerError::Store(e) => f.write_str(e),
-            ManagerError::TooManyStreams { limit } => write!(
+            ManagerError::TooManyStreams { limit, retry_after } => write!(
                 f,
-                "{TOO_MANY_STREAMS}: it holds {limit} (open, or ended within the completed-stream TTL); retry later"
+                "{TOO_MANY_STREAMS}: it holds {limit} (open, or ended within the completed-stream TTL){RETRY_AFTER_MARK}{} s",
+                retry_after_secs(*retry_after)
             ),
         }
     }
@@ -141,8 +155,9 @@ impl ReplayRingSessionManager {
     /// At most `max` request streams per MCP session (default
     /// [`DEFAULT_MAX_STREAMS_PER_SESSION`]), counting those open and those ended less than
     /// `completed_ttl` ago, which still retain their events: a request that would open one more
-    /// is answered 503 `too_many_streams` with `Retry-After` (by
-    /// [`ResumeGuardLayer`](crate::ResumeGuardLayer)) and never reaches the session. Without a
+    /// is answered 503 `too_many_streams` (by [`ResumeGuardLayer`](crate::ResumeGuardLayer)) and
+    /// never reaches the session; its `Retry-After` is when the session has room again at the
+    /// earliest (see [`ManagerError::TooManyStreams`]). Without a
     /// cap, one session that keeps starting long calls and never reads them holds up to
     /// `capacity` events for every one of them. Notifications and responses open no stream and
     /// are never refused.
@@ -318,7 +333,7 @@ impl SessionManager for ReplayRingSessionManager {
             Some(_) => Some(
                 self.store
                     .reserve_request_stream(id, limit)
-                    .ok_or(ManagerError::TooManyStreams { limit })?,
+                    .map_err(|retry_after| ManagerError::TooManyStreams { limit, retry_after })?,
             ),
             None => None,
         };
@@ -483,5 +498,17 @@ impl EventStore for SessionEvents {
         last_event_id: &str,
     ) -> Result<EventStream, EventStoreError> {
         self.0.replay_events_after(last_event_id).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_is_whole_seconds_rounded_up_and_never_zero() {
+        let secs = |ms| retry_after_secs(Duration::from_millis(ms));
+        assert_eq!([secs(0), secs(1), secs(999), secs(1_000)], [1, 1, 1, 1]);
+        assert_eq!([secs(1_001), secs(29_001), secs(30_000)], [2, 30, 30]);
     }
 }

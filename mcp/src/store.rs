@@ -447,27 +447,44 @@ impl RingEventStore {
 
     /// A place for one more request stream of `session`, if it holds fewer than `limit` (open,
     /// or ended less than `completed_ttl` ago: those past it are swept first), counted at once
-    /// so that concurrent requests cannot all pass; `None` at the cap.
+    /// so that concurrent requests cannot all pass. At the cap, `Err` with how long until the
+    /// session has room at the earliest: until its first ended stream is past `completed_ttl`,
+    /// or, with every stream still open, `completed_ttl` (a stream leaves the count that long
+    /// after it ends).
     pub(crate) fn reserve_request_stream(
         &self,
         session: &SessionId,
         limit: usize,
-    ) -> Option<StreamSlot> {
+    ) -> Result<StreamSlot, Duration> {
         let mut streams = self.inner.streams.lock();
         let held = |streams: &Streams| streams.per_session.get(session).copied().unwrap_or(0);
         if held(&streams) >= limit {
             // Without the store's housekeeping timer, a refusal must not last for good.
-            self.sweep(&mut streams, Instant::now());
+            let now = Instant::now();
+            self.sweep(&mut streams, now);
             if held(&streams) >= limit {
-                return None;
+                return Err(self.room_after(&streams, session, now));
             }
         }
         streams.count_request_stream(session, true);
-        Some(StreamSlot {
+        Ok(StreamSlot {
             store: self.clone(),
             session: session.clone(),
             taken: false,
         })
+    }
+
+    /// How long until one of `session`'s counted streams leaves the count at the earliest.
+    fn room_after(&self, streams: &Streams, session: &SessionId, now: Instant) -> Duration {
+        let ttl = self.inner.config.completed_ttl;
+        streams
+            .by_rmcp
+            .values()
+            .filter(|e| e.session().as_ref() == Some(session))
+            .filter_map(|e| *e.closed_at.lock())
+            .map(|at| ttl.saturating_sub(now.saturating_duration_since(at)))
+            .min()
+            .unwrap_or(ttl)
     }
 
     /// Ends the stream answering `request` in `session` because the client cancelled the request

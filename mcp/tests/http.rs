@@ -604,6 +604,67 @@ async fn a_request_beyond_the_sessions_stream_cap_is_503_too_many_streams() {
     );
 }
 
+/// The refusal's `Retry-After` says when the session has room at the earliest: while every
+/// counted stream is still open, `completed_ttl` (a stream leaves the count that long after it
+/// ends); with ended streams, the time until the first of them is past `completed_ttl`.
+#[tokio::test]
+async fn the_stream_caps_retry_after_is_when_room_comes_back() {
+    const COMPLETED_TTL: Duration = Duration::from_secs(30);
+    let store = RingEventStore::new(StoreConfig {
+        completed_ttl: COMPLETED_TTL,
+        ..StoreConfig::default()
+    });
+    let app = store_app_with_limits(store, replay_ring_mcp::DEFAULT_MAX_SESSIONS, 2);
+    let retry_after = |resp: &axum::response::Response| -> u64 {
+        assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+        resp.headers()["retry-after"]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+
+    // Both streams open (long calls, not read to their end).
+    let open = initialize(&app).await;
+    let mut held = Vec::new();
+    for id in 1..=2 {
+        let resp = call(&app, post(Some(&open), long_task_paced(id, 50, 100))).await;
+        assert_eq!(resp.status(), StatusCode::OK);
+        held.push(resp);
+    }
+    let refused = call(&app, post(Some(&open), long_task_paced(3, 1, 0))).await;
+    assert_eq!(retry_after(&refused), COMPLETED_TTL.as_secs());
+    let body = json_body(refused).await;
+    assert_eq!(body["error"], "too_many_streams", "{body}");
+
+    // Both streams ended just now: room comes back when the first is past the TTL.
+    let ended = initialize(&app).await;
+    for id in 1..=2 {
+        let resp = call(
+            &app,
+            post(
+                Some(&ended),
+                json!({"jsonrpc": "2.0", "id": id, "method": "ping"}),
+            ),
+        )
+        .await;
+        assert_eq!(resp.status(), StatusCode::OK);
+        let events = events_from(&mut resp.into_body(), 10).await;
+        assert!(
+            events.iter().any(|e| e.data.contains("\"result\"")),
+            "{events:?}"
+        );
+    }
+    let refused = call(&app, post(Some(&ended), long_task_paced(3, 1, 0))).await;
+    let secs = retry_after(&refused);
+    // Whole seconds, rounded up: the full TTL unless a second passed since the first ended.
+    assert!(
+        (COMPLETED_TTL.as_secs() - 1..=COMPLETED_TTL.as_secs()).contains(&secs),
+        "{secs}"
+    );
+    drop(held);
+}
+
 /// The cap holds for requests that arrive together (each is counted before rmcp routes it) and
 /// for a client that reuses a request id (each stream counts, not each id).
 #[tokio::test]
