@@ -63,7 +63,10 @@ pub(crate) const RETRY_AFTER_MARK: &str = "; retry after ";
 
 /// `d` in whole seconds, rounded up, at least 1: a `Retry-After` that is never early.
 pub(crate) fn retry_after_secs(d: Duration) -> u64 {
-    (d.as_secs() + u64::from(d.subsec_nanos() > 0)).max(1)
+    // Saturating: a `completed_ttl` of `Duration::MAX` ("keep them all") is a setting, not a bug.
+    d.as_secs()
+        .saturating_add(u64::from(d.subsec_nanos() > 0))
+        .max(1)
 }
 
 impl std::fmt::Display for ManagerError {
@@ -510,5 +513,6 @@ mod tests {
         let secs = |ms| retry_after_secs(Duration::from_millis(ms));
         assert_eq!([secs(0), secs(1), secs(999), secs(1_000)], [1, 1, 1, 1]);
         assert_eq!([secs(1_001), secs(29_001), secs(30_000)], [2, 30, 30]);
+        assert_eq!(retry_after_secs(Duration::MAX), u64::MAX);
     }
 }
