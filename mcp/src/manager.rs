@@ -47,8 +47,8 @@ pub enum ManagerError {
     TooManyStreams {
         /// The cap.
         limit: usize,
-        /// How long until the session has room at the earliest: until its first ended stream
-        /// is past `completed_ttl`, or `completed_ttl` while every stream is still open.
+        /// How long until the session has room at the earliest: until its first ended request
+        /// stream is past `completed_ttl`, or `completed_ttl` while every stream is still open.
         retry_after: Duration,
     },
 }

@@ -448,9 +448,9 @@ impl RingEventStore {
     /// A place for one more request stream of `session`, if it holds fewer than `limit` (open,
     /// or ended less than `completed_ttl` ago: those past it are swept first), counted at once
     /// so that concurrent requests cannot all pass. At the cap, `Err` with how long until the
-    /// session has room at the earliest: until its first ended stream is past `completed_ttl`,
-    /// or, with every stream still open, `completed_ttl` (a stream leaves the count that long
-    /// after it ends).
+    /// session has room at the earliest: until its first ended request stream is past
+    /// `completed_ttl`, or, with every stream still open, `completed_ttl` (a stream leaves the
+    /// count that long after it ends).
     pub(crate) fn reserve_request_stream(
         &self,
         session: &SessionId,
@@ -480,7 +480,9 @@ impl RingEventStore {
         streams
             .by_rmcp
             .values()
-            .filter(|e| e.session().as_ref() == Some(session))
+            // Counted streams only: bound request streams (the session's GET stream may have
+            // ended too, but it never counted).
+            .filter(|e| e.request().is_some() && e.session().as_ref() == Some(session))
             .filter_map(|e| *e.closed_at.lock())
             .map(|at| ttl.saturating_sub(now.saturating_duration_since(at)))
             .min()
@@ -963,5 +965,30 @@ impl EventStore for RingEventStore {
     ) -> Result<EventStream, EventStoreError> {
         let stream = self.resume_stream(None, last_event_id.as_bytes())?;
         Ok(Box::pin(stream))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::DEFAULT_COMPLETED_TTL;
+
+    #[tokio::test]
+    async fn an_ended_get_stream_is_not_taken_for_room_under_the_stream_cap() {
+        let store = RingEventStore::new(StoreConfig::default());
+        let session = SessionId::from("s");
+        // The session's GET stream, ended (a backpressure timeout, a failed event log) while
+        // the session lives on: it never counted, so its end frees nothing.
+        store
+            .entry_for("s:common", true)
+            .await
+            .unwrap()
+            .mark_closed();
+        let _open = store.reserve_request_stream(&session, 1).ok().unwrap();
+        let wait = store.reserve_request_stream(&session, 1).err().unwrap();
+        assert_eq!(
+            wait, DEFAULT_COMPLETED_TTL,
+            "the one counted stream is still open"
+        );
     }
 }
