@@ -135,8 +135,12 @@ impl Cursor {
     /// after it must be the cursor + 1. A skipped id counts as lost, an id at or below the cursor
     /// as duplicated.
     pub fn check(&mut self, frame: &Frame, first: bool, tally: &Tally) -> io::Result<Seen> {
-        if frame.id.is_none() && frame.event.as_deref() == Some(KEEP_ALIVE_EVENT_NAME) {
-            return Ok(Seen::Other);
+        if frame.event.as_deref() == Some(KEEP_ALIVE_EVENT_NAME) {
+            // An id would move a browser's cursor: no keep-alive may carry one.
+            return match &frame.id {
+                None => Ok(Seen::Other),
+                Some(id) => Err(io::Error::other(format!("keep-alive event with id {id:?}"))),
+            };
         }
         if frame.event.is_some() {
             if frame.is_slow_consumer_cut() {
@@ -356,6 +360,15 @@ mod tests {
         assert_eq!(tally.duplicated.load(Relaxed), 1);
         assert_eq!(tally.lost.load(Relaxed), 2);
         assert_eq!(tally.events.load(Relaxed), 3);
+    }
+
+    #[test]
+    fn a_keep_alive_event_with_an_id_is_malformed() {
+        let frame = Frame::parse(b"event: keep-alive\nid: s.a.7\ndata:");
+        let err = Cursor::default()
+            .check(&frame, false, &Tally::default())
+            .unwrap_err();
+        assert!(err.to_string().contains("keep-alive"), "{err}");
     }
 
     #[test]
