@@ -21,6 +21,16 @@ fn cfg(upstream: SocketAddr) -> ProxyConfig {
     ProxyConfig::new(upstream)
 }
 
+/// A chunked `200 text/event-stream` reply whose body is `pieces`, one chunk each.
+fn event_stream_reply(pieces: &[&[u8]]) -> Vec<Vec<u8>> {
+    let head =
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n";
+    let mut parts = vec![head.to_vec()];
+    parts.extend(pieces.iter().map(|p| encode_chunk(p)));
+    parts.push(LAST_CHUNK.to_vec());
+    parts
+}
+
 #[tokio::test]
 async fn post_bodies_pass_through_unchanged_and_are_logged() {
     let (up, got) = raw_upstream(|_, body| {
@@ -86,12 +96,7 @@ async fn counts_frames_split_across_chunks_and_ignores_keepalives() {
     let body: &[u8] = b": ka\n\nid: 1\ndata: a\n\nid: 2\r\ndata: b\r\n\r\n: ka\n\n\
         event: keep-alive\ndata:\n\nid: 3\ndata: c\ndata: d\n\n";
     let (up, _) = raw_upstream(move |_, _| {
-        let mut parts = vec![b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n".to_vec()];
-        for piece in [&body[..3], &body[3..20], &body[20..21], &body[21..]] {
-            parts.push(encode_chunk(piece));
-        }
-        parts.push(LAST_CHUNK.to_vec());
-        parts
+        event_stream_reply(&[&body[..3], &body[3..20], &body[20..21], &body[21..]])
     })
     .await;
     let proxy = ChaosProxy::start(cfg(up)).await.unwrap();
@@ -113,14 +118,7 @@ async fn counts_frames_split_across_chunks_and_ignores_keepalives() {
 async fn a_cut_after_k_frames_counts_events_not_keep_alive_events() {
     let body: &[u8] = b"id: 1\ndata: a\n\nevent: keep-alive\ndata:\n\n: ka\n\n\
         event: keep-alive\ndata:\n\nid: 2\ndata: b\n\nid: 3\ndata: c\n\n";
-    let (up, _) = raw_upstream(move |_, _| {
-        vec![
-            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n".to_vec(),
-            encode_chunk(body),
-            LAST_CHUNK.to_vec(),
-        ]
-    })
-    .await;
+    let (up, _) = raw_upstream(move |_, _| event_stream_reply(&[body])).await;
     let proxy = ChaosProxy::start(ProxyConfig {
         cut_after_frames: Some(2),
         ..cfg(up)

@@ -561,6 +561,16 @@ async fn a_request_that_would_open_a_session_past_the_cap_is_503() {
     initialize(&app).await;
 }
 
+/// The demo app with a cap of two request streams per session, which count for `completed_ttl`
+/// after they end.
+fn app_with_two_streams_per_session(completed_ttl: Duration) -> Router {
+    let store = RingEventStore::new(StoreConfig {
+        completed_ttl,
+        ..StoreConfig::default()
+    });
+    store_app_with_limits(store, replay_ring_mcp::DEFAULT_MAX_SESSIONS, 2)
+}
+
 /// A session that holds its most request streams (open, or ended within `completed_ttl`) gets
 /// 503 `too_many_streams` with `Retry-After` for a request that would open one more, and the
 /// request never reaches it; a notification still goes through, and once the ended streams are
@@ -568,11 +578,7 @@ async fn a_request_that_would_open_a_session_past_the_cap_is_503() {
 #[tokio::test]
 async fn a_request_beyond_the_sessions_stream_cap_is_503_too_many_streams() {
     const COMPLETED_TTL: Duration = Duration::from_millis(100);
-    let store = RingEventStore::new(StoreConfig {
-        completed_ttl: COMPLETED_TTL,
-        ..StoreConfig::default()
-    });
-    let app = store_app_with_limits(store, replay_ring_mcp::DEFAULT_MAX_SESSIONS, 2);
+    let app = app_with_two_streams_per_session(COMPLETED_TTL);
     let session = initialize(&app).await;
     let ping = |id: u64| json!({"jsonrpc": "2.0", "id": id, "method": "ping"});
     for id in 1..=2 {
@@ -610,11 +616,7 @@ async fn a_request_beyond_the_sessions_stream_cap_is_503_too_many_streams() {
 #[tokio::test]
 async fn the_stream_caps_retry_after_is_when_room_comes_back() {
     const COMPLETED_TTL: Duration = Duration::from_secs(30);
-    let store = RingEventStore::new(StoreConfig {
-        completed_ttl: COMPLETED_TTL,
-        ..StoreConfig::default()
-    });
-    let app = store_app_with_limits(store, replay_ring_mcp::DEFAULT_MAX_SESSIONS, 2);
+    let app = app_with_two_streams_per_session(COMPLETED_TTL);
     let retry_after = |resp: &axum::response::Response| -> u64 {
         assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
         resp.headers()["retry-after"]
