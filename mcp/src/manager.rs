@@ -174,8 +174,16 @@ impl ReplayRingSessionManager {
     ///     .with_max_streams_per_session(64);
     /// assert_eq!(manager.max_streams_per_session(), 64);
     /// ```
+    ///
+    /// # Panics
+    ///
+    /// If `max` is 0: no request could ever be answered.
     #[must_use]
     pub fn with_max_streams_per_session(mut self, max: usize) -> Self {
+        assert!(
+            max > 0,
+            "max_streams_per_session must be at least 1: with 0 no request could be answered"
+        );
         self.max_streams_per_session = max;
         self
     }
@@ -190,8 +198,16 @@ impl ReplayRingSessionManager {
     /// another with 503 `too_many_sessions` and `Retry-After`. rmcp closes a session after its
     /// `keep_alive` without activity (300 s by default), so without a cap a client opening
     /// sessions in a loop holds memory for every one of them until then.
+    ///
+    /// # Panics
+    ///
+    /// If `max` is 0: no session could ever open.
     #[must_use]
     pub fn with_max_sessions(mut self, max: usize) -> Self {
+        assert!(
+            max > 0,
+            "max_sessions must be at least 1: with 0 no session could open"
+        );
         self.max_sessions = max;
         self
     }
@@ -507,6 +523,23 @@ impl EventStore for SessionEvents {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn manager() -> ReplayRingSessionManager {
+        let store = RingEventStore::new(crate::StoreConfig::default());
+        ReplayRingSessionManager::new(store, LocalSessionManager::default())
+    }
+
+    #[test]
+    #[should_panic(expected = "max_sessions must be at least 1")]
+    fn a_cap_of_no_sessions_is_refused() {
+        let _ = manager().with_max_sessions(0);
+    }
+
+    #[test]
+    #[should_panic(expected = "max_streams_per_session must be at least 1")]
+    fn a_cap_of_no_request_streams_is_refused() {
+        let _ = manager().with_max_streams_per_session(0);
+    }
 
     #[test]
     fn retry_after_is_whole_seconds_rounded_up_and_never_zero() {

@@ -23,6 +23,7 @@
 //! (see "Behind a load balancer" in `docs/mcp.md`).
 
 use std::net::SocketAddr;
+use std::num::NonZeroUsize;
 use std::time::Duration;
 
 use clap::{CommandFactory, Parser};
@@ -74,8 +75,8 @@ struct Args {
     max_connections: Option<usize>,
     /// MCP sessions open at once; a request that would open one more gets an explicit 503
     /// (sessions close after 300 s without activity).
-    #[arg(long, default_value_t = replay_ring_mcp::DEFAULT_MAX_SESSIONS)]
-    max_sessions: usize,
+    #[arg(long, default_value_t = NonZeroUsize::new(replay_ring_mcp::DEFAULT_MAX_SESSIONS).unwrap())]
+    max_sessions: NonZeroUsize,
     /// Serve the same tools on rmcp's built-in cache instead, for comparison.
     #[arg(long, conflicts_with = "redis")]
     builtin_cache: bool,
@@ -162,14 +163,14 @@ async fn main() -> std::io::Result<()> {
                 .map_err(|e| std::io::Error::other(format!("--redis {url}: {e}")))?;
             let store = RingEventStore::with_redis(config, log);
             (
-                store_app_with_max_sessions(store.clone(), args.max_sessions),
+                store_app_with_max_sessions(store.clone(), args.max_sessions.get()),
                 Some(store),
             )
         }
         (_, Storage::ReplayRing(config)) => {
             let store = RingEventStore::new(config);
             (
-                store_app_with_max_sessions(store.clone(), args.max_sessions),
+                store_app_with_max_sessions(store.clone(), args.max_sessions.get()),
                 Some(store),
             )
         }
