@@ -353,6 +353,16 @@ fn current_thread_rt() -> tokio::runtime::Runtime {
 /// the capacity (a retention policy acknowledging in chunks, not per event).
 const RELEASE_STEP: u64 = (CAPACITY / 4) as u64;
 
+/// A polling reader that has just read fewer events than this lets the next batch form before it
+/// polls again (`BATCH_WAIT_SPINS` spin-loop hints). A reader that polls again at once takes the
+/// `head` and slot cache lines from the producer every few events, and both sides then pay a
+/// cache-line transfer per few events; a reader that lets half a window accumulate reads whole
+/// lines the producer has finished with (docs/benchmarks.md, scenario 2).
+const BATCH_TARGET: usize = CAPACITY / 2;
+
+/// Spin-loop hints a polling reader waits after a batch shorter than `BATCH_TARGET`.
+const BATCH_WAIT_SPINS: u32 = 64;
+
 /// Per-reader acknowledgements: a reader acks what it has read, then releases through the minimum
 /// over all readers (so a slower reader never finds its next event released).
 struct Acks(Vec<CachePadded<AtomicU64>>);
@@ -488,10 +498,15 @@ fn replay_ring_run<T: Payload>(
                         Some(batch) => {
                             let (a, b) = batch.as_slices();
                             a.iter().chain(b).for_each(|v| rec.seen(v));
-                            let last = batch.last_id();
+                            let (len, last) = (batch.len(), batch.last_id());
                             drop(batch);
                             after_batch(last);
                             backoff.reset();
+                            if len < BATCH_TARGET {
+                                for _ in 0..BATCH_WAIT_SPINS {
+                                    std::hint::spin_loop();
+                                }
+                            }
                         }
                         None => backoff.snooze(),
                     }
