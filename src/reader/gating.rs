@@ -28,10 +28,10 @@ use crate::sync::{
 /// the slot being written away from the producer, so both threads wait for a cache-line transfer
 /// every few events. When a batch comes back short, spinning briefly before the next poll (a few
 /// dozen [`std::hint::spin_loop`] hints) lets the next batch form: the reader then reads whole
-/// lines the producer has finished with. Measured with a capacity of 1,024, this raised a
-/// two-thread `u64` stream from 26–52 to 170–210 million events per second on a 2-core Intel VM
-/// (`docs/benchmarks.md`, scenario 2); it adds up to that spin to the latency of the event that
-/// arrives during it.
+/// lines the producer has finished with. With a capacity of 1,024 on a 2-core Intel VM, a
+/// two-thread `u64` stream ran at 170–210 million events per second with the loop below and at
+/// 26–52 million with the same loop polling again at once (`docs/benchmarks.md`, scenario 2). The
+/// spin adds at most its own length to the latency of an event that arrives during it.
 ///
 /// ```
 /// use std::hint::spin_loop;
