@@ -88,6 +88,7 @@ mod blocking;
 mod builder;
 mod error;
 mod metrics;
+mod prefetch;
 mod producer;
 mod reader;
 mod resume;

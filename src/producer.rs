@@ -9,6 +9,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use crate::error::{CloseReason, PushError};
+use crate::prefetch;
 use crate::ring::ReplayRing;
 use crate::shared::{Shared, LAST_ID};
 use crate::slots::Slot;
@@ -66,6 +67,9 @@ pub struct Producer<T> {
     /// The first id whose slot already holds a value (`first_id + capacity`): from here on a push
     /// replaces, and drops, the slot's previous occupant.
     first_reuse: u64,
+    /// How many slots ahead of the one it writes a push takes ownership of a slot's cache line
+    /// (`prefetch.rs`); 0 = not at all.
+    prefetch_ahead: u64,
     full: u64,
     waits: u64,
     waiting: bool,
@@ -112,6 +116,7 @@ impl<T> Producer<T> {
             run_len: 0,
             run_base: std::ptr::null_mut(),
             first_reuse,
+            prefetch_ahead: prefetch::slots_ahead(std::mem::size_of::<Slot<T>>()) as u64,
             full: 0,
             waits: 0,
             waiting: false,
@@ -225,6 +230,11 @@ impl<T> Producer<T> {
         // at an earlier or equal id, by `prepare_slow`), so this stays inside that run,
         // within one allocated segment.
         let cell = unsafe { self.run_base.add((id - self.run_start) as usize) };
+        // Only below `fast_limit`: that slot is in the same run, and its occupant was released,
+        // so no reader is reading it (the line it shares with its neighbours may still be read).
+        if self.prefetch_ahead != 0 && self.fast_limit - id > self.prefetch_ahead {
+            prefetch::prefetch_for_write(cell.wrapping_add(self.prefetch_ahead as usize));
+        }
         let shared = &*self.shared;
         let index = shared.index(id);
         let replaced = id >= self.first_reuse;

@@ -1,0 +1,86 @@
+//! Taking a slot's cache line for writing a few pushes before the push that fills it.
+//!
+//! A slot's line was last read by the readers one window ago, and on a machine with large private
+//! caches they usually still hold it. The push that writes it must first invalidate their copies
+//! (a read-for-ownership: a cross-core round trip), and the push's wake-up fence waits for that
+//! store to complete: with 32-byte slots (a `Bytes`) every other push stalls for a round trip.
+//! Asking for the line in exclusive state a few slots ahead overlaps the round trip with the
+//! pushes in between (`docs/benchmarks.md`, scenario 7).
+
+/// How far ahead of the slot being written the producer takes ownership, in bytes of slots: four
+/// cache lines. Measured on scenario 7 (1 reader, 32-byte slots): 256 and 1,024 bytes did the same;
+/// much further ahead the line may be claimed while a late reader still reads it.
+const AHEAD_BYTES: usize = 256;
+
+/// How many slots of `slot_bytes` bytes ahead the producer prefetches, or 0 for no prefetching
+/// (zero-sized slots, or a processor without a write-prefetch instruction the crate uses).
+pub(crate) fn slots_ahead(slot_bytes: usize) -> usize {
+    if slot_bytes == 0 || !supported() {
+        return 0;
+    }
+    (AHEAD_BYTES / slot_bytes).max(1)
+}
+
+/// Whether this processor has PREFETCHW (CPUID leaf 0x8000_0001, ECX bit 8). Asked once: CPUID
+/// traps to the hypervisor in a virtual machine, and rings may be built per request.
+#[cfg(all(target_arch = "x86_64", not(miri), not(replay_ring_loom)))]
+fn supported() -> bool {
+    use std::sync::OnceLock;
+    static PREFETCHW: OnceLock<bool> = OnceLock::new();
+    *PREFETCHW.get_or_init(|| {
+        // SAFETY: CPUID exists on every x86-64 processor, and every x86-64 processor has the
+        // extended leaf 0x8000_0001 (it reports long mode). (Safe to call in newer Rust.)
+        #[allow(unused_unsafe)]
+        let leaf = unsafe { std::arch::x86_64::__cpuid(0x8000_0001) };
+        leaf.ecx & (1 << 8) != 0
+    })
+}
+
+#[cfg(not(all(target_arch = "x86_64", not(miri), not(replay_ring_loom))))]
+fn supported() -> bool {
+    false
+}
+
+/// Hints that the cache line holding `ptr` is about to be written. Only called when
+/// [`slots_ahead`] is not 0 (the processor has the instruction).
+#[inline(always)]
+pub(crate) fn prefetch_for_write<T>(ptr: *const T) {
+    #[cfg(all(target_arch = "x86_64", not(miri), not(replay_ring_loom)))]
+    // SAFETY: `slots_ahead` returned non-zero, so CPUID said PREFETCHW exists. It only moves a
+    // cache line between caches: it reads and writes no memory architecturally and raises no
+    // fault for any address; it leaves the flags and the stack alone (as the options say).
+    unsafe {
+        std::arch::asm!(
+            "prefetchw [{line}]",
+            line = in(reg) ptr,
+            options(nostack, preserves_flags, readonly)
+        );
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(miri), not(replay_ring_loom))))]
+    let _ = ptr;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zero_sized_slots_are_not_prefetched() {
+        assert_eq!(slots_ahead(0), 0);
+    }
+
+    #[test]
+    fn the_distance_is_four_lines_of_slots_and_at_least_one_slot() {
+        if !supported() {
+            assert_eq!(slots_ahead(8), 0, "no instruction, no prefetching");
+            return;
+        }
+        assert_eq!(slots_ahead(8), 32);
+        assert_eq!(slots_ahead(32), 8);
+        assert_eq!(
+            slots_ahead(AHEAD_BYTES * 4),
+            1,
+            "a slot larger than the distance"
+        );
+    }
+}
