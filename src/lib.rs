@@ -46,9 +46,10 @@
 //! # Features
 //!
 //! - `stream` (default): `futures_core::Stream` for [`Reader`] (events cloned out one at a time).
-//! - `tokio`: `Reader::read_coalesced`, a [`Reader::read`] for tokio tasks that, once caught up
-//!   after reads that never parked, yields to the scheduler before it waits, so that a task chasing
-//!   a busy producer reads larger batches. Without it the crate depends on no runtime.
+//! - `tokio`: `Reader::read_coalesced`, a [`Reader::read`] for tokio tasks that, after reads that
+//!   never parked, yields to the scheduler (up to four times, while events keep arriving) before
+//!   it reads fewer than 16 events or waits, so that a task chasing a busy producer reads larger
+//!   batches. Without it the crate depends on no runtime.
 //!
 //! # Example
 //!
@@ -106,6 +107,8 @@ pub use error::{
 pub use metrics::Metrics;
 pub use producer::Producer;
 pub use reader::{Batch, Event, Gating, Reader};
+#[cfg(all(feature = "tokio", not(replay_ring_loom)))]
+pub use reader::{COALESCE_MAX_YIELDS, COALESCE_TARGET};
 pub use resume::{classify_resume, Resumption};
 pub use ring::ReplayRing;
 

@@ -24,6 +24,19 @@ mod gating;
 
 pub use gating::Gating;
 
+/// [`Reader::read_coalesced`] lets a batch grow to this many events before it reads, while the
+/// producer keeps publishing. Scenario 7 (`docs/benchmarks.md`) measured 8 to 16 events per
+/// batch as where a chasing reader stops slowing its producer down; 16 with
+/// [`COALESCE_MAX_YIELDS`] yields gave the most deliveries per second.
+#[cfg(all(feature = "tokio", not(replay_ring_loom)))]
+pub const COALESCE_TARGET: u64 = 16;
+
+/// At most this many yields to the scheduler per [`Reader::read_coalesced`]: a bound on the delay
+/// it adds (each is one pass of the tokio worker's loop, about a microsecond when the worker has
+/// nothing else to run).
+#[cfg(all(feature = "tokio", not(replay_ring_loom)))]
+pub const COALESCE_MAX_YIELDS: u32 = 4;
+
 /// Pins `next` in entry `index`, then checks it is still retained. On `Err(floor)` the entry is
 /// unpinned again. A fixed number of steps, no retry loop: (after a park) the active-bit RMWs (leaf,
 /// summary, segment: up to three), one store, one fence, one load of the active bit, (if the
@@ -282,6 +295,22 @@ impl<T> Reader<T> {
 
     /// Whether an event is ready to lend (`Ok(false)`: caught up). A finished reader reports its
     /// terminal error again.
+    /// How many events a read would lend now, at most (`u64::MAX` under a replay's pin, which
+    /// `read_coalesced` need not wait to grow); an error as `has_next`.
+    #[cfg(all(feature = "tokio", not(replay_ring_loom)))]
+    fn ready_events(&mut self) -> Result<u64, ReadError> {
+        if !self.has_next()? {
+            return Ok(0);
+        }
+        if self.pinned {
+            return Ok(u64::MAX);
+        }
+        // Acquire: pairs with the producer's Release publish (only a count here; `read` loads
+        // `head` again before it lends anything).
+        let head = self.shared.head.load(Acquire);
+        Ok((head + 1).saturating_sub(self.cursor))
+    }
+
     fn has_next(&mut self) -> Result<bool, ReadError> {
         if self.draining {
             // No drain or gate is running (each borrows the reader mutably), so this was left by a
@@ -484,11 +513,14 @@ impl<T> Reader<T> {
     }
 
     /// [`read`](Self::read) for a reader task that chases a busy producer: when the previous read
-    /// found its events without parking and the reader has now caught up, it yields to the tokio
-    /// scheduler once before it waits. Read at once, such a reader lends batches of one or two
-    /// events, each paying the pin's fence and a hand-off of the `head` cache line; the yield lets
-    /// the producer get ahead, so the next batch is larger. A reader woken from a park (an idle or
-    /// slow stream) waits at once, as `read` does.
+    /// found its events without parking and fewer than [`COALESCE_TARGET`] events are ready now,
+    /// it yields to the tokio scheduler, up to [`COALESCE_MAX_YIELDS`] times, for as long as each
+    /// yield brings new events, then reads (or waits, if still nothing is ready). Read at once,
+    /// such a reader lends batches of a few events, and each read takes the `head` cache line and
+    /// the line of the slot the producer is filling away from the producer, whose next push then
+    /// waits for them; the yields let the producer get ahead, so batches are larger. A producer
+    /// that stops publishing ends the yields at once (a yield that brought nothing), and a reader
+    /// woken from a park (an idle or slow stream) reads or waits at once, as `read` does.
     ///
     /// # Errors
     ///
@@ -529,8 +561,20 @@ impl<T> Reader<T> {
     /// ```
     #[cfg(all(feature = "tokio", not(replay_ring_loom)))]
     pub async fn read_coalesced(&mut self) -> Result<Batch<'_, T>, ReadError> {
-        if self.chasing && !self.has_next()? {
-            tokio::task::yield_now().await;
+        if self.chasing {
+            let mut ready = self.ready_events()?;
+            for _ in 0..COALESCE_MAX_YIELDS {
+                if ready >= COALESCE_TARGET {
+                    break;
+                }
+                tokio::task::yield_now().await;
+                let now = self.ready_events()?;
+                if now == ready {
+                    // Nothing was published during the yield: the producer is not busy.
+                    break;
+                }
+                ready = now;
+            }
         }
         self.read().await
     }

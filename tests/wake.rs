@@ -401,11 +401,12 @@ fn keeping_up_reader() -> (
     (producer, reader, counter, waker)
 }
 
-/// `read_coalesced`: a reader that keeps up with the producer yields once before it parks
-/// (outside a runtime, the yield is a self-wake); a reader woken from a park does not.
+/// `read_coalesced`: a reader that keeps up with the producer yields (outside a runtime, a yield
+/// is a self-wake) while each yield brings new events, and reads once one brought nothing; with
+/// nothing at all, it parks after that one yield. A reader woken from a park does not yield.
 #[cfg(feature = "tokio")]
 #[test]
-fn read_coalesced_yields_once_when_keeping_up_and_not_after_a_park() {
+fn read_coalesced_yields_while_events_arrive_and_not_after_a_park() {
     let (mut producer, mut reader, counter, waker) = keeping_up_reader();
 
     // Caught up after a read that did not park: the first poll yields and is not on the wait list.
@@ -420,8 +421,13 @@ fn read_coalesced_yields_once_when_keeping_up_and_not_after_a_park() {
             1,
             "a yielding reader is not parked: pushes wake nobody"
         );
+        assert!(
+            poll(read.as_mut(), &waker).is_pending(),
+            "two events arrived during the yield: fewer than the target, so it yields again"
+        );
+        assert_eq!(counter.wakes(), 2);
         let Poll::Ready(batch) = poll(read.as_mut(), &waker) else {
-            panic!("the events pushed during the yield are there")
+            panic!("a yield that brought nothing ends the yields")
         };
         let batch = batch.unwrap();
         assert_eq!((batch.len(), batch.first_id()), (2, 2));
@@ -431,15 +437,15 @@ fn read_coalesced_yields_once_when_keeping_up_and_not_after_a_park() {
     {
         let mut read = pin!(reader.read_coalesced());
         assert!(poll(read.as_mut(), &waker).is_pending());
-        assert_eq!(counter.wakes(), 2, "yielded once");
+        assert_eq!(counter.wakes(), 3, "yielded once");
         assert!(poll(read.as_mut(), &waker).is_pending());
         assert_eq!(
             counter.wakes(),
-            2,
+            3,
             "the second poll parks instead of yielding again"
         );
         producer.try_push(4).unwrap();
-        assert_eq!(counter.wakes(), 3, "the push wakes the parked reader");
+        assert_eq!(counter.wakes(), 4, "the push wakes the parked reader");
         let Poll::Ready(batch) = poll(read.as_mut(), &waker) else {
             panic!("woken with an event available")
         };
@@ -449,17 +455,78 @@ fn read_coalesced_yields_once_when_keeping_up_and_not_after_a_park() {
     // Woken from a park: the next wait parks at once.
     let mut read = pin!(reader.read_coalesced());
     assert!(poll(read.as_mut(), &waker).is_pending());
-    assert_eq!(counter.wakes(), 3, "no yield after a park");
+    assert_eq!(counter.wakes(), 4, "no yield after a park");
     producer.try_push(5).unwrap();
     assert_eq!(
         counter.wakes(),
-        4,
+        5,
         "parked on the first poll, woken by the push"
     );
     let Poll::Ready(batch) = poll(read.as_mut(), &waker) else {
         panic!("woken with an event available")
     };
     assert_eq!(batch.unwrap().first_id(), 5);
+}
+
+/// `read_coalesced` under a producer that publishes one event per scheduler turn: it yields at
+/// most `COALESCE_MAX_YIELDS` times, then lends everything that arrived.
+#[cfg(feature = "tokio")]
+#[test]
+fn read_coalesced_stops_yielding_after_its_maximum() {
+    use replay_ring::COALESCE_MAX_YIELDS;
+    let (mut producer, mut reader, counter, waker) = keeping_up_reader();
+    let mut read = pin!(reader.read_coalesced());
+    for turn in 1..=COALESCE_MAX_YIELDS as usize {
+        assert!(poll(read.as_mut(), &waker).is_pending());
+        assert_eq!(counter.wakes(), turn, "yield {turn}");
+        producer.try_push(turn as u32 + 1).unwrap();
+    }
+    let Poll::Ready(batch) = poll(read.as_mut(), &waker) else {
+        panic!("after {COALESCE_MAX_YIELDS} yields it reads")
+    };
+    let batch = batch.unwrap();
+    assert_eq!(
+        (batch.len(), batch.first_id()),
+        (COALESCE_MAX_YIELDS as usize, 2)
+    );
+    assert_eq!(counter.wakes(), COALESCE_MAX_YIELDS as usize);
+}
+
+/// `read_coalesced` reads at once, without yielding, when `COALESCE_TARGET` events are ready, and
+/// stops yielding as soon as a yield brings the batch to the target.
+#[cfg(feature = "tokio")]
+#[test]
+fn read_coalesced_reads_at_once_when_the_target_is_ready() {
+    use replay_ring::COALESCE_TARGET;
+    let (mut producer, ring) = ReplayRing::<u32>::new(64, 1).unwrap();
+    let mut reader = ring.reader().unwrap();
+    let (counter, waker) = CountingWaker::new();
+    producer.try_push(1).unwrap();
+    assert_eq!(read_coalesced_once(&mut reader, &waker), Some((1, 1)));
+
+    // A full target ready: no yield.
+    for v in 0..COALESCE_TARGET as u32 {
+        producer.try_push(v).unwrap();
+    }
+    assert_eq!(
+        read_coalesced_once(&mut reader, &waker),
+        Some((COALESCE_TARGET as usize, 2))
+    );
+    assert_eq!(counter.wakes(), 0, "the target was ready: no yield");
+
+    // One short of it: one yield, during which the last one arrives.
+    for v in 1..COALESCE_TARGET as u32 {
+        producer.try_push(v).unwrap();
+    }
+    let mut read = pin!(reader.read_coalesced());
+    assert!(poll(read.as_mut(), &waker).is_pending());
+    assert_eq!(counter.wakes(), 1);
+    producer.try_push(0).unwrap();
+    let Poll::Ready(batch) = poll(read.as_mut(), &waker) else {
+        panic!("the target is ready after the yield")
+    };
+    assert_eq!(batch.unwrap().len(), COALESCE_TARGET as usize);
+    assert_eq!(counter.wakes(), 1, "one yield only");
 }
 
 /// A wait that parked and was then dropped (a `select!` whose other branch won) does not make the
@@ -505,7 +572,13 @@ fn a_read_dropped_while_yielding_loses_nothing() {
     assert_eq!(counter.wakes(), 1);
     producer.try_push(2).unwrap();
     producer.try_push(3).unwrap();
-    assert_eq!(read_coalesced_once(&mut reader, &waker), Some((2, 2)));
+    let mut read = pin!(reader.read_coalesced());
+    assert!(poll(read.as_mut(), &waker).is_pending(), "yields again");
+    let Poll::Ready(batch) = poll(read.as_mut(), &waker) else {
+        panic!("nothing arrived during the yield: it reads")
+    };
+    let batch = batch.unwrap();
+    assert_eq!((batch.len(), batch.first_id()), (2, 2));
 }
 
 /// A tokio task chasing a producer on another thread with `read_coalesced` gets every event
