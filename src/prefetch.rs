@@ -15,7 +15,17 @@ const AHEAD_BYTES: usize = 256;
 /// How many slots of `slot_bytes` bytes ahead the producer prefetches, or 0 for no prefetching
 /// (zero-sized slots, or a processor without a write-prefetch instruction the crate uses).
 pub(crate) fn slots_ahead(slot_bytes: usize) -> usize {
-    if slot_bytes == 0 || !supported() {
+    if supported() {
+        distance(slot_bytes)
+    } else {
+        0
+    }
+}
+
+/// [`AHEAD_BYTES`] in slots of `slot_bytes` bytes: at least one slot, and 0 for zero-sized slots
+/// (they have no line to take).
+fn distance(slot_bytes: usize) -> usize {
+    if slot_bytes == 0 {
         return 0;
     }
     (AHEAD_BYTES / slot_bytes).max(1)
@@ -23,7 +33,12 @@ pub(crate) fn slots_ahead(slot_bytes: usize) -> usize {
 
 /// Whether this processor has PREFETCHW (CPUID leaf 0x8000_0001, ECX bit 8). Asked once: CPUID
 /// traps to the hypervisor in a virtual machine, and rings may be built per request.
-#[cfg(all(target_arch = "x86_64", not(miri), not(replay_ring_loom)))]
+#[cfg(all(
+    target_arch = "x86_64",
+    not(target_env = "sgx"),
+    not(miri),
+    not(replay_ring_loom)
+))]
 fn supported() -> bool {
     use std::sync::OnceLock;
     static PREFETCHW: OnceLock<bool> = OnceLock::new();
@@ -36,7 +51,12 @@ fn supported() -> bool {
     })
 }
 
-#[cfg(not(all(target_arch = "x86_64", not(miri), not(replay_ring_loom))))]
+#[cfg(not(all(
+    target_arch = "x86_64",
+    not(target_env = "sgx"),
+    not(miri),
+    not(replay_ring_loom)
+)))]
 fn supported() -> bool {
     false
 }
@@ -45,10 +65,20 @@ fn supported() -> bool {
 /// [`slots_ahead`] is not 0 (the processor has the instruction).
 #[inline(always)]
 pub(crate) fn prefetch_for_write<T>(ptr: *const T) {
-    #[cfg(all(target_arch = "x86_64", not(miri), not(replay_ring_loom)))]
+    debug_assert!(
+        supported(),
+        "prefetch_for_write on a processor without PREFETCHW"
+    );
+    #[cfg(all(
+        target_arch = "x86_64",
+        not(target_env = "sgx"),
+        not(miri),
+        not(replay_ring_loom)
+    ))]
     // SAFETY: `slots_ahead` returned non-zero, so CPUID said PREFETCHW exists. It only moves a
     // cache line between caches: it reads and writes no memory architecturally and raises no
-    // fault for any address; it leaves the flags and the stack alone (as the options say).
+    // fault for any address; it leaves the flags and the stack alone (as the options say;
+    // `readonly` rather than `nomem`, since it takes an address the way a load does).
     unsafe {
         std::arch::asm!(
             "prefetchw [{line}]",
@@ -56,7 +86,12 @@ pub(crate) fn prefetch_for_write<T>(ptr: *const T) {
             options(nostack, preserves_flags, readonly)
         );
     }
-    #[cfg(not(all(target_arch = "x86_64", not(miri), not(replay_ring_loom))))]
+    #[cfg(not(all(
+        target_arch = "x86_64",
+        not(target_env = "sgx"),
+        not(miri),
+        not(replay_ring_loom)
+    )))]
     let _ = ptr;
 }
 
@@ -66,19 +101,16 @@ mod tests {
 
     #[test]
     fn zero_sized_slots_are_not_prefetched() {
+        assert_eq!(distance(0), 0);
         assert_eq!(slots_ahead(0), 0);
     }
 
     #[test]
     fn the_distance_is_four_lines_of_slots_and_at_least_one_slot() {
-        if !supported() {
-            assert_eq!(slots_ahead(8), 0, "no instruction, no prefetching");
-            return;
-        }
-        assert_eq!(slots_ahead(8), 32);
-        assert_eq!(slots_ahead(32), 8);
+        assert_eq!(distance(8), 32);
+        assert_eq!(distance(32), 8);
         assert_eq!(
-            slots_ahead(AHEAD_BYTES * 4),
+            distance(AHEAD_BYTES * 4),
             1,
             "a slot larger than the distance"
         );

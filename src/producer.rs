@@ -233,6 +233,7 @@ impl<T> Producer<T> {
         // Only below `fast_limit`: that slot is in the same run, and its occupant was released,
         // so no reader is reading it (the line it shares with its neighbours may still be read).
         if self.prefetch_ahead != 0 && self.fast_limit - id > self.prefetch_ahead {
+            debug_assert!(id + self.prefetch_ahead - self.run_start < self.run_len);
             prefetch::prefetch_for_write(cell.wrapping_add(self.prefetch_ahead as usize));
         }
         let shared = &*self.shared;

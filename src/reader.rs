@@ -293,24 +293,26 @@ impl<T> Reader<T> {
         Ok(false)
     }
 
-    /// Whether an event is ready to lend (`Ok(false)`: caught up). A finished reader reports its
-    /// terminal error again.
-    /// How many events a read would lend now, at most (`u64::MAX` under a replay's pin, which
-    /// `read_coalesced` need not wait to grow); an error as `has_next`.
+    /// How many events are ready to lend, for `read_coalesced`'s yields: one load of `head` on the
+    /// common path (the line whose hand-offs the yields are there to save). `u64::MAX` stands for
+    /// "do not wait for more": the reader is pinned by a replay, or the stream closed with events
+    /// left. An error as `has_next`.
     #[cfg(all(feature = "tokio", not(replay_ring_loom)))]
     fn ready_events(&mut self) -> Result<u64, ReadError> {
-        if !self.has_next()? {
-            return Ok(0);
-        }
-        if self.pinned {
-            return Ok(u64::MAX);
+        if self.draining || self.done || self.pinned {
+            return Ok(if self.has_next()? { u64::MAX } else { 0 });
         }
         // Acquire: pairs with the producer's Release publish (only a count here; `read` loads
         // `head` again before it lends anything).
         let head = self.shared.head.load(Acquire);
-        Ok((head + 1).saturating_sub(self.cursor))
+        if self.cursor <= head {
+            return Ok(head + 1 - self.cursor);
+        }
+        Ok(if self.end_if_closed()? { u64::MAX } else { 0 })
     }
 
+    /// Whether an event is ready to lend (`Ok(false)`: caught up). A finished reader reports its
+    /// terminal error again.
     fn has_next(&mut self) -> Result<bool, ReadError> {
         if self.draining {
             // No drain or gate is running (each borrows the reader mutably), so this was left by a
@@ -513,14 +515,19 @@ impl<T> Reader<T> {
     }
 
     /// [`read`](Self::read) for a reader task that chases a busy producer: when the previous read
-    /// found its events without parking and fewer than [`COALESCE_TARGET`] events are ready now,
-    /// it yields to the tokio scheduler, up to [`COALESCE_MAX_YIELDS`] times, for as long as each
-    /// yield brings new events, then reads (or waits, if still nothing is ready). Read at once,
+    /// found its events without parking and fewer than [`COALESCE_TARGET`] events (or half the
+    /// window, if that is less) are ready now, it yields to the tokio scheduler, up to
+    /// [`COALESCE_MAX_YIELDS`] times, for as long as each yield brings new events, then reads (or
+    /// waits, if still nothing is ready). Read at once,
     /// such a reader lends batches of a few events, and each read takes the `head` cache line and
     /// the line of the slot the producer is filling away from the producer, whose next push then
     /// waits for them; the yields let the producer get ahead, so batches are larger. A producer
     /// that stops publishing ends the yields at once (a yield that brought nothing), and a reader
     /// woken from a park (an idle or slow stream) reads or waits at once, as `read` does.
+    ///
+    /// While it yields the reader pins nothing: a release past its cursor in the meantime (a
+    /// retention policy cutting a slow reader) ends it with [`ReadError::Gap`], as it would a
+    /// reader that was busy elsewhere.
     ///
     /// # Errors
     ///
@@ -562,9 +569,12 @@ impl<T> Reader<T> {
     #[cfg(all(feature = "tokio", not(replay_ring_loom)))]
     pub async fn read_coalesced(&mut self) -> Result<Batch<'_, T>, ReadError> {
         if self.chasing {
+            // A window too small for the target: half of it, so the reader never waits for more
+            // than the producer can push before it needs a release.
+            let target = COALESCE_TARGET.min(self.shared.capacity() / 2).max(1);
             let mut ready = self.ready_events()?;
             for _ in 0..COALESCE_MAX_YIELDS {
-                if ready >= COALESCE_TARGET {
+                if ready >= target {
                     break;
                 }
                 tokio::task::yield_now().await;

@@ -529,6 +529,61 @@ fn read_coalesced_reads_at_once_when_the_target_is_ready() {
     assert_eq!(counter.wakes(), 1, "one yield only");
 }
 
+/// A stream closed while `read_coalesced` yields: what was published before the close is lent,
+/// then the read reports the close; with nothing left, the yield loop itself reports it.
+#[cfg(feature = "tokio")]
+#[test]
+fn read_coalesced_reports_a_close_that_comes_during_its_yields() {
+    use replay_ring::{CloseReason, ReadError};
+    let (mut producer, mut reader, counter, waker) = keeping_up_reader();
+    {
+        let mut read = pin!(reader.read_coalesced());
+        assert!(poll(read.as_mut(), &waker).is_pending(), "yields");
+        producer.try_push(2).unwrap();
+        producer.close(CloseReason::Completed);
+        assert!(
+            poll(read.as_mut(), &waker).is_pending(),
+            "an event came: yields again"
+        );
+        let Poll::Ready(batch) = poll(read.as_mut(), &waker) else {
+            panic!("nothing came during the second yield: it reads")
+        };
+        let batch = batch.unwrap();
+        assert_eq!((batch.len(), batch.first_id()), (1, 2));
+    }
+    assert_eq!(counter.wakes(), 2);
+    let mut read = pin!(reader.read_coalesced());
+    assert_eq!(
+        poll(read.as_mut(), &waker).map(|r| r.map(|b| b.len())),
+        Poll::Ready(Err(ReadError::Closed(CloseReason::Completed))),
+        "closed with nothing left: no yield"
+    );
+    assert_eq!(counter.wakes(), 2);
+}
+
+/// In a window smaller than twice `COALESCE_TARGET`, the target is half the window: a reader that
+/// keeps up does not wait for more events than the producer can push before it must wait for
+/// releases.
+#[cfg(feature = "tokio")]
+#[test]
+fn read_coalesced_in_a_small_window_waits_for_at_most_half_of_it() {
+    let (mut producer, ring) = ReplayRing::<u32>::new(8, 1).unwrap();
+    let mut reader = ring.reader().unwrap();
+    let (counter, waker) = CountingWaker::new();
+    producer.try_push(1).unwrap();
+    assert_eq!(read_coalesced_once(&mut reader, &waker), Some((1, 1)));
+    ring.release_through(1).unwrap();
+    for v in 2..=5 {
+        producer.try_push(v).unwrap();
+    }
+    assert_eq!(
+        read_coalesced_once(&mut reader, &waker),
+        Some((4, 2)),
+        "half the window of 8 is ready: read at once"
+    );
+    assert_eq!(counter.wakes(), 0, "no yield");
+}
+
 /// A wait that parked and was then dropped (a `select!` whose other branch won) does not make the
 /// next `read_coalesced` yield: only reads that never parked count as keeping up.
 #[cfg(feature = "tokio")]
