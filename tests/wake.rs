@@ -383,16 +383,26 @@ fn read_coalesced_once(
     }
 }
 
-/// A one-reader ring whose reader has read id 1 with `read_coalesced` without parking (so it
-/// counts as keeping up), and a counting waker that nothing has woken yet.
+/// A producer, its ring's one reader, and a counting waker with its count.
 #[cfg(feature = "tokio")]
-fn keeping_up_reader() -> (
+type KeepingUp = (
     replay_ring::Producer<u32>,
     replay_ring::Reader<u32>,
     Arc<CountingWaker>,
     Waker,
-) {
-    let (mut producer, ring) = ReplayRing::<u32>::new(16, 1).unwrap();
+);
+
+/// A one-reader ring whose reader has read id 1 with `read_coalesced` without parking (so it
+/// counts as keeping up), and a counting waker that nothing has woken yet.
+#[cfg(feature = "tokio")]
+fn keeping_up_reader() -> KeepingUp {
+    keeping_up_reader_in(16)
+}
+
+/// [`keeping_up_reader`] with a window of `capacity` events.
+#[cfg(feature = "tokio")]
+fn keeping_up_reader_in(capacity: usize) -> KeepingUp {
+    let (mut producer, ring) = ReplayRing::<u32>::new(capacity, 1).unwrap();
     let mut reader = ring.reader().unwrap();
     let (counter, waker) = CountingWaker::new();
     producer.try_push(1).unwrap();
@@ -498,11 +508,7 @@ fn read_coalesced_stops_yielding_after_its_maximum() {
 #[test]
 fn read_coalesced_reads_at_once_when_the_target_is_ready() {
     use replay_ring::COALESCE_TARGET;
-    let (mut producer, ring) = ReplayRing::<u32>::new(64, 1).unwrap();
-    let mut reader = ring.reader().unwrap();
-    let (counter, waker) = CountingWaker::new();
-    producer.try_push(1).unwrap();
-    assert_eq!(read_coalesced_once(&mut reader, &waker), Some((1, 1)));
+    let (mut producer, mut reader, counter, waker) = keeping_up_reader_in(64);
 
     // A full target ready: no yield.
     for v in 0..COALESCE_TARGET as u32 {
@@ -567,12 +573,8 @@ fn read_coalesced_reports_a_close_that_comes_during_its_yields() {
 #[cfg(feature = "tokio")]
 #[test]
 fn read_coalesced_in_a_small_window_waits_for_at_most_half_of_it() {
-    let (mut producer, ring) = ReplayRing::<u32>::new(8, 1).unwrap();
-    let mut reader = ring.reader().unwrap();
-    let (counter, waker) = CountingWaker::new();
-    producer.try_push(1).unwrap();
-    assert_eq!(read_coalesced_once(&mut reader, &waker), Some((1, 1)));
-    ring.release_through(1).unwrap();
+    let (mut producer, mut reader, counter, waker) = keeping_up_reader_in(8);
+    producer.ring().release_through(1).unwrap();
     for v in 2..=5 {
         producer.try_push(v).unwrap();
     }
