@@ -31,68 +31,63 @@ fn distance(slot_bytes: usize) -> usize {
     (AHEAD_BYTES / slot_bytes).max(1)
 }
 
-/// Whether this processor has PREFETCHW (CPUID leaf 0x8000_0001, ECX bit 8). Asked once: CPUID
-/// traps to the hypervisor in a virtual machine, and rings may be built per request.
+pub(crate) use imp::{prefetch_for_write, supported};
+
 #[cfg(all(
     target_arch = "x86_64",
     not(target_env = "sgx"),
     not(miri),
     not(replay_ring_loom)
 ))]
-fn supported() -> bool {
+mod imp {
     use std::sync::OnceLock;
-    static PREFETCHW: OnceLock<bool> = OnceLock::new();
-    *PREFETCHW.get_or_init(|| {
-        // SAFETY: CPUID exists on every x86-64 processor, and every x86-64 processor has the
-        // extended leaf 0x8000_0001 (it reports long mode). (Safe to call in newer Rust.)
-        #[allow(unused_unsafe)]
-        let leaf = unsafe { std::arch::x86_64::__cpuid(0x8000_0001) };
-        leaf.ecx & (1 << 8) != 0
-    })
+
+    /// Whether this processor has PREFETCHW (CPUID leaf 0x8000_0001, ECX bit 8). Asked once:
+    /// CPUID traps to the hypervisor in a virtual machine, and rings may be built per request.
+    pub(crate) fn supported() -> bool {
+        static PREFETCHW: OnceLock<bool> = OnceLock::new();
+        *PREFETCHW.get_or_init(|| {
+            // SAFETY: CPUID exists on every x86-64 processor, and every x86-64 processor has the
+            // extended leaf 0x8000_0001 (it reports long mode). (Safe to call in newer Rust.)
+            #[allow(unused_unsafe)]
+            let leaf = unsafe { std::arch::x86_64::__cpuid(0x8000_0001) };
+            leaf.ecx & (1 << 8) != 0
+        })
+    }
+
+    /// Hints that the cache line holding `ptr` is about to be written. Only called when
+    /// [`slots_ahead`](super::slots_ahead) is not 0 (the processor has the instruction).
+    #[inline(always)]
+    pub(crate) fn prefetch_for_write<T>(ptr: *const T) {
+        debug_assert!(supported(), "prefetch_for_write without PREFETCHW");
+        // SAFETY: `slots_ahead` returned non-zero, so CPUID said PREFETCHW exists. It only moves
+        // a cache line between caches: it reads and writes no memory architecturally and raises
+        // no fault for any address; it leaves the flags and the stack alone (as the options say;
+        // `readonly` rather than `nomem`, since it takes an address the way a load does).
+        unsafe {
+            std::arch::asm!(
+                "prefetchw [{line}]",
+                line = in(reg) ptr,
+                options(nostack, preserves_flags, readonly)
+            );
+        }
+    }
 }
 
+/// Targets without an instruction the crate uses, and loom and Miri builds: no prefetching.
 #[cfg(not(all(
     target_arch = "x86_64",
     not(target_env = "sgx"),
     not(miri),
     not(replay_ring_loom)
 )))]
-fn supported() -> bool {
-    false
-}
-
-/// Hints that the cache line holding `ptr` is about to be written. Only called when
-/// [`slots_ahead`] is not 0 (the processor has the instruction).
-#[inline(always)]
-pub(crate) fn prefetch_for_write<T>(ptr: *const T) {
-    debug_assert!(
-        supported(),
-        "prefetch_for_write on a processor without PREFETCHW"
-    );
-    #[cfg(all(
-        target_arch = "x86_64",
-        not(target_env = "sgx"),
-        not(miri),
-        not(replay_ring_loom)
-    ))]
-    // SAFETY: `slots_ahead` returned non-zero, so CPUID said PREFETCHW exists. It only moves a
-    // cache line between caches: it reads and writes no memory architecturally and raises no
-    // fault for any address; it leaves the flags and the stack alone (as the options say;
-    // `readonly` rather than `nomem`, since it takes an address the way a load does).
-    unsafe {
-        std::arch::asm!(
-            "prefetchw [{line}]",
-            line = in(reg) ptr,
-            options(nostack, preserves_flags, readonly)
-        );
+mod imp {
+    pub(crate) fn supported() -> bool {
+        false
     }
-    #[cfg(not(all(
-        target_arch = "x86_64",
-        not(target_env = "sgx"),
-        not(miri),
-        not(replay_ring_loom)
-    )))]
-    let _ = ptr;
+
+    /// Never called (`slots_ahead` is 0 here); a hint, so a no-op if it were.
+    pub(crate) fn prefetch_for_write<T>(_ptr: *const T) {}
 }
 
 #[cfg(test)]

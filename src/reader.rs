@@ -25,15 +25,15 @@ mod gating;
 pub use gating::Gating;
 
 /// [`Reader::read_coalesced`] lets a batch grow to this many events before it reads, while the
-/// producer keeps publishing. Scenario 7 (`docs/benchmarks.md`) measured 8 to 16 events per
-/// batch as where a chasing reader stops slowing its producer down; 16 with
-/// [`COALESCE_MAX_YIELDS`] yields gave the most deliveries per second.
+/// producer keeps publishing (or to half the window, if that is less). In scenario 7
+/// (`docs/benchmarks.md`, one reader task) targets of 8 and 16 events measured the same, and 32
+/// and 64 worse: the reader then falls behind.
 #[cfg(all(feature = "tokio", not(replay_ring_loom)))]
 pub const COALESCE_TARGET: u64 = 16;
 
 /// At most this many yields to the scheduler per [`Reader::read_coalesced`]: a bound on the delay
-/// it adds (each is one pass of the tokio worker's loop, about a microsecond when the worker has
-/// nothing else to run).
+/// it adds to a batch (each yield is one pass of the tokio worker's loop: its other ready tasks
+/// and its I/O driver).
 #[cfg(all(feature = "tokio", not(replay_ring_loom)))]
 pub const COALESCE_MAX_YIELDS: u32 = 4;
 
