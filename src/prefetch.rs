@@ -31,20 +31,22 @@ fn distance(slot_bytes: usize) -> usize {
     (AHEAD_BYTES / slot_bytes).max(1)
 }
 
-pub(crate) use imp::{prefetch_for_write, supported};
+pub(crate) use imp::prefetch_for_write;
 
-#[cfg(all(
-    target_arch = "x86_64",
-    not(target_env = "sgx"),
-    not(miri),
-    not(replay_ring_loom)
-))]
+/// Whether the producer prefetches at all: only where the instruction exists, and never under
+/// loom or Miri (which model memory, not caches, and cannot run inline assembly) nor in an SGX
+/// enclave (where CPUID traps).
+pub(crate) fn supported() -> bool {
+    !cfg!(any(miri, replay_ring_loom, target_env = "sgx")) && imp::has_prefetchw()
+}
+
+#[cfg(target_arch = "x86_64")]
 mod imp {
     use std::sync::OnceLock;
 
     /// Whether this processor has PREFETCHW (CPUID leaf 0x8000_0001, ECX bit 8). Asked once:
     /// CPUID traps to the hypervisor in a virtual machine, and rings may be built per request.
-    pub(crate) fn supported() -> bool {
+    pub(super) fn has_prefetchw() -> bool {
         static PREFETCHW: OnceLock<bool> = OnceLock::new();
         *PREFETCHW.get_or_init(|| {
             // SAFETY: CPUID exists on every x86-64 processor, and every x86-64 processor has the
@@ -59,7 +61,7 @@ mod imp {
     /// [`slots_ahead`](super::slots_ahead) is not 0 (the processor has the instruction).
     #[inline(always)]
     pub(crate) fn prefetch_for_write<T>(ptr: *const T) {
-        debug_assert!(supported(), "prefetch_for_write without PREFETCHW");
+        debug_assert!(super::supported(), "prefetch_for_write without PREFETCHW");
         // SAFETY: `slots_ahead` returned non-zero, so CPUID said PREFETCHW exists. It only moves
         // a cache line between caches: it reads and writes no memory architecturally and raises
         // no fault for any address; it leaves the flags and the stack alone (as the options say;
@@ -74,15 +76,10 @@ mod imp {
     }
 }
 
-/// Targets without an instruction the crate uses, and loom and Miri builds: no prefetching.
-#[cfg(not(all(
-    target_arch = "x86_64",
-    not(target_env = "sgx"),
-    not(miri),
-    not(replay_ring_loom)
-)))]
+/// Other processors: no write-prefetch instruction the crate uses.
+#[cfg(not(target_arch = "x86_64"))]
 mod imp {
-    pub(crate) fn supported() -> bool {
+    pub(super) fn has_prefetchw() -> bool {
         false
     }
 
