@@ -147,6 +147,7 @@ mod imp {
         }
 
         pub(super) fn init() {
+            // Acquire: pairs with the Release store below, made by an earlier initialiser.
             if STATE.load(Acquire) == UNKNOWN {
                 let supported = membarrier(CMD_REGISTER_PRIVATE_EXPEDITED).is_ok();
                 // Release: pairs with the Acquire loads below; racing initialisers store the
