@@ -199,7 +199,8 @@ impl<T> ReplayRing<T> {
     /// error even when the table is full.
     ///
     /// A successful replay is pinned before this returns: the producer cannot overwrite the events
-    /// the reader is about to read (it sees backpressure instead) until the reader has read them.
+    /// the reader is about to read (it sees backpressure instead), nor a release take them from
+    /// it, until the reader has read them (all of `x + 1 ..= head`, in as many reads as it takes).
     /// Takes a bounded number of steps whatever the window size or the producer does.
     ///
     /// # Errors
@@ -239,9 +240,9 @@ impl<T> ReplayRing<T> {
         let floor = shared.floor.load(Acquire);
         // Acquire: pairs with the producer's Release publish.
         let head = shared.head.load(Acquire);
-        let first = match classify_resume(floor, head, last) {
+        let replay = match classify_resume(floor, head, last) {
             Ok(Resumption::AtHead) => None,
-            Ok(Resumption::Replay { first, .. }) => Some(first),
+            Ok(Resumption::Replay { first, last }) => Some((first, last)),
             Err(error) => {
                 self.count_refusal(&error);
                 return Err(error);
@@ -249,24 +250,30 @@ impl<T> ReplayRing<T> {
         };
         let index = shared.claim_reader_slot()?;
         let slot = shared.readers.entry(index);
-        let Some(first) = first else {
+        let Some((first, replay_end)) = replay else {
             slot.counters.count(&slot.counters.resumes_noop);
             // `last == head <= LAST_ID`: no overflow.
             return Ok(Reader::new(
                 self.shared.clone(),
                 index,
                 last + 1,
-                false,
+                None,
                 false,
             ));
         };
-        // The snapshot said `first` is retained; the pin makes it stay so, or finds that a release
-        // overtook us.
+        // The snapshot said `first` is retained; the pin makes it stay so (until the reader has read
+        // through `replay_end`), or finds that a release overtook us.
         let mut active = false;
         match crate::reader::pin_and_check(shared, index, &mut active, first) {
             Ok(()) => {
                 slot.counters.count(&slot.counters.resumes_ok);
-                Ok(Reader::new(self.shared.clone(), index, first, true, active))
+                Ok(Reader::new(
+                    self.shared.clone(),
+                    index,
+                    first,
+                    Some(replay_end),
+                    active,
+                ))
             }
             Err(floor) => {
                 shared.free_reader_slot(index, active, false, false);
@@ -322,7 +329,7 @@ impl<T> ReplayRing<T> {
             self.shared.clone(),
             index,
             head + 1,
-            false,
+            None,
             false,
         ))
     }
