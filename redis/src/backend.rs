@@ -32,9 +32,13 @@ pub struct RedisConfig {
     pub key_prefix: String,
     /// An abandoned stream expires this long after its last append, release, renewal or close
     /// (`PEXPIRE`, refreshed by each). Expiry is "stream lost": resumes are then refused with 404.
-    /// `Duration::ZERO` disables expiry; otherwise it must be at least `lease`, so that a stream
-    /// never expires while its producer holds the lease. `stream_ttl`, `lease` and `block` must
-    /// each be below 2^53 milliseconds ([`RedisBackend::connect`] refuses more).
+    /// `Duration::ZERO` disables expiry (a non-zero ttl below a millisecond is one millisecond);
+    /// otherwise it must be at least `lease`, so that a stream never expires while its producer
+    /// holds the lease. A stream keeps the ttl of the replica that created it; a lease holder
+    /// configured with a longer lease than that ttl keeps it alive all the same (a grant, an
+    /// append and a renewal set the expiry to at least the lease, and a release or a close never
+    /// shortens it). `stream_ttl`, `lease` and `block` must each be below 2^53 milliseconds
+    /// ([`RedisBackend::connect`] refuses more).
     pub stream_ttl: Duration,
     /// How long a producer lease lasts without renewal. Appends renew it.
     pub lease: Duration,
@@ -94,7 +98,7 @@ pub struct RedisStats {
     pub refused_fenced: u64,
     /// Appends whose reply was lost (outcome unknown until resent).
     pub unknown_outcomes: u64,
-    /// Release calls that moved the floor.
+    /// Release calls Redis answered (including those that found the floor already past them).
     pub releases: u64,
     /// Resumes answered with a replay (cursor below the head).
     pub resumes: u64,
@@ -307,7 +311,14 @@ impl RedisBackend {
         }
         let keys = Keys::new(&self.shared.config.key_prefix, id);
         let epoch = Epoch::generate();
-        let ttl = self.shared.config.stream_ttl.as_millis().to_string();
+        // A non-zero ttl below a millisecond is one millisecond, not zero (which means none).
+        let ttl = self.shared.config.stream_ttl;
+        let ttl = if ttl.is_zero() {
+            0
+        } else {
+            ttl.as_millis().max(1)
+        }
+        .to_string();
         let value: redis::Value = scripts::CREATE_SCRIPT
             .key(&keys.meta)
             .key(&keys.log)

@@ -55,6 +55,24 @@ local function touch(ttl, ...)
     if ttl > 0 then redis.call('PEXPIRE', k, ttl) else redis.call('PERSIST', k) end
   end
 end
+-- The expiry a lease holder sets: the stream's ttl, or the lease if that is longer (replicas may
+-- be configured differently, and the stream keeps its creator's ttl): a stream never expires
+-- under a producer that renews its lease.
+local function lease_ttl(ttl, lease_ms)
+  if ttl > 0 and ttl < lease_ms then return lease_ms end
+  return ttl
+end
+-- `touch` for callers that hold no lease (release, close): never shortens an expiry a lease
+-- holder set (a key without one, new or persisted, gets it).
+local function touch_no_shorter(ttl, ...)
+  for _, k in ipairs({...}) do
+    if ttl <= 0 then
+      redis.call('PERSIST', k)
+    elseif redis.call('PTTL', k) < ttl then
+      redis.call('PEXPIRE', k, ttl)
+    end
+  end
+end
 "#;
 
 /// KEYS: meta log ctl lease. ARGV: epoch capacity ttl_ms.
@@ -91,16 +109,16 @@ redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
 return {'OK'}
 "#;
 
-/// KEYS: meta lease. ARGV: epoch lease_ms seen claim.
+/// KEYS: meta lease log ctl. ARGV: epoch lease_ms seen claim.
 /// Takes the producer lease if the stream is open, nobody holds the lease and the log reaches
 /// `seen` (the highest head the caller saw; `BEHIND` if Redis lost events since): a fresh fencing
 /// token from the meta counter, granted under the caller's `claim` (kept in meta as
 /// `<token>:<claim>`). A lease held by the token granted under the same claim is the caller's own
 /// acquisition repeated after its reply was lost (`claim.rs`): answered with that token. A closed stream is answered `CLOSED` without
-/// touching the lease.
+/// touching the lease. A grant refreshes the stream's expiry to at least the lease.
 const ACQUIRE: &str = r#"
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'NOSTREAM'} end
-local m = redis.call('HMGET', KEYS[1], 'epoch', 'head', 'closed', 'fence')
+local m = redis.call('HMGET', KEYS[1], 'epoch', 'head', 'closed', 'fence', 'ttl')
 if m[1] ~= ARGV[1] then return {'LOST', m[1] or ''} end
 local head = head_of(m[2])
 num(m[4], 'fence')
@@ -111,6 +129,7 @@ if holder then
   -- The caller's own earlier acquisition, whose reply it never got: the same token again.
   if holder == m[4] and redis.call('HGET', KEYS[1], 'claim') == holder .. ':' .. ARGV[4] then
     redis.call('PEXPIRE', KEYS[2], ARGV[2])
+    touch(lease_ttl(num(m[5], 'ttl'), num(ARGV[2], 'lease')), KEYS[1], KEYS[3], KEYS[4])
     return {'OK', holder, dec(head)}
   end
   return {'HELD', holder, dec(redis.call('PTTL', KEYS[2]))}
@@ -118,6 +137,7 @@ end
 local token = redis.call('HINCRBY', KEYS[1], 'fence', 1)
 redis.call('HSET', KEYS[1], 'claim', dec(token) .. ':' .. ARGV[4])
 redis.call('SET', KEYS[2], dec(token), 'PX', ARGV[2])
+touch(lease_ttl(num(m[5], 'ttl'), num(ARGV[2], 'lease')), KEYS[1], KEYS[3], KEYS[4])
 return {'OK', dec(token), dec(head)}
 "#;
 
@@ -130,7 +150,8 @@ if epoch ~= ARGV[3] then return {'LOST', epoch or ''} end
 local holder = redis.call('GET', KEYS[1])
 if holder ~= ARGV[1] then return {'FENCED', holder or ''} end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
-touch(num(redis.call('HGET', KEYS[2], 'ttl'), 'ttl'), KEYS[2], KEYS[3], KEYS[4])
+touch(lease_ttl(num(redis.call('HGET', KEYS[2], 'ttl'), 'ttl'), num(ARGV[2], 'lease')),
+  KEYS[2], KEYS[3], KEYS[4])
 return {'OK'}
 "#;
 
@@ -194,7 +215,7 @@ for i = 6, #ARGV do
 end
 redis.call('HSET', KEYS[1], 'head', dec(last))
 redis.call('PEXPIRE', KEYS[3], ARGV[3])
-touch(ttl, KEYS[1], KEYS[2], KEYS[4])
+touch(lease_ttl(ttl, num(ARGV[3], 'lease')), KEYS[1], KEYS[2], KEYS[4])
 return {'OK', dec(first), dec(last), dec(floor)}
 "#;
 
@@ -215,7 +236,7 @@ if x + 1 > floor then
   floor = x + 1
   redis.call('XADD', KEYS[3], 'MAXLEN', '16', '*', 'r', dec(x))
 end
-touch(ttl, KEYS[1], KEYS[2], KEYS[3])
+touch_no_shorter(ttl, KEYS[1], KEYS[2], KEYS[3])
 return {'OK', dec(floor), dec(head)}
 "#;
 
@@ -232,7 +253,7 @@ local ttl = num(m[2], 'ttl')
 redis.call('HSET', KEYS[1], 'closed', ARGV[2])
 redis.call('XADD', KEYS[3], 'MAXLEN', '16', '*', 'c', '1')
 redis.call('DEL', KEYS[2])
-touch(ttl, KEYS[1], KEYS[3], KEYS[4])
+touch_no_shorter(ttl, KEYS[1], KEYS[3], KEYS[4])
 return {'OK'}
 "#;
 

@@ -272,6 +272,8 @@ impl RedisStream {
         let value: redis::Value = scripts::ACQUIRE_SCRIPT
             .key(&self.keys.meta)
             .key(&self.keys.lease)
+            .key(&self.keys.log)
+            .key(&self.keys.ctl)
             .arg(codec::encode_epoch(self.epoch))
             .arg(lease_ms)
             .arg(seen.to_string())
