@@ -6,8 +6,15 @@
 //! connection; it then connects again in the background, but that first command has failed
 //! although Redis may have been back for a long time, and an SSE request would be answered 503
 //! (which ends a browser's `EventSource` for good). So a command that fails because its
-//! connection was closed is sent once more, on the new connection. A refused connection (Redis
-//! down) and a timeout are not retried: the second attempt would fail the same way, only later.
+//! connection was closed is sent once more, on the new connection.
+//!
+//! A refused connection is tried once more too. The manager keeps the outcome of its last
+//! reconnection and answers the next command with it before it starts another: after Redis was
+//! down for longer than the manager's retries, the first command once Redis is back would fail
+//! with the old refusal. The second attempt waits for a fresh connection; while Redis is really
+//! down it fails the same way, one connection attempt later. A refused command never reached
+//! Redis, so this resend is safe for any command. A timeout is not retried: the command may
+//! still be running, and a second one would only fail later.
 //!
 //! Sending a command twice is safe because every command of this crate is idempotent: reads,
 //! `DEL`, and scripts that recognise a repeat (an append carries its id and is acknowledged again,
@@ -34,7 +41,8 @@ const REPLACE_PAUSE: Duration = Duration::from_secs(1);
 /// A backend's shared connection to Redis ([`RedisBackend::connection`]), for commands of your
 /// own next to the backend's: a reconnecting multiplexed connection that sends a command once
 /// more when Redis had closed the connection under it (a restart, a failover, `CLIENT KILL`, its
-/// idle `timeout`). Send only commands that may run twice (reads, `SET` of a fixed value, `DEL`):
+/// idle `timeout`), or when the connection was refused (by a reconnection that failed before
+/// Redis came back, or because Redis is still down). Send only commands that may run twice (reads, `SET` of a fixed value, `DEL`):
 /// when the reply is lost the first attempt may have run. Cheap to clone.
 ///
 /// If a reconnection is refused at authentication (the credentials were changed, or the user
@@ -159,6 +167,13 @@ pub(crate) fn closed_under_it(e: &RedisError) -> bool {
     e.is_connection_dropped() && !e.is_connection_refusal() && !e.is_timeout()
 }
 
+/// The command never went out: the connection was refused, possibly by a reconnection that
+/// failed before Redis came back (the manager answers with that outcome once, then connects
+/// again). Sending it once more is safe for any command.
+fn refused(e: &RedisError) -> bool {
+    e.is_connection_refusal() && !e.is_timeout()
+}
+
 /// The lost connection a command that may have run comes down to, with what its resend was
 /// told (`answer`).
 pub(crate) fn may_have_run(answer: String) -> RedisError {
@@ -180,6 +195,7 @@ impl ConnectionLike for SharedConnection {
                     self.cut_off = true;
                     manager.req_packed_command(cmd).await
                 }
+                Err(first) if refused(&first) => manager.req_packed_command(cmd).await,
                 other => other,
             };
             if let Err(e) = &result {
@@ -200,6 +216,9 @@ impl ConnectionLike for SharedConnection {
             let result = match manager.req_packed_commands(pipeline, offset, count).await {
                 Err(first) if closed_under_it(&first) => {
                     self.cut_off = true;
+                    manager.req_packed_commands(pipeline, offset, count).await
+                }
+                Err(first) if refused(&first) => {
                     manager.req_packed_commands(pipeline, offset, count).await
                 }
                 other => other,

@@ -211,3 +211,54 @@ async fn a_log_restored_from_an_older_snapshot_is_refused_not_continued() {
     stream.delete().await.unwrap();
     assert_eq!(again.state().await.unwrap().head, 0);
 }
+
+/// Redis down for longer than the connection manager's own reconnection (two retries, at most
+/// 500 ms apart): its last attempt has failed for good before Redis comes back, and the manager
+/// would hand that old refusal to the next command on each shared connection. Once Redis
+/// answers, the first resume, release and append succeed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_commands_after_a_long_outage_succeed_once_redis_is_back() {
+    let mut server = RedisServer::start();
+    let config = RedisConfig {
+        response_timeout: Duration::from_millis(500),
+        connect_timeout: Duration::from_millis(500),
+        lease: Duration::from_secs(30),
+        ..RedisConfig::default()
+    };
+    let backend = server.backend_with(config).await;
+    let stream = backend
+        .create(&StreamId::new("outage").unwrap(), 100)
+        .await
+        .unwrap();
+    let mut producer = stream.acquire_producer().await.unwrap();
+    assert_eq!(producer.append(b"1").await.unwrap(), 1);
+
+    server.kill();
+    // During the outage, explicit errors on both connections (reads, and writes).
+    assert!(matches!(
+        stream.resume(Some(0)).await,
+        Err(Error::Unavailable(_))
+    ));
+    assert!(matches!(
+        stream.release_through(0).await,
+        Err(Error::Unavailable(_))
+    ));
+    // The outage outlasts the reconnection those errors started: the length of the outage is
+    // what is tested here.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    server.restart();
+
+    let mut reader = stream
+        .resume(Some(0))
+        .await
+        .expect("the first read once Redis is back");
+    assert_eq!(
+        stream.release_through(0).await.expect("the first write").0,
+        1
+    );
+    assert_eq!(producer.append(b"2").await.unwrap(), 2);
+    match reader.recv().await.unwrap() {
+        ReadItem::Events(events) => assert_eq!(events[0].0, 1),
+        other => panic!("expected event 1, got {other:?}"),
+    }
+}
