@@ -332,8 +332,8 @@ impl fmt::Display for Error {
             Error::Gap { requested, floor, head } => write!(
                 f,
                 "cannot resume after id {requested}: events {}..={} were released (retained {floor}..={head})",
-                requested + 1,
-                floor - 1
+                requested.saturating_add(1),
+                floor.saturating_sub(1)
             ),
             Error::AheadOfHead { requested, head } => write!(
                 f,
@@ -369,6 +369,26 @@ mod tests {
             .extract_error()
             .unwrap_err();
         Error::from_redis(&StreamId::new("s").unwrap(), err)
+    }
+
+    #[test]
+    fn a_gap_at_the_edges_of_the_id_range_formats_without_overflow() {
+        for (requested, floor, head) in [(0, 0, 0), (u64::MAX, u64::MAX, u64::MAX), (3, 9, 12)] {
+            let text = Error::Gap {
+                requested,
+                floor,
+                head,
+            }
+            .to_string();
+            assert!(text.contains(&format!("after id {requested}")), "{text}");
+        }
+        let text = Error::Gap {
+            requested: 3,
+            floor: 9,
+            head: 12,
+        }
+        .to_string();
+        assert!(text.contains("events 4..=8 were released"), "{text}");
     }
 
     #[test]
