@@ -3,7 +3,8 @@
 //! published; the library's API is `replay-ring-mcp`.
 //!
 //! Tools: `long_task(n, delay_ms)` sends `notifications/progress` 1..n with the request's progress
-//! token and returns `{"n": n}`; `test_reconnection` closes its own connection after the priming
+//! token and returns `{"n": n}` (bounded by [`LONG_TASK_MAX_STEPS`], [`LONG_TASK_MAX_DELAY_MS`]
+//! and [`LONG_TASK_MAX_TOTAL_MS`], and stopped by a cancellation); `test_reconnection` closes its own connection after the priming
 //! event (SEP-1699) and returns its result on the stream the client resumes; and everything the
 //! conformance suite's server scenarios call (`test_*` tools, sampling and elicitation requests,
 //! `json_schema_2020_12_tool`, prompts, resources, completion in [`fixtures`]).
@@ -41,6 +42,13 @@ pub mod fixtures;
 pub(crate) const PNG_1X1: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
 const WAV_SILENT: &str = "UklGRiQAAABXQVZFZm10IBAAAAABAAEAQB8AAEAfAAABAAgAZGF0YQAAAAA=";
 
+/// At most this many progress notifications per `long_task` call.
+pub const LONG_TASK_MAX_STEPS: u64 = 100_000;
+/// At most this long between two of them.
+pub const LONG_TASK_MAX_DELAY_MS: u64 = 60_000;
+/// At most this long for a whole call (`n * delay_ms`).
+pub const LONG_TASK_MAX_TOTAL_MS: u64 = 3_600_000;
+
 /// The demo tool server. `store` is `None` on rmcp's built-in cache.
 #[derive(Clone)]
 pub struct Tools {
@@ -66,8 +74,8 @@ fn tool_list() -> Vec<Tool> {
             schema(json!({
                 "type": "object",
                 "properties": {
-                    "n": {"type": "integer", "minimum": 0, "description": "number of progress notifications"},
-                    "delay_ms": {"type": "integer", "minimum": 0, "description": "pause between notifications"}
+                    "n": {"type": "integer", "minimum": 0, "maximum": LONG_TASK_MAX_STEPS, "description": "number of progress notifications"},
+                    "delay_ms": {"type": "integer", "minimum": 0, "maximum": LONG_TASK_MAX_DELAY_MS, "description": "pause between notifications (n * delay_ms at most one hour)"}
                 },
                 "required": ["n"]
             })),
@@ -180,6 +188,10 @@ impl Tools {
         ))
     }
 
+    fn cancelled() -> ErrorData {
+        ErrorData::internal_error("long_task cancelled", None)
+    }
+
     async fn long_task(
         &self,
         args: &Option<Map<String, Value>>,
@@ -187,10 +199,34 @@ impl Tools {
     ) -> Result<CallToolResult, ErrorData> {
         let n = arg_u64(args, "n")
             .ok_or_else(|| ErrorData::invalid_params("n (integer) is required", None))?;
-        let delay = Duration::from_millis(arg_u64(args, "delay_ms").unwrap_or(0));
+        let delay_ms = arg_u64(args, "delay_ms").unwrap_or(0);
+        // A client must not be able to hold the server: bounded work, and a task that gives its
+        // worker up (without a progress token, a step awaits nothing) and stops when cancelled
+        // (`notifications/cancelled`, the session's DELETE).
+        if n > LONG_TASK_MAX_STEPS
+            || delay_ms > LONG_TASK_MAX_DELAY_MS
+            || n.saturating_mul(delay_ms) > LONG_TASK_MAX_TOTAL_MS
+        {
+            return Err(ErrorData::invalid_params(
+                format!(
+                    "long_task takes n <= {LONG_TASK_MAX_STEPS}, delay_ms <= \
+                     {LONG_TASK_MAX_DELAY_MS} and n * delay_ms <= {LONG_TASK_MAX_TOTAL_MS}"
+                ),
+                None,
+            ));
+        }
+        let delay = Duration::from_millis(delay_ms);
         for i in 1..=n {
             if !delay.is_zero() {
-                tokio::time::sleep(delay).await;
+                tokio::select! {
+                    () = tokio::time::sleep(delay) => {}
+                    () = ctx.ct.cancelled() => return Err(Self::cancelled()),
+                }
+            } else {
+                tokio::task::consume_budget().await;
+            }
+            if ctx.ct.is_cancelled() {
+                return Err(Self::cancelled());
             }
             Self::progress(ctx, i as f64, n as f64).await?;
         }
