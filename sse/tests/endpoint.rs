@@ -19,13 +19,17 @@ use tokio::net::TcpListener;
 include!("../src/axum/snippet.rs");
 
 #[test]
-fn the_readme_shows_the_tested_snippet() {
-    let readme = include_str!("../../README.md");
+fn the_readmes_show_the_tested_snippet() {
     let snippet = include_str!("../src/axum/snippet.rs");
-    assert!(
-        readme.contains(snippet),
-        "README.md must contain sse/src/axum/snippet.rs verbatim"
-    );
+    for (name, readme) in [
+        ("README.md", include_str!("../../README.md")),
+        ("sse/README.md", include_str!("../README.md")),
+    ] {
+        assert!(
+            readme.contains(snippet),
+            "{name} must contain sse/src/axum/snippet.rs verbatim"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -49,8 +49,11 @@ pub struct Args {
     pub capacity: usize,
     /// Events per second; 0 = as fast as the window allows: while clients are connected the window
     /// fills at once and each further event waits for the oldest to age out of the resumption
-    /// window; with nobody connected (one window after the last client left) nothing is held, and
-    /// events are published flat out, a full core's worth
+    /// window, which with the defaults (a 30 s window, a 10 s backpressure timeout) ends the
+    /// stream with `backpressure_timeout` instead: give --rate 0 a --backpressure-timeout-ms
+    /// longer than --resumption-window-ms (the server warns at start). With nobody connected (one
+    /// window after the last client left) nothing is held, and events are published flat out, a
+    /// full core's worth
     #[arg(long, default_value_t = 20.0, value_parser = parse_rate)]
     pub rate: f64,
     /// End the stream with `event: end` after the event with this id [default: never]
