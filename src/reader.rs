@@ -133,10 +133,13 @@ pub struct Event<T> {
 ///
 /// A reader never skips: if its next event was released before it read it, every read returns
 /// [`ReadError::Gap`]. The one exception loses nothing: a reader returned by
-/// [`resume`](crate::ReplayRing::resume) holds its replay pinned from the resume until it has read
-/// all of it, however its reads split it, so those events stay readable (and are lent) even if
-/// they are released meanwhile. The pin also holds the producer back if the window is full, so
-/// read (or drop) a resumed reader promptly. After the producer closes the stream and the reader has read everything
+/// [`resume`](crate::ReplayRing::resume) holds its replay pinned from the resume to its first read,
+/// so those events stay readable (and are lent by that read) even if they are released meanwhile;
+/// a read lends at most up to a slot segment boundary of a ring built with
+/// [`Builder::initial_slots`](crate::Builder::initial_slots), and `try_recv` one event, and what
+/// the first read leaves is read like any other event.
+/// The pin also holds the producer back if the window is full, so read (or drop) a resumed
+/// reader promptly. After the producer closes the stream and the reader has read everything
 /// retained, reads return [`ReadError::Closed`].
 ///
 /// Reads come in two shapes, each in the `crossbeam-channel` family of `try_*` (never waits), an
@@ -182,13 +185,8 @@ pub struct Reader<T> {
     entry: NonNull<ReaderEntry>,
     /// The next id this reader yields.
     cursor: u64,
-    /// The pin at `cursor` is already set and validated (after a replaying resume, and between the
-    /// reads of its replay).
+    /// The pin at `cursor` is already set and validated (after a replaying resume).
     pinned: bool,
-    /// The last id of the replay a resume promised (the head it answered with); `0` for a reader
-    /// that replays nothing. Until the cursor passes it, the end of a borrow keeps the pin, moved
-    /// up to the cursor, instead of clearing it (`end_borrow`).
-    replay_end: u64,
     /// This entry's active bit is set (the producer's pin scan visits it). Cleared when it parks.
     active: bool,
     /// A waker is registered (and the entry is, or was, on the wait list) for a pending wait.
@@ -225,12 +223,11 @@ impl<T> fmt::Debug for Reader<T> {
 
 impl<T> Reader<T> {
     /// A reader on entry `index`; `active` says whether `pin_and_check` set its active bit.
-    /// `replay_end` is `Some(head)` for a resume whose replay `pin_and_check` pinned at `cursor`.
     pub(crate) fn new(
         shared: Arc<Shared<T>>,
         index: usize,
         cursor: u64,
-        replay_end: Option<u64>,
+        pinned: bool,
         active: bool,
     ) -> Self {
         Reader {
@@ -238,8 +235,7 @@ impl<T> Reader<T> {
             shared,
             index,
             cursor,
-            pinned: replay_end.is_some(),
-            replay_end: replay_end.unwrap_or(0),
+            pinned,
             active,
             waiting: false,
             registered: false,
@@ -323,10 +319,10 @@ impl<T> Reader<T> {
     fn has_next(&mut self) -> Result<bool, ReadError> {
         if self.draining {
             // No drain or gate is running (each borrows the reader mutably), so this was left by a
-            // `Gating` guard leaked with `mem::forget`: end its borrow (clearing the pin, and
-            // waking a producer that waits for it), and let batches unpin again.
+            // `Gating` guard leaked with `mem::forget`: clear its pin (waking a producer that
+            // waits for it), and let batches unpin again.
             self.draining = false;
-            self.end_borrow();
+            unpin(&self.shared, self.slot());
         }
         if self.done {
             return Err(self.terminal_error());
@@ -358,26 +354,6 @@ impl<T> Reader<T> {
         }
         self.pinned = false;
         Ok(())
-    }
-
-    /// Ends a borrow (a batch's, a drain's, a gate's) once the cursor has moved past what was read.
-    /// While the replay a resume promised is not all read, the pin stays, moved up to the cursor,
-    /// so that a release cannot take the rest of it (a batch may end at a slot segment boundary,
-    /// or a read take a single event); otherwise the pin is cleared.
-    ///
-    /// The kept pin needs no fence and no floor check: the pin it replaces was validated by the
-    /// resume's `pin_and_check` and kept every id at or above it since, as a drain's advance
-    /// (`advance_pin`).
-    fn end_borrow(&mut self) {
-        if self.cursor > self.replay_end || crate::sync::mutant("unpin_mid_replay") {
-            unpin(&self.shared, self.slot());
-            return;
-        }
-        // Relaxed: this reader is the only writer of its pin.
-        if self.slot().pin.load(Relaxed) < self.cursor {
-            advance_pin(&self.shared, self.slot(), self.cursor);
-        }
-        self.pinned = true;
     }
 
     /// The last id of a batch lent from the cursor with the head at `head`: the head, or an earlier
@@ -988,8 +964,7 @@ impl<'a, T> Batch<'a, T> {
     }
 
     /// Marks only the first `n` events as read (clamped to the batch length): the next read starts
-    /// at `first_id() + n`. The rest stay retained (unless released) and pinned no longer (unless
-    /// they belong to a resumed reader's replay, which stays pinned until it is read). The last
+    /// at `first_id() + n`. The rest stay retained (unless released) and pinned no longer. The last
     /// call wins, and it holds even if the batch is dropped by a panic, so a handler can call it as
     /// it makes progress.
     ///
@@ -1039,7 +1014,7 @@ impl<T> Drop for Batch<'_, T> {
         // `first + consumed <= last + 1 <= LAST_ID + 1`: no overflow.
         self.reader.cursor = self.first + self.consumed();
         if !self.reader.draining {
-            self.reader.end_borrow();
+            unpin(&self.reader.shared, self.reader.slot());
         }
     }
 }

@@ -199,8 +199,15 @@ impl<T> ReplayRing<T> {
     /// error even when the table is full.
     ///
     /// A successful replay is pinned before this returns: the producer cannot overwrite the events
-    /// the reader is about to read (it sees backpressure instead), nor a release take them from
-    /// it, until the reader has read them (all of `x + 1 ..= head`, in as many reads as it takes).
+    /// the reader is about to read (it sees backpressure instead), nor a release take them from it,
+    /// until its first read, which lends them: the whole replay, or on a ring built with
+    /// [`Builder::initial_slots`](crate::Builder::initial_slots) the part up to a slot segment
+    /// boundary, or one event for [`Reader::try_recv`](crate::Reader::try_recv). What that read
+    /// leaves is then read like any other event: a release that overtook the reader is an explicit
+    /// [`ReadError::Gap`](crate::ReadError::Gap), never a skip. A retention policy must not release
+    /// what a reader that is still reading needs (the SSE and MCP layers release no further than
+    /// their slowest connection that keeps reading); a reader pins only while it borrows, so that
+    /// one that stops reading never holds the producer back.
     /// Takes a bounded number of steps whatever the window size or the producer does.
     ///
     /// # Errors
@@ -240,9 +247,9 @@ impl<T> ReplayRing<T> {
         let floor = shared.floor.load(Acquire);
         // Acquire: pairs with the producer's Release publish.
         let head = shared.head.load(Acquire);
-        let replay = match classify_resume(floor, head, last) {
+        let first = match classify_resume(floor, head, last) {
             Ok(Resumption::AtHead) => None,
-            Ok(Resumption::Replay { first, last }) => Some((first, last)),
+            Ok(Resumption::Replay { first, .. }) => Some(first),
             Err(error) => {
                 self.count_refusal(&error);
                 return Err(error);
@@ -250,30 +257,24 @@ impl<T> ReplayRing<T> {
         };
         let index = shared.claim_reader_slot()?;
         let slot = shared.readers.entry(index);
-        let Some((first, replay_end)) = replay else {
+        let Some(first) = first else {
             slot.counters.count(&slot.counters.resumes_noop);
             // `last == head <= LAST_ID`: no overflow.
             return Ok(Reader::new(
                 self.shared.clone(),
                 index,
                 last + 1,
-                None,
+                false,
                 false,
             ));
         };
-        // The snapshot said `first` is retained; the pin makes it stay so (until the reader has read
-        // through `replay_end`), or finds that a release overtook us.
+        // The snapshot said `first` is retained; the pin makes it stay so, or finds that a release
+        // overtook us.
         let mut active = false;
         match crate::reader::pin_and_check(shared, index, &mut active, first) {
             Ok(()) => {
                 slot.counters.count(&slot.counters.resumes_ok);
-                Ok(Reader::new(
-                    self.shared.clone(),
-                    index,
-                    first,
-                    Some(replay_end),
-                    active,
-                ))
+                Ok(Reader::new(self.shared.clone(), index, first, true, active))
             }
             Err(floor) => {
                 shared.free_reader_slot(index, active, false, false);
@@ -329,7 +330,7 @@ impl<T> ReplayRing<T> {
             self.shared.clone(),
             index,
             head + 1,
-            None,
+            false,
             false,
         ))
     }

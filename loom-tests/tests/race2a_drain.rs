@@ -1,8 +1,6 @@
 //! Race 2a: a reader drains consecutive batches under one pin, which it advances between batches
 //! without a fence, while the producer releases and reuses the slots behind it; and the same for a
-//! gating reader, which keeps the pin between polls, including polls that find nothing; and for a
-//! resumed reader that reads its replay in parts, whose pin moves the same way until the replay is
-//! read.
+//! gating reader, which keeps the pin between polls, including polls that find nothing.
 #![cfg(replay_ring_loom)]
 
 use std::ops::ControlFlow;
@@ -178,76 +176,5 @@ fn gating_vs_reuse_behind_the_advancing_pin() {
         // SeqCst on a ghost counter: schedule order only.
         REUSE_UNDER_GATE.load(SeqCst) > 0,
         "no execution reused id 1's slot while the gate lived: the model never advanced a pin"
-    );
-}
-
-/// Executions in which the push of 3 reused id 1's slot before the reader's second read: only the
-/// resume's pin, moved past 1 while id 2 was still to be read, allows that.
-static REUSE_MID_REPLAY: AtomicUsize = AtomicUsize::new(0);
-
-/// 1 once the reader of the replay model has lent its second batch (a ghost flag, as above).
-static SECOND_READ_DONE: AtomicUsize = AtomicUsize::new(0);
-
-/// Capacity 2, ids 1 and 2 pushed, and the reader resumed after id 0: its replay is `1..=2`,
-/// pinned at 1. Producer thread: release 2 (the whole replay), push 3 into id 1's slot (refused
-/// while the pin is still 1), and if that was accepted push 4 into id 2's slot (refused while the
-/// pin is <= 2). Reader (main thread): reads the replay in two parts, a batch of which it marks
-/// only the first event read, then the rest. The release may come before either read, but the
-/// replay stays pinned until it is all read: the second read must lend id 2, never `Gap`, and the
-/// pin it moves to 2 after the first read (no fence) must order the first read before the reuse of
-/// its slot. Checked: every lent slot holds its own id, no gap within the replay, and loom reports
-/// any reuse of a slot not ordered after the reads of it.
-#[test]
-fn replay_read_in_parts_vs_release_and_reuse() {
-    model(
-        "replay_read_in_parts_vs_release_and_reuse",
-        Bound::Exhaustive,
-        || {
-            let ledger = Ledger::new(4);
-            let (mut producer, ring) = ring_with(&ledger, 2, 1, 2);
-            let mut reader = ring.resume(Some(0)).unwrap();
-            // SeqCst on a ghost flag: schedule order only.
-            SECOND_READ_DONE.store(0, SeqCst);
-
-            let producer_thread = {
-                let (ring, ledger) = (ring.clone(), ledger.clone());
-                thread::spawn(move || {
-                    assert_eq!(ring.release_through(2), Ok(3));
-                    check_cursors(&ring);
-                    if producer.try_push_with(maker(&ledger)).is_ok() {
-                        // SeqCst on ghost counters: schedule order only.
-                        if SECOND_READ_DONE.load(SeqCst) == 0 {
-                            REUSE_MID_REPLAY.fetch_add(1, SeqCst);
-                        }
-                        // Accepted only once no pin is <= 2.
-                        let _ = producer.try_push_with(maker(&ledger));
-                    }
-                    producer
-                })
-            };
-
-            let mut batch = reader
-                .try_read()
-                .expect("the resume pinned the replay")
-                .expect("ids 1 and 2 are published");
-            check_batch(&batch, 1);
-            batch.mark_read(1);
-            drop(batch);
-            check_cursors(&ring);
-            let batch = reader
-                .try_read()
-                .expect("the rest of the replay stays pinned: no gap")
-                .expect("id 2 is still to be read");
-            check_batch(&batch, 2);
-            drop(batch);
-            // SeqCst on a ghost flag: schedule order only.
-            SECOND_READ_DONE.store(1, SeqCst);
-            finish(reader, producer_thread, ring, &ledger);
-        },
-    );
-    assert!(
-        // SeqCst on a ghost counter: schedule order only.
-        REUSE_MID_REPLAY.load(SeqCst) > 0,
-        "no execution reused id 1's slot before the second read: the pin never moved mid-replay"
     );
 }

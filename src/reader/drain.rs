@@ -4,7 +4,7 @@
 
 use std::ops::ControlFlow;
 
-use super::{advance_pin, Batch, Reader};
+use super::{advance_pin, unpin, Batch, Reader};
 use crate::error::ReadError;
 use crate::sync::{
     ord,
@@ -12,8 +12,8 @@ use crate::sync::{
 };
 
 /// Owns the drain's pin: dropping it, on return or while unwinding out of the caller's closure,
-/// ends the borrow (clearing the pin and waking a producer waiting for space), so no pin outlives
-/// [`Reader::drain`] but a resumed reader's, while part of its replay is unread.
+/// clears the pin (and wakes a producer waiting for space), so no pin outlives
+/// [`Reader::drain`].
 struct Draining<'a, T> {
     reader: &'a mut Reader<T>,
 }
@@ -29,7 +29,7 @@ impl<'a, T> Draining<'a, T> {
 impl<T> Drop for Draining<'_, T> {
     fn drop(&mut self) {
         self.reader.draining = false;
-        self.reader.end_borrow();
+        unpin(&self.reader.shared, self.reader.slot());
     }
 }
 
@@ -52,8 +52,7 @@ impl<T> Reader<T> {
     /// **The cost:** between batches the pin stays set, so while `drain` runs the producer does not
     /// reuse the slot of any id at or after the reader's cursor, even one the retention policy has
     /// released (a reader that stops reading, on the other hand, never holds the producer back:
-    /// the pin is cleared when `drain` returns, including when `f` panics, unless a resume's replay
-    /// is still partly unread, which stays pinned as it does between other reads). For the same
+    /// the pin is always cleared when `drain` returns, including when `f` panics). For the same
     /// reason a drain may lend events that were released while it was running: they are intact,
     /// nothing is skipped, and the reader continues at its cursor as always. Only the first batch
     /// of a drain is checked against the floor.

@@ -7,7 +7,7 @@
 
 use std::fmt;
 
-use super::{advance_pin, Batch, Reader};
+use super::{advance_pin, unpin, Batch, Reader};
 use crate::error::ReadError;
 use crate::sync::{
     ord,
@@ -20,8 +20,7 @@ use crate::sync::{
 /// While the guard lives, the producer does not reuse the slot of any id at or after the reader's
 /// cursor, even one the retention policy has released: the reader gates the producer, and a gating
 /// reader that stops reading fills the window and makes the producer wait (or refuse with `Full`).
-/// Dropping the guard, or the thread unwinding past it, clears the pin (but for the unread part
-/// of a resumed reader's replay, which stays pinned until it is read). Leaking it
+/// Dropping the guard, or the thread unwinding past it, clears the pin. Leaking it
 /// (`mem::forget`) leaves the pin set until the reader's next read or wait, or its drop.
 ///
 /// **Polling a busy stream:** a reader that polls again as soon as it has handled a batch keeps up
@@ -188,6 +187,6 @@ impl<T> Gating<'_, T> {
 impl<T> Drop for Gating<'_, T> {
     fn drop(&mut self) {
         self.reader.draining = false;
-        self.reader.end_borrow();
+        unpin(&self.reader.shared, self.reader.slot());
     }
 }

@@ -1,6 +1,6 @@
 //! The sequential reference model of the ring, shared by the property test `tests/model.rs` and
 //! the fuzz target `fuzz/fuzz_targets/ring_ops.rs`: a plain event log with a floor, reader cursors and
-//! the pin a replaying resume holds until its reader has read the replay. Every ring operation has a model twin
+//! the pin a replaying resume holds until its first read. Every ring operation has a model twin
 //! that returns the result the ring must return.
 
 use replay_ring::{CloseReason, PushError, ReadError, ReleaseError, ResumeError};
@@ -32,10 +32,8 @@ impl From<ResumeError> for Refused {
 pub struct ModelReader {
     /// The next id this reader reads.
     pub cursor: u64,
-    /// A replaying resume pins the reader's cursor until it has read through `replay_end`.
+    /// A replaying resume pins its first id until the first read.
     pub pinned: bool,
-    /// The last id a replaying resume promised (the head at the resume); 0 otherwise.
-    pub replay_end: u64,
     /// The reader has reported a terminal error.
     pub done: bool,
 }
@@ -187,7 +185,6 @@ impl Model {
         self.readers.push(ModelReader {
             cursor,
             pinned,
-            replay_end: if pinned { head } else { 0 },
             done: false,
         });
         Ok(())
@@ -228,13 +225,12 @@ impl Model {
             reader.done = true;
             return Err(terminal(reader.cursor));
         }
+        reader.pinned = false;
         let first = reader.cursor;
         let last = head.min(self.batch_end(first));
         let reader = &mut self.readers[r];
         let read = mark.map_or(last - first + 1, |n| (n as u64).min(last - first + 1));
         reader.cursor = first + read;
-        // The rest of a promised replay stays pinned; past it, a read pins only while it lends.
-        reader.pinned = reader.cursor <= reader.replay_end;
         Ok(Some(
             (first..=last).map(|id| (id, self.value(id))).collect(),
         ))
