@@ -339,8 +339,9 @@ fn a_panicking_waker_does_not_cost_the_other_parked_readers_their_wake_ups() {
 }
 
 #[test]
-fn thousands_of_parked_readers_are_each_woken_exactly_once() {
-    const PARKED: usize = if cfg!(miri) { 100 } else { 5_000 };
+fn a_hundred_thousand_parked_readers_are_each_woken_exactly_once() {
+    // Issue #11: readers by the ten thousand, all parked on one ring at once.
+    const PARKED: usize = if cfg!(miri) { 100 } else { 100_000 };
     let (mut producer, ring) = ReplayRing::<u64>::builder()
         .capacity(64)
         .max_readers(PARKED)
@@ -365,6 +366,57 @@ fn thousands_of_parked_readers_are_each_woken_exactly_once() {
         drop(reads);
         ring.release_through(id + 1).unwrap();
     }
+}
+
+/// A hundred thousand reader tasks on one ring, on a two-worker runtime (most of them parked
+/// when the events come): each gets every event, in order, then the close.
+#[cfg(all(feature = "tokio", not(miri)))]
+#[test]
+fn a_hundred_thousand_reader_tasks_each_get_every_event_then_the_close() {
+    const TASKS: usize = 100_000;
+    const EVENTS: u64 = 20;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .build()
+        .unwrap();
+    let (mut producer, ring) = ReplayRing::<u64>::builder()
+        .capacity(64)
+        .max_readers(TASKS)
+        .build()
+        .unwrap();
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|_| {
+            let mut reader = ring.reader().unwrap();
+            rt.spawn(async move {
+                let mut next = 1;
+                loop {
+                    match reader.read().await {
+                        Ok(batch) => {
+                            for (id, v) in batch.iter() {
+                                assert_eq!((id, *v), (next, next * 10));
+                                next += 1;
+                            }
+                        }
+                        Err(replay_ring::ReadError::Closed(reason)) => {
+                            return (next - 1, reason.is_completed())
+                        }
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+            })
+        })
+        .collect();
+    assert_eq!(ring.metrics().readers_active, TASKS);
+    rt.block_on(async {
+        for n in 1..=EVENTS {
+            producer.push(n * 10).await.unwrap();
+        }
+        producer.close(replay_ring::CloseReason::Completed);
+        for task in tasks {
+            assert_eq!(task.await.unwrap(), (EVENTS, true));
+        }
+    });
+    assert_eq!(ring.metrics().readers_active, 0);
 }
 
 /// Polls `reader.read_coalesced()` once; the length and first id of the batch it lends, if any.

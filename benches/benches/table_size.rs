@@ -74,8 +74,8 @@ fn parked_pushes(table: usize, fill: bool, iters: u64) -> Result<Duration, Build
         ring.release_through(head).unwrap();
         // One lap of the window before the clock starts: its first push takes the dropped waits
         // off the wait list, and its first pin scan clears the summary bits the quiet readers
-        // left when they parked (a one-time cost after a mass registration, about 0.1 ms at
-        // 65,536, that would otherwise be spread over however few pushes a sample has).
+        // left when they parked (a one-time cost after a mass registration, together about 2 ms
+        // at 65,536, that would otherwise be spread over however few pushes a sample has).
         for _ in 0..CAPACITY {
             let head = producer.try_push(0).unwrap();
             drop(reader.try_read().unwrap());
