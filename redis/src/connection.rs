@@ -42,8 +42,9 @@ const REPLACE_PAUSE: Duration = Duration::from_secs(1);
 /// own next to the backend's: a reconnecting multiplexed connection that sends a command once
 /// more when Redis had closed the connection under it (a restart, a failover, `CLIENT KILL`, its
 /// idle `timeout`), or when the connection was refused (by a reconnection that failed before
-/// Redis came back, or because Redis is still down). Send only commands that may run twice (reads, `SET` of a fixed value, `DEL`):
-/// when the reply is lost the first attempt may have run. Cheap to clone.
+/// Redis came back, or because Redis is still down). Send only commands that may run twice
+/// (reads, `SET` of a fixed value, `DEL`): when the reply is lost the first attempt may have run.
+/// Cheap to clone.
 ///
 /// If a reconnection is refused at authentication (the credentials were changed, or the user
 /// disabled), commands fail with that error until Redis accepts the credentials again; the
@@ -171,7 +172,7 @@ pub(crate) fn closed_under_it(e: &RedisError) -> bool {
 /// failed before Redis came back (the manager answers with that outcome once, then connects
 /// again). Sending it once more is safe for any command.
 fn refused(e: &RedisError) -> bool {
-    e.is_connection_refusal() && !e.is_timeout()
+    e.is_connection_refusal()
 }
 
 /// The lost connection a command that may have run comes down to, with what its resend was
