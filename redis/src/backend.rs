@@ -176,7 +176,8 @@ impl RedisBackend {
     /// Connects to `url` (`redis://host:port/db`).
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a bad URL or configuration, [`Error::Unavailable`] when
+    /// [`Error::InvalidArgument`] for a bad URL or configuration (also for `rediss://`: TLS is not
+    /// compiled in), [`Error::Unavailable`] when
     /// Redis cannot be reached, [`Error::Server`] when it refuses the connection as configured
     /// (wrong credentials, or none where Redis requires them: `WRONGPASS`, `NOAUTH`).
     ///
@@ -219,6 +220,14 @@ impl RedisBackend {
             // expire under a live producer between two of them.
             return Err(Error::InvalidArgument(
                 "stream_ttl must be zero (no expiry) or at least lease",
+            ));
+        }
+        // Built without redis-rs's TLS support (and its dependencies), which would otherwise
+        // report a `rediss://` URL as merely invalid.
+        if url.get(..9).is_some_and(|s| s.eq_ignore_ascii_case("rediss://")) {
+            return Err(Error::InvalidArgument(
+                "rediss:// (TLS) is not supported: connect with redis:// through a TLS proxy \
+                 (stunnel, a sidecar) or on a private network",
             ));
         }
         let client = redis::Client::open(url)

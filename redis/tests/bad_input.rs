@@ -54,6 +54,19 @@ async fn impossible_configurations_are_refused_up_front() {
         }
     };
     let base = RedisConfig::default;
+    // URLs, refused with what is wrong with them.
+    for (url, says) in [
+        ("rediss://127.0.0.1:1/", "TLS"),
+        ("REDISS://127.0.0.1:1/", "TLS"),
+        ("http://127.0.0.1:1/", "not a valid redis URL"),
+        ("", "not a valid redis URL"),
+    ] {
+        match RedisBackend::connect(url, base()).await {
+            Err(Error::InvalidArgument(why)) => assert!(why.contains(says), "{url}: {why}"),
+            Err(other) => panic!("{url}: expected InvalidArgument, got {other:?}"),
+            Ok(_) => panic!("{url}: expected InvalidArgument, got a backend"),
+        }
+    }
     let why = refused(RedisConfig {
         stream_ttl: Duration::from_millis(500),
         lease: Duration::from_secs(10),
