@@ -309,7 +309,9 @@ impl RedisBackend {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a capacity of 0 or ≥ 2^53; [`Error::Corrupt`] if the keys
-    /// hold foreign data; [`Error::Unavailable`], [`Error::OutOfMemory`].
+    /// hold foreign data (an existing stream's state is checked as [`open`](Self::open) does);
+    /// [`Error::NotFound`] if an existing stream was deleted while it was being opened;
+    /// [`Error::Unavailable`], [`Error::OutOfMemory`].
     ///
     /// # Cancel safety
     /// Cancel safe: the creation is one atomic script; if cancelled, the stream either exists or
@@ -339,7 +341,14 @@ impl RedisBackend {
             .invoke_async(&mut self.write_conn())
             .await
             .map_err(|e| Error::from_redis(id, e))?;
-        let (mut reply, _status) = Reply::new(id, value)?;
+        let (mut reply, status) = Reply::new(id, value)?;
+        if status == "EXISTS" {
+            // Opened, not created: the whole stored state is checked, as `open` does, so foreign
+            // or damaged keys are `Corrupt` here rather than at the first read or append.
+            let state = crate::stream::read_state(self, id, &keys).await?;
+            let (epoch, capacity) = (state.identity.epoch, state.capacity);
+            return Ok(RedisStream::new(self.clone(), *id, keys, epoch, capacity));
+        }
         let epoch = reply.string("epoch")?;
         let epoch = codec::decode_epoch(&epoch)
             .ok_or_else(|| codec::corrupt(id, "meta field epoch is not a hex epoch"))?;

@@ -189,6 +189,11 @@ async fn garbage_meta_fields_are_corrupt() {
             &format!("open {what}"),
             backend.open(&sid(&name)).await.map(|_| ()),
         );
+        // Creating over it opens it, and checks it as `open` does.
+        assert_corrupt(
+            &format!("create {what}"),
+            backend.create(&sid(&name), 8).await.map(|_| ()),
+        );
         if field != "ttl" && field != "cap" {
             assert_corrupt(
                 &format!("resume {what}"),
