@@ -224,7 +224,10 @@ impl RedisBackend {
         }
         // Built without redis-rs's TLS support (and its dependencies), which would otherwise
         // report a `rediss://` URL as merely invalid.
-        if url.get(..9).is_some_and(|s| s.eq_ignore_ascii_case("rediss://")) {
+        if url
+            .get(..9)
+            .is_some_and(|s| s.eq_ignore_ascii_case("rediss://"))
+        {
             return Err(Error::InvalidArgument(
                 "rediss:// (TLS) is not supported: connect with redis:// through a TLS proxy \
                  (stunnel, a sidecar) or on a private network",
