@@ -150,6 +150,25 @@ pub(crate) async fn answer_internal_failure(
     answer
 }
 
+/// `response` from rmcp, or `refusal()` if it is rmcp's plain-text 500 for the manager's
+/// [`TooManySessions`](crate::ManagerError::TooManySessions).
+pub(crate) async fn answer_session_cap(
+    response: Response<Body>,
+    refusal: impl FnOnce() -> Response<Body>,
+) -> Response<Body> {
+    if response.status() != StatusCode::INTERNAL_SERVER_ERROR || is_structured(response.headers()) {
+        return response;
+    }
+    let (parts, text) = match read_text(response).await {
+        Ok(read) => read,
+        Err(emptied) => return emptied,
+    };
+    if String::from_utf8_lossy(&text).contains(crate::manager::TOO_MANY_SESSIONS) {
+        return refusal();
+    }
+    Response::from_parts(parts, Full::new(text).boxed())
+}
+
 /// The whole seconds the manager's refusal text states after
 /// [`RETRY_AFTER_MARK`](crate::manager::RETRY_AFTER_MARK), if it does.
 fn stated_retry_after(text: &str) -> Option<u64> {

@@ -55,7 +55,7 @@ use replay_ring_sse::{
 use rmcp::transport::streamable_http_server::session::{SessionId, SessionManager};
 
 use crate::client_errors::{
-    answer_body_failure, answer_internal_failure, answer_plain_text, BodyKind,
+    answer_body_failure, answer_internal_failure, answer_plain_text, answer_session_cap, BodyKind,
 };
 use crate::manager::ReplayRingSessionManager;
 use crate::refusal::{RefusalReason, ResumeRefusal};
@@ -256,7 +256,10 @@ impl<S: Clone> ResumeGuard<S> {
                 return Ok(too_many_sessions(limit));
             }
             let response = inner.call(req).await?;
-            Ok(answer_body_failure(response, body).await)
+            let response = answer_body_failure(response, body).await;
+            // The manager's own check, made as the session is created, refused it: many requests
+            // passed the one above together while their bodies were on the way.
+            Ok(answer_session_cap(response, || too_many_sessions(limit)).await)
         })
     }
 

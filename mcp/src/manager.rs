@@ -51,7 +51,17 @@ pub enum ManagerError {
         /// stream is past `completed_ttl`, or `completed_ttl` while every stream is still open.
         retry_after: Duration,
     },
+    /// Every session the cap allows is open (see
+    /// [`ReplayRingSessionManager::with_max_sessions`]).
+    TooManySessions {
+        /// The cap.
+        limit: usize,
+    },
 }
+
+/// The start of [`ManagerError::TooManySessions`]'s text, which rmcp passes on in its 500 and
+/// the guard answers as 503 `too_many_sessions`.
+pub(crate) const TOO_MANY_SESSIONS: &str = "too many MCP sessions";
 
 /// The start of [`ManagerError::TooManyStreams`]'s text, which rmcp passes on in its 500 and the
 /// guard answers as 503 `too_many_streams`.
@@ -83,6 +93,9 @@ impl std::fmt::Display for ManagerError {
                 "{TOO_MANY_STREAMS}: it holds {limit} (open, or ended within the completed-stream TTL){RETRY_AFTER_MARK}{} s",
                 retry_after_secs(*retry_after)
             ),
+            ManagerError::TooManySessions { limit } => {
+                write!(f, "{TOO_MANY_SESSIONS}: all {limit} are open")
+            }
         }
     }
 }
@@ -136,6 +149,9 @@ pub struct ReplayRingSessionManager {
     store: RingEventStore,
     max_sessions: usize,
     max_streams_per_session: usize,
+    /// Held from the count of open sessions to the new one's creation, so concurrent `initialize`
+    /// requests cannot all pass the cap (sessions are created rarely; this costs nothing else).
+    creating: tokio::sync::Mutex<()>,
 }
 
 /// Default [`ReplayRingSessionManager::with_max_sessions`]: 10,000 sessions at once.
@@ -152,6 +168,7 @@ impl ReplayRingSessionManager {
             store,
             max_sessions: DEFAULT_MAX_SESSIONS,
             max_streams_per_session: DEFAULT_MAX_STREAMS_PER_SESSION,
+            creating: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -307,7 +324,17 @@ impl SessionManager for ReplayRingSessionManager {
     type Error = ManagerError;
     type Transport = <LocalSessionManager as SessionManager>::Transport;
 
+    /// Creates a session unless the cap is reached. [`ResumeGuardLayer`](crate::ResumeGuardLayer)
+    /// also refuses a request at the cap before rmcp reads its body; this check is the one that
+    /// holds when many `initialize` requests arrive together (each passes the early check while its
+    /// body is still on the way).
     async fn create_session(&self) -> Result<(SessionId, Self::Transport), Self::Error> {
+        let _one_at_a_time = self.creating.lock().await;
+        if self.session_count().await >= self.max_sessions {
+            return Err(ManagerError::TooManySessions {
+                limit: self.max_sessions,
+            });
+        }
         Ok(self.inner.create_session().await?)
     }
 

@@ -561,6 +561,60 @@ async fn a_request_that_would_open_a_session_past_the_cap_is_503() {
     initialize(&app).await;
 }
 
+/// `initialize` requests that all arrive while the cap still has room, and whose bodies come
+/// only after every one of them is past the guard's first look at the cap, still open no more
+/// sessions than the cap: the rest are answered 503 `too_many_sessions`, as one arriving alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn initialize_requests_racing_for_the_last_sessions_never_exceed_the_cap() {
+    const CAP: usize = 2;
+    const RACERS: usize = 6;
+    let app = store_app_with_max_sessions(RingEventStore::new(StoreConfig::default()), CAP);
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}});
+    let (polled_tx, mut polled) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let (go_tx, go) = tokio::sync::watch::channel(false);
+    let mut calls = Vec::new();
+    for _ in 0..RACERS {
+        // A body that says when rmcp starts reading it (after the guard let the request through)
+        // and arrives only once every racer got that far.
+        let (polled_tx, mut go, text) = (polled_tx.clone(), go.clone(), init.to_string());
+        let body = futures::stream::once(async move {
+            polled_tx.send(()).unwrap();
+            go.wait_for(|go| *go).await.unwrap();
+            Ok::<_, std::convert::Infallible>(bytes::Bytes::from(text))
+        });
+        let (parts, _) = post(None, init.clone()).into_parts();
+        let req = Request::from_parts(parts, Body::from_stream(body));
+        let app = app.clone();
+        calls.push(tokio::spawn(async move { call(&app, req).await }));
+    }
+    for _ in 0..RACERS {
+        polled.recv().await.unwrap();
+    }
+    go_tx.send(true).unwrap();
+    let mut opened = 0;
+    for c in calls {
+        let resp = c.await.unwrap();
+        match resp.status() {
+            StatusCode::OK => {
+                assert!(resp.headers().contains_key("mcp-session-id"));
+                opened += 1;
+            }
+            StatusCode::SERVICE_UNAVAILABLE => {
+                assert_eq!(resp.headers()["retry-after"], "1");
+                let body = json_body(resp).await;
+                assert_eq!(body["error"], "too_many_sessions", "{body}");
+                assert_eq!(body["limit"], CAP, "{body}");
+            }
+            other => panic!("unexpected {other}: {:?}", json_body(resp).await),
+        }
+    }
+    assert_eq!(
+        opened, CAP,
+        "sessions opened by {RACERS} racing initialize requests"
+    );
+}
+
 /// The demo app with a cap of two request streams per session, which count for `completed_ttl`
 /// after they end.
 fn app_with_two_streams_per_session(completed_ttl: Duration) -> Router {
