@@ -556,6 +556,25 @@ mod tests {
         ReplayRingSessionManager::new(store, LocalSessionManager::default())
     }
 
+    /// Between its priming event and its POST binding it, a request stream belongs to no session.
+    /// A sweep in that gap (another session's request, the housekeeping timer) must not take it
+    /// for an orphan, however short `completed_ttl` is.
+    #[tokio::test]
+    async fn a_request_stream_not_yet_bound_survives_a_sweep_with_a_zero_completed_ttl() {
+        let store = RingEventStore::new(crate::StoreConfig {
+            completed_ttl: Duration::ZERO,
+            ..crate::StoreConfig::default()
+        });
+        let events = SessionEvents(store.clone());
+        let priming = ServerSseMessage::priming("0", Duration::from_secs(1));
+        events.store_event("req-1", &priming).await.unwrap();
+        store.maintain();
+        let later = ServerSseMessage::priming("0", Duration::from_secs(1));
+        let id = events.store_event("req-1", &later).await;
+        assert!(id.is_ok(), "the unbound stream was ended: {id:?}");
+        assert_eq!(store.metrics().streams_expired, 0);
+    }
+
     #[test]
     #[should_panic(expected = "max_sessions must be at least 1")]
     fn a_cap_of_no_sessions_is_refused() {

@@ -41,6 +41,14 @@ use crate::stream_entry::{EntryParts, StreamEntry, Writer};
 /// shortens it).
 const ATTENDANCE_RECHECK: Duration = Duration::from_millis(250);
 
+/// The least age at which an unbound request stream counts as an orphan. Its POST binds it right
+/// after the priming event, but "right after" is another task's turn on a busy runtime: with a
+/// short `completed_ttl` (zero, say) another session's sweep in between would end a stream that
+/// was about to be bound, and its request would fail with rmcp's plain-text 500. A tenth of a
+/// second is far beyond that turn. It is kept short because ending an orphan also ends the wait of
+/// a POST that raced its session's `DELETE`.
+const ORPHAN_GRACE: Duration = Duration::from_millis(100);
+
 /// Why the streams of a deleted (or expired) MCP session end.
 fn session_closed() -> CloseReason {
     CloseReason::error("session closed")
@@ -355,17 +363,19 @@ impl RingEventStore {
     /// Forgets streams that ended (completed or closed) `completed_ttl` ago, and ends and forgets
     /// orphans: request streams a session's worker created whose POST never bound them (the
     /// session was deleted between the priming event and the binding), `completed_ttl` after
-    /// their creation. Binding follows the priming event at once, so nothing else stays unbound,
-    /// and no request can ever resume an orphan (it belongs to no session).
+    /// their creation but no sooner than [`ORPHAN_GRACE`] (a tenth of a second). Binding follows
+    /// the priming event at once, so nothing else stays unbound for long, and no request can ever
+    /// resume an orphan (it belongs to no session).
     fn sweep(&self, streams: &mut Streams, now: Instant) {
         let ttl = self.inner.config.completed_ttl;
+        let orphan_age = ttl.max(ORPHAN_GRACE);
         let orphans: Vec<String> = streams
             .by_rmcp
             .iter()
             .filter(|(_, e)| {
                 e.session_scoped
                     && e.session().is_none()
-                    && now.saturating_duration_since(e.created_at) >= ttl
+                    && now.saturating_duration_since(e.created_at) >= orphan_age
             })
             .map(|(k, _)| k.clone())
             .collect();
