@@ -41,8 +41,10 @@ struct Args {
     /// Port on 127.0.0.1 (0 picks an ephemeral port).
     #[arg(long, default_value_t = 3000)]
     port: u16,
-    /// Events retained per stream (rounded up to a power of two).
-    #[arg(long, default_value_t = replay_ring_mcp::DEFAULT_CAPACITY)]
+    /// Events retained per stream (rounded up to a power of two). At least 2: a request's
+    /// priming event and its response must fit, or every request waits a resumption window.
+    #[arg(long, default_value_t = replay_ring_mcp::DEFAULT_CAPACITY,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(2..))]
     capacity: usize,
     /// Slots each stream allocates up front; the ring grows up to `--capacity` as events arrive.
     #[arg(long, default_value_t = replay_ring_mcp::DEFAULT_INITIAL_SLOTS)]
@@ -59,20 +61,21 @@ struct Args {
     /// How long an ended stream stays resumable, in milliseconds.
     #[arg(long, default_value_t = 60_000)]
     completed_ttl_ms: u64,
-    /// The `retry:` hint, in milliseconds (also rmcp's `sse_retry`).
-    #[arg(long, default_value_t = 3_000)]
+    /// The `retry:` hint, in milliseconds (also rmcp's `sse_retry`): 1 to 3,600,000 (an hour).
+    #[arg(long, default_value_t = 3_000,
+          value_parser = clap::builder::RangedU64ValueParser::<u64>::new().range(1..=3_600_000))]
     retry_ms: u64,
     /// Cut a connection whose socket takes nothing for this long, in milliseconds (slow-consumer
     /// policy; 0 turns the rule off).
     #[arg(long, default_value_t = 5_000)]
     write_timeout_ms: u64,
-    /// End each connection after this many events (SEP-1699 polling).
+    /// End each connection after this many events (SEP-1699 polling; at least 1).
     #[arg(long)]
-    frames_per_connection: Option<usize>,
-    /// Connections served at once; more get an explicit 503 (default: half the file-descriptor
-    /// limit).
+    frames_per_connection: Option<NonZeroUsize>,
+    /// Connections served at once (at least 1); more get an explicit 503 (default: half the
+    /// file-descriptor limit).
     #[arg(long)]
-    max_connections: Option<usize>,
+    max_connections: Option<NonZeroUsize>,
     /// MCP sessions open at once; a request that would open one more gets an explicit 503
     /// (sessions close after 300 s without activity).
     #[arg(long, default_value_t = NonZeroUsize::new(replay_ring_mcp::DEFAULT_MAX_SESSIONS).unwrap())]
@@ -105,7 +108,7 @@ impl Args {
             },
             completed_ttl: Duration::from_millis(self.completed_ttl_ms),
             retry,
-            frames_per_connection: self.frames_per_connection,
+            frames_per_connection: self.frames_per_connection.map(NonZeroUsize::get),
             slow_consumer: SlowConsumerPolicy {
                 write_timeout: (self.write_timeout_ms > 0)
                     .then(|| Duration::from_millis(self.write_timeout_ms)),
@@ -203,7 +206,7 @@ async fn main() -> std::io::Result<()> {
     // Timeouts on every connection (request head, writes, idleness) and a connection cap (503).
     let mut serve_config = ServeConfig::default();
     if let Some(max) = args.max_connections {
-        serve_config.max_connections = max;
+        serve_config.max_connections = max.get();
     }
     tokio::select! {
         served = serve(listener, router, serve_config) => served?,
@@ -213,4 +216,64 @@ async fn main() -> std::io::Result<()> {
         eprintln!("final counters:\n{}", MetricsEndpoint::new(store).render());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::Args;
+
+    fn parse(flags: &[&str]) -> Result<Args, clap::Error> {
+        Args::try_parse_from(std::iter::once("mcp_server").chain(flags.iter().copied()))
+    }
+
+    /// Values that would start a server that cannot work as asked are refused with a message
+    /// naming the flag, before anything listens.
+    #[test]
+    fn flags_that_cannot_work_are_refused_at_startup() {
+        for flags in [
+            // Not even a request's priming event and response fit: every request would wait a
+            // whole resumption window.
+            &["--capacity", "1"][..],
+            &["--capacity", "0"],
+            // No connection could ever be served.
+            &["--max-connections", "0"],
+            // Would end every connection before its first event.
+            &["--frames-per-connection", "0"],
+            // A reconnection hint of nothing (a reconnect loop), or of centuries.
+            &["--retry-ms", "0"],
+            &["--retry-ms", "18446744073709551615"],
+            &["--max-sessions", "0"],
+        ] {
+            let error = parse(flags).expect_err(&format!("{flags:?} accepted"));
+            assert_eq!(
+                error.kind(),
+                clap::error::ErrorKind::ValueValidation,
+                "{flags:?}"
+            );
+            assert!(error.to_string().contains(flags[0]), "{flags:?}: {error}");
+        }
+    }
+
+    #[test]
+    fn the_smallest_and_largest_sensible_values_are_accepted() {
+        let args = parse(&[
+            "--capacity",
+            "2",
+            "--max-connections",
+            "1",
+            "--frames-per-connection",
+            "1",
+            "--retry-ms",
+            "3600000",
+            "--completed-ttl-ms",
+            "0",
+        ])
+        .unwrap();
+        assert_eq!(args.capacity, 2);
+        assert_eq!(args.retry_ms, 3_600_000);
+        assert!(parse(&["--retry-ms", "1"]).is_ok());
+        assert!(parse(&[]).is_ok(), "the defaults");
+    }
 }
