@@ -103,6 +103,8 @@ impl<S, B> tower_service::Service<Request<B>> for ResumeGuard<S>
 where
     S: tower_service::Service<Request<B>, Response = Response<Body>> + Clone + Send + 'static,
     S::Future: Send + 'static,
+    // A `DELETE` is served on a task of its own (see `delete`), which hands back the error too.
+    S::Error: Send + 'static,
     B: Send + 'static,
 {
     type Response = Response<Body>;
@@ -129,6 +131,7 @@ impl<S> ResumeGuard<S> {
     where
         S: tower_service::Service<Request<B>, Response = Response<Body>> + Clone + Send + 'static,
         S::Future: Send + 'static,
+        S::Error: Send + 'static,
         B: Send + 'static,
     {
         if req.method() == Method::DELETE {
@@ -269,6 +272,7 @@ impl<S: Clone> ResumeGuard<S> {
     where
         S: tower_service::Service<Request<B>, Response = Response<Body>> + Send + 'static,
         S::Future: Send + 'static,
+        S::Error: Send + 'static,
         B: Send + 'static,
     {
         let Some(session) = session_of(&req) else {
@@ -281,10 +285,24 @@ impl<S: Clone> ResumeGuard<S> {
                 return Ok(refusal_response(&session_lost()));
             }
             // Only a DELETE ends a session for good: one that rmcp closes for inactivity may be
-            // restored, with its id, from a session store. Recorded before rmcp closes it, so
-            // that a DELETE whose answer is dropped midway still counts.
+            // restored, with its id, from a session store. So a DELETE that rmcp accepted (not
+            // one it refused: a foreign `Origin`, a wrong protocol version) is recorded in Redis,
+            // and answered once it is. Both run on a task of their own, so that a client that
+            // goes away mid-DELETE cannot stop the record of a session rmcp closed.
             #[cfg(feature = "redis")]
-            manager.store().mark_session_gone_later(&session);
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                let call = inner.call(req);
+                let deleting = runtime.spawn(async move {
+                    let response = call.await;
+                    if response.as_ref().is_ok_and(|r| r.status().is_success()) {
+                        manager.store().mark_session_gone(&session).await;
+                    }
+                    response
+                });
+                return deleting
+                    .await
+                    .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
+            }
             inner.call(req).await
         })
     }

@@ -68,17 +68,13 @@ impl RingEventStore {
         }
     }
 
-    /// Records in Redis, in the background, that the MCP session `session` was deleted, so that
-    /// no replica resumes its streams any more (the `DELETE` is answered meanwhile).
-    pub(crate) fn mark_session_gone_later(&self, session: &str) {
-        let (Some(log), Ok(runtime)) = (&self.inner.log, tokio::runtime::Handle::try_current())
-        else {
-            return;
-        };
-        let (log, session) = (log.clone(), session.to_owned());
-        runtime.spawn(async move {
-            let _ = log.mark_session_gone(&session).await;
-        });
+    /// Records in Redis that the MCP session `session` was deleted, so that no replica resumes its
+    /// streams any more. A failure is not reported: the replicas then go on serving resumes of
+    /// the deleted session's streams until those expire, as they would have before the `DELETE`.
+    pub(crate) async fn mark_session_gone(&self, session: &str) {
+        if let Some(log) = &self.inner.log {
+            let _ = log.mark_session_gone(session).await;
+        }
     }
 
     /// Runs [`maintain_event_log`](Self::maintain_event_log) every third of the lease, in the

@@ -246,29 +246,55 @@ async fn another_replica_checks_the_session_and_refuses_unreplayable_cursors_exp
     // A stream that never existed in Redis: 404.
     let unknown = call(&r.b, get(&session, Some(&format!("{prefix}9.1")))).await;
     assert_eq!(unknown.status(), StatusCode::NOT_FOUND);
-    // The MCP session is deleted on A: B then answers as A does, 404 `session_lost`.
+    // The MCP session is deleted on A: B then answers as A does, 404 `session_lost` (the
+    // DELETE is answered once Redis has the record).
     assert!(call(&r.a, delete(&session)).await.status().is_success());
-    let mut answers = Vec::new();
-    for _ in 0..100 {
-        // The owner is forgotten in the background, right after the DELETE.
-        let resp = call(&r.b, get(&session, Some(&ids[3]))).await;
-        let status = resp.status();
-        answers.push(status);
-        if status == StatusCode::NOT_FOUND {
-            assert_eq!(
-                json_body(resp).await["error"]["data"]["error"],
-                "session_lost"
-            );
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert_eq!(answers.last(), Some(&StatusCode::NOT_FOUND), "{answers:?}");
+    let resp = call(&r.b, get(&session, Some(&ids[3]))).await;
+    assert_eq!(resp.status(), StatusCode::NOT_FOUND);
+    assert_eq!(
+        json_body(resp).await["error"]["data"]["error"],
+        "session_lost"
+    );
     // Redis down: 503 with Retry-After, never an empty 200.
     r.server.kill();
     let down = call(&r.b, get(&session, Some(&ids[3]))).await;
     assert_eq!(down.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(down.headers()["retry-after"], "1", "as every other 503");
+}
+
+/// A `DELETE` that rmcp refuses (here from a page of a foreign origin: 403) ends nothing, so the
+/// other replicas go on serving the session's resumes. One that rmcp accepts is recorded in Redis
+/// before it is answered: from then on every replica answers 404 `session_lost`.
+#[tokio::test]
+async fn only_a_delete_that_rmcp_accepts_ends_the_session_on_every_replica() {
+    let r = replicas().await;
+    let session = initialize(&r.a).await;
+    let resp = call(&r.a, post(Some(&session), long_task_paced(1, 2, 0))).await;
+    let events = events_from(&mut resp.into_body(), 100).await;
+    let ids: Vec<String> = events.iter().filter_map(|e| e.id.clone()).collect();
+    assert_eq!(ids.len(), 4, "priming, 2 progress, result: {events:?}");
+
+    let mut foreign = delete(&session);
+    foreign
+        .headers_mut()
+        .insert("origin", "http://evil.example".parse().unwrap());
+    assert_eq!(call(&r.a, foreign).await.status(), StatusCode::FORBIDDEN);
+    let resumed = call(&r.b, get(&session, Some(&ids[1]))).await;
+    assert_eq!(
+        resumed.status(),
+        StatusCode::OK,
+        "a refused DELETE ended the session"
+    );
+    let rest = replayed_from(&mut resumed.into_body(), &ids[1], 100).await;
+    assert_eq!(rest.len(), 2, "{rest:?}");
+
+    assert!(call(&r.a, delete(&session)).await.status().is_success());
+    let lost = call(&r.b, get(&session, Some(&ids[2]))).await;
+    assert_eq!(lost.status(), StatusCode::NOT_FOUND);
+    assert_eq!(
+        json_body(lost).await["error"]["data"]["error"],
+        "session_lost"
+    );
 }
 
 /// A deleted session's stream is resumed from Redis by no replica, also once the replica that
