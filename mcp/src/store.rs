@@ -54,6 +54,14 @@ fn session_closed() -> CloseReason {
     CloseReason::error("session closed")
 }
 
+/// Why a request's stream ends when another request of its session takes its id while it runs.
+fn reused_request_id() -> CloseReason {
+    CloseReason::error(
+        "another request of this session was sent with this request's id while it was running; \
+         the id's response goes to that request",
+    )
+}
+
 /// A request stream of a session counted under its cap before the stream exists: taken over by
 /// [`RingEventStore::bind`], or given back when dropped (the request failed before its stream).
 pub(crate) struct StreamSlot {
@@ -450,7 +458,18 @@ impl RingEventStore {
             Self::end_cancelled(entry.clone());
         }
         if held {
-            streams.by_request.insert(key, entry.clone());
+            if let Some(replaced) = streams.by_request.insert(key, entry.clone()) {
+                if !Arc::ptr_eq(&replaced, entry) && replaced.closed_at.lock().is_none() {
+                    // A request with the id of one still running (a client bug: JSON-RPC ids are
+                    // unique among requests in flight). rmcp routes that id's response to the new
+                    // request now, so the running one would wait for it for good: it ends here
+                    // with an explicit error instead.
+                    let reason = reused_request_id();
+                    #[cfg(feature = "redis")]
+                    Self::close_log_later(replaced.clone(), reason.clone());
+                    Self::close_when_free(replaced, reason);
+                }
+            }
         }
         pending
     }

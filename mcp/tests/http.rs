@@ -615,6 +615,50 @@ async fn initialize_requests_racing_for_the_last_sessions_never_exceed_the_cap()
     );
 }
 
+/// A client that sends a second request with the id of one still running (a bug: JSON-RPC ids are
+/// unique among requests in flight) gets the second answered as usual, and the first ended at
+/// once with a JSON-RPC error for its id. rmcp routes the id's response to the second request, so
+/// the first would otherwise wait for it until the session closed for inactivity.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_whose_id_is_reused_while_it_runs_ends_with_an_error() {
+    let (app, _store) = ring_app_with(StoreConfig::default());
+    let session = initialize(&app).await;
+    // Paced so that it is still running when the second request comes.
+    let first = call(&app, post(Some(&session), long_task_paced(42, 100, 100))).await;
+    assert_eq!(first.status(), StatusCode::OK);
+    let mut first = first.into_body();
+    let started = events_from(&mut first, 2).await;
+    assert_eq!(
+        started.len(),
+        2,
+        "priming and the first progress: {started:?}"
+    );
+
+    let second = call(&app, post(Some(&session), long_task_paced(42, 1, 0))).await;
+    assert_eq!(second.status(), StatusCode::OK);
+    let answered = events(second, 100).await;
+    let result: Value = serde_json::from_str(&answered.last().unwrap().data).unwrap();
+    assert_eq!(
+        (&result["id"], &result["result"]["structuredContent"]["n"]),
+        (&json!(42), &json!(1)),
+        "{result}"
+    );
+
+    // The first ends well before its hundred steps would have, with an error naming its id.
+    let rest = tokio::time::timeout(LIMIT, events_from(&mut first, 1000))
+        .await
+        .expect("the first request's stream ended");
+    let end: Value = serde_json::from_str(&rest.last().unwrap().data).unwrap();
+    assert_eq!(end["id"], 42, "{end}");
+    assert!(
+        end["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("this request's id"),
+        "{end}"
+    );
+}
+
 /// The demo app with a cap of two request streams per session, which count for `completed_ttl`
 /// after they end.
 fn app_with_two_streams_per_session(completed_ttl: Duration) -> Router {
