@@ -160,6 +160,9 @@ fn announce(args: &DemoArgs, listener: &tokio::net::TcpListener) -> Result<()> {
     if let Some(warning) = args.example.sizing_warning().filter(|_| !args.serve_only) {
         eprintln!("{warning}");
     }
+    if let Some(warning) = args.example.keep_alive_warning() {
+        eprintln!("{warning}");
+    }
     // Stdout is line-buffered: the line is out before the first request can arrive.
     println!("listening on http://{}", listener.local_addr()?);
     Ok(())
@@ -361,6 +364,26 @@ mod tests {
             sizing(&["--rate", "1024", "--resumption-window-ms", "1000"]),
             ""
         );
+        // A stream that ends before it could fill its window waits for nothing.
+        assert_eq!(sizing(&["--rate", "200", "--events", "50"]), "");
+        assert_eq!(sizing(&["--rate", "0", "--events", "1024"]), "");
+        assert!(sizing(&["--rate", "0", "--events", "1025"]).starts_with("warning: "));
+    }
+
+    #[test]
+    fn keep_alives_that_do_not_keep_a_quiet_stream_open_are_a_warning() {
+        use clap::Parser;
+        let warning = |flags: &[&str]| {
+            let args = DemoArgs::parse_from(["sse_server"].iter().chain(flags));
+            args.example.keep_alive_warning()
+        };
+        assert_eq!(warning(&[]), None, "the default 15 s");
+        assert_eq!(warning(&["--keep-alive-ms", "59999"]), None);
+        for none_or_too_long in ["0", "60000", "18446744073709551615"] {
+            let text = warning(&["--keep-alive-ms", none_or_too_long])
+                .unwrap_or_else(|| panic!("{none_or_too_long}: no warning"));
+            assert!(text.contains("idle"), "{text}");
+        }
     }
 
     #[test]

@@ -13,7 +13,7 @@ use axum::Router;
 use bytes::Bytes;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusRecorder};
 use replay_ring::{CloseReason, ReplayRing};
-use replay_ring_sse::axum::{backend_events, SseConfig, SseProducer, SseStream};
+use replay_ring_sse::axum::{backend_events, ServeConfig, SseConfig, SseProducer, SseStream};
 use replay_ring_sse::backend::Backend;
 use replay_ring_sse::{Epoch, PublishError, RetentionConfig, SlowConsumerPolicy};
 use replay_ring_sse::{StreamId, StreamIdentity};
@@ -128,9 +128,14 @@ impl Args {
     /// A warning when the window cannot hold `rate × resumption window` events: the producer
     /// then waits for events to age out, and if the first such wait is longer than the
     /// backpressure timeout, the stream ends with `backpressure_timeout` as soon as it fills
-    /// (`docs/protocol.md`, "Sizing"). `None` when the window is large enough.
+    /// (`docs/protocol.md`, "Sizing"). `None` when the window is large enough, or when `--events`
+    /// ends the stream before it could fill.
     pub fn sizing_warning(&self) -> Option<String> {
-        let capacity = self.capacity.checked_next_power_of_two()? as f64;
+        let slots = self.capacity.checked_next_power_of_two()?;
+        if self.events.is_some_and(|last| last <= slots as u64) {
+            return None;
+        }
+        let capacity = slots as f64;
         let window = self.resumption_window_ms as f64 / 1000.0;
         // Rate 0 publishes as fast as the window allows: it fills at once.
         let fill = if self.rate > 0.0 {
@@ -157,6 +162,27 @@ impl Args {
                 "note: capacity < rate × resumption window: the producer will wait for events to \
                  age out (about {:.0} events/s)",
                 capacity / window
+            )
+        })
+    }
+}
+
+impl Args {
+    /// A warning when keep-alives do not keep a quiet stream open: none (`--keep-alive-ms 0`), or
+    /// an interval at or above the idle timeout of `serve` (`ServeConfig::default()`, which both
+    /// servers use), which then closes a stream that published nothing for that long. Its client
+    /// reconnects with `Last-Event-ID` and loses nothing, but a proxy or a page sees a dropped
+    /// connection.
+    pub fn keep_alive_warning(&self) -> Option<String> {
+        let idle = ServeConfig::default().idle_timeout;
+        let keep_alive = Duration::from_millis(self.keep_alive_ms);
+        (keep_alive.is_zero() || keep_alive >= idle).then(|| {
+            format!(
+                "warning: --keep-alive-ms {}: a stream that publishes nothing for the {} s idle \
+                 timeout is closed (clients reconnect with Last-Event-ID); keep it below {}",
+                self.keep_alive_ms,
+                idle.as_secs(),
+                idle.as_millis()
             )
         })
     }

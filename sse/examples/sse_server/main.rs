@@ -26,7 +26,10 @@ async fn main() -> ExitCode {
 
 async fn run(args: app::Args) -> Result<(), Box<dyn std::error::Error>> {
     let (app, producer) = app::build(&args)?;
-    if let Some(warning) = args.sizing_warning() {
+    for warning in [args.sizing_warning(), args.keep_alive_warning()]
+        .into_iter()
+        .flatten()
+    {
         eprintln!("{warning}");
     }
     let listener = app::bind(args.port).await?;
