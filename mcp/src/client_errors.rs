@@ -113,12 +113,9 @@ pub(crate) async fn answer_internal_failure(
     response: Response<Body>,
     envelope: Envelope,
 ) -> Response<Body> {
-    if response.status() != StatusCode::INTERNAL_SERVER_ERROR || is_structured(response.headers()) {
-        return response;
-    }
-    let (parts, text) = match read_text(response).await {
+    let (parts, text) = match plain_text_500(response).await {
         Ok(read) => read,
-        Err(emptied) => return emptied,
+        Err(other) => return other,
     };
     let detail = String::from_utf8_lossy(&text);
     let (error, message, retry_after) = if detail.contains(crate::manager::TOO_MANY_STREAMS) {
@@ -156,17 +153,25 @@ pub(crate) async fn answer_session_cap(
     response: Response<Body>,
     refusal: impl FnOnce() -> Response<Body>,
 ) -> Response<Body> {
-    if response.status() != StatusCode::INTERNAL_SERVER_ERROR || is_structured(response.headers()) {
-        return response;
-    }
-    let (parts, text) = match read_text(response).await {
+    let (parts, text) = match plain_text_500(response).await {
         Ok(read) => read,
-        Err(emptied) => return emptied,
+        Err(other) => return other,
     };
     if String::from_utf8_lossy(&text).contains(crate::manager::TOO_MANY_SESSIONS) {
         return refusal();
     }
     Response::from_parts(parts, Full::new(text).boxed())
+}
+
+/// rmcp's plain-text 500 as its parts and text; any other response as `Err`, unchanged (or
+/// emptied, if its text could not be read).
+async fn plain_text_500(
+    response: Response<Body>,
+) -> Result<(http::response::Parts, Bytes), Response<Body>> {
+    if response.status() != StatusCode::INTERNAL_SERVER_ERROR || is_structured(response.headers()) {
+        return Err(response);
+    }
+    read_text(response).await
 }
 
 /// The whole seconds the manager's refusal text states after
