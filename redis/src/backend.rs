@@ -177,9 +177,9 @@ impl RedisBackend {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a bad URL or configuration (also for `rediss://`: TLS is not
-    /// compiled in), [`Error::Unavailable`] when
-    /// Redis cannot be reached, [`Error::Server`] when it refuses the connection as configured
-    /// (wrong credentials, or none where Redis requires them: `WRONGPASS`, `NOAUTH`).
+    /// compiled in), [`Error::Unavailable`] when Redis cannot be reached, [`Error::Server`] when
+    /// it refuses the connection as configured (wrong credentials, or none where Redis requires
+    /// them: `WRONGPASS`, `NOAUTH`).
     ///
     /// # Cancel safety
     /// Cancel safe: nothing is created on the server.
