@@ -301,6 +301,18 @@ mod tests {
             let parsed = DemoArgs::try_parse_from(["sse_server", bad[0], bad[1]]);
             assert!(parsed.is_err(), "{bad:?} accepted");
         }
+        // A negative rate is refused by the rate's own check, which says what a rate may be, not
+        // taken for an unknown flag.
+        let negative = DemoArgs::try_parse_from(["sse_server", "--rate", "-1"]).unwrap_err();
+        assert_eq!(
+            negative.kind(),
+            clap::error::ErrorKind::ValueValidation,
+            "{negative}"
+        );
+        assert!(
+            negative.to_string().contains("not 0 or a rate"),
+            "{negative}"
+        );
         for good in [
             ["--rate", "0"],
             ["--rate", "0.001"],

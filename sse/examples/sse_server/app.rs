@@ -54,7 +54,7 @@ pub struct Args {
     /// longer than --resumption-window-ms (the server warns at start). With nobody connected (one
     /// window after the last client left) nothing is held, and events are published flat out, a
     /// full core's worth
-    #[arg(long, default_value_t = 20.0, value_parser = parse_rate)]
+    #[arg(long, default_value_t = 20.0, value_parser = parse_rate, allow_negative_numbers = true)]
     pub rate: f64,
     /// End the stream with `event: end` after the event with this id [default: never]
     #[arg(long)]
