@@ -73,38 +73,12 @@ type GuardFuture<E> = Pin<Box<dyn Future<Output = Result<Response<Body>, E>> + S
 #[derive(Debug, Clone)]
 pub struct ResumeGuardLayer {
     manager: Arc<ReplayRingSessionManager>,
-    max_request_body_bytes: Option<usize>,
 }
 
 impl ResumeGuardLayer {
     /// A guard consulting `manager` (the one the rmcp service uses).
     pub fn new(manager: Arc<ReplayRingSessionManager>) -> Self {
-        ResumeGuardLayer {
-            manager,
-            max_request_body_bytes: None,
-        }
-    }
-
-    /// Answers a `POST` whose `Content-Length` declares more than `bytes` with 413
-    /// `payload_too_large` at once, before any of its body is read. Give it rmcp's
-    /// `StreamableHttpServerConfig::max_request_body_bytes`. Without it (the default), rmcp
-    /// answers 413 only once that many bytes have arrived, so a client that declares a huge body
-    /// and sends nothing holds its connection until the server's body read timeout.
-    ///
-    /// ```no_run
-    /// # use std::sync::Arc;
-    /// # use replay_ring_mcp::{ReplayRingSessionManager, ResumeGuardLayer, RingEventStore, StoreConfig};
-    /// # use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
-    /// use rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
-    /// # let store = RingEventStore::new(StoreConfig::default());
-    /// # let manager = Arc::new(ReplayRingSessionManager::new(store, LocalSessionManager::default()));
-    /// let config = StreamableHttpServerConfig::default();
-    /// let guard = ResumeGuardLayer::new(manager).with_max_request_body_bytes(config.max_request_body_bytes);
-    /// ```
-    #[must_use]
-    pub fn with_max_request_body_bytes(mut self, bytes: usize) -> Self {
-        self.max_request_body_bytes = Some(bytes);
-        self
+        ResumeGuardLayer { manager }
     }
 }
 
@@ -114,7 +88,6 @@ impl<S> tower_layer::Layer<S> for ResumeGuardLayer {
         ResumeGuard {
             inner,
             manager: self.manager.clone(),
-            max_request_body_bytes: self.max_request_body_bytes,
         }
     }
 }
@@ -124,7 +97,6 @@ impl<S> tower_layer::Layer<S> for ResumeGuardLayer {
 pub struct ResumeGuard<S> {
     inner: S,
     manager: Arc<ReplayRingSessionManager>,
-    max_request_body_bytes: Option<usize>,
 }
 
 impl<S, B> tower_service::Service<Request<B>> for ResumeGuard<S>
@@ -164,12 +136,6 @@ impl<S> ResumeGuard<S> {
     {
         if req.method() == Method::DELETE {
             return self.delete(req);
-        }
-        if let Some(limit) = self.max_request_body_bytes {
-            if req.method() == Method::POST && declared_length(&req).is_some_and(|n| n > limit) {
-                let response = body_too_large(limit);
-                return Box::pin(async move { Ok(response) });
-            }
         }
         if req.method() == Method::POST && !req.headers().contains_key(SESSION_HEADER) {
             return self.open_session(req);
@@ -535,26 +501,6 @@ fn refusal_answer(refusal: &ResumeRefusal, envelope: Envelope) -> Response<Body>
 }
 
 /// 503 for a request that would open a session beyond the cap (a `POST`: the bare error object).
-/// The body length a request's `Content-Length` declares, if it has one that parses (hyper refuses
-/// a request with conflicting or malformed ones before it gets here).
-fn declared_length<B>(req: &Request<B>) -> Option<usize> {
-    let value = req.headers().get(http::header::CONTENT_LENGTH)?;
-    value.to_str().ok()?.trim().parse().ok()
-}
-
-/// The 413 for a `POST` whose declared body exceeds `limit`, as rmcp's own 413 is answered.
-fn body_too_large(limit: usize) -> Response<Body> {
-    let message = format!("Payload Too Large: request body exceeds {limit} bytes");
-    let data = serde_json::json!({ "error": "payload_too_large", "message": message });
-    error_response(
-        Envelope::Bare,
-        StatusCode::PAYLOAD_TOO_LARGE,
-        crate::STREAM_BROKEN_CODE.into(),
-        &message,
-        data,
-    )
-}
-
 fn too_many_sessions(limit: usize) -> Response<Body> {
     let message = format!("all {limit} MCP sessions of this server are open; retry later");
     let data =

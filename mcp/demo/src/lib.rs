@@ -583,11 +583,9 @@ pub fn store_app_with_limits(
     let tools = Tools {
         store: Some(store.clone()),
     };
-    // rmcp's limit, so that a body declared larger is refused before it is read.
-    let guard = ResumeGuardLayer::new(manager.clone())
-        .with_max_request_body_bytes(http_config.max_request_body_bytes);
-    let service = StreamableHttpService::new(move || Ok(tools.clone()), manager, http_config);
-    let guarded = tower_layer::Layer::layer(&guard, service);
+    let service =
+        StreamableHttpService::new(move || Ok(tools.clone()), manager.clone(), http_config);
+    let guarded = tower_layer::Layer::layer(&ResumeGuardLayer::new(manager), service);
     let metrics = MetricsEndpoint::new(store);
     Router::new().nest_service("/mcp", guarded).route(
         "/metrics",
