@@ -5,9 +5,10 @@
 //! Tools: `long_task(n, delay_ms)` sends `notifications/progress` 1..n with the request's progress
 //! token and returns `{"n": n}` (bounded by [`LONG_TASK_MAX_STEPS`], [`LONG_TASK_MAX_DELAY_MS`]
 //! and [`LONG_TASK_MAX_TOTAL_MS`], and stopped by a cancellation); `test_reconnection` closes
-//! its own connection after the priming event (SEP-1699) and returns its result on the stream the client resumes; and everything the
-//! conformance suite's server scenarios call (`test_*` tools, sampling and elicitation requests,
-//! `json_schema_2020_12_tool`, prompts, resources, completion in [`fixtures`]).
+//! its own connection after the priming event (SEP-1699) and returns its result on the stream
+//! the client resumes; and everything the conformance suite's server scenarios call (`test_*`
+//! tools, sampling and elicitation requests, `json_schema_2020_12_tool`, prompts, resources,
+//! completion in [`fixtures`]).
 // Logging is deprecated only from 2026-07-28 (SEP-2577); this server speaks 2025-11-25, where it is
 // part of the protocol (and the conformance suite tests it).
 #![allow(deprecated)]

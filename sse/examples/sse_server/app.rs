@@ -165,9 +165,7 @@ impl Args {
             )
         })
     }
-}
 
-impl Args {
     /// A warning when keep-alives do not keep a quiet stream open: none (`--keep-alive-ms 0`), or
     /// an interval at or above the idle timeout of `serve` (`ServeConfig::default()`, which both
     /// servers use), which then closes a stream that published nothing for that long. Its client
