@@ -106,9 +106,9 @@ pub(crate) async fn answer_body_failure(
 
 /// `response` from rmcp, or a 503 with `Retry-After` if it is rmcp's plain-text 500 for a
 /// refusal or failure of the session manager that the request can be sent again after:
-/// `too_many_streams` when the session holds its most request streams, and (with a Redis event
-/// log) `backend_unavailable` when the event log failed the request's new stream or its first
-/// event, as a resume refused while Redis is down is.
+/// `too_many_streams` when the session or the whole server holds its most request streams, and
+/// (with a Redis event log) `backend_unavailable` when the event log failed the request's new
+/// stream or its first event, as a resume refused while Redis is down is.
 pub(crate) async fn answer_internal_failure(
     response: Response<Body>,
     envelope: Envelope,
@@ -122,6 +122,12 @@ pub(crate) async fn answer_internal_failure(
         (
             "too_many_streams",
             "this MCP session holds its most request streams; retry later",
+            stated_retry_after(&detail).unwrap_or(1),
+        )
+    } else if detail.contains(crate::manager::TOO_MANY_SERVER_STREAMS) {
+        (
+            "too_many_streams",
+            "this server holds its most request streams; retry later",
             stated_retry_after(&detail).unwrap_or(1),
         )
     } else if is_event_log_failure(&detail) {

@@ -26,6 +26,10 @@
 //! `Replay-Stream` headers. A `DELETE` naming a session this process does not have is answered
 //! 404 `session_lost` too (rmcp answers 202), and a request that would open a session beyond
 //! [`ReplayRingSessionManager::with_max_sessions`] 503 `too_many_sessions` with `Retry-After`.
+//! A request that would open a request stream beyond
+//! [`ReplayRingSessionManager::with_max_streams_per_session`] or
+//! [`ReplayRingSessionManager::with_max_streams`] is answered 503 `too_many_streams` with
+//! `Retry-After` (rmcp refuses it with a plain-text 500).
 //!
 //! Answers to a `GET` or `DELETE` are JSON-RPC errors with `id: null`. Answers to a `POST` are the
 //! same error object without the JSON-RPC envelope (`{"error": "session_lost", "message": ...}`):

@@ -25,7 +25,7 @@ use rmcp::transport::streamable_http_server::session::{
 use sync_wrapper::SyncWrapper;
 
 use crate::refusal::{RefusalReason, ResumeRefusal};
-use crate::store::RingEventStore;
+use crate::store::{RingEventStore, StreamCap, StreamCaps};
 use crate::stream::broken_frame;
 use crate::stream_entry::StreamEntry;
 
@@ -51,6 +51,15 @@ pub enum ManagerError {
         /// stream is past `completed_ttl`, or `completed_ttl` while every stream is still open.
         retry_after: Duration,
     },
+    /// The server holds its most request streams, across all sessions (open, or ended within
+    /// `completed_ttl`); see [`ReplayRingSessionManager::with_max_streams`].
+    TooManyServerStreams {
+        /// The cap.
+        limit: usize,
+        /// How long until the server has room at the earliest: until its first ended request
+        /// stream is past `completed_ttl`, or `completed_ttl` while every stream is still open.
+        retry_after: Duration,
+    },
     /// Every session the cap allows is open (see
     /// [`ReplayRingSessionManager::with_max_sessions`]).
     TooManySessions {
@@ -67,7 +76,12 @@ pub(crate) const TOO_MANY_SESSIONS: &str = "too many MCP sessions";
 /// guard answers as 503 `too_many_streams`.
 pub(crate) const TOO_MANY_STREAMS: &str = "too many request streams in this MCP session";
 
-/// Precedes the whole seconds of [`ManagerError::TooManyStreams`]'s `retry_after` in its text,
+/// The start of [`ManagerError::TooManyServerStreams`]'s text, which rmcp passes on in its 500
+/// and the guard answers as 503 `too_many_streams`.
+pub(crate) const TOO_MANY_SERVER_STREAMS: &str = "too many request streams on this server";
+
+/// Precedes the whole seconds of the `retry_after` of [`ManagerError::TooManyStreams`] and
+/// [`ManagerError::TooManyServerStreams`] in their text,
 /// where the guard reads them for the 503's `Retry-After`.
 pub(crate) const RETRY_AFTER_MARK: &str = "; retry after ";
 
@@ -91,6 +105,11 @@ impl std::fmt::Display for ManagerError {
             ManagerError::TooManyStreams { limit, retry_after } => write!(
                 f,
                 "{TOO_MANY_STREAMS}: it holds {limit} (open, or ended within the completed-stream TTL){RETRY_AFTER_MARK}{} s",
+                retry_after_secs(*retry_after)
+            ),
+            ManagerError::TooManyServerStreams { limit, retry_after } => write!(
+                f,
+                "{TOO_MANY_SERVER_STREAMS}: it holds {limit}, across its MCP sessions (open, or ended within the completed-stream TTL){RETRY_AFTER_MARK}{} s",
                 retry_after_secs(*retry_after)
             ),
             ManagerError::TooManySessions { limit } => {
@@ -149,6 +168,7 @@ pub struct ReplayRingSessionManager {
     store: RingEventStore,
     max_sessions: usize,
     max_streams_per_session: usize,
+    max_streams: usize,
     /// Held from the count of open sessions to the new one's creation, so concurrent `initialize`
     /// requests cannot all pass the cap (sessions are created rarely; this costs nothing else).
     creating: tokio::sync::Mutex<()>,
@@ -158,6 +178,9 @@ pub struct ReplayRingSessionManager {
 pub const DEFAULT_MAX_SESSIONS: usize = 10_000;
 /// Default [`ReplayRingSessionManager::with_max_streams_per_session`]: 1,024 request streams.
 pub const DEFAULT_MAX_STREAMS_PER_SESSION: usize = 1024;
+/// Default [`ReplayRingSessionManager::with_max_streams`]: 65,536 request streams across all
+/// sessions.
+pub const DEFAULT_MAX_STREAMS: usize = 65_536;
 
 impl ReplayRingSessionManager {
     /// Wraps `local` (its `session_config` is kept) and installs `store` as its event store.
@@ -168,6 +191,7 @@ impl ReplayRingSessionManager {
             store,
             max_sessions: DEFAULT_MAX_SESSIONS,
             max_streams_per_session: DEFAULT_MAX_STREAMS_PER_SESSION,
+            max_streams: DEFAULT_MAX_STREAMS,
             creating: tokio::sync::Mutex::new(()),
         }
     }
@@ -208,6 +232,45 @@ impl ReplayRingSessionManager {
     /// The cap on request streams per session.
     pub fn max_streams_per_session(&self) -> usize {
         self.max_streams_per_session
+    }
+
+    /// At most `max` request streams across all sessions (default [`DEFAULT_MAX_STREAMS`]),
+    /// counted as [`with_max_streams_per_session`](Self::with_max_streams_per_session) counts
+    /// them: the bound on what the store's streams retain in all, at most `max` times
+    /// `capacity` events. A request that would open one more is answered 503 `too_many_streams`
+    /// (by [`ResumeGuardLayer`](crate::ResumeGuardLayer)) and never reaches its session; its
+    /// `Retry-After` is when the server has room again at the earliest (see
+    /// [`ManagerError::TooManyServerStreams`]). The per-session cap bounds one session; this one
+    /// bounds a client that opens many sessions, or many clients together. Since an ended
+    /// stream counts for `completed_ttl`, it also bounds the server's sustained rate of
+    /// requests: at the defaults, 65,536 per 60 s, about 1,090 a second.
+    ///
+    /// ```
+    /// use replay_ring_mcp::{ReplayRingSessionManager, RingEventStore, StoreConfig};
+    /// use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+    ///
+    /// let store = RingEventStore::new(StoreConfig::default());
+    /// let manager = ReplayRingSessionManager::new(store, LocalSessionManager::default())
+    ///     .with_max_streams(4_096);
+    /// assert_eq!(manager.max_streams(), 4_096);
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// If `max` is 0: no request could ever be answered.
+    #[must_use]
+    pub fn with_max_streams(mut self, max: usize) -> Self {
+        assert!(
+            max > 0,
+            "max_streams must be at least 1: with 0 no request could be answered"
+        );
+        self.max_streams = max;
+        self
+    }
+
+    /// The cap on request streams across all sessions.
+    pub fn max_streams(&self) -> usize {
+        self.max_streams
     }
 
     /// At most `max` MCP sessions at once (default [`DEFAULT_MAX_SESSIONS`]): with that many
@@ -374,13 +437,23 @@ impl SessionManager for ReplayRingSessionManager {
             _ => None,
         };
         // Refused before rmcp routes it: the request never reaches the session.
-        let limit = self.max_streams_per_session;
+        let caps = StreamCaps {
+            per_session: self.max_streams_per_session,
+            total: self.max_streams,
+        };
         let slot = match request {
-            Some(_) => Some(
-                self.store
-                    .reserve_request_stream(id, limit)
-                    .map_err(|retry_after| ManagerError::TooManyStreams { limit, retry_after })?,
-            ),
+            Some(_) => Some(self.store.reserve_request_stream(id, caps).map_err(
+                |(cap, retry_after)| match cap {
+                    StreamCap::Session => ManagerError::TooManyStreams {
+                        limit: caps.per_session,
+                        retry_after,
+                    },
+                    StreamCap::Server => ManagerError::TooManyServerStreams {
+                        limit: caps.total,
+                        retry_after,
+                    },
+                },
+            )?),
             None => None,
         };
         let mut local = Box::pin(self.inner.create_stream(id, message).await?);
@@ -585,6 +658,12 @@ mod tests {
     #[should_panic(expected = "max_streams_per_session must be at least 1")]
     fn a_cap_of_no_request_streams_is_refused() {
         let _ = manager().with_max_streams_per_session(0);
+    }
+
+    #[test]
+    #[should_panic(expected = "max_streams must be at least 1")]
+    fn a_server_cap_of_no_request_streams_is_refused() {
+        let _ = manager().with_max_streams(0);
     }
 
     #[test]

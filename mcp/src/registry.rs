@@ -28,6 +28,8 @@ pub(crate) struct Streams {
     /// `completed_ttl`: what the session's streams retain in memory), plus the slots reserved
     /// for streams being created ([`StreamSlot`](crate::store::StreamSlot)).
     pub(crate) per_session: HashMap<SessionId, usize>,
+    /// The sum of `per_session`: request streams the store holds, for the server-wide cap.
+    pub(crate) request_streams: usize,
     /// Disconnects asked for before the request's stream was bound (the tool ran first).
     pub(crate) pending_disconnects: HashSet<(SessionId, RequestId)>,
     /// Cancellations that arrived before the request's stream was bound, newest last, with when
@@ -62,8 +64,10 @@ impl Streams {
     pub(crate) fn count_request_stream(&mut self, session: &SessionId, added: bool) {
         if added {
             *self.per_session.entry(session.clone()).or_default() += 1;
+            self.request_streams += 1;
         } else if let Some(n) = self.per_session.get_mut(session) {
             *n -= 1;
+            self.request_streams -= 1;
             if *n == 0 {
                 self.per_session.remove(session);
             }
@@ -168,13 +172,17 @@ mod tests {
     }
 
     #[test]
-    fn request_streams_are_counted_per_session() {
+    fn request_streams_are_counted_per_session_and_in_all() {
         let mut streams = Streams::default();
         let a = SessionId::from("a");
+        let b = SessionId::from("b");
         streams.count_request_stream(&a, true);
         streams.count_request_stream(&a, true);
+        streams.count_request_stream(&b, true);
+        assert_eq!(streams.request_streams, 3);
         streams.count_request_stream(&a, false);
         assert_eq!(streams.per_session.get(&a), Some(&1));
+        assert_eq!(streams.request_streams, 2);
         streams.count_request_stream(&a, false);
         assert!(
             !streams.per_session.contains_key(&a),
@@ -182,5 +190,6 @@ mod tests {
         );
         streams.count_request_stream(&a, false);
         assert!(!streams.per_session.contains_key(&a), "never below zero");
+        assert_eq!(streams.request_streams, 1, "only b's stream is left");
     }
 }

@@ -64,6 +64,22 @@ fn reused_request_id() -> CloseReason {
 
 /// A request stream of a session counted under its cap before the stream exists: taken over by
 /// [`RingEventStore::bind`], or given back when dropped (the request failed before its stream).
+/// The caps on request streams that [`RingEventStore::reserve_request_stream`] holds to.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct StreamCaps {
+    /// Per MCP session.
+    pub(crate) per_session: usize,
+    /// In the whole store, across its sessions.
+    pub(crate) total: usize,
+}
+
+/// Which of the [`StreamCaps`] refused a request stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum StreamCap {
+    Session,
+    Server,
+}
+
 pub(crate) struct StreamSlot {
     store: RingEventStore,
     session: SessionId,
@@ -474,25 +490,38 @@ impl RingEventStore {
         pending
     }
 
-    /// A place for one more request stream of `session`, if it holds fewer than `limit` (open,
-    /// or ended less than `completed_ttl` ago: those past it are swept first), counted at once
-    /// so that concurrent requests cannot all pass. At the cap, `Err` with how long until the
-    /// session has room at the earliest: until its first ended request stream is past
-    /// `completed_ttl`, or, with every stream still open, `completed_ttl` (a stream leaves the
-    /// count that long after it ends).
+    /// A place for one more request stream of `session`, if it holds fewer than `caps.per_session`
+    /// and the store fewer than `caps.total` (open, or ended less than `completed_ttl` ago: those
+    /// past it are swept first), counted at once so that concurrent requests cannot all pass. At
+    /// a cap, `Err` with the cap and how long until there is room under it at the earliest: until
+    /// the first ended request stream it counts is past `completed_ttl`, or, with every such
+    /// stream still open, `completed_ttl` (a stream leaves the count that long after it ends).
     pub(crate) fn reserve_request_stream(
         &self,
         session: &SessionId,
-        limit: usize,
-    ) -> Result<StreamSlot, Duration> {
+        caps: StreamCaps,
+    ) -> Result<StreamSlot, (StreamCap, Duration)> {
         let mut streams = self.inner.streams.lock();
-        let held = |streams: &Streams| streams.per_session.get(session).copied().unwrap_or(0);
-        if held(&streams) >= limit {
+        let full = |streams: &Streams| {
+            let held = streams.per_session.get(session).copied().unwrap_or(0);
+            if held >= caps.per_session {
+                Some(StreamCap::Session)
+            } else if streams.request_streams >= caps.total {
+                Some(StreamCap::Server)
+            } else {
+                None
+            }
+        };
+        if full(&streams).is_some() {
             // Without the store's housekeeping timer, a refusal must not last for good.
             let now = Instant::now();
             self.sweep(&mut streams, now);
-            if held(&streams) >= limit {
-                return Err(self.room_after(&streams, session, now));
+            if let Some(cap) = full(&streams) {
+                let within = match cap {
+                    StreamCap::Session => Some(session),
+                    StreamCap::Server => None,
+                };
+                return Err((cap, self.room_after(&streams, within, now)));
             }
         }
         streams.count_request_stream(session, true);
@@ -503,15 +532,17 @@ impl RingEventStore {
         })
     }
 
-    /// How long until one of `session`'s counted streams leaves the count at the earliest.
-    fn room_after(&self, streams: &Streams, session: &SessionId, now: Instant) -> Duration {
+    /// How long until one of the counted streams (of `session`, or of every session) leaves
+    /// the count at the earliest.
+    fn room_after(&self, streams: &Streams, session: Option<&SessionId>, now: Instant) -> Duration {
         let ttl = self.inner.config.completed_ttl;
         streams
             .by_rmcp
             .values()
-            // Counted streams only: bound request streams (the session's GET stream may have
-            // ended too, but it never counted).
-            .filter(|e| e.request().is_some() && e.session().as_ref() == Some(session))
+            // Counted streams only: bound request streams (a session's GET stream may have ended
+            // too, but it never counted).
+            .filter(|e| e.request().is_some())
+            .filter(|e| session.is_none_or(|s| e.session().as_ref() == Some(s)))
             .filter_map(|e| *e.closed_at.lock())
             .map(|at| ttl.saturating_sub(now.saturating_duration_since(at)))
             .min()
@@ -1013,11 +1044,32 @@ mod tests {
             .await
             .unwrap()
             .mark_closed();
-        let _open = store.reserve_request_stream(&session, 1).ok().unwrap();
-        let wait = store.reserve_request_stream(&session, 1).err().unwrap();
+        let one_per_session = StreamCaps {
+            per_session: 1,
+            total: usize::MAX,
+        };
+        let _open = store
+            .reserve_request_stream(&session, one_per_session)
+            .ok()
+            .unwrap();
+        let wait = store
+            .reserve_request_stream(&session, one_per_session)
+            .err()
+            .unwrap();
         assert_eq!(
-            wait, DEFAULT_COMPLETED_TTL,
+            wait,
+            (StreamCap::Session, DEFAULT_COMPLETED_TTL),
             "the one counted stream is still open"
         );
+        // The same stream, under a server-wide cap of one: another session has no room either.
+        let one_in_all = StreamCaps {
+            per_session: usize::MAX,
+            total: 1,
+        };
+        let wait = store
+            .reserve_request_stream(&SessionId::from("t"), one_in_all)
+            .err()
+            .unwrap();
+        assert_eq!(wait, (StreamCap::Server, DEFAULT_COMPLETED_TTL));
     }
 }

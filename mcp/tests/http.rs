@@ -11,7 +11,7 @@ use http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use replay_ring_mcp::{RedisEventLog, RingEventStore, StoreConfig};
 use replay_ring_mcp_demo::{
-    app, store_app, store_app_with_limits, store_app_with_max_sessions, Storage,
+    app, store_app, store_app_with_limits, store_app_with_max_sessions, Limits, Storage,
 };
 use replay_ring_sse::{RetentionConfig, SlowConsumerPolicy};
 use serde_json::{json, Value};
@@ -666,7 +666,13 @@ fn app_with_two_streams_per_session(completed_ttl: Duration) -> Router {
         completed_ttl,
         ..StoreConfig::default()
     });
-    store_app_with_limits(store, replay_ring_mcp::DEFAULT_MAX_SESSIONS, 2)
+    store_app_with_limits(
+        store,
+        Limits {
+            max_streams_per_session: 2,
+            ..Limits::default()
+        },
+    )
 }
 
 /// A session that holds its most request streams (open, or ended within `completed_ttl`) gets
@@ -771,8 +777,10 @@ async fn the_stream_caps_retry_after_is_when_room_comes_back() {
 async fn the_stream_cap_holds_for_concurrent_requests_and_reused_ids() {
     let app = store_app_with_limits(
         RingEventStore::new(StoreConfig::default()),
-        replay_ring_mcp::DEFAULT_MAX_SESSIONS,
-        2,
+        Limits {
+            max_streams_per_session: 2,
+            ..Limits::default()
+        },
     );
     let session = initialize(&app).await;
     let burst = (1..=10).map(|id| call(&app, post(Some(&session), long_task_paced(id, 50, 100))));
@@ -807,6 +815,64 @@ async fn the_stream_cap_holds_for_concurrent_requests_and_reused_ids() {
             StatusCode::SERVICE_UNAVAILABLE
         ]
     );
+}
+
+/// The server-wide cap counts request streams across sessions. With three allowed and three held
+/// by two sessions, a request in either is 503 `too_many_streams` naming the server, though
+/// neither session is near its own cap; its `Retry-After` is when the first ended stream leaves
+/// the count, and once that is past `completed_ttl` there is room again.
+#[tokio::test]
+async fn the_server_wide_stream_cap_counts_every_sessions_streams() {
+    const COMPLETED_TTL: Duration = Duration::from_millis(200);
+    let store = RingEventStore::new(StoreConfig {
+        completed_ttl: COMPLETED_TTL,
+        ..StoreConfig::default()
+    });
+    let app = store_app_with_limits(
+        store,
+        Limits {
+            max_streams: 3,
+            ..Limits::default()
+        },
+    );
+    let ping = |id: u64| json!({"jsonrpc": "2.0", "id": id, "method": "ping"});
+    let a = initialize(&app).await;
+    let b = initialize(&app).await;
+    let mut held = Vec::new();
+    for id in 1..=2 {
+        let resp = call(&app, post(Some(&a), long_task_paced(id, 50, 100))).await;
+        assert_eq!(resp.status(), StatusCode::OK);
+        held.push(resp);
+    }
+    let resp = call(&app, post(Some(&b), ping(1))).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let events = events_from(&mut resp.into_body(), 10).await;
+    assert!(
+        events.iter().any(|e| e.data.contains("\"result\"")),
+        "{events:?}"
+    );
+
+    for session in [&a, &b] {
+        let refused = call(&app, post(Some(session), ping(2))).await;
+        assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+        // The ping's stream ended just now: room in `COMPLETED_TTL`, rounded up to a second.
+        assert_eq!(refused.headers()["retry-after"], "1");
+        let body = json_body(refused).await;
+        assert_eq!(body["error"], "too_many_streams", "{body}");
+        let message = body["message"].as_str().unwrap();
+        assert!(message.contains("server"), "{body}");
+        let detail = body["detail"].as_str().unwrap();
+        assert!(
+            detail.contains("holds 3, across its MCP sessions"),
+            "{body}"
+        );
+    }
+
+    // The passage of time is the subject: the ended ping leaves the count after its TTL.
+    tokio::time::sleep(COMPLETED_TTL + Duration::from_millis(50)).await;
+    let resp = call(&app, post(Some(&b), ping(3))).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    drop(held);
 }
 
 /// A `DELETE` racing a request of its session: the request's stream may be bound to the session

@@ -553,33 +553,52 @@ pub fn app(storage: Storage) -> (Router, Option<RingEventStore>) {
 /// The demo app on a given replay-ring store, for example one whose event log is on Redis
 /// (`RingEventStore::with_redis`): MCP at `/mcp`, counters at `/metrics`.
 pub fn store_app(store: RingEventStore) -> Router {
-    store_app_with_max_sessions(store, replay_ring_mcp::DEFAULT_MAX_SESSIONS)
+    store_app_with_limits(store, Limits::default())
 }
 
 /// [`store_app`] with at most `max_sessions` MCP sessions open at once (more get a 503).
 pub fn store_app_with_max_sessions(store: RingEventStore, max_sessions: usize) -> Router {
     store_app_with_limits(
         store,
-        max_sessions,
-        replay_ring_mcp::DEFAULT_MAX_STREAMS_PER_SESSION,
+        Limits {
+            max_sessions,
+            ..Limits::default()
+        },
     )
 }
 
-/// [`store_app`] with at most `max_sessions` MCP sessions open at once and `max_streams` request
-/// streams per session (more of either get a 503).
-pub fn store_app_with_limits(
-    store: RingEventStore,
-    max_sessions: usize,
-    max_streams: usize,
-) -> Router {
+/// The caps of [`store_app_with_limits`]; the defaults are `replay_ring_mcp`'s.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// MCP sessions open at once.
+    pub max_sessions: usize,
+    /// Request streams per session (open, or ended within `completed_ttl`).
+    pub max_streams_per_session: usize,
+    /// Request streams across all sessions, counted alike.
+    pub max_streams: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_sessions: replay_ring_mcp::DEFAULT_MAX_SESSIONS,
+            max_streams_per_session: replay_ring_mcp::DEFAULT_MAX_STREAMS_PER_SESSION,
+            max_streams: replay_ring_mcp::DEFAULT_MAX_STREAMS,
+        }
+    }
+}
+
+/// [`store_app`] under `limits` (a request past any of them gets a 503).
+pub fn store_app_with_limits(store: RingEventStore, limits: Limits) -> Router {
     let retry = store.config().retry;
     let http_config = http_config(retry);
     let mut local = LocalSessionManager::default();
     local.session_config.sse_retry = Some(retry);
     let manager = Arc::new(
         ReplayRingSessionManager::new(store.clone(), local)
-            .with_max_sessions(max_sessions)
-            .with_max_streams_per_session(max_streams),
+            .with_max_sessions(limits.max_sessions)
+            .with_max_streams_per_session(limits.max_streams_per_session)
+            .with_max_streams(limits.max_streams),
     );
     let tools = Tools {
         store: Some(store.clone()),
