@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use clap::{CommandFactory, Parser};
 use replay_ring_mcp::{RedisEventLog, RingEventStore, StoreConfig};
-use replay_ring_mcp_demo::{app, store_app_with_max_sessions, MetricsEndpoint, Storage};
+use replay_ring_mcp_demo::{app, store_app_with_limits, Limits, MetricsEndpoint, Storage};
 use replay_ring_redis::RedisConfig;
 use replay_ring_sse::axum::{serve, ServeConfig};
 use replay_ring_sse::{RetentionConfig, SlowConsumerPolicy};
@@ -80,6 +80,14 @@ struct Args {
     /// (sessions close after 300 s without activity).
     #[arg(long, default_value_t = NonZeroUsize::new(replay_ring_mcp::DEFAULT_MAX_SESSIONS).unwrap())]
     max_sessions: NonZeroUsize,
+    /// Request streams per MCP session (open, or ended within `--completed-ttl-ms`); a request
+    /// that would open one more gets an explicit 503.
+    #[arg(long, default_value_t = NonZeroUsize::new(replay_ring_mcp::DEFAULT_MAX_STREAMS_PER_SESSION).unwrap())]
+    max_streams_per_session: NonZeroUsize,
+    /// Request streams across all sessions, counted alike: with `--capacity`, the bound on the
+    /// events the server retains. A request that would open one more gets an explicit 503.
+    #[arg(long, default_value_t = NonZeroUsize::new(replay_ring_mcp::DEFAULT_MAX_STREAMS).unwrap())]
+    max_streams: NonZeroUsize,
     /// Serve the same tools on rmcp's built-in cache instead, for comparison.
     #[arg(long, conflicts_with = "redis")]
     builtin_cache: bool,
@@ -93,6 +101,14 @@ struct Args {
 }
 
 impl Args {
+    fn limits(&self) -> Limits {
+        Limits {
+            max_sessions: self.max_sessions.get(),
+            max_streams_per_session: self.max_streams_per_session.get(),
+            max_streams: self.max_streams.get(),
+        }
+    }
+
     fn storage(&self) -> Storage {
         let retry = Duration::from_millis(self.retry_ms);
         if self.builtin_cache {
@@ -166,14 +182,14 @@ async fn main() -> std::io::Result<()> {
                 .map_err(|e| std::io::Error::other(format!("--redis {url}: {e}")))?;
             let store = RingEventStore::with_redis(config, log);
             (
-                store_app_with_max_sessions(store.clone(), args.max_sessions.get()),
+                store_app_with_limits(store.clone(), args.limits()),
                 Some(store),
             )
         }
         (_, Storage::ReplayRing(config)) => {
             let store = RingEventStore::new(config);
             (
-                store_app_with_max_sessions(store.clone(), args.max_sessions.get()),
+                store_app_with_limits(store.clone(), args.limits()),
                 Some(store),
             )
         }
@@ -245,6 +261,8 @@ mod tests {
             &["--retry-ms", "0"],
             &["--retry-ms", "18446744073709551615"],
             &["--max-sessions", "0"],
+            &["--max-streams-per-session", "0"],
+            &["--max-streams", "0"],
         ] {
             let error = parse(flags).expect_err(&format!("{flags:?} accepted"));
             assert_eq!(
@@ -269,10 +287,16 @@ mod tests {
             "3600000",
             "--completed-ttl-ms",
             "0",
+            "--max-streams",
+            "1",
+            "--max-streams-per-session",
+            "1",
         ])
         .unwrap();
         assert_eq!(args.capacity, 2);
         assert_eq!(args.retry_ms, 3_600_000);
+        assert_eq!(args.limits().max_streams, 1);
+        assert_eq!(args.limits().max_streams_per_session, 1);
         assert!(parse(&["--retry-ms", "1"]).is_ok());
         assert!(parse(&[]).is_ok(), "the defaults");
     }
