@@ -561,6 +561,43 @@ async fn a_request_that_would_open_a_session_past_the_cap_is_503() {
     initialize(&app).await;
 }
 
+/// A session abandoned after `initialize` holds its place under the session cap only until it
+/// has been idle for `session_idle`; then rmcp closes it, a new session opens in its place, and
+/// a request in the old one is 404 `session_lost`.
+#[tokio::test]
+async fn an_abandoned_session_makes_room_once_idle_for_session_idle() {
+    const IDLE: Duration = Duration::from_millis(300);
+    let app = store_app_with_limits(
+        RingEventStore::new(StoreConfig::default()),
+        Limits {
+            max_sessions: 1,
+            session_idle: IDLE,
+            ..Limits::default()
+        },
+    );
+    let abandoned = initialize(&app).await;
+    let opened = std::time::Instant::now();
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}});
+    // The session's idle timer is the subject: poll until its place is free, within a bound.
+    let status = loop {
+        let status = call(&app, post(None, init.clone())).await.status();
+        if status != StatusCode::SERVICE_UNAVAILABLE || opened.elapsed() > Duration::from_secs(10) {
+            break status;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(status, StatusCode::OK, "still refused after 10 s");
+    assert!(
+        opened.elapsed() >= IDLE,
+        "room before the session was idle for long"
+    );
+    let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"});
+    let lost = call(&app, post(Some(&abandoned), ping)).await;
+    assert_eq!(lost.status(), StatusCode::NOT_FOUND);
+    assert_eq!(json_body(lost).await["error"], "session_lost");
+}
+
 /// `initialize` requests that all arrive while the cap still has room, and whose bodies come
 /// only after every one of them is past the guard's first look at the cap, still open no more
 /// sessions than the cap: the rest are answered 503 `too_many_sessions`, as one arriving alone.

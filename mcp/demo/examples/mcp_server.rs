@@ -88,6 +88,13 @@ struct Args {
     /// events the server retains. A request that would open one more gets an explicit 503.
     #[arg(long, default_value_t = NonZeroUsize::new(replay_ring_mcp::DEFAULT_MAX_STREAMS).unwrap())]
     max_streams: NonZeroUsize,
+    /// Close a session whose worker handled nothing (no request, no message from a running call)
+    /// for this long, in milliseconds: 1,000 to 86,400,000 (a day). Shorter frees abandoned
+    /// sessions, which count against `--max-sessions`, sooner; a call silent for longer ends with
+    /// an error.
+    #[arg(long, default_value_t = 300_000,
+          value_parser = clap::builder::RangedU64ValueParser::<u64>::new().range(1_000..=86_400_000))]
+    session_idle_ms: u64,
     /// Serve the same tools on rmcp's built-in cache instead, for comparison.
     #[arg(long, conflicts_with = "redis")]
     builtin_cache: bool,
@@ -106,6 +113,7 @@ impl Args {
             max_sessions: self.max_sessions.get(),
             max_streams_per_session: self.max_streams_per_session.get(),
             max_streams: self.max_streams.get(),
+            session_idle: Duration::from_millis(self.session_idle_ms),
         }
     }
 
@@ -236,6 +244,8 @@ async fn main() -> std::io::Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use clap::Parser;
 
     use super::Args;
@@ -263,6 +273,9 @@ mod tests {
             &["--max-sessions", "0"],
             &["--max-streams-per-session", "0"],
             &["--max-streams", "0"],
+            // Every session closed before its first request, or never.
+            &["--session-idle-ms", "999"],
+            &["--session-idle-ms", "86400001"],
         ] {
             let error = parse(flags).expect_err(&format!("{flags:?} accepted"));
             assert_eq!(
@@ -291,12 +304,16 @@ mod tests {
             "1",
             "--max-streams-per-session",
             "1",
+            "--session-idle-ms",
+            "1000",
         ])
         .unwrap();
         assert_eq!(args.capacity, 2);
         assert_eq!(args.retry_ms, 3_600_000);
         assert_eq!(args.limits().max_streams, 1);
         assert_eq!(args.limits().max_streams_per_session, 1);
+        assert_eq!(args.limits().session_idle, Duration::from_secs(1));
+        assert!(parse(&["--session-idle-ms", "86400000"]).is_ok());
         assert!(parse(&["--retry-ms", "1"]).is_ok());
         assert!(parse(&[]).is_ok(), "the defaults");
     }

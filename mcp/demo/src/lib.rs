@@ -30,7 +30,7 @@ use rmcp::model::{
     ServerConfig, SetLevelRequestParams, SubscribeRequestParams, Tool, UnsubscribeRequestParams,
 };
 use rmcp::service::RequestContext;
-use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::session::local::{LocalSessionManager, SessionConfig};
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{RoleServer, ServerHandler};
 use serde_json::{json, Map, Value};
@@ -567,7 +567,7 @@ pub fn store_app_with_max_sessions(store: RingEventStore, max_sessions: usize) -
     )
 }
 
-/// The caps of [`store_app_with_limits`]; the defaults are `replay_ring_mcp`'s.
+/// The limits of [`store_app_with_limits`]; the defaults are `replay_ring_mcp`'s and rmcp's.
 #[derive(Clone, Copy, Debug)]
 pub struct Limits {
     /// MCP sessions open at once.
@@ -576,6 +576,11 @@ pub struct Limits {
     pub max_streams_per_session: usize,
     /// Request streams across all sessions, counted alike.
     pub max_streams: usize,
+    /// rmcp closes a session whose worker handled nothing for this long
+    /// (`SessionConfig::keep_alive`): no request and no message from a running call. Shorter
+    /// frees the sessions that clients abandon sooner (they hold `max_sessions` until then); a
+    /// call silent for longer ends with an error.
+    pub session_idle: Duration,
 }
 
 impl Default for Limits {
@@ -584,16 +589,19 @@ impl Default for Limits {
             max_sessions: replay_ring_mcp::DEFAULT_MAX_SESSIONS,
             max_streams_per_session: replay_ring_mcp::DEFAULT_MAX_STREAMS_PER_SESSION,
             max_streams: replay_ring_mcp::DEFAULT_MAX_STREAMS,
+            session_idle: SessionConfig::DEFAULT_KEEP_ALIVE,
         }
     }
 }
 
-/// [`store_app`] under `limits` (a request past any of them gets a 503).
+/// [`store_app`] under `limits`: a request past a cap gets a 503, and a session idle for
+/// `limits.session_idle` is closed.
 pub fn store_app_with_limits(store: RingEventStore, limits: Limits) -> Router {
     let retry = store.config().retry;
     let http_config = http_config(retry);
     let mut local = LocalSessionManager::default();
     local.session_config.sse_retry = Some(retry);
+    local.session_config.keep_alive = Some(limits.session_idle);
     let manager = Arc::new(
         ReplayRingSessionManager::new(store.clone(), local)
             .with_max_sessions(limits.max_sessions)
