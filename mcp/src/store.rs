@@ -62,8 +62,6 @@ fn reused_request_id() -> CloseReason {
     )
 }
 
-/// A request stream of a session counted under its cap before the stream exists: taken over by
-/// [`RingEventStore::bind`], or given back when dropped (the request failed before its stream).
 /// The caps on request streams that [`RingEventStore::reserve_request_stream`] holds to.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct StreamCaps {
@@ -76,10 +74,14 @@ pub(crate) struct StreamCaps {
 /// Which of the [`StreamCaps`] refused a request stream.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum StreamCap {
+    /// [`StreamCaps::per_session`].
     Session,
+    /// [`StreamCaps::total`].
     Server,
 }
 
+/// A request stream of a session counted under the caps before the stream exists: taken over by
+/// [`RingEventStore::bind`], or given back when dropped (the request failed before its stream).
 pub(crate) struct StreamSlot {
     store: RingEventStore,
     session: SessionId,
