@@ -320,6 +320,40 @@ async fn one_clients_resume_does_not_release_what_another_client_may_resume_from
     }
 }
 
+/// A `HEAD` with a cursor is answered as the `GET` would be, but changes nothing: with
+/// `acknowledge_on_resume` on, only the `GET` releases what its cursor acknowledges.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_head_with_a_cursor_acknowledges_nothing() {
+    let (addr, stream, mut producer) = start(SseConfig {
+        acknowledge_on_resume: true,
+        ..SseConfig::default()
+    })
+    .await;
+    for n in 1..=10u64 {
+        producer.send(format!("{{\"n\":{n}}}")).await.unwrap();
+    }
+    let cursor = [("Last-Event-ID", "events.abc.8")];
+    let head = common::head(addr, "/events", &cursor).await;
+    assert_eq!(head.status, 200);
+    assert_eq!(head.header("content-type"), Some("text/event-stream"));
+    assert_eq!(head.header("replay-head"), Some("10"));
+    assert_eq!(stream.ring().floor(), 1, "released by a HEAD");
+    let query = common::head(addr, "/events?lastEventId=events.abc.8", &[]).await;
+    assert_eq!(query.status, 200);
+    assert_eq!(
+        stream.ring().floor(),
+        1,
+        "released by a HEAD with a query cursor"
+    );
+
+    let mut get = Stream::open(addr, "/events", &cursor, None).await;
+    let reply = get
+        .read_until(|r| r.frames().iter().filter_map(|f| f.event_seq()).count() >= 2)
+        .await;
+    assert_eq!(reply.status, 200);
+    assert_eq!(stream.ring().floor(), 9, "the GET acknowledges 1..=8");
+}
+
 /// `EventSource` polyfills that cannot set headers send the cursor as `?lastEventId=`: it resumes
 /// exactly as the header does, agrees with a header that carries the same cursor, and conflicts
 /// (400) with one that does not, or with a second parameter. Ignoring it would stream from the

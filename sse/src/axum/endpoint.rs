@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use ::axum::body::Body;
 use ::axum::extract::{RawQuery, State};
-use ::axum::http::{HeaderMap, HeaderValue, StatusCode};
+use ::axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
 use ::axum::response::Response;
 use bytes::{Bytes, BytesMut};
 use futures_util::FutureExt;
@@ -117,9 +117,15 @@ impl SseStream {
     /// assert_eq!(response.headers()["replay-head"], "0");
     /// ```
     pub fn respond(&self, headers: &HeaderMap) -> Response {
+        self.respond_acknowledging(headers, true)
+    }
+
+    /// [`respond`](Self::respond), acknowledging the cursor (with
+    /// [`SseConfig::acknowledge_on_resume`]) only if `acknowledge`.
+    fn respond_acknowledging(&self, headers: &HeaderMap, acknowledge: bool) -> Response {
         // Every backend future of the ring is ready on its first poll, so this completes in one.
         // Should that ever change, the client gets an explicit 503 and retries.
-        self.respond_async(headers)
+        self.respond_to(headers, acknowledge)
             .now_or_never()
             .unwrap_or_else(|| self.refuse(&unavailable(None)))
     }
@@ -315,6 +321,13 @@ impl<B: Backend<Payload = Bytes>> SseStream<B> {
     /// # });
     /// ```
     pub async fn respond_async(&self, headers: &HeaderMap) -> Response {
+        self.respond_to(headers, true).await
+    }
+
+    /// [`respond_async`](Self::respond_async), acknowledging the cursor (with
+    /// [`SseConfig::acknowledge_on_resume`]) only if `acknowledge`: not for a `HEAD`, which must
+    /// change nothing.
+    async fn respond_to(&self, headers: &HeaderMap, acknowledge: bool) -> Response {
         let shared = &self.shared;
         let values = headers.get_all(LAST_EVENT_ID_HEADER).iter();
         let cursor = match last_event_id(values.map(HeaderValue::as_bytes)) {
@@ -378,7 +391,7 @@ impl<B: Backend<Payload = Bytes>> SseStream<B> {
             shared.config.retry,
         );
         let mut writer = Writer::new(shared.clone(), tail, conn, first.freeze());
-        if let Some(acked) = cursor.filter(|_| shared.config.acknowledge_on_resume) {
+        if let Some(acked) = cursor.filter(|_| acknowledge && shared.config.acknowledge_on_resume) {
             // A resume acknowledges everything up to its cursor (capped at the slowest other live
             // connection). A failed release is retried by later releases, which reach as far.
             // A backend that holds the write back does not hold the response back: the writer
@@ -494,7 +507,9 @@ fn with_query_cursor(mut headers: HeaderMap, query: Option<&str>) -> HeaderMap {
 
 /// An axum handler for a router whose state is (or contains, via `FromRef`) an [`SseStream`]:
 /// `.route("/events", get(events))`. Same as [`SseStream::respond`], with the cursor also taken
-/// from a [`LAST_EVENT_ID_QUERY`] query parameter (as `EventSource` polyfills send it).
+/// from a [`LAST_EVENT_ID_QUERY`] query parameter (as `EventSource` polyfills send it). A `HEAD`
+/// (which axum routes to a `get` handler) is answered with the same status and headers, but never
+/// acknowledges its cursor ([`SseConfig::acknowledge_on_resume`]): a `HEAD` changes nothing.
 ///
 /// # Cancel safety
 ///
@@ -511,10 +526,12 @@ fn with_query_cursor(mut headers: HeaderMap, query: Option<&str>) -> HeaderMap {
 /// ```
 pub async fn events(
     State(stream): State<SseStream>,
+    method: Method,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Response {
-    stream.respond(&with_query_cursor(headers, query.as_deref()))
+    let headers = with_query_cursor(headers, query.as_deref());
+    stream.respond_acknowledging(&headers, method != Method::HEAD)
 }
 
 /// The 503 for a backend that could not be reached.
@@ -528,7 +545,7 @@ fn unavailable(state: Option<StreamState>) -> Refused {
 /// The same handler as [`events`] for a stream over any backend: name the backend type,
 /// `.route("/events", get(backend_events::<MyBackend>))`. Same as
 /// [`SseStream::respond_async`], with the cursor also taken from a [`LAST_EVENT_ID_QUERY`] query
-/// parameter.
+/// parameter, and a `HEAD` never acknowledging, as with [`events`].
 ///
 /// # Cancel safety
 ///
@@ -550,12 +567,12 @@ fn unavailable(state: Option<StreamState>) -> Refused {
 /// ```
 pub async fn backend_events<B: Backend<Payload = Bytes>>(
     State(stream): State<SseStream<B>>,
+    method: Method,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Response {
-    stream
-        .respond_async(&with_query_cursor(headers, query.as_deref()))
-        .await
+    let headers = with_query_cursor(headers, query.as_deref());
+    stream.respond_to(&headers, method != Method::HEAD).await
 }
 
 fn to_axum(plan: &HttpResponse, body: Body) -> Response {

@@ -96,7 +96,12 @@ pub fn parse_frames(body: &[u8]) -> Vec<Frame> {
 
 /// The request bytes of a GET with extra headers.
 pub fn request(path: &str, headers: &[(&str, &str)], close: bool) -> Vec<u8> {
-    let mut r = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n");
+    request_with("GET", path, headers, close)
+}
+
+/// The request bytes of `method` with extra headers.
+pub fn request_with(method: &str, path: &str, headers: &[(&str, &str)], close: bool) -> Vec<u8> {
+    let mut r = format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n");
     if close {
         r.push_str("Connection: close\r\n");
     }
@@ -109,8 +114,18 @@ pub fn request(path: &str, headers: &[(&str, &str)], close: bool) -> Vec<u8> {
 
 /// GET `path` and read the whole response (the server ends it).
 pub async fn get(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> Reply {
+    whole_response(addr, &request(path, headers, true)).await
+}
+
+/// HEAD `path` and read the response head (the server closes the connection after it).
+pub async fn head(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> Reply {
+    whole_response(addr, &request_with("HEAD", path, headers, true)).await
+}
+
+/// Sends `request` (which asks to close the connection) and reads the whole response.
+async fn whole_response(addr: SocketAddr, request: &[u8]) -> Reply {
     let mut s = TcpStream::connect(addr).await.unwrap();
-    s.write_all(&request(path, headers, true)).await.unwrap();
+    s.write_all(request).await.unwrap();
     let mut raw = Vec::new();
     timeout(LIMIT, s.read_to_end(&mut raw))
         .await
