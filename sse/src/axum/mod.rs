@@ -13,7 +13,7 @@
 //!   everyone.
 //! - [`serve`] runs a router with header-read, body-read, write and idle timeouts and a connection cap
 //!   answered with 503; [`serve_with_shutdown`] also shuts down gracefully on a signal.
-//! - With feature `metrics`, [`SseStream::record_metrics`] publishes the counters through the
+//! - With feature `metrics`, `SseStream::record_metrics` publishes the counters through the
 //!   `metrics` facade, for any exporter.
 //!
 //! # Backends
