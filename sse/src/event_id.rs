@@ -396,10 +396,11 @@ pub enum LastEventIdError {
         /// The stream named by the id.
         stream: StreamId,
     },
-    /// The request carried the header more than once; which one the client meant is unknowable,
-    /// so none is used (see [`last_event_id`](crate::last_event_id)).
+    /// The request carried the header more than once (or one value joined from several with
+    /// commas, as a proxy may); which one the client meant is unknowable, so none is used (see
+    /// [`last_event_id`](crate::last_event_id)).
     Duplicate {
-        /// How many `Last-Event-ID` headers the request had.
+        /// How many `Last-Event-ID` values the request had.
         count: usize,
     },
 }
@@ -468,7 +469,7 @@ impl fmt::Display for LastEventIdError {
                 write!(f, "stream {stream} does not exist here (never created, deleted, or lost)")
             }
             LastEventIdError::Duplicate { count } => {
-                write!(f, "Last-Event-ID was sent {count} times; send it at most once")
+                write!(f, "Last-Event-ID carried {count} ids; send one at most")
             }
         }
     }

@@ -184,7 +184,9 @@ impl HttpResponse {
 /// `headers.get_all("last-event-id").iter().map(|v| v.as_bytes())`). `Ok(None)` when absent.
 /// Integrations call this rather than taking the first value: with two values the client's cursor
 /// is ambiguous (a proxy appended one, or a client bug), and resuming from either could replay the
-/// wrong suffix, so the request is refused as [`ResumeDecision::InvalidCursor`] (HTTP 400).
+/// wrong suffix, so the request is refused as [`ResumeDecision::InvalidCursor`] (HTTP 400). A
+/// value with a comma is two values too: HTTP lets a proxy join repeated header lines with
+/// commas, and no event id contains one.
 ///
 /// ```
 /// use replay_ring_sse::{last_event_id, LastEventIdError};
@@ -195,11 +197,15 @@ impl HttpResponse {
 ///     last_event_id([&b"s.1.4"[..], &b"s.1.4"[..]]),
 ///     Err(LastEventIdError::Duplicate { count: 2 })
 /// );
+/// assert_eq!(
+///     last_event_id([&b"s.1.4, s.1.5"[..]]),
+///     Err(LastEventIdError::Duplicate { count: 2 })
+/// );
 /// ```
 ///
 /// # Errors
 /// [`LastEventIdError::Duplicate`] when the header appears more than once (even with equal
-/// values).
+/// values), or once with values joined by commas.
 pub fn last_event_id<'a, I>(values: I) -> Result<Option<&'a [u8]>, LastEventIdError>
 where
     I: IntoIterator<Item = &'a [u8]>,
@@ -208,9 +214,11 @@ where
     let Some(first) = values.next() else {
         return Ok(None);
     };
-    match values.count() {
-        0 => Ok(Some(first)),
-        more => Err(LastEventIdError::Duplicate { count: more + 1 }),
+    let joined = |value: &[u8]| value.iter().filter(|&&b| b == b',').count();
+    let count = 1 + joined(first) + values.map(|v| 1 + joined(v)).sum::<usize>();
+    match count {
+        1 => Ok(Some(first)),
+        count => Err(LastEventIdError::Duplicate { count }),
     }
 }
 

@@ -765,6 +765,7 @@ fn a_repeated_last_event_id_header_is_refused_with_400() {
         let count = values.len();
         let err = last_event_id(values).unwrap_err();
         assert_eq!(err, LastEventIdError::Duplicate { count });
+        assert!(err.to_string().contains(&format!("{count} ids")), "{err}");
         assert!(err.is_syntax());
         let decision = ResumeDecision::InvalidCursor(err);
         assert_eq!(status_for(&decision), 400);
@@ -773,6 +774,24 @@ fn a_repeated_last_event_id_header_is_refused_with_400() {
         assert_eq!(json["error"], "invalid_last_event_id");
         assert_eq!(json["reason"], "duplicate");
     }
+    // A proxy may join repeated header lines into one with commas: still two (or three) cursors.
+    for (value, count) in [
+        (&b"events.a.3, events.a.9"[..], 2),
+        (b"events.a.3,events.a.3", 2),
+        (b"events.a.3, , x", 3),
+    ] {
+        assert_eq!(
+            last_event_id([value]),
+            Err(LastEventIdError::Duplicate { count }),
+            "{}",
+            String::from_utf8_lossy(value)
+        );
+    }
+    let joined_and_repeated: [&[u8]; 2] = [b"events.a.3, events.a.4", b"events.a.5"];
+    assert_eq!(
+        last_event_id(joined_and_repeated),
+        Err(LastEventIdError::Duplicate { count: 3 })
+    );
 }
 
 #[test]
