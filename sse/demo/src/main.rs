@@ -160,7 +160,11 @@ fn announce(args: &DemoArgs, listener: &tokio::net::TcpListener) -> Result<()> {
     if let Some(warning) = args.example.sizing_warning().filter(|_| !args.serve_only) {
         eprintln!("{warning}");
     }
-    if let Some(warning) = args.example.keep_alive_warning() {
+    let warnings = [
+        args.example.window_warning(),
+        args.example.keep_alive_warning(),
+    ];
+    for warning in warnings.into_iter().flatten() {
         eprintln!("{warning}");
     }
     // Stdout is line-buffered: the line is out before the first request can arrive.
@@ -396,6 +400,19 @@ mod tests {
                 .unwrap_or_else(|| panic!("{none_or_too_long}: no warning"));
             assert!(text.contains("idle"), "{text}");
         }
+    }
+
+    #[test]
+    fn a_window_of_zero_is_a_warning() {
+        use clap::Parser;
+        let warning = |flags: &[&str]| {
+            let args = DemoArgs::parse_from(["sse_server"].iter().chain(flags));
+            args.example.window_warning()
+        };
+        assert_eq!(warning(&[]), None, "the default 30 s");
+        assert_eq!(warning(&["--resumption-window-ms", "1"]), None);
+        let text = warning(&["--resumption-window-ms", "0"]).expect("no warning for 0");
+        assert!(text.contains("416"), "{text}");
     }
 
     #[test]

@@ -166,6 +166,17 @@ impl Args {
         })
     }
 
+    /// A warning when `--resumption-window-ms` is 0: retention then keeps nothing for a client
+    /// that has gone, so the server streams but nothing it sends can be resumed.
+    pub fn window_warning(&self) -> Option<String> {
+        (self.resumption_window_ms == 0).then(|| {
+            "warning: --resumption-window-ms 0: events are released once every live connection \
+             has written them, so a client that reconnects after missing some gets 416 \
+             replay_gap rather than the events"
+                .to_owned()
+        })
+    }
+
     /// A warning when keep-alives do not keep a quiet stream open: none (`--keep-alive-ms 0`), or
     /// an interval at or above the idle timeout of `serve` (`ServeConfig::default()`, which both
     /// servers use), which then closes a stream that published nothing for that long. Its client

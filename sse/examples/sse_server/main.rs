@@ -26,10 +26,12 @@ async fn main() -> ExitCode {
 
 async fn run(args: app::Args) -> Result<(), Box<dyn std::error::Error>> {
     let (app, producer) = app::build(&args)?;
-    for warning in [args.sizing_warning(), args.keep_alive_warning()]
-        .into_iter()
-        .flatten()
-    {
+    let warnings = [
+        args.sizing_warning(),
+        args.window_warning(),
+        args.keep_alive_warning(),
+    ];
+    for warning in warnings.into_iter().flatten() {
         eprintln!("{warning}");
     }
     let listener = app::bind(args.port).await?;
