@@ -62,7 +62,11 @@ pub struct SseConfig {
     /// cursor says nothing about another, disconnected client that may still resume from an older
     /// id within the resumption window, so only the window (and the slowest live connection)
     /// releases. Turn it on only when each stream has exactly one client (one stream per request
-    /// or per user), where a resume really is that client's acknowledgement.
+    /// or per user), where a resume really is that client's acknowledgement. The
+    /// [`events`](super::events) and [`backend_events`](super::backend_events) handlers
+    /// acknowledge on a `GET` only, never on a `HEAD`; [`SseStream::respond`](super::SseStream::respond)
+    /// and `respond_async` acknowledge on every call, so a handler of your own calls them for a
+    /// `GET`.
     pub acknowledge_on_resume: bool,
 }
 
