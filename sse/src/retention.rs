@@ -248,6 +248,11 @@ pub struct Retention {
     claims: Claims,
     /// Whether a vacancy of one window releases everything (this policy sees every connection).
     release_when_vacant: bool,
+    /// Whether the creation's claim ends once the window is full before any connection.
+    creation_claim_until_full: bool,
+    /// Whether any connection was ever made (the creation's claim is then no longer the only one
+    /// that may protect anything).
+    ever_connected: bool,
     stats: RetentionStats,
     /// Stamped on the ids this table issues.
     tag: TableTag,
@@ -277,6 +282,8 @@ impl Retention {
             checkpoints: Checkpoints::new(config.resumption_window),
             claims: Claims::new(config.resumption_window, Instant::now()),
             release_when_vacant: true,
+            creation_claim_until_full: false,
+            ever_connected: false,
             stats: RetentionStats::default(),
             tag: TableTag::new(),
         }
@@ -299,6 +306,31 @@ impl Retention {
     #[must_use = "the setting is on the returned Retention; the original is consumed"]
     pub fn with_vacancy_release(mut self, enabled: bool) -> Self {
         self.release_when_vacant = enabled;
+        self
+    }
+
+    /// A policy whose creation claim (everything, for one window, for a client that may come for
+    /// the first events) ends once the window is full while no client has connected yet, instead
+    /// of holding the producer for a client that may never come. For a stream whose ids reach
+    /// clients only through connections this policy sees, so that no client can come back for
+    /// an event before one has connected: with vacancy release on, a full window nobody has
+    /// connected to is then released at once. The MCP store's session GET streams are such
+    /// streams: no client can name one before its first connection, and a session whose client
+    /// never opens it must not have its notifications fill it (and then fail).
+    ///
+    /// ```
+    /// use std::time::Instant;
+    /// let (mut p, ring) = replay_ring::ReplayRing::<u8>::new(4, 1).unwrap();
+    /// let mut r = replay_ring_sse::Retention::new(Default::default(), 1)
+    ///     .with_creation_claim_until_full();
+    /// for n in 1..=3 { p.try_push(n).unwrap(); }
+    /// assert_eq!(r.release_expired(&ring, Instant::now()), None, "claimed while not full");
+    /// p.try_push(4).unwrap();
+    /// assert_eq!(r.release_expired(&ring, Instant::now()), Some(5));
+    /// ```
+    #[must_use = "the setting is on the returned Retention; the original is consumed"]
+    pub fn with_creation_claim_until_full(mut self) -> Self {
+        self.creation_claim_until_full = true;
         self
     }
 
@@ -446,6 +478,7 @@ impl Retention {
         }
         match self.indexes.free.min() {
             Some(i) => {
+                self.ever_connected = true;
                 let first = self.indexes.live == 0;
                 self.checkpoints.on_connect(written_through, first);
                 self.set_entry(
@@ -759,6 +792,10 @@ impl Retention {
     /// if released: a failed release is retried by the next one, which reaches at least as far.
     pub(crate) fn release_target(&mut self, window: Window, now: Instant) -> Option<u64> {
         self.cut_slow_consumers_in(window, now);
+        if self.creation_claim_until_full && !self.ever_connected && window.is_full() {
+            // Only the creation's claim can be live: nobody has left yet.
+            self.claims = Claims::none(self.config.resumption_window);
+        }
         self.checkpoints.flush_pending(now);
         match self.live_min() {
             None if self.release_when_vacant => {

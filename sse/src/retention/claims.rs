@@ -6,7 +6,8 @@
 //! Ids at or below every live claim are nobody's to come back for, however recently someone
 //! left, so a visit that starts at the head and leaves again holds only what came after it. The
 //! policy's creation counts as a departure through id 0 (a client may come back for anything
-//! published in its first window).
+//! published in its first window; `Retention::with_creation_claim_until_full` ends that claim
+//! when the window fills before anyone connected).
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -37,6 +38,15 @@ impl Claims {
         };
         claims.record(0, at);
         claims
+    }
+
+    /// No claim at all: what the creation's claim becomes when a full window ends it before any
+    /// client connected (`Retention::with_creation_claim_until_full`).
+    pub(super) fn none(window: Duration) -> Self {
+        Claims {
+            window,
+            entries: VecDeque::with_capacity(SLOTS),
+        }
     }
 
     /// A connection written through `through` left at `now`.
@@ -104,6 +114,16 @@ mod tests {
         assert_eq!(c.unclaimed_through(t0 + WINDOW), Some(500));
         assert_eq!(c.next_end(), Some(t0 + 10 * S + WINDOW));
         assert_eq!(c.unclaimed_through(t0 + 10 * S + WINDOW), None);
+    }
+
+    #[test]
+    fn without_the_creation_claim_nothing_is_protected_until_a_departure() {
+        let t0 = Instant::now();
+        let mut c = Claims::none(WINDOW);
+        assert_eq!(c.unclaimed_through(t0), None);
+        assert_eq!(c.next_end(), None);
+        c.record(7, t0 + S);
+        assert_eq!(c.unclaimed_through(t0 + 2 * S), Some(7));
     }
 
     /// Claims whose creation claim has ended, and the instant they were created.

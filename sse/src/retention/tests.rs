@@ -213,3 +213,44 @@ proptest! {
         }
     }
 }
+
+/// `with_creation_claim_until_full`: the creation's claim ends when the window fills before any
+/// connection; once a client has connected, a full window never ends what its departure claims;
+/// and without the setting the creation's claim holds a full window too.
+#[test]
+fn the_creation_claim_until_full_yields_only_before_the_first_connection() {
+    let t0 = Instant::now();
+    let config = RetentionConfig {
+        resumption_window: Duration::from_secs(60),
+        backpressure_timeout: Duration::from_secs(1),
+    };
+    let filled = |n| {
+        let (mut p, ring) = ReplayRing::<u64>::new(4, 1).unwrap();
+        for id in 1..=n {
+            p.try_push(id).unwrap();
+        }
+        (p, ring)
+    };
+    let until_full = || {
+        Retention::new(config, 1)
+            .with_creation_claim_until_full()
+            .opened_at(t0)
+    };
+
+    let (mut p, ring) = filled(3);
+    let mut never_connected = until_full();
+    assert_eq!(never_connected.release_expired(&ring, t0), None, "not full");
+    p.try_push(4).unwrap();
+    assert_eq!(never_connected.release_expired(&ring, t0), Some(5));
+
+    let (_p, ring) = filled(4);
+    let mut visited = until_full();
+    let c = visited.connect(0).unwrap();
+    visited.disconnect(c, t0);
+    let a_second_later = t0 + Duration::from_secs(1);
+    assert_eq!(visited.release_expired(&ring, a_second_later), None);
+
+    let (_p, ring) = filled(4);
+    let mut default = Retention::new(config, 1).opened_at(t0);
+    assert_eq!(default.release_expired(&ring, t0), None);
+}
