@@ -357,18 +357,25 @@ impl RingEventStore {
             Some(session) => (true, Some(SessionId::from(session))),
             None => (false, None),
         };
-        // Release by vacancy only where every id a client holds came through a connection this
-        // policy saw: the session's GET stream. A request stream's ids may reach a client on
-        // rmcp's own channel (its stateless streams), and with a Redis log a client may follow any
-        // stream from another replica.
-        #[cfg(feature = "redis")]
-        let readers_are_local = self.inner.log.is_none();
-        #[cfg(not(feature = "redis"))]
-        let readers_are_local = true;
         // The publisher's retention is new and empty: give it this store's slow-consumer policy.
-        *publisher.retention().lock() = Retention::new(cfg.retention, ring.max_readers())
-            .with_slow_consumer_policy(cfg.slow_consumer)
-            .with_vacancy_release(readers_are_local && is_common);
+        let retention = Retention::new(cfg.retention, ring.max_readers())
+            .with_slow_consumer_policy(cfg.slow_consumer);
+        // Release by vacancy only on the session's GET stream, whose ids reach a client only
+        // through a connection (a request stream's may reach one on rmcp's own channel, its
+        // stateless streams). No client can name the stream before it has connected once, so a
+        // window that fills before anyone connected is released rather than waited on: the
+        // notifications of a session whose client never opens the GET stream never hold up or
+        // fail the calls that send them. With a Redis log this holds too, at a price: a
+        // connection that another replica serves from Redis is not seen here, so a window after
+        // the last one here left, what it has not read yet may be released under it (it then
+        // ends with an explicit gap).
+        *publisher.retention().lock() = if is_common {
+            retention
+                .with_vacancy_release(true)
+                .with_creation_claim_until_full()
+        } else {
+            retention.with_vacancy_release(false)
+        };
         let parts = EntryParts {
             identity: StreamIdentity::new(name, self.inner.epoch),
             retention: publisher.retention().clone(),

@@ -200,6 +200,49 @@ async fn standalone_get_primes_with_the_head_and_carries_session_notifications(k
     assert!(with_ids[3].data.contains("Tool execution completed"));
 }
 
+/// A session whose client never opens the GET stream: no client can name that stream before it
+/// has connected once, so the log messages rmcp routes there are released rather than kept, and
+/// more of them than the window holds never close it or fail the calls that send them (on a
+/// Redis log too). A GET opened afterwards carries the next call's messages.
+async fn a_get_stream_no_client_opened_never_fills_up(kind: Kind) {
+    const CAPACITY: usize = 8;
+    let f = app_on(kind, small_window(CAPACITY)).await;
+    let app = f.app.clone();
+    let session = initialize(&app).await;
+    let tool = |id: u64| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "test_tool_with_logging", "arguments": {}}})
+    };
+    // Three log messages per call: 18 through a window of 8, with the backpressure bound
+    // (200 ms, counted from the stream's creation) long past for the later calls.
+    for id in 1..=6 {
+        let got = events(call(&app, post(Some(&session), tool(id))).await, 100).await;
+        let last = got.last().expect("an answer");
+        assert!(
+            last.data.contains("Logging tool completed"),
+            "call {id}: {got:?}"
+        );
+        if id == 1 {
+            // The bound is the subject: the later calls come after it.
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+    let resp = call(&app, get(&session, None)).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    events(call(&app, post(Some(&session), tool(7))).await, 100).await;
+    let got = events(resp, 5).await;
+    let messages: Vec<_> = got
+        .iter()
+        .filter(|e| e.data.contains("notifications/message"))
+        .collect();
+    assert_eq!(messages.len(), 3, "{got:?}");
+    // Live from the head: ids 19..=21 of the GET stream, after the 18 sent to nobody.
+    assert!(
+        messages[0].id.as_deref().unwrap().ends_with(".19"),
+        "{got:?}"
+    );
+}
+
 #[tokio::test]
 async fn rmcp_builtin_cache_answers_an_unknown_cursor_with_an_empty_200() {
     // The behaviour the guard exists for (rmcp 3.11 tower.rs "Resume failed ... returning empty
@@ -1312,4 +1355,5 @@ on_both_logs!(
     a_get_stream_resume_beside_a_live_one_delivers_nothing_twice,
     polling_still_ends_a_stream_closed_early_with_its_error,
     a_cancellation_of_an_unknown_request_does_not_end_a_later_one,
+    a_get_stream_no_client_opened_never_fills_up,
 );
