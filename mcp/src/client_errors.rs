@@ -117,20 +117,29 @@ pub(crate) async fn answer_internal_failure(
         Ok(read) => read,
         Err(other) => return other,
     };
-    let detail = String::from_utf8_lossy(&text);
+    let full = String::from_utf8_lossy(&text);
+    // rmcp prefixes the manager's text with its own ("Encounter an error when get session: "):
+    // the detail starts at the manager's, which is what a client can act on.
+    let detail = [
+        crate::manager::TOO_MANY_STREAMS,
+        crate::manager::TOO_MANY_SERVER_STREAMS,
+    ]
+    .iter()
+    .find_map(|marker| full.find(marker).map(|at| &full[at..]))
+    .unwrap_or(&full);
     let (error, message, retry_after) = if detail.contains(crate::manager::TOO_MANY_STREAMS) {
         (
             "too_many_streams",
             "this MCP session holds its most request streams; retry later",
-            stated_retry_after(&detail).unwrap_or(1),
+            stated_retry_after(detail).unwrap_or(1),
         )
     } else if detail.contains(crate::manager::TOO_MANY_SERVER_STREAMS) {
         (
             "too_many_streams",
             "this server holds its most request streams; retry later",
-            stated_retry_after(&detail).unwrap_or(1),
+            stated_retry_after(detail).unwrap_or(1),
         )
-    } else if is_event_log_failure(&detail) {
+    } else if is_event_log_failure(detail) {
         (
             "backend_unavailable",
             "the event log on Redis failed this request; retry later",

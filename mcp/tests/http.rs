@@ -779,6 +779,11 @@ async fn a_request_beyond_the_sessions_stream_cap_is_503_too_many_streams() {
     assert_eq!(refused.headers()["retry-after"], "1");
     let body = json_body(refused).await;
     assert_eq!(body["error"], "too_many_streams", "{body}");
+    let detail = body["detail"].as_str().unwrap();
+    assert!(
+        detail.starts_with("too many request streams in this MCP session"),
+        "{body}"
+    );
     let cancelled = json!({
         "jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 3}
     });
@@ -942,8 +947,9 @@ async fn the_server_wide_stream_cap_counts_every_sessions_streams() {
         let message = body["message"].as_str().unwrap();
         assert!(message.contains("server"), "{body}");
         let detail = body["detail"].as_str().unwrap();
+        // The manager's text, without rmcp's prefix.
         assert!(
-            detail.contains("holds 3, across its MCP sessions"),
+            detail.starts_with("too many request streams on this server: it holds 3, across"),
             "{body}"
         );
     }

@@ -77,7 +77,7 @@ struct Args {
     #[arg(long)]
     max_connections: Option<NonZeroUsize>,
     /// MCP sessions open at once; a request that would open one more gets an explicit 503
-    /// (sessions close after 300 s without activity).
+    /// (sessions close after `--session-idle-ms` without activity).
     #[arg(long, default_value_t = NonZeroUsize::new(replay_ring_mcp::DEFAULT_MAX_SESSIONS).unwrap())]
     max_sessions: NonZeroUsize,
     /// Request streams per MCP session (open, or ended within `--completed-ttl-ms`); a request
@@ -102,7 +102,8 @@ struct Args {
     /// on the same Redis can serve this one's resumes.
     #[arg(long, value_name = "URL")]
     redis: Option<String>,
-    /// With `--redis`: how long a stream's events stay in Redis after its last write, in seconds.
+    /// With `--redis`: how long a stream's events stay in Redis after its last write, in seconds:
+    /// 0 (never expire) or at least the producer's lease (10 s), which renewals also refresh.
     #[arg(long, default_value_t = 3_600)]
     redis_stream_ttl_s: u64,
 }
@@ -165,6 +166,21 @@ async fn shutdown_signal() {
 #[tokio::main]
 async fn main() -> std::io::Result<()> {
     let args = Args::parse();
+    let lease = RedisConfig::default().lease;
+    let stream_ttl = Duration::from_secs(args.redis_stream_ttl_s);
+    if !stream_ttl.is_zero() && stream_ttl < lease {
+        Args::command()
+            .error(
+                clap::error::ErrorKind::ValueValidation,
+                format!(
+                    "--redis-stream-ttl-s {}: 0 (never expire) or at least the producer's lease \
+                     of {} s",
+                    args.redis_stream_ttl_s,
+                    lease.as_secs()
+                ),
+            )
+            .exit();
+    }
     let storage = args.storage();
     if let Storage::ReplayRing(config) = &storage {
         if let Err(e) = config.check() {
