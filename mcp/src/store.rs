@@ -829,10 +829,24 @@ impl RingEventStore {
         entry: Arc<StreamEntry>,
         after: u64,
     ) -> Result<RingStream, ResumeRefusal> {
-        let reader = entry.ring.resume(Some(after)).map_err(|e| {
+        // Registered and connected under the retention lock: a reader that starts at the head
+        // holds no pin, so a release landing in between (a maintenance tick, a producer finding
+        // the window full) could otherwise pass it before its connection caps releases at it.
+        let mut retention = entry.retention.lock();
+        let opened = entry.ring.resume(Some(after)).map(|reader| {
+            let conn = RingStream::connect(&entry, &mut retention, &reader, None);
+            (reader, conn)
+        });
+        drop(retention);
+        let (reader, conn) = opened.map_err(|e| {
             self.count_refusal(RefusalReason::Decision(e.into()), Some(entry.state()))
         })?;
-        Ok(RingStream::new(entry, reader, None, self.inner.clone()))
+        Ok(RingStream::connected(
+            entry,
+            reader,
+            conn,
+            self.inner.clone(),
+        ))
     }
 
     fn open(&self, entry: Arc<StreamEntry>, resumed: Resumed<ServerSseMessage>) -> RingStream {

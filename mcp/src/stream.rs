@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use futures::Stream;
 use replay_ring::{CloseReason, Event, ReadError, Reader};
-use replay_ring_sse::ConnectionId;
+use replay_ring_sse::{ConnectionId, Retention};
 use rmcp::model::{
     ErrorCode, ErrorData, JsonRpcError, JsonRpcVersion2_0, RequestId, ServerJsonRpcMessage,
 };
@@ -153,17 +153,39 @@ impl RingStream {
         acknowledged: Option<u64>,
         store: Arc<Inner>,
     ) -> Self {
-        let start = reader.cursor().saturating_sub(1);
         let conn = {
             let mut retention = entry.retention.lock();
-            let conn = retention.connect(start);
-            if let Some(acked) = acknowledged {
-                // A resume with `x` proves the client holds `..= x`.
-                let _ = retention.acknowledge(&entry.ring, acked);
-            }
-            entry.on_connections_changed(retention.live_connections());
-            conn
+            Self::connect(&entry, &mut retention, &reader, acknowledged)
         };
+        Self::connected(entry, reader, conn, store)
+    }
+
+    /// Counts `reader`'s connection in the stream's retention policy (`retention`, locked by the
+    /// caller), which from then on releases nothing it has not sent; `acknowledged` is the
+    /// client's cursor on a resume.
+    pub(crate) fn connect(
+        entry: &StreamEntry,
+        retention: &mut Retention,
+        reader: &Reader<ServerSseMessage>,
+        acknowledged: Option<u64>,
+    ) -> Option<ConnectionId> {
+        let conn = retention.connect(reader.cursor().saturating_sub(1));
+        if let Some(acked) = acknowledged {
+            // A resume with `x` proves the client holds `..= x`.
+            let _ = retention.acknowledge(&entry.ring, acked);
+        }
+        entry.on_connections_changed(retention.live_connections());
+        conn
+    }
+
+    /// The connection of `reader`, counted in the retention policy as `conn`.
+    pub(crate) fn connected(
+        entry: Arc<StreamEntry>,
+        reader: Reader<ServerSseMessage>,
+        conn: Option<ConnectionId>,
+        store: Arc<Inner>,
+    ) -> Self {
+        let start = reader.cursor().saturating_sub(1);
         let mut rx = entry.disconnect_signal();
         rx.mark_unchanged();
         let disconnect: Signal = Box::pin(async move {
