@@ -69,6 +69,64 @@ pub struct RedisConfig {
 /// ```
 pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 512 * 1024 * 1024;
 
+impl RedisConfig {
+    /// Checks the settings as [`RedisBackend::connect`] does, without connecting: for settings
+    /// from outside (flags, config files), to report them before anything is started.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use replay_ring_redis::RedisConfig;
+    ///
+    /// assert!(RedisConfig::default().check().is_ok());
+    /// let short = RedisConfig { stream_ttl: Duration::from_secs(5), ..RedisConfig::default() };
+    /// assert!(short.check().is_err(), "a TTL shorter than the lease");
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] naming the setting that cannot work.
+    pub fn check(&self) -> Result<(), Error> {
+        if self.key_prefix.contains(['{', '}']) || self.key_prefix.is_empty() {
+            return Err(Error::InvalidArgument(
+                "key_prefix must be non-empty and contain no '{' or '}'",
+            ));
+        }
+        if self.read_batch == 0
+            || self.lease.is_zero()
+            || self.block.is_zero()
+            || self.response_timeout.is_zero()
+            || self.connect_timeout.is_zero()
+            || self.max_payload_bytes == 0
+        {
+            return Err(Error::InvalidArgument(
+                "read_batch, lease, block, response_timeout, connect_timeout and max_payload_bytes \
+                 must be non-zero",
+            ));
+        }
+        // It reaches Redis as `XRANGE … COUNT`, a signed 64-bit integer.
+        if u64::try_from(self.read_batch).map_or(true, |n| n > i64::MAX as u64) {
+            return Err(Error::InvalidArgument(
+                "read_batch must be at most 2^63 - 1",
+            ));
+        }
+        // Each of them reaches Redis in milliseconds (`PEXPIRE`, `SET PX`, `XREAD BLOCK`), read
+        // back by the scripts as exact Lua numbers.
+        let max = Duration::from_millis(crate::MAX_ID);
+        if self.stream_ttl > max || self.lease > max || self.block > max {
+            return Err(Error::InvalidArgument(
+                "stream_ttl, lease and block must be below 2^53 milliseconds",
+            ));
+        }
+        if !self.stream_ttl.is_zero() && self.stream_ttl < self.lease {
+            // Renewals every `lease / 3` refresh the expiry too: a shorter TTL would let a stream
+            // expire under a live producer between two of them.
+            return Err(Error::InvalidArgument(
+                "stream_ttl must be zero (no expiry) or at least lease",
+            ));
+        }
+        Ok(())
+    }
+}
+
 impl Default for RedisConfig {
     fn default() -> Self {
         RedisConfig {
@@ -184,44 +242,7 @@ impl RedisBackend {
     /// # Cancel safety
     /// Cancel safe: nothing is created on the server.
     pub async fn connect(url: &str, config: RedisConfig) -> Result<RedisBackend, Error> {
-        if config.key_prefix.contains(['{', '}']) || config.key_prefix.is_empty() {
-            return Err(Error::InvalidArgument(
-                "key_prefix must be non-empty and contain no '{' or '}'",
-            ));
-        }
-        if config.read_batch == 0
-            || config.lease.is_zero()
-            || config.block.is_zero()
-            || config.response_timeout.is_zero()
-            || config.connect_timeout.is_zero()
-            || config.max_payload_bytes == 0
-        {
-            return Err(Error::InvalidArgument(
-                "read_batch, lease, block, response_timeout, connect_timeout and max_payload_bytes \
-                 must be non-zero",
-            ));
-        }
-        // It reaches Redis as `XRANGE … COUNT`, a signed 64-bit integer.
-        if u64::try_from(config.read_batch).map_or(true, |n| n > i64::MAX as u64) {
-            return Err(Error::InvalidArgument(
-                "read_batch must be at most 2^63 - 1",
-            ));
-        }
-        // Each of them reaches Redis in milliseconds (`PEXPIRE`, `SET PX`, `XREAD BLOCK`), read
-        // back by the scripts as exact Lua numbers.
-        let max = Duration::from_millis(crate::MAX_ID);
-        if config.stream_ttl > max || config.lease > max || config.block > max {
-            return Err(Error::InvalidArgument(
-                "stream_ttl, lease and block must be below 2^53 milliseconds",
-            ));
-        }
-        if !config.stream_ttl.is_zero() && config.stream_ttl < config.lease {
-            // Renewals every `lease / 3` refresh the expiry too: a shorter TTL would let a stream
-            // expire under a live producer between two of them.
-            return Err(Error::InvalidArgument(
-                "stream_ttl must be zero (no expiry) or at least lease",
-            ));
-        }
+        config.check()?;
         // Built without redis-rs's TLS support (and its dependencies), which would otherwise
         // report a `rediss://` URL as merely invalid.
         if url

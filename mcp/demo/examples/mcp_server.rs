@@ -118,6 +118,26 @@ impl Args {
         }
     }
 
+    /// The Redis settings, `--redis-stream-ttl-s` checked by the Redis crate's own rules before
+    /// anything is started, so that a refusal names the flag.
+    fn redis_config(&self) -> Result<RedisConfig, clap::Error> {
+        let config = RedisConfig {
+            stream_ttl: Duration::from_secs(self.redis_stream_ttl_s),
+            ..RedisConfig::default()
+        };
+        match config.check() {
+            Ok(()) => Ok(config),
+            Err(e) => Err(Args::command().error(
+                clap::error::ErrorKind::ValueValidation,
+                format!(
+                    "--redis-stream-ttl-s {}: {e} (the producer's lease is {} s)",
+                    self.redis_stream_ttl_s,
+                    config.lease.as_secs()
+                ),
+            )),
+        }
+    }
+
     fn storage(&self) -> Storage {
         let retry = Duration::from_millis(self.retry_ms);
         if self.builtin_cache {
@@ -166,21 +186,7 @@ async fn shutdown_signal() {
 #[tokio::main]
 async fn main() -> std::io::Result<()> {
     let args = Args::parse();
-    let lease = RedisConfig::default().lease;
-    let stream_ttl = Duration::from_secs(args.redis_stream_ttl_s);
-    if !stream_ttl.is_zero() && stream_ttl < lease {
-        Args::command()
-            .error(
-                clap::error::ErrorKind::ValueValidation,
-                format!(
-                    "--redis-stream-ttl-s {}: 0 (never expire) or at least the producer's lease \
-                     of {} s",
-                    args.redis_stream_ttl_s,
-                    lease.as_secs()
-                ),
-            )
-            .exit();
-    }
+    let redis_config = args.redis_config().unwrap_or_else(|e| e.exit());
     let storage = args.storage();
     if let Storage::ReplayRing(config) = &storage {
         if let Err(e) = config.check() {
@@ -197,10 +203,6 @@ async fn main() -> std::io::Result<()> {
     }
     let (router, store) = match (&args.redis, storage) {
         (Some(url), Storage::ReplayRing(config)) => {
-            let redis_config = RedisConfig {
-                stream_ttl: Duration::from_secs(args.redis_stream_ttl_s),
-                ..RedisConfig::default()
-            };
             let log = RedisEventLog::connect(url, redis_config)
                 .await
                 .map_err(|e| std::io::Error::other(format!("--redis {url}: {e}")))?;
@@ -330,6 +332,27 @@ mod tests {
         assert_eq!(args.limits().max_streams_per_session, 1);
         assert_eq!(args.limits().session_idle, Duration::from_secs(1));
         assert!(parse(&["--session-idle-ms", "86400000"]).is_ok());
+        for never_or_past_the_lease in ["0", "10"] {
+            let args = parse(&["--redis-stream-ttl-s", never_or_past_the_lease]).unwrap();
+            assert!(args.redis_config().is_ok(), "{never_or_past_the_lease}");
+        }
+    }
+
+    /// A Redis setting the Redis crate would refuse at connect is refused before anything starts,
+    /// with a message naming the flag.
+    #[test]
+    fn a_redis_stream_ttl_the_redis_crate_refuses_is_refused_at_startup() {
+        for ttl in ["1", "9", "18446744073709551"] {
+            let error = parse(&["--redis-stream-ttl-s", ttl])
+                .unwrap()
+                .redis_config()
+                .expect_err(ttl);
+            assert_eq!(error.kind(), clap::error::ErrorKind::ValueValidation);
+            assert!(
+                error.to_string().contains("--redis-stream-ttl-s"),
+                "{error}"
+            );
+        }
         assert!(parse(&["--retry-ms", "1"]).is_ok());
         assert!(parse(&[]).is_ok(), "the defaults");
     }
