@@ -284,6 +284,30 @@ async fn a_resume_at_the_final_id_of_a_completed_stream_is_410_stream_complete(k
 }
 
 /// The demo app on replay-ring with `config`, and its store.
+/// With a resumption window of 0 an event is kept only until the connected client has been sent
+/// it (what the demo server's startup warning says): a client that comes back for events it was
+/// sent gets an explicit `replay_gap`, never a `200` that skips them.
+async fn a_resumption_window_of_zero_keeps_nothing_for_a_reconnect(kind: Kind) {
+    let config = StoreConfig {
+        retention: RetentionConfig {
+            resumption_window: Duration::ZERO,
+            ..RetentionConfig::default()
+        },
+        ..StoreConfig::default()
+    };
+    let f = app_on(kind, config).await;
+    let app = f.app.clone();
+    let session = initialize(&app).await;
+    let all = events(call(&app, post(Some(&session), long_task(1, 5))).await, 100).await;
+    assert_eq!(all.len(), 7, "{all:?}");
+    let cursor = all[2].id.clone().unwrap();
+    let resp = call(&app, get(&session, Some(&cursor))).await;
+    assert_eq!(resp.status(), StatusCode::RANGE_NOT_SATISFIABLE, "{cursor}");
+    let body = json_body(resp).await;
+    assert_eq!(body["error"]["data"]["error"], "replay_gap", "{body}");
+    assert_eq!(body["error"]["data"]["lost_from"], 4, "{body}");
+}
+
 fn ring_app_with(config: StoreConfig) -> (Router, RingEventStore) {
     let (app, store) = app(Storage::ReplayRing(config));
     (app, store.expect("replay-ring storage has a store"))
@@ -1362,4 +1386,5 @@ on_both_logs!(
     polling_still_ends_a_stream_closed_early_with_its_error,
     a_cancellation_of_an_unknown_request_does_not_end_a_later_one,
     a_get_stream_no_client_opened_never_fills_up,
+    a_resumption_window_of_zero_keeps_nothing_for_a_reconnect,
 );

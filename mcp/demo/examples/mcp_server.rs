@@ -138,6 +138,18 @@ impl Args {
         }
     }
 
+    /// A warning when `--resumption-window-ms` is 0: an event is then kept only until every
+    /// connected client has been sent it, so a client whose connection drops mid-call cannot
+    /// resume.
+    fn window_warning(&self) -> Option<String> {
+        (self.resumption_window_ms == 0 && !self.builtin_cache).then(|| {
+            "warning: --resumption-window-ms 0: events are kept only until every connected \
+             client has been sent them, so a client that reconnects after missing some gets 416 \
+             replay_gap rather than the events"
+                .to_owned()
+        })
+    }
+
     fn storage(&self) -> Storage {
         let retry = Duration::from_millis(self.retry_ms);
         if self.builtin_cache {
@@ -188,6 +200,9 @@ async fn main() -> std::io::Result<()> {
     let args = Args::parse();
     let redis_config = args.redis_config().unwrap_or_else(|e| e.exit());
     let storage = args.storage();
+    if let Some(warning) = args.window_warning() {
+        eprintln!("{warning}");
+    }
     if let Storage::ReplayRing(config) = &storage {
         if let Err(e) = config.check() {
             Args::command()
@@ -355,5 +370,20 @@ mod tests {
         }
         assert!(parse(&["--retry-ms", "1"]).is_ok());
         assert!(parse(&[]).is_ok(), "the defaults");
+    }
+
+    /// A window of 0 starts (a server may want no replay at all), with a warning that says what
+    /// it costs; the default window and the rmcp cache, which has no such window, warn of nothing.
+    #[test]
+    fn a_resumption_window_of_zero_is_warned_about() {
+        let warning = parse(&["--resumption-window-ms", "0"])
+            .unwrap()
+            .window_warning()
+            .expect("no warning for a window of 0");
+        assert!(warning.contains("--resumption-window-ms 0"), "{warning}");
+        assert!(warning.contains("replay_gap"), "{warning}");
+        assert_eq!(parse(&[]).unwrap().window_warning(), None);
+        let cache = parse(&["--resumption-window-ms", "0", "--builtin-cache"]).unwrap();
+        assert_eq!(cache.window_warning(), None);
     }
 }
