@@ -17,7 +17,7 @@ async fn run(listener: tokio::net::TcpListener) -> Result<(), Box<dyn std::error
                 // The stream ended: closed at the backpressure bound, or taken over.
                 Err(_) => break,
             }
-            // 10 events/s: a 30 s resumption window holds 300, within the default 1,024.
+            // 10 events/s: a 30 s resumption window needs room for 300, within the default 1,024.
             tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         }
     });
