@@ -111,15 +111,19 @@ async fn a_ttl_below_a_millisecond_is_one_millisecond_not_no_expiry() {
         .await;
     let stream = backend.create(&sid("tiny"), 16).await.unwrap();
     let mut raw = server.raw();
-    let ttl: String = redis::cmd("HGET")
+    // A millisecond after the create the keys may be gone already (a busy machine): then there
+    // is no stored value to read, and the expiry checked below is what matters.
+    let ttl: Option<String> = redis::cmd("HGET")
         .arg(stream.key_names()[0])
         .arg("ttl")
         .query(&mut raw)
         .unwrap();
-    assert_eq!(
-        ttl, "1",
-        "stored as one millisecond; 0 would mean no expiry"
-    );
+    if let Some(ttl) = ttl {
+        assert_eq!(
+            ttl, "1",
+            "stored as one millisecond; 0 would mean no expiry"
+        );
+    }
     // The stream expires: within a millisecond of its creation, so by now, or very soon.
     common::eventually(Duration::from_secs(5), "the stream expired", || async {
         let exists: i64 = redis::cmd("EXISTS")
