@@ -123,10 +123,11 @@ impl BackendProducer for RedisProducer {
     /// floor from its last reply, and re-reads the window (one extra round trip) only when that
     /// bound says full. A lease that moved to another producer is `Superseded`, and a payload
     /// past [`RedisConfig::max_payload_bytes`](crate::RedisConfig) is `TooLarge` (refused before
-    /// it is sent). Any other refusal the script makes *after* `make` ran (closed or deleted
-    /// meanwhile) cannot hand `make` back and is reported as `Unavailable { make: None }`: nothing
-    /// was stored, but the caller is told the conservative "unknown" (the next append reports the
-    /// closed stream).
+    /// it is sent). A stream that ended is `Closed`: closed, or lost in Redis (deleted, expired,
+    /// rolled back by a restore, or holding entries this crate did not write), found before
+    /// `make` runs (`Closed(Some(make))`) or by the append's own refusal (`Closed(None)`:
+    /// nothing was stored). A reply that never came is `Unavailable { make: None }`: the event
+    /// is kept and resent first on the next append.
     async fn try_append_with<F>(&mut self, make: F) -> Result<u64, AppendError<F>>
     where
         F: FnOnce(u64) -> Bytes + Send,
@@ -149,7 +150,7 @@ impl BackendProducer for RedisProducer {
                 Ok(state) => {
                     self.known_floor = state.floor;
                     if let Some(_reason) = state.closed {
-                        return Err(AppendError::Closed(make));
+                        return Err(AppendError::Closed(Some(make)));
                     }
                     if state.floor > id {
                         // As above.
@@ -169,6 +170,11 @@ impl BackendProducer for RedisProducer {
             Err(Error::Fenced { .. }) => Err(AppendError::Superseded(None)),
             // Checked before anything is sent or queued: no id consumed.
             Err(Error::TooLarge { bytes, limit }) => Err(AppendError::TooLarge { bytes, limit }),
+            // A definite refusal: nothing was stored, and every later append would be refused
+            // the same way. Reported as unavailable, it would be retried forever.
+            Err(e) if matches!(e, Error::Closed(_)) || e.is_stream_lost() => {
+                Err(AppendError::Closed(None))
+            }
             Err(e) => Err(AppendError::Unavailable {
                 make: None,
                 error: unavailable("append", e),
@@ -209,9 +215,9 @@ fn before_make<F>(e: Error, make: F) -> AppendError<F> {
     match e {
         Error::Full { .. } => AppendError::Full(make),
         Error::IdsExhausted => AppendError::IdsExhausted(make),
-        Error::Closed(_) => AppendError::Closed(make),
+        Error::Closed(_) => AppendError::Closed(Some(make)),
         Error::Fenced { .. } => AppendError::Superseded(Some(make)),
-        e if e.is_stream_lost() => AppendError::Closed(make),
+        e if e.is_stream_lost() => AppendError::Closed(Some(make)),
         e => AppendError::Unavailable {
             make: Some(make),
             error: unavailable("append", e),

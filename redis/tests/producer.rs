@@ -188,6 +188,94 @@ async fn a_superseded_publisher_stops_without_closing_the_stream() {
     );
 }
 
+/// How a stream is lost behind its producer's back.
+#[derive(Debug, Clone, Copy)]
+enum Loss {
+    /// Its keys deleted (as by another replica, or an operator).
+    Deleted,
+    /// Its log rolled back behind ids it gave out (as by a restore from an older snapshot).
+    RolledBack,
+}
+
+fn lose(server: &RedisServer, stream: &RedisStream, loss: Loss) {
+    let mut raw = server.raw();
+    let [meta, log, ctl, lease] = stream.key_names();
+    match loss {
+        Loss::Deleted => {
+            let _: () = redis::cmd("DEL")
+                .arg(&[meta, log, ctl, lease])
+                .query(&mut raw)
+                .unwrap();
+        }
+        Loss::RolledBack => {
+            let ids: Vec<String> = (3..=4).map(|id| format!("0-{id}")).collect();
+            let _: () = redis::cmd("XDEL")
+                .arg(log)
+                .arg(&ids)
+                .query(&mut raw)
+                .unwrap();
+            let _: () = redis::cmd("HSET")
+                .arg(meta)
+                .arg("head")
+                .arg("2")
+                .query(&mut raw)
+                .unwrap();
+        }
+    }
+}
+
+/// A stream lost in Redis ends its producer: through the SSE layer's producer interface each
+/// append is `Closed` (nothing stored), not `Unavailable`, which a publisher would retry forever;
+/// a `Publisher` returns `PublishError::Closed` and publishes no more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_lost_in_redis_ends_its_producer_instead_of_looking_unreachable() {
+    use replay_ring_sse::axum::{SseConfig, SseStream};
+    use replay_ring_sse::backend::{AppendError, BackendProducer};
+    use replay_ring_sse::PublishError;
+    let server = RedisServer::start();
+    let backend = server.backend().await;
+    for loss in [Loss::Deleted, Loss::RolledBack] {
+        let name = format!("lost-{loss:?}").to_lowercase();
+        let stream = backend.create(&sid(&name), 64).await.unwrap();
+        let mut producer = stream.acquire_producer().await.unwrap();
+        for id in 1..=4 {
+            assert_eq!(producer.append(b"e").await.unwrap(), id);
+        }
+        lose(&server, &stream, loss);
+        for attempt in 0..2 {
+            match BackendProducer::try_append_with(&mut producer, |_| Bytes::from_static(b"x"))
+                .await
+            {
+                Err(AppendError::Closed(_)) => {}
+                other => panic!(
+                    "{loss:?}, append {attempt}: expected Closed, got {:?}",
+                    other.map_err(|e| format!("{e:?}: {e}"))
+                ),
+            }
+        }
+
+        let stream = backend
+            .create(&sid(&format!("{name}-published")), 64)
+            .await
+            .unwrap();
+        let producer = stream.acquire_producer().await.unwrap();
+        let (_sse, mut publisher) =
+            SseStream::with_backend(producer, stream.identity(), SseConfig::default());
+        for _ in 1..=4 {
+            publisher.send("e").await.unwrap();
+        }
+        lose(&server, &stream, loss);
+        for attempt in 0..2 {
+            match publisher.send("x").await {
+                Err(PublishError::Closed(None)) => {}
+                other => {
+                    panic!("{loss:?}, publish {attempt}: expected Closed(None), got {other:?}")
+                }
+            }
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_expired_lease_with_no_successor_is_still_fenced() {
     let server = RedisServer::start();

@@ -234,8 +234,8 @@ impl StdError for Unavailable {
 
 /// An append that was refused. Except for [`Unavailable`](AppendError::Unavailable) with
 /// `make: None`, no id was consumed. The closure comes back uncalled except in that case,
-/// [`Superseded`](AppendError::Superseded)`(None)` and [`TooLarge`](AppendError::TooLarge), where
-/// it had already been called.
+/// [`Closed`](AppendError::Closed)`(None)`, [`Superseded`](AppendError::Superseded)`(None)` and
+/// [`TooLarge`](AppendError::TooLarge), where it had already been called.
 ///
 /// ```
 /// use replay_ring_sse::backend::AppendError;
@@ -250,8 +250,11 @@ pub enum AppendError<F> {
     Full(F),
     /// The next id would be `u64::MAX`; ids never wrap.
     IdsExhausted(F),
-    /// The stream no longer exists in the backend (closed or deleted elsewhere).
-    Closed(F),
+    /// The stream has ended: closed, or lost in the backend (deleted, expired, or rolled back
+    /// behind ids it had given out). Nothing was stored, and no later append can succeed. `None`
+    /// when the closure had already been called (a network backend learns this from the refusal
+    /// of the append itself).
+    Closed(Option<F>),
     /// This producer may never append again, but the stream goes on: another producer took it
     /// over (a network backend's producer lease moved on while this one was paused or cut off).
     /// Nothing was stored. `None` when the closure had already been called.
@@ -285,8 +288,10 @@ impl<F> AppendError<F> {
     /// The closure, if it was not called.
     pub fn into_inner(self) -> Option<F> {
         match self {
-            AppendError::Full(f) | AppendError::IdsExhausted(f) | AppendError::Closed(f) => Some(f),
-            AppendError::Superseded(make) | AppendError::Unavailable { make, .. } => make,
+            AppendError::Full(f) | AppendError::IdsExhausted(f) => Some(f),
+            AppendError::Closed(make)
+            | AppendError::Superseded(make)
+            | AppendError::Unavailable { make, .. } => make,
             AppendError::TooLarge { .. } => None,
         }
     }
@@ -297,7 +302,10 @@ impl<F> fmt::Debug for AppendError<F> {
         match self {
             AppendError::Full(_) => f.write_str("Full(..)"),
             AppendError::IdsExhausted(_) => f.write_str("IdsExhausted(..)"),
-            AppendError::Closed(_) => f.write_str("Closed(..)"),
+            AppendError::Closed(make) => f
+                .debug_struct("Closed")
+                .field("closure_returned", &make.is_some())
+                .finish(),
             AppendError::Superseded(make) => f
                 .debug_struct("Superseded")
                 .field("closure_returned", &make.is_some())
@@ -325,7 +333,7 @@ impl<F> fmt::Display for AppendError<F> {
             AppendError::IdsExhausted(_) => {
                 f.write_str("event ids exhausted (next id would be u64::MAX)")
             }
-            AppendError::Closed(_) => f.write_str("stream closed"),
+            AppendError::Closed(_) => f.write_str("stream ended (closed, or lost in the backend)"),
             AppendError::Superseded(_) => {
                 f.write_str("another producer took the stream over (nothing appended)")
             }
@@ -650,8 +658,9 @@ pub trait BackendProducer: Send + 'static {
     /// event exists (eager assignment), so the payload can carry it.
     ///
     /// # Errors
-    /// `Full`, `IdsExhausted`, `Closed`: no id consumed, `make` handed back uncalled.
-    /// `Unavailable`: see [`AppendError::Unavailable`].
+    /// `Full`, `IdsExhausted`: no id consumed, `make` handed back uncalled. `Closed`: no id
+    /// consumed, and none ever will be; `make` handed back unless the backend learned of the end
+    /// from the append itself. `Unavailable`: see [`AppendError::Unavailable`].
     ///
     /// # Cancel safety
     /// Not cancel safe for network backends: once `make` has run, a cancelled append may have

@@ -179,7 +179,9 @@ pub enum PublishError {
     },
     /// Ids are exhausted; the stream is now closed with an error.
     IdsExhausted,
-    /// The stream was already closed (by this publisher, or in the backend).
+    /// The stream has ended: closed (by this publisher, or in the backend), or lost in the
+    /// backend (deleted, expired, rolled back). The reason it was closed with; `None` when none
+    /// could be read, as for a stream that is lost.
     Closed(Option<CloseReason>),
     /// This publisher gave the stream up without closing it: another producer took it over (a
     /// network backend's lease moved on), or a close this publisher made (its own
@@ -214,7 +216,9 @@ impl fmt::Display for PublishError {
             ),
             PublishError::IdsExhausted => f.write_str("event ids exhausted; stream closed"),
             PublishError::Closed(Some(reason)) => write!(f, "stream closed: {reason}"),
-            PublishError::Closed(None) => f.write_str("stream closed"),
+            PublishError::Closed(None) => {
+                f.write_str("stream ended (closed, or lost in the backend)")
+            }
             PublishError::Superseded => f.write_str(
                 "this producer gave the stream up without closing it (another producer took it \
                  over, or its close failed); it publishes no more",
