@@ -74,6 +74,39 @@ fn what_a_visit_was_written_keeps_the_window_of_when_it_was_written() {
     );
 }
 
+/// What a client missed while away is held by its claim, and once it is written to the client
+/// on its return, for a window from that writing: a client back at the end of its window keeps
+/// what it missed for up to two windows from their publication. The sizing rule in
+/// `docs/protocol.md` and the example server's sizing warning count with this.
+#[test]
+fn a_client_back_at_the_end_of_its_window_holds_what_it_missed_for_another_window() {
+    let (mut producer, ring) = ReplayRing::<u64>::new(16, 4).unwrap();
+    let mut retention = Retention::new(config(), 4);
+    let t0 = Instant::now();
+    let client = retention.connect(0).unwrap();
+    for v in 1..=2 {
+        producer.try_push(v).unwrap();
+    }
+    retention.on_written(&client, 2, t0);
+    retention.disconnect(client, t0 + S);
+    // Published while nobody is connected.
+    for v in 3..=6 {
+        producer.try_push(v).unwrap();
+    }
+    // Back a second before its claim ends, from its cursor 2: written 3..=6, and gone again.
+    let back = retention.connect(2).unwrap();
+    retention.on_written(&back, 6, t0 + 30 * S);
+    retention.disconnect(back, t0 + 30 * S);
+    // 1 and 2 keep the window of their writing; 3..=6, published at about 1 s, are kept until
+    // a window after the return.
+    retention.release_expired(&ring, t0 + 59 * S);
+    assert_eq!(ring.floor(), 3);
+    assert_eq!(
+        retention.release_expired(&ring, t0 + 30 * S + WINDOW),
+        Some(7)
+    );
+}
+
 #[test]
 fn visits_every_second_leave_a_window_of_events_not_a_full_ring() {
     // 2 events per second against a 30 s window: 60 events held, in a ring of 128.

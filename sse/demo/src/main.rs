@@ -361,7 +361,8 @@ mod tests {
             let args = DemoArgs::parse_from(["sse_server"].iter().chain(flags));
             args.example.sizing_warning().unwrap_or_default()
         };
-        // Defaults: 20/s × 30 s = 600 events in a window of 1,024.
+        // Defaults: 20/s × 30 s = 600 events in a window of 1,024, which fills in 51.2 s; a
+        // client back at the end of its window makes the producer wait up to 9.74 s, within 10 s.
         assert_eq!(sizing(&[]), "");
         // Unthrottled: full at once, the first event ages out after 30 s, past the 10 s bound.
         assert!(sizing(&["--rate", "0"]).starts_with("warning: "));
@@ -369,12 +370,39 @@ mod tests {
         assert!(sizing(&["--rate", "100"]).starts_with("warning: "));
         // 49.9/s: the wait is 9.48 s, but a release can come 0.94 s late, past 10 s.
         assert!(sizing(&["--rate", "49.9"]).starts_with("warning: "));
-        // ... within a 25 s bound: the producer is only slowed to 1,024 per 30 s.
-        let slowed = sizing(&["--rate", "100", "--backpressure-timeout-ms", "25000"]);
+        // ... within a 55 s bound, which also covers a client back at the end of its window
+        // (50.7 s): the producer is only slowed to 1,024 per 30 s.
+        let slowed = sizing(&["--rate", "100", "--backpressure-timeout-ms", "55000"]);
         assert!(
             slowed.starts_with("note: ") && slowed.contains("34 events/s"),
             "{slowed}"
         );
+        // ... but a 25 s bound is not enough for that returning client.
+        let returning = sizing(&["--rate", "100", "--backpressure-timeout-ms", "25000"]);
+        assert!(
+            returning.starts_with("warning: ") && returning.contains("comes back"),
+            "{returning}"
+        );
+        // 25/s holds 750 events a window, well within 1,024, but a client back at the end of
+        // its window makes the producer wait up to 20 s for room.
+        let late = sizing(&["--rate", "25"]);
+        assert!(
+            late.starts_with("warning: ") && late.contains("more than 1273 events"),
+            "{late}"
+        );
+        // A window of 64 at 20/s and 3 s, with a 2 s bound: 60 events a window fit, but the
+        // returning client's wait is 2.9 s.
+        let edge = [
+            "--rate",
+            "20",
+            "--capacity",
+            "64",
+            "--resumption-window-ms",
+            "3000",
+            "--backpressure-timeout-ms",
+            "2000",
+        ];
+        assert!(sizing(&edge).contains("comes back"), "{}", sizing(&edge));
         // Exactly filling the window in the resumption window: no wait.
         assert_eq!(
             sizing(&["--rate", "1024", "--resumption-window-ms", "1000"]),

@@ -125,11 +125,17 @@ impl Args {
 }
 
 impl Args {
-    /// A warning when the window cannot hold `rate × resumption window` events: the producer
-    /// then waits for events to age out, and if the first such wait is longer than the
-    /// backpressure timeout, the stream ends with `backpressure_timeout` as soon as it fills
-    /// (`docs/protocol.md`, "Sizing"). `None` when the window is large enough, or when `--events`
-    /// ends the stream before it could fill.
+    /// A warning when the window cannot hold what retention may keep, for longer than the
+    /// backpressure timeout: the stream then ends with `backpressure_timeout` (`docs/protocol.md`,
+    /// "Sizing"). Two cases:
+    /// - the window holds less than `rate × resumption window` events: with every client keeping
+    ///   up, the producer waits for events to age out each time it fills;
+    /// - it holds less than twice that: a client that comes back near the end of its window is
+    ///   sent what was published while nobody was connected, which then stays replayable for a
+    ///   window from that writing, so the producer can wait up to a window for room.
+    ///
+    /// A note when only the first case holds and its waits stay within the bound. `None` when the
+    /// window is large enough, or when `--events` ends the stream before it could fill.
     pub fn sizing_warning(&self) -> Option<String> {
         let slots = self.capacity.checked_next_power_of_two()?;
         if self.events.is_some_and(|last| last <= slots as u64) {
@@ -143,21 +149,41 @@ impl Args {
         } else {
             0.0
         };
-        if fill >= window {
-            return None;
-        }
-        // Until the first event ages out; retention releases in granules of a 64th of the
-        // window, up to two granules late.
-        let wait = window - fill + window / 32.0;
+        // Retention releases in granules of a 64th of the window, up to two granules late.
+        let late = window / 32.0;
         let bound = self.backpressure_timeout_ms as f64 / 1000.0;
-        Some(if wait > bound {
-            format!(
+        // Until the first event ages out, with every client keeping up.
+        let wait = window - fill + late;
+        if fill < window && wait > bound {
+            return Some(format!(
                 "warning: the window ({capacity} events) fills in {fill:.1} s, and its first event \
                  is released up to {wait:.1} s later, past the {bound:.1} s backpressure timeout: \
                  the stream can end with backpressure_timeout once the window is full; lower \
                  --rate or --resumption-window-ms, or raise --capacity or --backpressure-timeout-ms"
-            )
-        } else {
+            ));
+        }
+        // Until the first event a returning client was sent ages out: it was published as the
+        // client left, held for it for a window, and written to it at the end of that window.
+        let reconnect_wait = 2.0 * window - fill + late;
+        if reconnect_wait > bound {
+            let needed = if self.rate > 0.0 {
+                format!(
+                    " (more than {:.0} events)",
+                    self.rate * (2.0 * window + late - bound)
+                )
+            } else {
+                String::new()
+            };
+            return Some(format!(
+                "warning: the window ({capacity} events) fills in {fill:.1} s; a client that \
+                 comes back near the end of its {window:.1} s resumption window is sent what it \
+                 missed, which then stays replayable for another window, so the producer can wait \
+                 up to {reconnect_wait:.1} s for room, past the {bound:.1} s backpressure timeout, \
+                 and the stream can end with backpressure_timeout; raise --capacity{needed} or \
+                 --backpressure-timeout-ms, or lower --rate or --resumption-window-ms"
+            ));
+        }
+        (fill < window).then(|| {
             format!(
                 "note: capacity < rate × resumption window: the producer will wait for events to \
                  age out (about {:.0} events/s)",
