@@ -291,6 +291,25 @@ async fn a_replica_that_cannot_serve_fails_before_touching_redis() {
     assert!(keys.is_empty(), "left in Redis: {keys:?}");
 }
 
+/// A replica that joins an existing stream warns about that stream's window, which it keeps,
+/// not about the one its own `--capacity` would have created.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_joining_replica_sizes_its_warning_by_the_streams_window() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let first = Replica::start(&["--redis", &url, "--capacity", "64", "--rate", "1"]).await;
+    // 300/s would fill a window of 65,536 in 218 s (nothing to warn about), and fills the
+    // stream's 64 at once.
+    let joining = Replica::start(&["--redis", &url, "--capacity", "65536", "--rate", "300"]).await;
+    assert!(
+        joining
+            .logged("warning: the window (64 events)", Duration::from_secs(10))
+            .await,
+        "no warning about the stream's window of 64"
+    );
+    drop(first);
+}
+
 /// A serve-only replica whose stream was deleted keeps trying to open it; stopped (SIGTERM)
 /// meanwhile, it exits at once instead of waiting in that loop for its shutdown deadline.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

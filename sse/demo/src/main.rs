@@ -138,9 +138,12 @@ async fn run_replica(args: DemoArgs, url: &str) -> Result<()> {
     let listener = app::bind(args.example.port).await?;
     // The producer (or standby) runs on a task of its own, started with the replica. Announced
     // after it: a replica that says it listens has taken the lease, or found it held.
-    let (router, replica) = replica::start(&args, url, stopping.clone()).await?;
+    let (router, replica, capacity) = replica::start(&args, url, stopping.clone()).await?;
+    // Warnings about the window are about the stream's, which an existing stream keeps.
+    let mut opened = args.clone();
+    opened.example.capacity = usize::try_from(capacity).unwrap_or(usize::MAX);
     // From here every way out gives the lease back.
-    let served = match announce(&args, &listener) {
+    let served = match announce(&opened, &listener) {
         Ok(()) => serve_with_shutdown(listener, router, ServeConfig::default(), stopped(stopping))
             .await
             .map_err(Into::into),

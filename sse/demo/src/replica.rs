@@ -31,19 +31,22 @@ const RETRY: Duration = Duration::from_secs(1);
 
 /// Connects to Redis at `url`, opens (or creates) the stream and starts following it on a task of
 /// its own, until `stop` says `true` (the task then gives the producer lease back and ends).
-/// Returns the router that serves the stream's current incarnation, and the task. Fails only if
-/// the first incarnation cannot be set up (Redis unreachable at start-up, say).
+/// Returns the router that serves the stream's current incarnation, the task, and the window
+/// capacity of the stream as it was opened (an existing stream keeps its own, whatever
+/// `--capacity` says). Fails only if the first incarnation cannot be set up (Redis unreachable
+/// at start-up, say).
 pub(crate) async fn start(
     args: &DemoArgs,
     url: &str,
     stop: watch::Receiver<bool>,
-) -> Result<(Router, JoinHandle<()>), Error> {
+) -> Result<(Router, JoinHandle<()>, u64), Error> {
     let mut config = RedisConfig::default();
     if let Some(ms) = args.lease_ms {
         config.lease = Duration::from_millis(ms);
     }
     let backend = RedisBackend::connect(url, config).await?;
     let first = Incarnation::open(&backend, args, true).await?;
+    let capacity = first.stream.window_capacity();
     let current = Arc::new(RwLock::new(first.router()));
     let following = tokio::spawn(follow(backend, first, current.clone(), args.clone(), stop));
     let router = Router::new().fallback_service(tower::service_fn(move |request: Request| {
@@ -51,7 +54,7 @@ pub(crate) async fn start(
         let router = current.read().unwrap_or_else(|e| e.into_inner()).clone();
         router.oneshot(request)
     }));
-    Ok((router, following))
+    Ok((router, following, capacity))
 }
 
 /// One incarnation of the stream: its Redis handle, the SSE endpoint over it and, if this replica
