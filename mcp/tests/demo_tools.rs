@@ -34,6 +34,15 @@ async fn long_task_refuses_work_beyond_its_bounds_with_invalid_params() {
         json!({"n": 1_000_000_000_000_000_000u64}),
         json!({"n": 1, "delay_ms": LONG_TASK_MAX_DELAY_MS + 1}),
         json!({"n": LONG_TASK_MAX_TOTAL_MS / 1_000 + 1, "delay_ms": 1_000}),
+        // Not integers in range: refused, never read as 0 or as a default.
+        json!({"n": 2, "delay_ms": "abc"}),
+        json!({"n": 2, "delay_ms": -5}),
+        json!({"n": 2, "delay_ms": 1.5}),
+        json!({"n": 2, "delay_ms": 1e300}),
+        json!({"n": -1}),
+        json!({"n": 1.5}),
+        json!({"n": "5"}),
+        json!({}),
     ];
     for (id, arguments) in (1..).zip(too_much) {
         let resp = call(
@@ -46,6 +55,11 @@ async fn long_task_refuses_work_beyond_its_bounds_with_invalid_params() {
         let answer: Value = serde_json::from_str(&got.last().expect("an answer").data).unwrap();
         assert_eq!(answer["id"], id, "{answer}");
         assert_eq!(answer["error"]["code"], -32602, "invalid params: {answer}");
+        let message = answer["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains(" to ") || message.contains("<="),
+            "{message}"
+        );
     }
     // At the bounds, a call runs to its result (no progress token: nothing is awaited between
     // steps, and the task still yields its worker now and then).

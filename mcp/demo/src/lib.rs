@@ -120,8 +120,24 @@ fn tool_list() -> Vec<Tool> {
     ]
 }
 
-fn arg_u64(args: &Option<Map<String, Value>>, key: &str) -> Option<u64> {
-    args.as_ref()?.get(key)?.as_u64()
+/// The integer argument `key`: `None` when it is absent, an invalid-params error naming it and
+/// its range when it is present but not an integer in `0..=max` (a string, a fraction, a negative
+/// or huge number are refused, never read as something else).
+fn arg_u64(
+    args: &Option<Map<String, Value>>,
+    key: &str,
+    max: u64,
+) -> Result<Option<u64>, ErrorData> {
+    let Some(value) = args.as_ref().and_then(|a| a.get(key)) else {
+        return Ok(None);
+    };
+    match value.as_u64() {
+        Some(v) if v <= max => Ok(Some(v)),
+        _ => Err(ErrorData::invalid_params(
+            format!("{key} must be an integer from 0 to {max}, got {value}"),
+            None,
+        )),
+    }
 }
 
 fn session_of(ctx: &RequestContext<RoleServer>) -> Option<String> {
@@ -198,16 +214,17 @@ impl Tools {
         args: &Option<Map<String, Value>>,
         ctx: &RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
-        let n = arg_u64(args, "n")
-            .ok_or_else(|| ErrorData::invalid_params("n (integer) is required", None))?;
-        let delay_ms = arg_u64(args, "delay_ms").unwrap_or(0);
         // A client must not be able to hold the server: bounded work, and a task that gives its
         // worker up (without a progress token, a step awaits nothing) and stops when cancelled
         // (`notifications/cancelled`, the session's DELETE).
-        if n > LONG_TASK_MAX_STEPS
-            || delay_ms > LONG_TASK_MAX_DELAY_MS
-            || n.saturating_mul(delay_ms) > LONG_TASK_MAX_TOTAL_MS
-        {
+        let n = arg_u64(args, "n", LONG_TASK_MAX_STEPS)?.ok_or_else(|| {
+            ErrorData::invalid_params(
+                format!("n (an integer from 0 to {LONG_TASK_MAX_STEPS}) is required"),
+                None,
+            )
+        })?;
+        let delay_ms = arg_u64(args, "delay_ms", LONG_TASK_MAX_DELAY_MS)?.unwrap_or(0);
+        if n.saturating_mul(delay_ms) > LONG_TASK_MAX_TOTAL_MS {
             return Err(ErrorData::invalid_params(
                 format!(
                     "long_task takes n <= {LONG_TASK_MAX_STEPS}, delay_ms <= \
