@@ -138,6 +138,9 @@ impl<S> ResumeGuard<S> {
         S::Error: Send + 'static,
         B: Send + 'static,
     {
+        if let Some(response) = repeated_header(&req) {
+            return Box::pin(async move { Ok(response) });
+        }
         if req.method() == Method::DELETE {
             return self.delete(req);
         }
@@ -364,6 +367,31 @@ pub(crate) fn error_response(
         HeaderValue::from_static("application/json"),
     );
     resp
+}
+
+/// 400 `bad_request` for a request that carries `Mcp-Session-Id` or `MCP-Protocol-Version` more
+/// than once: which one counts would be a guess (this guard and rmcp take the first; a proxy may
+/// have added the other), as for a repeated `Last-Event-ID`.
+fn repeated_header<B>(req: &Request<B>) -> Option<Response<Body>> {
+    [
+        (SESSION_HEADER, "Mcp-Session-Id"),
+        (PROTOCOL_VERSION_HEADER, "MCP-Protocol-Version"),
+    ]
+    .into_iter()
+    .find_map(|(name, shown)| {
+        let count = req.headers().get_all(name).iter().count();
+        (count > 1).then(|| {
+            let message = format!("{shown} carried {count} values; send one");
+            let data = serde_json::json!({ "error": "bad_request", "message": message });
+            error_response(
+                Envelope::for_method(req.method()),
+                StatusCode::BAD_REQUEST,
+                crate::STREAM_BROKEN_CODE as i64,
+                &message,
+                data,
+            )
+        })
+    })
 }
 
 /// The request's `Mcp-Session-Id`, if it has one that is text.

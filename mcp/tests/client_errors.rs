@@ -145,6 +145,52 @@ async fn a_request_naming_an_unknown_session_is_404_session_lost_as_json() {
     }
 }
 
+/// A repeated `Mcp-Session-Id` or `MCP-Protocol-Version` is refused, whatever the values: which
+/// one counts would be a guess.
+#[tokio::test]
+async fn a_repeated_session_or_protocol_version_header_is_400() {
+    let app = store_app(RingEventStore::new(StoreConfig::default()));
+    let session = initialize(&app).await;
+    let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"});
+    for (name, values, shown) in [
+        (
+            "mcp-session-id",
+            [session.as_str(), session.as_str()],
+            "Mcp-Session-Id",
+        ),
+        (
+            "mcp-session-id",
+            [session.as_str(), "other"],
+            "Mcp-Session-Id",
+        ),
+        (
+            "mcp-protocol-version",
+            ["2025-11-25", "2026-07-28"],
+            "MCP-Protocol-Version",
+        ),
+    ] {
+        for mut req in [post(Some(&session), ping.clone()), get(&session, None)] {
+            let method = req.method().clone();
+            req.headers_mut().remove(name);
+            for value in values {
+                req.headers_mut().append(name, value.parse().unwrap());
+            }
+            let resp = call(&app, req).await;
+            assert_eq!(resp.status(), StatusCode::BAD_REQUEST, "{method} {name}");
+            let reply = error_object(&method, &json_body(resp).await);
+            assert_eq!(reply["error"], "bad_request", "{reply}");
+            let message = reply["message"].as_str().unwrap();
+            assert!(
+                message.starts_with(shown) && message.contains('2'),
+                "{message}"
+            );
+        }
+    }
+    // One of each is served.
+    let resp = call(&app, post(Some(&session), ping)).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+}
+
 /// `req` with its header `name` set to `value`.
 fn with_header(mut req: Request<Body>, name: &'static str, value: &str) -> Request<Body> {
     req.headers_mut().insert(name, value.parse().unwrap());
