@@ -138,7 +138,7 @@ impl<S> ResumeGuard<S> {
         S::Error: Send + 'static,
         B: Send + 'static,
     {
-        if let Some(response) = repeated_header(&req) {
+        if let Some(response) = repeated_header(&req).or_else(|| malformed_session_id(&req)) {
             return Box::pin(async move { Ok(response) });
         }
         if req.method() == Method::DELETE {
@@ -392,6 +392,25 @@ fn repeated_header<B>(req: &Request<B>) -> Option<Response<Body>> {
             )
         })
     })
+}
+
+/// 400 `bad_request` for an `Mcp-Session-Id` that is not visible ASCII (0x21 to 0x7E, as the
+/// transport requires of every session id): no session has it, and without this it would be
+/// read as no session at all.
+fn malformed_session_id<B>(req: &Request<B>) -> Option<Response<Body>> {
+    let value = req.headers().get(SESSION_HEADER)?;
+    if !value.is_empty() && value.as_bytes().iter().all(|b| (0x21..=0x7e).contains(b)) {
+        return None;
+    }
+    let message = "Mcp-Session-Id must be visible ASCII (0x21 to 0x7E)";
+    let data = serde_json::json!({ "error": "bad_request", "message": message });
+    Some(error_response(
+        Envelope::for_method(req.method()),
+        StatusCode::BAD_REQUEST,
+        crate::STREAM_BROKEN_CODE as i64,
+        message,
+        data,
+    ))
 }
 
 /// The request's `Mcp-Session-Id`, if it has one that is text.

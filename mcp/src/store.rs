@@ -745,7 +745,8 @@ impl RingEventStore {
             return Err(lost(LastEventIdError::UnknownStream { stream: id.stream }));
         };
         // A session's stream is answered to that session only, and a request without a session
-        // (rmcp's stateless path, or a header that is not text) learns nothing about it either.
+        // (rmcp's stateless path; the guard refuses a session id that is not visible ASCII) learns
+        // nothing about it either.
         let foreign = match session {
             Some(session) => entry.session().as_deref() != Some(session),
             None => entry.session_scoped,

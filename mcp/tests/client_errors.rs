@@ -146,9 +146,9 @@ async fn a_request_naming_an_unknown_session_is_404_session_lost_as_json() {
 }
 
 /// A repeated `Mcp-Session-Id` or `MCP-Protocol-Version` is refused, whatever the values: which
-/// one counts would be a guess.
+/// one counts would be a guess. So is a session id no session can have.
 #[tokio::test]
-async fn a_repeated_session_or_protocol_version_header_is_400() {
+async fn a_repeated_or_unusable_session_or_version_header_is_400() {
     let app = store_app(RingEventStore::new(StoreConfig::default()));
     let session = initialize(&app).await;
     let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"});
@@ -187,8 +187,21 @@ async fn a_repeated_session_or_protocol_version_header_is_400() {
         }
     }
     // One of each is served.
-    let resp = call(&app, post(Some(&session), ping)).await;
+    let resp = call(&app, post(Some(&session), ping.clone())).await;
     assert_eq!(resp.status(), StatusCode::OK);
+
+    // A session id that is not visible ASCII is no session's: refused, not read as no session.
+    for bad in [&b"caf\xc3\xa9"[..], b"two words", b""] {
+        for mut req in [post(Some(&session), ping.clone()), get(&session, None)] {
+            let method = req.method().clone();
+            let value = http::HeaderValue::from_bytes(bad).unwrap();
+            req.headers_mut().insert("mcp-session-id", value);
+            let resp = call(&app, req).await;
+            assert_eq!(resp.status(), StatusCode::BAD_REQUEST, "{method} {bad:?}");
+            let reply = error_object(&method, &json_body(resp).await);
+            assert_eq!(reply["error"], "bad_request", "{reply}");
+        }
+    }
 }
 
 /// `req` with its header `name` set to `value`.
