@@ -380,17 +380,7 @@ fn repeated_header<B>(req: &Request<B>) -> Option<Response<Body>> {
     .into_iter()
     .find_map(|(name, shown)| {
         let count = req.headers().get_all(name).iter().count();
-        (count > 1).then(|| {
-            let message = format!("{shown} carried {count} values; send one");
-            let data = serde_json::json!({ "error": "bad_request", "message": message });
-            error_response(
-                Envelope::for_method(req.method()),
-                StatusCode::BAD_REQUEST,
-                crate::STREAM_BROKEN_CODE as i64,
-                &message,
-                data,
-            )
-        })
+        (count > 1).then(|| bad_request(req, &format!("{shown} carried {count} values; send one")))
     })
 }
 
@@ -402,15 +392,22 @@ fn malformed_session_id<B>(req: &Request<B>) -> Option<Response<Body>> {
     if !value.is_empty() && value.as_bytes().iter().all(|b| (0x21..=0x7e).contains(b)) {
         return None;
     }
-    let message = "Mcp-Session-Id must be visible ASCII (0x21 to 0x7E)";
+    Some(bad_request(
+        req,
+        "Mcp-Session-Id must be visible ASCII (0x21 to 0x7E)",
+    ))
+}
+
+/// 400 `bad_request` saying `message`, in the shape the request's method calls for.
+fn bad_request<B>(req: &Request<B>, message: &str) -> Response<Body> {
     let data = serde_json::json!({ "error": "bad_request", "message": message });
-    Some(error_response(
+    error_response(
         Envelope::for_method(req.method()),
         StatusCode::BAD_REQUEST,
         crate::STREAM_BROKEN_CODE as i64,
         message,
         data,
-    ))
+    )
 }
 
 /// The request's `Mcp-Session-Id`, if it has one that is text.
