@@ -61,6 +61,18 @@ async fn long_task_refuses_work_beyond_its_bounds_with_invalid_params() {
             "{message}"
         );
     }
+    // An integer written with a zero fraction is an integer (JSON Schema's `integer`).
+    let resp = call(
+        &app,
+        post(
+            Some(&session),
+            long_task_with(8, json!({"n": 2.0, "delay_ms": 1.0})),
+        ),
+    )
+    .await;
+    let got = events(resp, 10).await;
+    let answer: Value = serde_json::from_str(&got.last().expect("an answer").data).unwrap();
+    assert_eq!(answer["result"]["structuredContent"]["n"], 2, "{answer}");
     // At the bounds, a call runs to its result (no progress token: nothing is awaited between
     // steps, and the task still yields its worker now and then).
     let resp = call(

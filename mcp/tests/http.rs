@@ -283,7 +283,6 @@ async fn a_resume_at_the_final_id_of_a_completed_stream_is_410_stream_complete(k
     );
 }
 
-/// The demo app on replay-ring with `config`, and its store.
 /// With a resumption window of 0 an event is kept only until the connected client has been sent
 /// it (what the demo server's startup warning says): a client that comes back for events it was
 /// sent gets an explicit `replay_gap`, never a `200` that skips them.
@@ -308,6 +307,7 @@ async fn a_resumption_window_of_zero_keeps_nothing_for_a_reconnect(kind: Kind) {
     assert_eq!(body["error"]["data"]["lost_from"], 4, "{body}");
 }
 
+/// The demo app on replay-ring with `config`, and its store.
 fn ring_app_with(config: StoreConfig) -> (Router, RingEventStore) {
     let (app, store) = app(Storage::ReplayRing(config));
     (app, store.expect("replay-ring storage has a store"))

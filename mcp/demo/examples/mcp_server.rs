@@ -139,8 +139,8 @@ impl Args {
     }
 
     /// A warning when `--resumption-window-ms` is 0: an event is then kept only until every
-    /// connected client has been sent it, so a client whose connection drops mid-call cannot
-    /// resume.
+    /// connected client has been sent it, so a client whose connection drops before it received
+    /// everything it was sent cannot resume.
     fn window_warning(&self) -> Option<String> {
         (self.resumption_window_ms == 0 && !self.builtin_cache).then(|| {
             "warning: --resumption-window-ms 0: events are kept only until every connected \

@@ -131,7 +131,12 @@ fn arg_u64(
     let Some(value) = args.as_ref().and_then(|a| a.get(key)) else {
         return Ok(None);
     };
-    match value.as_u64() {
+    // JSON Schema's `integer` includes numbers written with a zero fraction (`5.0`).
+    let integer = value.as_u64().or_else(|| {
+        let f = value.as_f64()?;
+        (f.fract() == 0.0 && (0.0..=max as f64).contains(&f)).then_some(f as u64)
+    });
+    match integer {
         Some(v) if v <= max => Ok(Some(v)),
         _ => Err(ErrorData::invalid_params(
             format!("{key} must be an integer from 0 to {max}, got {value}"),
