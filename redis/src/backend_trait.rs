@@ -182,13 +182,19 @@ impl BackendProducer for RedisProducer {
         }
     }
 
+    /// A stream lost in Redis is ready: there is nothing to wait for, and the append that
+    /// follows reports the end (`Closed`).
     async fn ready(&mut self) -> Result<(), Unavailable> {
-        let mark = self.ctl_mark().await.map_err(|e| unavailable("ready", e))?;
-        let state = self
-            .stream()
-            .state()
-            .await
-            .map_err(|e| unavailable("ready", e))?;
+        let mark = match self.ctl_mark().await {
+            Ok(mark) => mark,
+            Err(e) if e.is_stream_lost() => return Ok(()),
+            Err(e) => return Err(unavailable("ready", e)),
+        };
+        let state = match self.stream().state().await {
+            Ok(state) => state,
+            Err(e) if e.is_stream_lost() => return Ok(()),
+            Err(e) => return Err(unavailable("ready", e)),
+        };
         self.known_floor = state.floor;
         // A floor past `next_id` (another producer appended and released since) is room as far
         // as waiting goes: the append that follows finds the lease gone. Room for the oldest

@@ -242,6 +242,13 @@ async fn a_stream_lost_in_redis_ends_its_producer_instead_of_looking_unreachable
             assert_eq!(producer.append(b"e").await.unwrap(), id);
         }
         lose(&server, &stream, loss);
+        // Nothing to wait for (a publisher waiting for room goes on to the append, which says
+        // the stream ended), not "unavailable".
+        let ready = tokio::time::timeout(
+            Duration::from_secs(5),
+            BackendProducer::ready(&mut producer),
+        );
+        assert!(matches!(ready.await, Ok(Ok(()))), "{loss:?}: ready");
         for attempt in 0..2 {
             match BackendProducer::try_append_with(&mut producer, |_| Bytes::from_static(b"x"))
                 .await
