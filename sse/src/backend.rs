@@ -15,8 +15,8 @@
 //! Every backend keeps the same promises (the `contract` suite checks them):
 //!
 //! 1. **Eager, gap-free ids.** The k-th accepted append gets `first + k - 1`; the payload is built
-//!    from its id ([`BackendProducer::try_append_with`]). A refused append consumes no id and hands
-//!    the closure back uncalled.
+//!    from its id ([`BackendProducer::try_append_with`]). A refused append consumes no id, and hands
+//!    the closure back uncalled unless it had already run ([`AppendError`] says when).
 //! 2. **Release, never evict.** Events leave only through [`Backend::release_through`]; a full
 //!    window refuses appends ([`AppendError::Full`]) until a release makes room
 //!    ([`BackendProducer::ready`]).
@@ -251,9 +251,9 @@ pub enum AppendError<F> {
     /// The next id would be `u64::MAX`; ids never wrap.
     IdsExhausted(F),
     /// The stream has ended: closed, or lost in the backend (deleted, expired, or rolled back
-    /// behind ids it had given out). Nothing was stored, and no later append can succeed. `None`
-    /// when the closure had already been called (a network backend learns this from the refusal
-    /// of the append itself).
+    /// behind ids it had given out). No later append can succeed, and the stream holds nothing of
+    /// this one (a lost stream lost what it held). `None` when the closure had already been
+    /// called (a network backend learns of the end from the refusal of the append itself).
     Closed(Option<F>),
     /// This producer may never append again, but the stream goes on: another producer took it
     /// over (a network backend's producer lease moved on while this one was paused or cut off).

@@ -99,8 +99,9 @@ pub struct RetentionConfig {
     /// How long an event stays replayable after it was written to a live connection.
     /// Size the ring for it: `capacity >= event rate × window`, or the producer is backpressured
     /// by events that are merely waiting out their window; a client that comes back near the end
-    /// of its window holds what it missed for another window from its return, up to twice that
-    /// (`docs/protocol.md`, "Sizing").
+    /// of its window holds what it missed for another window from its return: up to twice that
+    /// once it has caught up, longer while it keeps leaving before it has (`docs/protocol.md`,
+    /// "Sizing").
     pub resumption_window: Duration,
     /// How long the producer may wait for space before the stream is closed with
     /// [`CloseReason::BackpressureTimeout`].

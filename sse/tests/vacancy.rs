@@ -75,9 +75,9 @@ fn what_a_visit_was_written_keeps_the_window_of_when_it_was_written() {
 }
 
 /// What a client missed while away is held by its claim, and once it is written to the client
-/// on its return, for a window from that writing: a client back at the end of its window keeps
-/// what it missed for up to two windows from their publication. The sizing rule in
-/// `docs/protocol.md` and the example server's sizing warning count with this.
+/// on its return, for a window from that writing: a client back at the end of its window that
+/// catches up keeps what it missed for up to two windows from their publication. The sizing rule
+/// in `docs/protocol.md` and the example server's sizing warning count with this.
 #[test]
 fn a_client_back_at_the_end_of_its_window_holds_what_it_missed_for_another_window() {
     let (mut producer, ring) = ReplayRing::<u64>::new(16, 4).unwrap();

@@ -132,7 +132,8 @@ impl Args {
     ///   up, the producer waits for events to age out each time it fills;
     /// - it holds less than twice that: a client that comes back near the end of its window is
     ///   sent what was published while nobody was connected, which then stays replayable for a
-    ///   window from that writing, so the producer can wait up to a window for room.
+    ///   window from that writing, so the producer can wait up to a window for room (longer if
+    ///   the client keeps leaving before it has caught up, which no setting covers).
     ///
     /// A note when only the first case holds and its waits stay within the bound. `None` when the
     /// window is large enough, or when `--events` ends the stream before it could fill.
@@ -417,8 +418,9 @@ where
                 eprintln!("producer: {}; retrying", with_causes(&e));
                 tokio::time::sleep(Duration::from_millis(100)).await; // back off while it is down
             }
-            // Closed (readers got an explicit terminal frame), or superseded. (`TooLarge` cannot
-            // happen: these events are far below any store's limit.)
+            // Closed (readers got an explicit terminal frame), lost in the backend (readers got
+            // `stream_lost`), or superseded. (`TooLarge` cannot happen: these events are far
+            // below any store's limit.)
             Err(e) => return Some(e),
         }
     }

@@ -30,7 +30,9 @@ pub const DEFAULT_RETRY: Duration = Duration::from_secs(1);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SseConfig {
     /// Events the window holds (rounded up to a power of two). Size it for
-    /// `event rate × resumption window`, or the producer waits for events to age out. Used by
+    /// `event rate × resumption window`, or the producer waits for events to age out, and for
+    /// about twice that if clients come back near the end of their window
+    /// ([`RetentionConfig::resumption_window`](crate::RetentionConfig::resumption_window)). Used by
     /// [`SseStream::new`](super::SseStream::new); a backend passed to [`SseStream::with_backend`](super::SseStream::with_backend) has its own capacity.
     pub capacity: usize,
     /// Simultaneous event-stream responses (ring readers); one more is refused with 503. Used by
