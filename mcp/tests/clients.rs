@@ -379,7 +379,7 @@ async fn typescript_resume_after_an_error_response_is_told_the_stream_is_complet
         out["error"]
             .as_str()
             .unwrap_or_default()
-            .contains("n (integer) is required"),
+            .contains("n must be an integer from 0 to"),
         "{out}"
     );
 
