@@ -7,7 +7,9 @@
 //!   resumption window, so whatever retention lets go has expired by the time a cursor is
 //!   checked (the range is read from the store with a cursor at the head).
 //!
-//! Checked for every request: nothing panics; a `DELETE` reaches the inner service exactly when
+//! Checked for every request: nothing panics; an `Mcp-Session-Id` that is empty or not visible
+//! ASCII is refused with 400 whatever the method (as the bare error object for a `POST`); a
+//! `DELETE` reaches the inner service exactly when
 //! it names the live session or no session; any other request without a cursor, or not a `GET`,
 //! reaches it untouched (a `POST` opening a session is far below the session cap); a cursor
 //! reaches it exactly when it names a retained position of a stream the request may read
@@ -154,11 +156,17 @@ enum Expected {
 fn expected(
     method: &Method,
     cursor: Option<&[u8]>,
-    session: Option<&str>,
+    session: Option<&[u8]>,
     live: &str,
     names: &[String; 2],
     ranges: &[(u64, u64); 2],
 ) -> Expected {
+    // Session ids are visible ASCII: any other value is no session's, and refused as such.
+    let visible = |s: &[u8]| !s.is_empty() && s.iter().all(|b| (0x21..=0x7e).contains(b));
+    if session.is_some_and(|s| !visible(s)) {
+        return Expected::Refused(400, "bad_request");
+    }
+    let session = session.map(|s| std::str::from_utf8(s).expect("visible ASCII"));
     // A `DELETE` names a session to end: one this process does not have is lost, as for any
     // request naming an unknown session; without a (textual) session it is rmcp's to answer.
     if method == Method::DELETE {
@@ -270,12 +278,10 @@ fuzz_target!(|input: Input| {
         req = req.header("mcp-session-id", v.clone());
     }
     let req = req.body(()).expect("request");
-    // The guard reads the session as text; a value that is not visible ASCII names no session.
-    let session_text = session_value.as_ref().and_then(|v| v.to_str().ok());
     let want = expected(
         &method,
         cursor_value.as_ref().map(HeaderValue::as_bytes),
-        session_text,
+        session_value.as_ref().map(HeaderValue::as_bytes),
         live,
         names,
         &ranges,
@@ -318,6 +324,11 @@ fuzz_target!(|input: Input| {
     };
     assert_eq!(parts.headers["content-type"], "application/json");
     let json: serde_json::Value = serde_json::from_slice(&body).expect("a JSON body");
+    if method == Method::POST {
+        // A `POST` is answered with the bare error object (see `client_errors`).
+        assert_eq!(json["error"], code, "{json}");
+        return;
+    }
     assert_eq!(json["jsonrpc"], "2.0");
     assert!(json["id"].is_null());
     assert_eq!(json["error"]["code"], STREAM_BROKEN_CODE);
