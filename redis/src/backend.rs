@@ -1,6 +1,7 @@
 //! The connection to Redis shared by every stream of a process: configuration, the multiplexed
 //! connection for short commands (`connection.rs`), and counters.
 
+use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -40,7 +41,8 @@ pub struct RedisConfig {
     /// shortens it). `stream_ttl`, `lease` and `block` must each be below 2^53 milliseconds
     /// ([`RedisBackend::connect`] refuses more).
     pub stream_ttl: Duration,
-    /// How long a producer lease lasts without renewal. Appends renew it.
+    /// How long a producer lease lasts without renewal. Appends renew it. At least
+    /// [`MIN_LEASE`].
     pub lease: Duration,
     /// Most events one replay or tail read fetches (one `XRANGE … COUNT` page): 1 to 2^63 − 1.
     pub read_batch: usize,
@@ -49,7 +51,8 @@ pub struct RedisConfig {
     pub block: Duration,
     /// Response timeout of the shared connection (every command except a blocked read). Not zero.
     pub response_timeout: Duration,
-    /// Connect timeout of every connection. Not zero.
+    /// How long [`RedisBackend::connect`] may take in all, and each later reconnection attempt
+    /// of a connection. Not zero.
     pub connect_timeout: Duration,
     /// The largest payload one event may have; a larger one is refused with [`Error::TooLarge`]
     /// before anything is sent (with the rest of its batch), and consumes no id. Not zero. The
@@ -60,6 +63,17 @@ pub struct RedisConfig {
     /// resend that event, and queue every later one behind it, without end.
     pub max_payload_bytes: usize,
 }
+
+/// The shortest [`RedisConfig::lease`] that [`RedisConfig::check`] accepts: the producer renews its
+/// lease every third of it, and a lease of a few milliseconds lapses between its grant and the
+/// first append on a busy machine, so every append would be refused as fenced.
+///
+/// ```
+/// use replay_ring_redis::{RedisConfig, MIN_LEASE};
+/// let short = RedisConfig { lease: MIN_LEASE / 2, stream_ttl: MIN_LEASE, ..RedisConfig::default() };
+/// assert!(short.check().is_err());
+/// ```
+pub const MIN_LEASE: Duration = Duration::from_millis(100);
 
 /// Default [`RedisConfig::max_payload_bytes`]: 512 MiB, Redis's default `proto-max-bulk-len`.
 ///
@@ -100,6 +114,12 @@ impl RedisConfig {
             return Err(Error::InvalidArgument(
                 "read_batch, lease, block, response_timeout, connect_timeout and max_payload_bytes \
                  must be non-zero",
+            ));
+        }
+        if self.lease < MIN_LEASE {
+            return Err(Error::InvalidArgument(
+                "lease must be at least 100 ms (MIN_LEASE): a shorter one lapses before the \
+                 producer's appends and renewals reach Redis",
             ));
         }
         // It reaches Redis as `XRANGE … COUNT`, a signed 64-bit integer.
@@ -233,11 +253,15 @@ impl std::fmt::Debug for RedisBackend {
 impl RedisBackend {
     /// Connects to `url` (`redis://host:port/db`).
     ///
+    /// Gives up after [`RedisConfig::connect_timeout`] in all, however many connection attempts
+    /// that left time for.
+    ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a bad URL or configuration (also for `rediss://`: TLS is not
-    /// compiled in), [`Error::Unavailable`] when Redis cannot be reached, [`Error::Server`] when
-    /// it refuses the connection as configured (wrong credentials, or none where Redis requires
-    /// them: `WRONGPASS`, `NOAUTH`).
+    /// compiled in), [`Error::Unavailable`] when Redis cannot be reached or does not answer
+    /// within `connect_timeout`, [`Error::Server`] when it refuses the connection as configured
+    /// (wrong credentials, or none where Redis requires them: `WRONGPASS`, `NOAUTH`) or the
+    /// address answers with something other than the Redis protocol.
     ///
     /// # Cancel safety
     /// Cancel safe: nothing is created on the server.
@@ -256,6 +280,25 @@ impl RedisBackend {
         }
         let client = redis::Client::open(url)
             .map_err(|_| Error::InvalidArgument("not a valid redis URL"))?;
+        // Each connection attempt has its own timeout and failed ones are retried, so without an
+        // overall bound a Redis that accepts connections but does not answer (stopped, swapping)
+        // would hold a replica's start for several timeouts.
+        let timeout = config.connect_timeout;
+        tokio::time::timeout(timeout, Self::connect_with(client, config))
+            .await
+            .unwrap_or_else(|_| {
+                Err(Error::Unavailable(redis::RedisError::from(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("no answer within connect_timeout ({timeout:?})"),
+                ))))
+            })
+    }
+
+    /// [`connect`](Self::connect) once the URL and configuration were checked.
+    async fn connect_with(
+        client: redis::Client,
+        config: RedisConfig,
+    ) -> Result<RedisBackend, Error> {
         let manager_config = ConnectionManagerConfig::new()
             .set_response_timeout(Some(config.response_timeout))
             .set_connection_timeout(Some(config.connect_timeout))

@@ -200,10 +200,21 @@ impl Error {
     /// database) is a configuration to fix, [`Error::Server`], not worth retrying as it is.
     pub(crate) fn from_connect(err: redis::RedisError) -> Error {
         if unreachable_for_now(&err) {
-            Error::Unavailable(err)
-        } else {
-            Error::Server(err)
+            return Error::Unavailable(err);
         }
+        if matches!(
+            err.kind(),
+            redis::ErrorKind::Parse | redis::ErrorKind::UnexpectedReturnType
+        ) {
+            // Typically a URL with the port of another service (HTTP, say): its first answer
+            // does not parse, which redis-rs reports in terms of bytes.
+            return Error::Server(redis::RedisError::from((
+                err.kind(),
+                "the server at this address does not speak the Redis protocol (RESP): check the URL's host and port",
+                err.to_string(),
+            )));
+        }
+        Error::Server(err)
     }
 
     /// Whether retrying the same call later may succeed (Redis down, out of memory, window full).
@@ -265,7 +276,9 @@ fn unreachable_for_now(err: &redis::RedisError) -> bool {
         || err.is_connection_refusal()
         || matches!(
             err.code(),
-            Some("LOADING" | "MASTERDOWN" | "TRYAGAIN" | "CLUSTERDOWN" | "READONLY")
+            // `BUSY`: another client's script or function is running past the busy threshold;
+            // Redis answers everyone else this way until it ends or is killed.
+            Some("LOADING" | "MASTERDOWN" | "TRYAGAIN" | "CLUSTERDOWN" | "READONLY" | "BUSY")
         )
 }
 

@@ -75,7 +75,7 @@ pub use replay_ring::CloseReason;
 pub use replay_ring_sse;
 pub use replay_ring_sse::StreamId;
 
-pub use backend::{RedisBackend, RedisConfig, RedisStats, DEFAULT_MAX_PAYLOAD_BYTES};
+pub use backend::{RedisBackend, RedisConfig, RedisStats, DEFAULT_MAX_PAYLOAD_BYTES, MIN_LEASE};
 pub use connection::SharedConnection;
 pub use error::Error;
 pub use producer::{LeaseKeeper, RedisProducer};

@@ -439,7 +439,9 @@ impl RedisStream {
 
     /// Deletes every key of this incarnation of the stream. Readers and resumes then get "stream
     /// lost". If the stream was already deleted, or created again (another epoch), nothing is
-    /// deleted: the newer incarnation is not this handle's to remove.
+    /// deleted: the newer incarnation is not this handle's to remove. A stream whose meta key
+    /// holds something other than a hash ([`Error::Corrupt`]) is deleted too: that is the way to
+    /// recover it.
     ///
     /// # Errors
     /// [`Error::Unavailable`].

@@ -84,6 +84,15 @@ async fn impossible_configurations_are_refused_up_front() {
         ..base()
     })
     .await;
+    // A lease of a few milliseconds lapses before the first append reaches Redis: every append
+    // would be refused as fenced.
+    let why = refused(RedisConfig {
+        lease: Duration::from_millis(99),
+        stream_ttl: Duration::ZERO,
+        ..base()
+    })
+    .await;
+    assert!(why.contains("lease must be at least 100 ms"), "{why}");
     // A zero response or connect timeout would fail requests at random, not fail fast.
     for config in [
         RedisConfig {
@@ -269,6 +278,15 @@ async fn garbage_epoch_reason_and_key_types_are_corrupt() {
         "resume on a string",
         stream.resume(Some(0)).await.map(|_| ()),
     );
+    // The way back from a corrupt stream is to delete it, whatever holds its place.
+    stream.delete().await.unwrap();
+    let exists: u64 = redis::cmd("EXISTS")
+        .arg(stream.key_names().to_vec())
+        .query(&mut server.raw())
+        .unwrap();
+    assert_eq!(exists, 0, "every key of the corrupt stream is deleted");
+    let again = backend.create(&sid("wrongtype"), 64).await.unwrap();
+    assert_eq!(again.state().await.unwrap().head, 0);
 
     let stream = with_events(&backend, "logtype", 0).await;
     let _: () = redis::cmd("SET")

@@ -74,10 +74,10 @@ struct DemoArgs {
     payload_bytes: u32,
 }
 
-/// The shortest `--lease-ms`: the producer renews every third of a lease, and a shorter lease
-/// lapses between two renewals on a busy machine, so replicas would take it from each other on
-/// almost every event.
-const MIN_LEASE_MS: u64 = 100;
+/// The shortest `--lease-ms`, the backend's [`MIN_LEASE`](replay_ring_redis::MIN_LEASE): the
+/// producer renews every third of a lease, and a shorter lease lapses between two renewals on a
+/// busy machine, so replicas would take it from each other on almost every event.
+const MIN_LEASE_MS: u64 = replay_ring_redis::MIN_LEASE.as_millis() as u64;
 
 /// The largest `--payload-bytes`: 16 MiB per event is far past any load test, and refused at
 /// startup rather than failing the producer's allocation later.
