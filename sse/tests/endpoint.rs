@@ -5,7 +5,7 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::{get as http_get, Stream};
@@ -352,6 +352,41 @@ async fn a_head_with_a_cursor_acknowledges_nothing() {
         .await;
     assert_eq!(reply.status, 200);
     assert_eq!(stream.ring().floor(), 9, "the GET acknowledges 1..=8");
+}
+
+/// A `HEAD` holds nothing. A connection's departure claims what came after its cursor for one
+/// window, so on a stream nobody follows, a client sending nothing but `HEAD`s with an old cursor
+/// would renew that claim on each visit: the window would fill and the stream end for everyone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_head_with_an_old_cursor_claims_nothing() {
+    let window = Duration::from_secs(30);
+    let (addr, stream, mut producer) = start(SseConfig {
+        retention: RetentionConfig {
+            resumption_window: window,
+            ..RetentionConfig::default()
+        },
+        ..SseConfig::default()
+    })
+    .await;
+    // The stream's creation claims everything for one window from before this instant.
+    let created_by = Instant::now();
+    for n in 1..=10u64 {
+        producer.send(format!("{{\"n\":{n}}}")).await.unwrap();
+    }
+    let head = common::head(addr, "/events", &[("Last-Event-ID", "events.abc.2")]).await;
+    assert_eq!(head.status, 200);
+    assert_eq!(head.header("replay-head"), Some("10"));
+    assert_eq!(stream.stats().streams_opened, 0, "a HEAD opens no stream");
+    // One window after the creation nothing is claimed any more: nobody connected, so every
+    // event may go. A claim from the HEAD would keep 3..=10 another window from its visit.
+    let floor = stream.with_retention(|r| {
+        r.release_expired(stream.ring(), created_by + window);
+        stream.ring().floor()
+    });
+    assert_eq!(
+        floor, 11,
+        "released through the head: the HEAD claimed nothing"
+    );
 }
 
 /// `EventSource` polyfills that cannot set headers send the cursor as `?lastEventId=`: it resumes

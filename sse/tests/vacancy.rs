@@ -123,7 +123,7 @@ fn visits_every_second_leave_a_window_of_events_not_a_full_ring() {
                 .unwrap_or_else(|_| panic!("full at {second} s: floor {}", ring.floor()));
             next += 1;
         }
-        // A visit that starts at the head and leaves at once (a HEAD request, a page reload).
+        // A visit that starts at the head and leaves at once (a page reload).
         let visit = retention.connect(ring.head()).unwrap();
         retention.disconnect(visit, now);
     }

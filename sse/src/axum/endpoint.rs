@@ -117,15 +117,14 @@ impl SseStream {
     /// assert_eq!(response.headers()["replay-head"], "0");
     /// ```
     pub fn respond(&self, headers: &HeaderMap) -> Response {
-        self.respond_acknowledging(headers, true)
+        self.respond_as(headers, Request::Get)
     }
 
-    /// [`respond`](Self::respond), acknowledging the cursor (with
-    /// [`SseConfig::acknowledge_on_resume`]) only if `acknowledge`.
-    fn respond_acknowledging(&self, headers: &HeaderMap, acknowledge: bool) -> Response {
+    /// [`respond`](Self::respond) to a `GET` or a `HEAD`.
+    fn respond_as(&self, headers: &HeaderMap, request: Request) -> Response {
         // Every backend future of the ring is ready on its first poll, so this completes in one.
         // Should that ever change, the client gets an explicit 503 and retries.
-        self.respond_to(headers, acknowledge)
+        self.respond_to(headers, request)
             .now_or_never()
             .unwrap_or_else(|| self.refuse(&unavailable(None)))
     }
@@ -321,13 +320,11 @@ impl<B: Backend<Payload = Bytes>> SseStream<B> {
     /// # });
     /// ```
     pub async fn respond_async(&self, headers: &HeaderMap) -> Response {
-        self.respond_to(headers, true).await
+        self.respond_to(headers, Request::Get).await
     }
 
-    /// [`respond_async`](Self::respond_async), acknowledging the cursor (with
-    /// [`SseConfig::acknowledge_on_resume`]) only if `acknowledge`: not for a `HEAD`, which must
-    /// change nothing.
-    async fn respond_to(&self, headers: &HeaderMap, acknowledge: bool) -> Response {
+    /// [`respond_async`](Self::respond_async) to a `GET` or a `HEAD`.
+    async fn respond_to(&self, headers: &HeaderMap, request: Request) -> Response {
         let shared = &self.shared;
         let values = headers.get_all(LAST_EVENT_ID_HEADER).iter();
         let cursor = match last_event_id(values.map(HeaderValue::as_bytes)) {
@@ -371,6 +368,24 @@ impl<B: Backend<Payload = Bytes>> SseStream<B> {
             Err(_) => return self.refuse(&unavailable(None)),
         };
         let start = tail.cursor() - 1;
+        if request == Request::Head {
+            // The status and headers a `GET` would get, and nothing else: no connection of the
+            // retention policy (its departure would claim everything after the cursor for another
+            // window, so a client sending nothing but `HEAD`s with an old cursor could hold a
+            // stream nobody follows until it filled and ended), no acknowledgement, no subscriber.
+            drop(tail);
+            return match shared.backend.window().await {
+                Ok(w) => {
+                    let state = StreamState {
+                        identity: shared.identity,
+                        floor: w.floor.min(start + 1),
+                        head: w.head,
+                    };
+                    to_axum(&HttpResponse::stream(&state), Body::empty())
+                }
+                Err(_) => self.refuse(&unavailable(None)),
+            };
+        }
         let conn = shared.retention().connect(start);
         let Some(conn) = conn else {
             // The table has max_readers entries, like the backend's reader table, so this only
@@ -391,7 +406,7 @@ impl<B: Backend<Payload = Bytes>> SseStream<B> {
             shared.config.retry,
         );
         let mut writer = Writer::new(shared.clone(), tail, conn, first.freeze());
-        if let Some(acked) = cursor.filter(|_| acknowledge && shared.config.acknowledge_on_resume) {
+        if let Some(acked) = cursor.filter(|_| shared.config.acknowledge_on_resume) {
             // A resume acknowledges everything up to its cursor (capped at the slowest other live
             // connection). A failed release is retried by later releases, which reach as far.
             // A backend that holds the write back does not hold the response back: the writer
@@ -508,8 +523,9 @@ fn with_query_cursor(mut headers: HeaderMap, query: Option<&str>) -> HeaderMap {
 /// An axum handler for a router whose state is (or contains, via `FromRef`) an [`SseStream`]:
 /// `.route("/events", get(events))`. Same as [`SseStream::respond`], with the cursor also taken
 /// from a [`LAST_EVENT_ID_QUERY`] query parameter (as `EventSource` polyfills send it). A `HEAD`
-/// (which axum routes to a `get` handler) is answered with the same status and headers, but never
-/// acknowledges its cursor ([`SseConfig::acknowledge_on_resume`]): a `HEAD` changes nothing.
+/// (which axum routes to a `get` handler) is answered with the same status and headers and
+/// changes nothing: it never acknowledges its cursor ([`SseConfig::acknowledge_on_resume`]), nor
+/// holds the window as a connection does ([`Retention`]), nor counts as a subscriber.
 ///
 /// # Cancel safety
 ///
@@ -531,7 +547,25 @@ pub async fn events(
     headers: HeaderMap,
 ) -> Response {
     let headers = with_query_cursor(headers, query.as_deref());
-    stream.respond_acknowledging(&headers, method != Method::HEAD)
+    stream.respond_as(&headers, Request::of(&method))
+}
+
+/// What the handlers answer: axum routes a `HEAD` to a `get` handler.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Request {
+    Get,
+    /// Answered with the status and headers of the `GET`, changing nothing.
+    Head,
+}
+
+impl Request {
+    fn of(method: &Method) -> Self {
+        if method == Method::HEAD {
+            Request::Head
+        } else {
+            Request::Get
+        }
+    }
 }
 
 /// The 503 for a backend that could not be reached.
@@ -572,7 +606,7 @@ pub async fn backend_events<B: Backend<Payload = Bytes>>(
     headers: HeaderMap,
 ) -> Response {
     let headers = with_query_cursor(headers, query.as_deref());
-    stream.respond_to(&headers, method != Method::HEAD).await
+    stream.respond_to(&headers, Request::of(&method)).await
 }
 
 fn to_axum(plan: &HttpResponse, body: Body) -> Response {
