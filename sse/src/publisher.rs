@@ -405,6 +405,9 @@ where
     /// what the retention policy allows, then waits for a release (or a finished read) or the next
     /// expiry. After the backpressure bound of continuous waiting it closes the stream with
     /// [`CloseReason::BackpressureTimeout`] (readers see every retained event, then that reason).
+    /// Each call spends a unit of the task's tokio cooperative budget and yields when it is used
+    /// up, so a loop that publishes as fast as the window allows still lets its worker run the
+    /// other tasks (a server's connections).
     ///
     /// ```
     /// use std::time::Duration;
@@ -447,6 +450,12 @@ where
     where
         F: FnOnce(u64) -> <P::Backend as Backend>::Payload + Send,
     {
+        // A window that always has room (nobody connected, everything releasable) completes
+        // every publish in its first poll: a producer looping on it would never give its tokio
+        // worker back, starving the connections and timers scheduled there. Spending the task's
+        // cooperative budget yields once it is used up; before the append, so a publish
+        // cancelled there has appended nothing.
+        tokio::task::coop::consume_budget().await;
         let mut make = make;
         loop {
             let Some(producer) = self.producer.as_mut() else {

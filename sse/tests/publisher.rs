@@ -2,7 +2,7 @@
 //! bound close explicitly. Virtual time (`start_paused`) drives the waits; one test uses the real
 //! clock for the bound.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -333,5 +333,33 @@ async fn a_write_reported_while_waiting_moves_the_wake_up() {
         t0.elapsed(),
         Duration::from_secs(5),
         "written at 1 s + a 4 s window"
+    );
+}
+
+/// A producer that publishes as fast as it can into a window that always has room still lets the
+/// other tasks of its runtime run: every publish spends tokio's cooperative budget, and the task
+/// yields once that is used up. Before, such a loop held its worker until it stopped, and a
+/// server's connections and timers on that worker waited for it.
+#[tokio::test(flavor = "current_thread")]
+async fn an_unthrottled_publisher_lets_other_tasks_run() {
+    const N: u64 = 10_000;
+    let (producer, _ring) = ReplayRing::<Bytes>::new(16_384, 1).unwrap();
+    let mut publisher = Publisher::new(producer, RetentionConfig::default());
+    let published = Arc::new(AtomicU64::new(0));
+    let other = {
+        let published = published.clone();
+        tokio::spawn(async move { published.load(Ordering::Relaxed) })
+    };
+    for _ in 0..N {
+        publisher
+            .publish_with(|_| Bytes::from_static(b"x"))
+            .await
+            .unwrap();
+        published.fetch_add(1, Ordering::Relaxed);
+    }
+    let ran_after = other.await.unwrap();
+    assert!(
+        ran_after < N,
+        "the other task ran only once all {N} publishes were done"
     );
 }
