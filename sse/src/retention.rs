@@ -797,7 +797,7 @@ impl Retention {
         self.cut_slow_consumers_in(window, now);
         if self.creation_claim_until_full && !self.ever_connected && window.is_full() {
             // Only the creation's claim can be live: nobody has left yet.
-            self.claims = Claims::none(self.config.resumption_window);
+            self.claims.clear();
         }
         self.checkpoints.flush_pending(now);
         match self.live_min() {

@@ -108,6 +108,27 @@ fn hot_path_does_not_allocate() {
     );
 }
 
+/// A stream nobody connected to whose window filled ends its creation's claim
+/// ([`Retention::with_creation_claim_until_full`]) in place: the release that ends it allocates
+/// nothing either.
+#[test]
+fn ending_the_creation_claim_does_not_allocate() {
+    let (mut producer, ring) = ReplayRing::<u64>::new(64, 1).unwrap();
+    let mut retention =
+        Retention::new(RetentionConfig::default(), 1).with_creation_claim_until_full();
+    let now = Instant::now();
+    assert_eq!(retention.release_expired(&ring, now), None, "claimed");
+    for i in 0..64 {
+        producer.try_push(i).unwrap();
+    }
+    let before = allocations();
+    MEASURING.with(|m| m.set(true));
+    let released = retention.release_expired(&ring, now);
+    MEASURING.with(|m| m.set(false));
+    assert_eq!(allocations() - before, 0, "allocations ending the claim");
+    assert_eq!(released, Some(65), "nothing is claimed any more");
+}
+
 /// Publishing through the [`Publisher`] and reading through the backend [`Tail`] into a reused
 /// buffer allocate nothing per event either (the payload is a static `Bytes`; cloning one out of
 /// the ring bumps a reference count).

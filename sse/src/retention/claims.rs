@@ -42,11 +42,16 @@ impl Claims {
 
     /// No claim at all: what the creation's claim becomes when a full window ends it before any
     /// client connected (`Retention::with_creation_claim_until_full`).
+    #[cfg(test)]
     pub(super) fn none(window: Duration) -> Self {
-        Claims {
-            window,
-            entries: VecDeque::with_capacity(SLOTS),
-        }
+        let mut claims = Claims::new(window, Instant::now());
+        claims.clear();
+        claims
+    }
+
+    /// Drops every claim, keeping the allocation (it is made once, at construction).
+    pub(super) fn clear(&mut self) {
+        self.entries.clear();
     }
 
     /// A connection written through `through` left at `now`.
