@@ -203,8 +203,21 @@ impl RedisEventLog {
         }))
     }
 
-    /// Whether a producer still holds `stream`'s lease (its replica is alive).
-    pub(crate) async fn has_producer(&self, stream: &RedisStream) -> Result<bool, RedisError> {
+    /// Whether `stream`'s producer is gone: no replica held its lease over a whole renewal
+    /// interval. A live producer's lease can be missing for a moment: one that lapsed while Redis
+    /// did not answer is taken back by its replica's next maintenance (every third of the
+    /// lease), so a missing lease is looked at again after that interval and two commands' time.
+    pub(crate) async fn producer_gone(&self, stream: &RedisStream) -> Result<bool, RedisError> {
+        if self.has_producer(stream).await? {
+            return Ok(false);
+        }
+        let config = self.backend.config();
+        tokio::time::sleep(config.lease / 3 + 2 * config.response_timeout).await;
+        Ok(!self.has_producer(stream).await?)
+    }
+
+    /// Whether a producer holds `stream`'s lease right now.
+    async fn has_producer(&self, stream: &RedisStream) -> Result<bool, RedisError> {
         let [.., lease] = stream.key_names();
         let mut conn = self.backend.connection();
         conn.exists(lease).await.map_err(RedisError::Unavailable)
@@ -330,9 +343,30 @@ impl LogWriter {
     }
 
     /// Keeps the lease of an idle producer (the store's maintenance renews every open stream).
-    pub(crate) async fn renew(&self) {
-        if let Some(p) = &self.producer {
-            let _ = p.renew().await;
+    ///
+    /// A lease that lapsed while Redis did not answer (a stall or a restart longer than the lease)
+    /// is taken again, as `append` does, when nobody else holds it and Redis has every event
+    /// this writer appended. Otherwise the stream would stay without a lease until its next
+    /// event, and the other replicas, which read a missing lease as this replica gone, would
+    /// answer its resumes 410 while it still runs.
+    pub(crate) async fn renew(&mut self) {
+        let Some(p) = &self.producer else {
+            return;
+        };
+        if !matches!(p.renew().await, Err(RedisError::Fenced { holder: None })) || p.has_pending() {
+            // Renewed, held by another producer, or Redis unreachable (the next pass tries
+            // again); with an append of unknown outcome pending, `append` takes it back.
+            return;
+        }
+        let next = p.next_id();
+        match self.stream.acquire_producer().await {
+            Ok(again) if again.next_id() == next => self.producer = Some(again),
+            // Redis lost events this writer appended: the next append reports it and ends the
+            // stream; the lease taken here goes back at once.
+            Ok(again) => {
+                let _ = again.release_lease().await;
+            }
+            Err(_) => {}
         }
     }
 

@@ -14,7 +14,9 @@ use http::{HeaderValue, Response, StatusCode};
 use http_body_util::{BodyExt, StreamBody};
 use parking_lot::Mutex;
 use replay_ring::CloseReason;
-use replay_ring_redis::{Error as RedisError, ReadItem, RedisReader, RedisStream};
+use replay_ring_redis::{
+    Error as RedisError, ReadItem, RedisReader, RedisStream, RedisStreamState,
+};
 use replay_ring_sse::{
     decide, EventId, Frame, ResumeDecision, StreamIdentity, StreamState, EVENT_STREAM_CONTENT_TYPE,
 };
@@ -102,7 +104,8 @@ impl RingEventStore {
     /// [`with_redis`](Self::with_redis) inside a tokio runtime runs it on its own, every third of
     /// `RedisConfig::lease`): renews the
     /// producer lease of every open stream (so other replicas know its producer is alive; a
-    /// lapsed lease is taken again by the next event) and releases in Redis what the rings
+    /// lease that lapsed while Redis did not answer is taken again, when nobody else took it and
+    /// Redis kept every event) and releases in Redis what the rings
     /// released. Returns how many streams it looked at. Without an event log it does nothing.
     ///
     /// # Cancel safety
@@ -185,9 +188,14 @@ impl RingEventStore {
         if id.seq >= state.head {
             let ended = match &state.closed {
                 Some(reason) => Some(reason.clone()),
-                None => match log.has_producer(&stream).await {
-                    Ok(true) => None,
-                    Ok(false) => Some(producer_gone()),
+                None => match log.producer_gone(&stream).await {
+                    Ok(false) => None,
+                    // It may have closed while the lease was looked at again.
+                    Ok(true) => match stream.state().await {
+                        Ok(now) => Some(now.closed.unwrap_or_else(producer_gone)),
+                        Err(e) if e.is_stream_lost() => return None,
+                        Err(e) => return unavailable(e),
+                    },
                     Err(e) => return unavailable(e),
                 },
             };
@@ -389,15 +397,16 @@ impl RemoteConnection {
 
     /// After an idle period: `Some` when the producer is gone without closing the stream.
     async fn producer_state(&self) -> Option<CloseReason> {
-        let state = self.stream.state().await.ok()?;
-        if state.closed.is_some() || state.head > self.reader.last_id() {
-            // The reader sees the close or the new events on its next read.
+        // The reader sees a close or new events on its next read.
+        let moved =
+            |state: RedisStreamState| state.closed.is_some() || state.head > self.reader.last_id();
+        if moved(self.stream.state().await.ok()?)
+            || !self.log.producer_gone(&self.stream).await.ok()?
+        {
             return None;
         }
-        match self.log.has_producer(&self.stream).await {
-            Ok(false) => Some(producer_gone()),
-            _ => None,
-        }
+        // It may have closed, or taken the lease back and appended, while it was looked at again.
+        (!moved(self.stream.state().await.ok()?)).then(producer_gone)
     }
 
     fn encode(&self, buf: &mut BytesMut, seq: u64, payload: &[u8]) -> Result<(), String> {

@@ -548,6 +548,50 @@ async fn a_stream_whose_replica_is_gone_ends_explicitly_on_the_replica_serving_i
     assert!(b.remote_resume(Some("sess-2"), b"s1.a.1").await.is_none());
 }
 
+/// A Redis stall longer than the lease lets the lease of an idle stream lapse. Its replica takes
+/// it back at its next maintenance, and another replica, which reads a lease missing for a whole
+/// renewal interval as the replica gone, looks again after that interval: a resume of the running
+/// stream right after the stall is not answered 410.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_streams_lease_that_lapsed_in_a_redis_stall_is_taken_back() {
+    const LEASE: Duration = Duration::from_millis(1000);
+    let server = RedisServer::start();
+    let config = RedisConfig {
+        lease: LEASE,
+        // B looks at a missing lease again after a third of the lease and two of these.
+        response_timeout: Duration::from_secs(2),
+        ..quick_config()
+    };
+    let a = store_with(&server, Epoch::new(0xa), config.clone()).await;
+    let b = store_with(&server, Epoch::new(0xb), config).await;
+    for p in 1..=2 {
+        a.store_event("sess-1:common", &progress(p)).await.unwrap();
+    }
+    let leases = || -> Vec<String> {
+        redis::cmd("KEYS")
+            .arg("*:lease")
+            .query(&mut server.raw())
+            .unwrap()
+    };
+    assert_eq!(leases().len(), 1, "A holds the stream's lease");
+    // Redis stops answering for longer than the lease: its clock lets the lease expire.
+    server.freeze();
+    tokio::time::sleep(LEASE + LEASE / 2).await;
+    server.thaw();
+    // B resumes the stream at its head at once: a running stream, not one whose replica is gone.
+    let resumed = b.remote_resume(Some("sess-1"), b"s1.a.2").await.unwrap();
+    assert_eq!(resumed.status(), StatusCode::OK);
+    // A's maintenance took the lease back without a new event ...
+    assert_eq!(leases().len(), 1, "the lapsed lease was taken back");
+    // ... and A's next event continues the same log: the priming event, then the new event.
+    a.store_event("sess-1:common", &progress(3)).await.unwrap();
+    let mut body = Body::new(resumed.into_body());
+    let next = events_from(&mut body, 2).await;
+    assert_eq!(next[0].id.as_deref(), Some("s1.a.2"), "{next:?}");
+    assert_eq!(next[1].id.as_deref(), Some("s1.a.3"), "{next:?}");
+    assert_eq!(progress_in(&next[1]), Some(3), "{next:?}");
+}
+
 #[tokio::test]
 async fn redis_refusing_an_event_out_of_memory_ends_the_stream_explicitly() {
     let server = RedisServer::start_with(&["--maxmemory", "4mb"]);
