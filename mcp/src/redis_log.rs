@@ -381,6 +381,16 @@ impl LogWriter {
         }
     }
 
+    /// After a failed append and the [`close`](Self::close) that followed it: the close resends an
+    /// append whose reply was lost, so Redis may hold events this writer could not confirm.
+    /// Those through `seq` (the ring holds them) become durable here too, so that this replica's
+    /// connections send what the other replicas replay from Redis, and both agree on the head.
+    pub(crate) async fn confirm_stored(&self, seq: u64) {
+        if let Ok(state) = self.stream.state().await {
+            self.gate.advance(state.head.min(seq));
+        }
+    }
+
     /// Refuses every later event: connections end with `reason` after the last durable id.
     pub(crate) fn fail(&mut self, reason: &str) {
         self.gate.fail(reason);

@@ -926,12 +926,16 @@ impl RingEventStore {
                     // the stream ends here, explicitly, after the last durable event.
                     if let Err(e) = log.append(seq, event, entry.ring.floor()).await {
                         counters.event_log_failures.inc();
-                        log.fail(&e);
-                        let _ = publisher.close(CloseReason::error(e.clone())).await;
                         // Readers on other replicas end too: with the reason if Redis still takes
                         // the close (a refusal such as OOM), else when the lease lapses (the
                         // producer is dropped either way, so nothing renews it).
-                        let _ = log.close(CloseReason::error(e.clone())).await;
+                        if log.close(CloseReason::error(e.clone())).await.is_ok() {
+                            // The close resent an append whose reply was lost (Redis slower
+                            // than the response timeout): what it stored is sent here too.
+                            log.confirm_stored(seq).await;
+                        }
+                        log.fail(&e);
+                        let _ = publisher.close(CloseReason::error(e.clone())).await;
                         entry.mark_closed();
                         return Err(EventStoreError::from(format!(
                             "stream {} closed: {e}",

@@ -13,7 +13,7 @@ use axum::Router;
 use futures::StreamExt;
 use http::{Response, StatusCode};
 use http_body_util::BodyExt;
-use replay_ring_mcp::{RedisEventLog, RingEventStore, StoreConfig};
+use replay_ring_mcp::{refusal_status, RedisEventLog, RingEventStore, StoreConfig};
 use replay_ring_mcp_demo::store_app;
 use replay_ring_redis::{ReadItem, RedisConfig};
 use replay_ring_sse::{Epoch, StreamId};
@@ -590,6 +590,55 @@ async fn an_idle_streams_lease_that_lapsed_in_a_redis_stall_is_taken_back() {
     assert_eq!(next[0].id.as_deref(), Some("s1.a.2"), "{next:?}");
     assert_eq!(next[1].id.as_deref(), Some("s1.a.3"), "{next:?}");
     assert_eq!(progress_in(&next[1]), Some(3), "{next:?}");
+}
+
+/// Redis slower than the response timeout: an append's reply is lost and the stream ends, but
+/// the close that follows resends the append, and Redis stores it. The replica that produced it
+/// then counts that event as sent too, so both replicas answer a resume at it alike (before, the
+/// producing replica said the cursor was ahead of its head, 409, and the other replayed it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_the_close_stored_after_its_reply_was_lost_is_the_head_on_every_replica() {
+    let server = RedisServer::start();
+    let config = RedisConfig {
+        response_timeout: Duration::from_millis(600),
+        ..quick_config()
+    };
+    let a = store_with(&server, Epoch::new(0xa), config.clone()).await;
+    let b = store_with(&server, Epoch::new(0xb), config).await;
+    for p in 1..=2 {
+        a.store_event("sess-1:common", &progress(p)).await.unwrap();
+    }
+    // Redis holds every write for 1 s (from this reply on): the append of event 3 times out at
+    // 600 ms, and the close's resend, sent then, is stored once the pause ends.
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(1000)
+        .arg("WRITE")
+        .query(&mut server.raw())
+        .unwrap();
+    let failed = a.store_event("sess-1:common", &progress(3)).await;
+    assert!(failed.is_err(), "the append's reply was lost: {failed:?}");
+    let head: String = redis::cmd("KEYS")
+        .arg("*:meta")
+        .query::<Vec<String>>(&mut server.raw())
+        .unwrap()
+        .into_iter()
+        .map(|meta| {
+            redis::cmd("HGET")
+                .arg(meta)
+                .arg("head")
+                .query::<String>(&mut server.raw())
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(head, "3", "the close stored event 3");
+    // At the head of the ended stream, on either replica: 410, the stream ended.
+    match a.check_resume(Some("sess-1"), b"s1.a.3") {
+        Ok(state) => panic!("A resumes an ended stream at its head: {state:?}"),
+        Err(refusal) => assert_eq!(refusal_status(&refusal), StatusCode::GONE, "{refusal:?}"),
+    }
+    let on_b = b.remote_resume(Some("sess-1"), b"s1.a.3").await.unwrap();
+    assert_eq!(on_b.status(), StatusCode::GONE);
 }
 
 #[tokio::test]
