@@ -376,6 +376,8 @@ async fn a_head_with_an_old_cursor_claims_nothing() {
     let head = common::head(addr, "/events", &[("Last-Event-ID", "events.abc.2")]).await;
     assert_eq!(head.status, 200);
     assert_eq!(head.header("replay-head"), Some("10"));
+    // As the `GET`'s: a stream has no length.
+    assert_eq!(head.header("content-length"), None);
     assert_eq!(stream.stats().streams_opened, 0, "a HEAD opens no stream");
     // One window after the creation nothing is claimed any more: nobody connected, so every
     // event may go. A claim from the HEAD would keep 3..=10 another window from its visit.

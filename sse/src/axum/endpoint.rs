@@ -373,6 +373,8 @@ impl<B: Backend<Payload = Bytes>> SseStream<B> {
             // retention policy (its departure would claim everything after the cursor for another
             // window, so a client sending nothing but `HEAD`s with an old cursor could hold a
             // stream nobody follows until it filled and ended), no acknowledgement, no subscriber.
+            // Taking no entry of the connection table, it is not refused when a cut connection
+            // still holds the last one, as a `GET` is.
             drop(tail);
             return match shared.backend.window().await {
                 Ok(w) => {
@@ -381,7 +383,10 @@ impl<B: Backend<Payload = Bytes>> SseStream<B> {
                         floor: w.floor.min(start + 1),
                         head: w.head,
                     };
-                    to_axum(&HttpResponse::stream(&state), Body::empty())
+                    // A body of unknown length, as the `GET`'s: an empty body of known size
+                    // would add `Content-Length: 0`, which a `HEAD` must not claim for a stream.
+                    let none = futures_util::stream::empty::<Result<Bytes, Infallible>>();
+                    to_axum(&HttpResponse::stream(&state), Body::from_stream(none))
                 }
                 Err(_) => self.refuse(&unavailable(None)),
             };
