@@ -16,10 +16,13 @@
 //! gone (expired, flushed, lost in a failover) is never created again under the same name, and a
 //! cursor naming it is answered `404 stream_lost`.
 
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 use redis::AsyncCommands;
 use replay_ring::CloseReason;
 use replay_ring_redis::{
-    Error as RedisError, RedisBackend, RedisConfig, RedisProducer, RedisStream,
+    Error as RedisError, LeaseKeeper, RedisBackend, RedisConfig, RedisProducer, RedisStream,
 };
 use replay_ring_sse::{Epoch, StreamId};
 use rmcp::model::RequestId;
@@ -248,6 +251,26 @@ pub(crate) fn encode(event: &ServerSseMessage) -> Vec<u8> {
         .into_bytes()
 }
 
+/// A stream's lease, renewable without its writer: the writer keeps the keeper of the lease it
+/// holds here, and the store's maintenance renews through it while the writer is busy (a push
+/// waiting for room holds the writer for up to the backpressure bound, longer than a lease).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Lease(Arc<Mutex<Option<LeaseKeeper>>>);
+
+impl Lease {
+    fn hold(&self, producer: Option<&RedisProducer>) {
+        *self.0.lock() = producer.map(RedisProducer::lease_keeper);
+    }
+
+    /// Renews the lease if the writer still holds one (failures: the next renewal tries again).
+    pub(crate) async fn renew(&self) {
+        let keeper = self.0.lock().clone();
+        if let Some(keeper) = keeper {
+            let _ = keeper.renew().await;
+        }
+    }
+}
+
 /// The Redis side of one stream, owned by the stream's writer.
 pub(crate) struct LogWriter {
     log: RedisEventLog,
@@ -256,6 +279,9 @@ pub(crate) struct LogWriter {
     /// Everything up to here was released in Redis too.
     released: u64,
     gate: Gate,
+    lease: Lease,
+    /// The last append failed with its reply lost: Redis may hold it, or store it on a resend.
+    reply_lost: bool,
 }
 
 impl LogWriter {
@@ -264,13 +290,17 @@ impl LogWriter {
         stream: RedisStream,
         producer: RedisProducer,
         gate: Gate,
+        lease: Lease,
     ) -> Self {
+        lease.hold(Some(&producer));
         LogWriter {
             log,
             stream,
             producer: Some(producer),
             released: 0,
             gate,
+            lease,
+            reply_lost: false,
         }
     }
 
@@ -307,6 +337,7 @@ impl LogWriter {
                 let again = self.stream.acquire_producer().await;
                 match again {
                     Ok(p) if p.next_id() == seq => {
+                        self.lease.hold(Some(&p));
                         let p = self.producer.insert(p);
                         p.append(&payload).await
                     }
@@ -325,7 +356,10 @@ impl LogWriter {
                 Ok(())
             }
             Ok(id) => Err(format!("{EVENT_LOG}: stored as id {id}, expected {seq}")),
-            Err(e) => Err(format!("{EVENT_LOG}: {e}")),
+            Err(e) => {
+                self.reply_lost = matches!(e, RedisError::Unknown { .. });
+                Err(format!("{EVENT_LOG}: {e}"))
+            }
         }
     }
 
@@ -360,7 +394,10 @@ impl LogWriter {
         }
         let next = p.next_id();
         match self.stream.acquire_producer().await {
-            Ok(again) if again.next_id() == next => self.producer = Some(again),
+            Ok(again) if again.next_id() == next => {
+                self.lease.hold(Some(&again));
+                self.producer = Some(again);
+            }
             // Redis lost events this writer appended: the next append reports it and ends the
             // stream; the lease taken here goes back at once.
             Ok(again) => {
@@ -372,6 +409,7 @@ impl LogWriter {
 
     /// Ends the Redis stream with `reason` (remote readers get everything, then the reason).
     pub(crate) async fn close(&mut self, reason: CloseReason) -> Result<(), String> {
+        self.lease.hold(None);
         match self.producer.take() {
             Some(p) => p
                 .close(reason)
@@ -381,11 +419,15 @@ impl LogWriter {
         }
     }
 
-    /// After a failed append and the [`close`](Self::close) that followed it: the close resends an
-    /// append whose reply was lost, so Redis may hold events this writer could not confirm.
-    /// Those through `seq` (the ring holds them) become durable here too, so that this replica's
-    /// connections send what the other replicas replay from Redis, and both agree on the head.
+    /// After an append of `seq` failed and the [`close`](Self::close) that followed it: when the
+    /// append's reply was lost, Redis may hold it (the append ran, or the close resent it), with
+    /// the ring's payload under the ring's id. What it holds through `seq` becomes durable here
+    /// too, so that this replica's connections send what the other replicas replay from Redis,
+    /// and both end the stream at the same id. After any other failure nothing is confirmed.
     pub(crate) async fn confirm_stored(&self, seq: u64) {
+        if !self.reply_lost {
+            return;
+        }
         if let Ok(state) = self.stream.state().await {
             self.gate.advance(state.head.min(seq));
         }

@@ -116,8 +116,10 @@ impl RingEventStore {
         }
         let entries = self.entries();
         for entry in &entries {
-            // A writer that is busy is storing an event, which renews the lease anyway.
+            // A busy writer may be waiting for room for up to the backpressure bound, longer
+            // than a lease: its lease is renewed without it.
             let Ok(mut writer) = entry.writer.try_lock() else {
+                entry.lease.renew().await;
                 continue;
             };
             if let Some(log) = writer.log.as_mut() {
@@ -190,9 +192,11 @@ impl RingEventStore {
                 Some(reason) => Some(reason.clone()),
                 None => match log.producer_gone(&stream).await {
                     Ok(false) => None,
-                    // It may have closed while the lease was looked at again.
+                    // It may have closed, or appended, while the lease was looked at again.
                     Ok(true) => match stream.state().await {
-                        Ok(now) => Some(now.closed.unwrap_or_else(producer_gone)),
+                        Ok(now) if now.closed.is_some() => now.closed,
+                        Ok(now) if now.head > id.seq => None,
+                        Ok(_) => Some(producer_gone()),
                         Err(e) if e.is_stream_lost() => return None,
                         Err(e) => return unavailable(e),
                     },

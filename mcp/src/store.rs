@@ -29,7 +29,7 @@ use rmcp::transport::streamable_http_server::session::{
 use crate::config::StoreConfig;
 use crate::metrics::{Counters, StoreMetrics};
 #[cfg(feature = "redis")]
-use crate::redis_log::{LogWriter, RedisEventLog};
+use crate::redis_log::{Lease, LogWriter, RedisEventLog};
 use crate::refusal::{RefusalReason, ResumeRefusal};
 use crate::registry::Streams;
 #[cfg(feature = "redis")]
@@ -312,8 +312,17 @@ impl RingEventStore {
             log.set_owner(&stream, session, None).await?;
         }
         let gate = Gate::new();
-        writer.log = Some(LogWriter::new(log, stream, producer, gate.clone()));
-        Ok(Arc::new(entry.with_writer(writer, Some(gate))))
+        let lease = Lease::default();
+        writer.log = Some(LogWriter::new(
+            log,
+            stream,
+            producer,
+            gate.clone(),
+            lease.clone(),
+        ));
+        let mut entry = entry.with_writer(writer, Some(gate));
+        entry.lease = lease;
+        Ok(Arc::new(entry))
     }
 
     /// Deletes the Redis stream (and session owner key) of a stream that lost a creation race:
@@ -929,11 +938,11 @@ impl RingEventStore {
                         // Readers on other replicas end too: with the reason if Redis still takes
                         // the close (a refusal such as OOM), else when the lease lapses (the
                         // producer is dropped either way, so nothing renews it).
-                        if log.close(CloseReason::error(e.clone())).await.is_ok() {
-                            // The close resent an append whose reply was lost (Redis slower
-                            // than the response timeout): what it stored is sent here too.
-                            log.confirm_stored(seq).await;
-                        }
+                        let _ = log.close(CloseReason::error(e.clone())).await;
+                        // An append whose reply was lost (Redis slower than the response
+                        // timeout) may be in Redis, from the append or the close's resend: what
+                        // Redis holds of it is sent here too, as other replicas replay it.
+                        log.confirm_stored(seq).await;
                         log.fail(&e);
                         let _ = publisher.close(CloseReason::error(e.clone())).await;
                         entry.mark_closed();

@@ -22,6 +22,9 @@ pub(crate) struct StreamEntry {
     pub(crate) writer: tokio::sync::Mutex<Writer>,
     /// The durable mark when the events also go to an external log (connections wait for it).
     pub(crate) gate: Option<Gate>,
+    /// The Redis producer lease, renewable while the writer is busy.
+    #[cfg(feature = "redis")]
+    pub(crate) lease: crate::redis_log::Lease,
     /// The publisher's retention policy, which the stream's connections report to.
     pub(crate) retention: SharedRetention,
     /// The session this stream belongs to (known at creation for the GET stream, at the POST for
@@ -70,6 +73,8 @@ impl EntryParts {
             retention: self.retention,
             writer: tokio::sync::Mutex::new(writer),
             gate,
+            #[cfg(feature = "redis")]
+            lease: Default::default(),
             session: Mutex::new(self.session),
             request: Mutex::new(None),
             closed_at: Mutex::new(None),

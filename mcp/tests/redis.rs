@@ -16,7 +16,7 @@ use http_body_util::BodyExt;
 use replay_ring_mcp::{refusal_status, RedisEventLog, RingEventStore, StoreConfig};
 use replay_ring_mcp_demo::store_app;
 use replay_ring_redis::{ReadItem, RedisConfig};
-use replay_ring_sse::{Epoch, StreamId};
+use replay_ring_sse::{Epoch, RetentionConfig, StreamId};
 use rmcp::model::ServerJsonRpcMessage;
 use rmcp::transport::streamable_http_server::session::{EventStore, ServerSseMessage};
 use serde_json::{json, Value};
@@ -594,13 +594,13 @@ async fn an_idle_streams_lease_that_lapsed_in_a_redis_stall_is_taken_back() {
 
 /// Redis slower than the response timeout: an append's reply is lost and the stream ends, but
 /// the close that follows resends the append, and Redis stores it. The replica that produced it
-/// then counts that event as sent too, so both replicas answer a resume at it alike (before, the
-/// producing replica said the cursor was ahead of its head, 409, and the other replayed it).
+/// counts that event as sent too, so both replicas answer a resume at it alike: the stream ended
+/// there (not, on one of them, a cursor ahead of the head).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_event_the_close_stored_after_its_reply_was_lost_is_the_head_on_every_replica() {
     let server = RedisServer::start();
     let config = RedisConfig {
-        response_timeout: Duration::from_millis(600),
+        response_timeout: Duration::from_millis(1000),
         ..quick_config()
     };
     let a = store_with(&server, Epoch::new(0xa), config.clone()).await;
@@ -608,11 +608,11 @@ async fn an_event_the_close_stored_after_its_reply_was_lost_is_the_head_on_every
     for p in 1..=2 {
         a.store_event("sess-1:common", &progress(p)).await.unwrap();
     }
-    // Redis holds every write for 1 s (from this reply on): the append of event 3 times out at
-    // 600 ms, and the close's resend, sent then, is stored once the pause ends.
+    // Redis holds every write for 1.8 s (from this reply on): the append of event 3 times out
+    // after 1 s, and the close's resend, sent then, is stored once the pause ends.
     let _: () = redis::cmd("CLIENT")
         .arg("PAUSE")
-        .arg(1000)
+        .arg(1800)
         .arg("WRITE")
         .query(&mut server.raw())
         .unwrap();
@@ -639,6 +639,56 @@ async fn an_event_the_close_stored_after_its_reply_was_lost_is_the_head_on_every
     }
     let on_b = b.remote_resume(Some("sess-1"), b"s1.a.3").await.unwrap();
     assert_eq!(on_b.status(), StatusCode::GONE);
+}
+
+/// A push waiting for room holds its stream's writer for up to the backpressure bound, longer
+/// than a lease here: the lease is renewed all the same, so other replicas do not read the stream
+/// as gone while it waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_waiting_for_room_longer_than_a_lease_keeps_its_lease() {
+    const LEASE: Duration = Duration::from_millis(1000);
+    let server = RedisServer::start();
+    let config = RedisConfig {
+        lease: LEASE,
+        ..quick_config()
+    };
+    let log = RedisEventLog::connect(&server.url(), config).await.unwrap();
+    let store_config = StoreConfig {
+        capacity: 4,
+        retention: RetentionConfig {
+            resumption_window: Duration::from_secs(30),
+            backpressure_timeout: 3 * LEASE,
+        },
+        ..StoreConfig::default()
+    };
+    let a = RingEventStore::with_redis_epoch(store_config, log, Epoch::new(0xa));
+    for p in 1..=4 {
+        a.store_event("req-a", &progress(p)).await.unwrap();
+    }
+    // Nobody reads: the fifth event waits for room until the bound.
+    let waiting = {
+        let a = a.clone();
+        tokio::spawn(async move { a.store_event("req-a", &progress(5)).await })
+    };
+    let leases = || -> usize {
+        redis::cmd("KEYS")
+            .arg("*:lease")
+            .query::<Vec<String>>(&mut server.raw())
+            .unwrap()
+            .len()
+    };
+    // Looked at every tenth of a lease for two and a half leases.
+    let until = tokio::time::Instant::now() + LEASE * 5 / 2;
+    while tokio::time::Instant::now() < until {
+        assert_eq!(leases(), 1, "the lease lapsed while the push waited");
+        tokio::time::sleep(LEASE / 10).await;
+    }
+    assert!(
+        !waiting.is_finished(),
+        "the push waits for room until the bound"
+    );
+    let ended = waiting.await.unwrap().unwrap_err();
+    assert!(ended.to_string().contains("backpressure"), "{ended}");
 }
 
 #[tokio::test]

@@ -567,6 +567,17 @@ pub struct LeaseKeeper {
 }
 
 impl LeaseKeeper {
+    /// Renews the lease once, if its producer still holds it.
+    ///
+    /// # Errors
+    /// As [`RedisProducer::renew`]: [`Error::Fenced`] if the lease was lost or handed over.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: idempotent.
+    pub async fn renew(&self) -> Result<(), Error> {
+        renew(&self.stream, &self.token).await
+    }
+
     /// Renews the lease every third of [`RedisConfig::lease`](crate::RedisConfig::lease) until it
     /// is gone, and returns why: [`Error::Fenced`] once the producer closed the stream, gave the
     /// lease up or lost it; [`Error::NotFound`] / [`Error::EpochChanged`] / [`Error::Corrupt`] for
