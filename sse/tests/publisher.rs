@@ -338,8 +338,8 @@ async fn a_write_reported_while_waiting_moves_the_wake_up() {
 
 /// A producer that publishes as fast as it can into a window that always has room still lets the
 /// other tasks of its runtime run: every publish spends tokio's cooperative budget, and the task
-/// yields once that is used up. Before, such a loop held its worker until it stopped, and a
-/// server's connections and timers on that worker waited for it.
+/// yields once that is used up, so a server's connections and timers on the same worker are
+/// not held up until the loop stops.
 #[tokio::test(flavor = "current_thread")]
 async fn an_unthrottled_publisher_lets_other_tasks_run() {
     const N: u64 = 10_000;
