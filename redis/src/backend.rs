@@ -33,9 +33,8 @@ pub struct RedisConfig {
     pub key_prefix: String,
     /// An abandoned stream expires this long after its last append, release, renewal or close
     /// (`PEXPIRE`, refreshed by each). Expiry is "stream lost": resumes are then refused with 404.
-    /// `Duration::ZERO` disables expiry (a non-zero ttl below a millisecond is one millisecond);
-    /// otherwise it must be at least `lease`, so that a stream never expires while its producer
-    /// holds the lease. A stream keeps the ttl of the replica that created it; a lease holder
+    /// `Duration::ZERO` disables expiry; otherwise it must be at least `lease`, so that a stream
+    /// never expires while its producer holds the lease. A stream keeps the ttl of the replica that created it; a lease holder
     /// configured with a longer lease than that ttl keeps it alive all the same (a grant, an
     /// append and a renewal set the expiry to at least the lease, and a release or a close never
     /// shortens it). `stream_ttl`, `lease` and `block` must each be below 2^53 milliseconds
@@ -389,7 +388,8 @@ impl RedisBackend {
         }
         let keys = Keys::new(&self.shared.config.key_prefix, id);
         let epoch = Epoch::generate();
-        // A non-zero ttl below a millisecond is one millisecond, not zero (which means none).
+        // Never a non-zero ttl rounded down to 0, which means none (`check` refuses a ttl under
+        // `MIN_LEASE` anyway).
         let ttl = self.shared.config.stream_ttl;
         let ttl = if ttl.is_zero() {
             0
