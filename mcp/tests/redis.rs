@@ -548,6 +548,28 @@ async fn a_stream_whose_replica_is_gone_ends_explicitly_on_the_replica_serving_i
     assert!(b.remote_resume(Some("sess-2"), b"s1.a.1").await.is_none());
 }
 
+/// Replicas A and B on `server`, and A's session `sess-1` GET stream holding events 1 and 2.
+async fn two_replicas_after_two_events(
+    server: &RedisServer,
+    config: RedisConfig,
+) -> (RingEventStore, RingEventStore) {
+    let a = store_with(server, Epoch::new(0xa), config.clone()).await;
+    let b = store_with(server, Epoch::new(0xb), config).await;
+    for p in 1..=2 {
+        a.store_event("sess-1:common", &progress(p)).await.unwrap();
+    }
+    (a, b)
+}
+
+/// How many producer leases Redis holds.
+fn leases(server: &RedisServer) -> usize {
+    redis::cmd("KEYS")
+        .arg("*:lease")
+        .query::<Vec<String>>(&mut server.raw())
+        .unwrap()
+        .len()
+}
+
 /// A Redis stall longer than the lease lets the lease of an idle stream lapse. Its replica takes
 /// it back at its next maintenance, and another replica, which reads a lease missing for a whole
 /// renewal interval as the replica gone, looks again after that interval: a resume of the running
@@ -562,18 +584,8 @@ async fn an_idle_streams_lease_that_lapsed_in_a_redis_stall_is_taken_back() {
         response_timeout: Duration::from_secs(2),
         ..quick_config()
     };
-    let a = store_with(&server, Epoch::new(0xa), config.clone()).await;
-    let b = store_with(&server, Epoch::new(0xb), config).await;
-    for p in 1..=2 {
-        a.store_event("sess-1:common", &progress(p)).await.unwrap();
-    }
-    let leases = || -> Vec<String> {
-        redis::cmd("KEYS")
-            .arg("*:lease")
-            .query(&mut server.raw())
-            .unwrap()
-    };
-    assert_eq!(leases().len(), 1, "A holds the stream's lease");
+    let (a, b) = two_replicas_after_two_events(&server, config).await;
+    assert_eq!(leases(&server), 1, "A holds the stream's lease");
     // Redis stops answering for longer than the lease: its clock lets the lease expire.
     server.freeze();
     tokio::time::sleep(LEASE + LEASE / 2).await;
@@ -582,7 +594,7 @@ async fn an_idle_streams_lease_that_lapsed_in_a_redis_stall_is_taken_back() {
     let resumed = b.remote_resume(Some("sess-1"), b"s1.a.2").await.unwrap();
     assert_eq!(resumed.status(), StatusCode::OK);
     // A's maintenance took the lease back without a new event ...
-    assert_eq!(leases().len(), 1, "the lapsed lease was taken back");
+    assert_eq!(leases(&server), 1, "the lapsed lease was taken back");
     // ... and A's next event continues the same log: the priming event, then the new event.
     a.store_event("sess-1:common", &progress(3)).await.unwrap();
     let mut body = Body::new(resumed.into_body());
@@ -603,11 +615,7 @@ async fn an_event_the_close_stored_after_its_reply_was_lost_is_the_head_on_every
         response_timeout: Duration::from_millis(1000),
         ..quick_config()
     };
-    let a = store_with(&server, Epoch::new(0xa), config.clone()).await;
-    let b = store_with(&server, Epoch::new(0xb), config).await;
-    for p in 1..=2 {
-        a.store_event("sess-1:common", &progress(p)).await.unwrap();
-    }
+    let (a, b) = two_replicas_after_two_events(&server, config).await;
     // Redis holds every write for 1.8 s (from this reply on): the append of event 3 times out
     // after 1 s, and the close's resend, sent then, is stored once the pause ends.
     let _: () = redis::cmd("CLIENT")
@@ -670,17 +678,10 @@ async fn a_stream_waiting_for_room_longer_than_a_lease_keeps_its_lease() {
         let a = a.clone();
         tokio::spawn(async move { a.store_event("req-a", &progress(5)).await })
     };
-    let leases = || -> usize {
-        redis::cmd("KEYS")
-            .arg("*:lease")
-            .query::<Vec<String>>(&mut server.raw())
-            .unwrap()
-            .len()
-    };
     // Looked at every tenth of a lease for two and a half leases.
     let until = tokio::time::Instant::now() + LEASE * 5 / 2;
     while tokio::time::Instant::now() < until {
-        assert_eq!(leases(), 1, "the lease lapsed while the push waited");
+        assert_eq!(leases(&server), 1, "the lease lapsed while the push waited");
         tokio::time::sleep(LEASE / 10).await;
     }
     assert!(
