@@ -67,8 +67,9 @@ pub struct SseConfig {
     /// or per user), where a resume really is that client's acknowledgement. The
     /// [`events`](super::events) and [`backend_events`](super::backend_events) handlers
     /// acknowledge on a `GET` only, never on a `HEAD`; [`SseStream::respond`](super::SseStream::respond)
-    /// and `respond_async` acknowledge on every call, so a handler of your own calls them for a
-    /// `GET`.
+    /// and `respond_async` answer every call as a `GET` (they acknowledge, and the response holds
+    /// the window as a connection), so a handler of your own calls them for a `GET` and leaves a
+    /// `HEAD` to those handlers.
     pub acknowledge_on_resume: bool,
 }
 
