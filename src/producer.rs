@@ -137,6 +137,33 @@ impl<T> Producer<T> {
         self.next_id
     }
 
+    /// The ring's oldest retained id, as [`ReplayRing::floor`]: the window has room while
+    /// `next_id() < floor() + capacity` (and no reader still borrows the slot to reuse).
+    ///
+    /// ```
+    /// let (mut producer, ring) = replay_ring::ReplayRing::<u8>::new(1, 1).unwrap();
+    /// producer.try_push(1).unwrap();
+    /// assert_eq!(producer.floor(), 1);
+    /// ring.release_through(1).unwrap();
+    /// assert_eq!(producer.floor(), 2);
+    /// ```
+    pub fn floor(&self) -> u64 {
+        self.shared.floor()
+    }
+
+    /// The ring's newest id, as [`ReplayRing::head`]: `next_id() - 1`, since only this producer
+    /// publishes.
+    ///
+    /// ```
+    /// let (mut producer, _ring) = replay_ring::ReplayRing::<u8>::new(4, 1).unwrap();
+    /// assert_eq!(producer.head(), 0);
+    /// producer.try_push(1).unwrap();
+    /// assert_eq!(producer.head(), 1);
+    /// ```
+    pub fn head(&self) -> u64 {
+        self.next_id - 1
+    }
+
     /// A handle on this producer's ring.
     ///
     /// ```

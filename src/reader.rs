@@ -265,6 +265,36 @@ impl<T> Reader<T> {
         self.cursor
     }
 
+    /// The ring's oldest retained id, as [`ReplayRing::floor`](crate::ReplayRing::floor): a reader
+    /// whose cursor falls below it has lost events (its next read is a [`ReadError::Gap`]).
+    ///
+    /// ```
+    /// let (mut producer, ring) = replay_ring::ReplayRing::<u8>::new(4, 1).unwrap();
+    /// let reader = ring.reader().unwrap();
+    /// producer.try_push(1).unwrap();
+    /// producer.try_push(2).unwrap();
+    /// ring.release_through(1).unwrap();
+    /// assert_eq!((reader.floor(), reader.head(), reader.cursor()), (2, 2, 1));
+    /// ```
+    pub fn floor(&self) -> u64 {
+        self.shared.floor()
+    }
+
+    /// The ring's newest id, as [`ReplayRing::head`](crate::ReplayRing::head): `head() - cursor() + 1`
+    /// events are ready for this reader (none when the cursor is past the head).
+    ///
+    /// ```
+    /// let (mut producer, ring) = replay_ring::ReplayRing::<u8>::new(4, 1).unwrap();
+    /// let mut reader = ring.reader().unwrap();
+    /// producer.try_push(7).unwrap();
+    /// assert_eq!((reader.head(), reader.cursor()), (1, 1));
+    /// reader.try_recv().unwrap();
+    /// assert_eq!((reader.head(), reader.cursor()), (1, 2));
+    /// ```
+    pub fn head(&self) -> u64 {
+        self.shared.head()
+    }
+
     /// `Ok(true)` when at least one event is available at the cursor; the terminal errors once the
     /// stream is closed and drained.
     fn available(&mut self) -> Result<bool, ReadError> {

@@ -68,8 +68,7 @@ impl<T> ReplayRing<T> {
     /// assert_eq!((ring.floor(), ring.head()), (1, 1));
     /// ```
     pub fn floor(&self) -> u64 {
-        // Acquire: pairs with the Release half of `release_through`'s `fetch_max`.
-        self.shared.floor.load(Acquire)
+        self.shared.floor()
     }
 
     /// The newest id (`first_id - 1` before the first push).
@@ -80,8 +79,7 @@ impl<T> ReplayRing<T> {
     /// assert_eq!(producer.try_push(1), Ok(ring.head()));
     /// ```
     pub fn head(&self) -> u64 {
-        // Acquire: pairs with the producer's Release publish of `head`.
-        self.shared.head.load(Acquire)
+        self.shared.head()
     }
 
     /// The number of events the window can hold (a power of two). For a ring built with

@@ -82,6 +82,20 @@ impl<T> Shared<T> {
         self.slots.capacity()
     }
 
+    /// The oldest retained id, for every handle's `floor()`.
+    #[inline]
+    pub(crate) fn floor(&self) -> u64 {
+        // Acquire: pairs with the Release half of `release_through`'s `fetch_max`.
+        self.floor.load(Acquire)
+    }
+
+    /// The newest published id, for every handle's `head()`.
+    #[inline]
+    pub(crate) fn head(&self) -> u64 {
+        // Acquire: pairs with the producer's Release publish of `head`.
+        self.head.load(Acquire)
+    }
+
     /// Index of the slot holding id `id`.
     #[inline]
     pub(crate) fn index(&self, id: u64) -> usize {
