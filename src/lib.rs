@@ -23,7 +23,8 @@
 //! - **Bounded waiting.** Waiting producers and readers park wakers that live in the ring's shared
 //!   state; push, read and waits allocate nothing, and a push wakes only the readers that wait. Readers
 //!   register by the hundred thousand (the reader table grows on demand, up to [`MAX_READERS`])
-//!   without slowing the producer down; a registration ([`ReplayRing::reader`] or
+//!   without slowing the producer down while they are idle (its check for borrowed slots visits a
+//!   reader only after that reader read, at most twice); a registration ([`ReplayRing::reader`] or
 //!   [`ReplayRing::resume`]) allocates only when it opens a new segment of the table. A ring may
 //!   also start small and grow its slot array as events arrive ([`Builder::initial_slots`]): only
 //!   the push that first reaches a new segment allocates it.

@@ -33,7 +33,8 @@ pub struct Metrics {
     pub resumes_below_floor: u64,
     /// Resumes refused because the cursor was ahead of the head (`ResumeError::AheadOfHead`).
     pub resumes_ahead_of_head: u64,
-    /// Pushes refused with `PushError::Full`.
+    /// Pushes refused with `PushError::Full`, and `try_push_many` calls that stopped at a full
+    /// window with values left (as the iterator's `size_hint` tells) or having appended nothing.
     pub producer_full: u64,
     /// Waits for space the producer began: times it found the window full and registered to be
     /// woken. A `ready()` or `push()` future counts once per full window (polled again, or made

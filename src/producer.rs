@@ -226,9 +226,7 @@ impl<T> Producer<T> {
             return Err(PushError::IdsExhausted(make));
         }
         if id >= self.fast_limit && !self.prepare_slow(id) {
-            self.full += 1;
-            // Relaxed: a statistic with a single writer (this producer).
-            self.shared.producer_full.store(self.full, Relaxed);
+            self.count_full();
             return Err(PushError::Full(make));
         }
         let value = make(id);
@@ -299,6 +297,13 @@ impl<T> Producer<T> {
         true
     }
 
+    /// Counts a push (or a batch) the full window refused, for [`Metrics::producer_full`](crate::Metrics::producer_full).
+    fn count_full(&mut self) {
+        self.full += 1;
+        // Relaxed: a statistic with a single writer (this producer).
+        self.shared.producer_full.store(self.full, Relaxed);
+    }
+
     fn update_fast_limit(&mut self) {
         let run_end = self.run_start.saturating_add(self.run_len);
         self.fast_limit = self.write_limit.min(run_end);
@@ -359,6 +364,12 @@ impl<T> Producer<T> {
                 break;
             }
             if id >= run.producer.fast_limit && !run.producer.prepare_slow(id) {
+                // A refusal when values are known to be left, or when nothing was appended (the
+                // iterator cannot be asked for a value it would have to keep).
+                let (left, most) = values.size_hint();
+                if left > 0 || (id == first && most != Some(0)) {
+                    run.producer.count_full();
+                }
                 break;
             }
             let Some(value) = values.next() else { break };
@@ -623,9 +634,7 @@ impl<T> Producer<T> {
         if self.ready_timeout(timeout) {
             self.try_push(value)
         } else {
-            self.full += 1;
-            // Relaxed: a statistic with a single writer (this producer).
-            self.shared.producer_full.store(self.full, Relaxed);
+            self.count_full();
             Err(PushError::Full(value))
         }
     }

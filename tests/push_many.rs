@@ -41,6 +41,33 @@ fn a_run_stops_at_a_full_window_and_keeps_the_rest() {
 }
 
 #[test]
+fn a_run_the_full_window_refused_counts_as_a_refusal() {
+    let (mut producer, ring) = ReplayRing::<u64>::new(4, 1).unwrap();
+    let full = |ring: &ReplayRing<u64>| ring.metrics().producer_full;
+    // Exactly filling the window refuses nothing: the iterator says it is empty.
+    assert_eq!(producer.try_push_many(&mut (1..=4u64)), 4);
+    assert_eq!(full(&ring), 0);
+    // Nothing to append on a full window is not a refusal either.
+    assert_eq!(producer.try_push_many(&mut std::iter::empty()), 0);
+    assert_eq!(full(&ring), 0);
+    // A run refused whole counts once, as a refused `try_push` does.
+    assert_eq!(producer.try_push_many(&mut (5..=6u64)), 0);
+    assert_eq!(full(&ring), 1);
+    // So does one refused whole whose length is unknown.
+    let mut unknown = (5..=6u64).filter(|_| true);
+    assert_eq!(producer.try_push_many(&mut unknown), 0);
+    assert_eq!(full(&ring), 2);
+    // A run cut short with values left counts once.
+    ring.release_through(2).unwrap();
+    let mut values = vec![5u64, 6, 7].into_iter();
+    assert_eq!(producer.try_push_many(&mut values), 2);
+    assert_eq!(values.len(), 1);
+    assert_eq!(full(&ring), 3);
+    assert!(producer.try_push(8).unwrap_err().is_full());
+    assert_eq!(full(&ring), 4, "and the refused push after it once more");
+}
+
+#[test]
 fn an_empty_iterator_publishes_nothing() {
     let (mut producer, ring) = ReplayRing::<u64>::new(8, 1).unwrap();
     assert_eq!(producer.try_push_many(&mut std::iter::empty()), 0);
