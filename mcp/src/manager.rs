@@ -471,7 +471,7 @@ impl SessionManager for ReplayRingSessionManager {
             .store
             .entry_by_event_id(&event_id)
             .ok_or_else(|| ManagerError::Store(format!("stream of {wire} is not in the store")))?;
-        let disconnect = self.store.bind(&entry, id, request, slot);
+        let disconnects = self.store.bind(&entry, id, request, slot);
         // Closed while the stream was being created (a `DELETE` racing this request):
         // `close_session` looked for the session's streams before this one was bound to it, so
         // nothing else would ever end or forget it.
@@ -485,9 +485,11 @@ impl SessionManager for ReplayRingSessionManager {
         self.store.record_owner(&entry).await;
         let mut live = self
             .store
-            .live_stream(entry, event_id.seq - 1)
+            .live_stream(entry.clone(), event_id.seq - 1)
             .map_err(ManagerError::Refused)?;
-        if disconnect {
+        // Checked after the connection took the signal's count: a disconnect asked for before the
+        // bind, or during the awaits since, is seen here; one asked for later, by the signal.
+        if entry.disconnected_since(disconnects) {
             live.end_when_caught_up();
         }
         Ok(SseStream::new(live))

@@ -459,19 +459,24 @@ impl RingEventStore {
     }
 
     /// Binds a request stream (found by one of its ids) to its session and JSON-RPC request,
-    /// which takes over `slot` (the stream's place under the session's cap). Returns whether a
-    /// disconnect was already asked for (the connection should end as soon as it has caught up).
+    /// which takes over `slot` (the stream's place under the session's cap). Returns the
+    /// stream's disconnect count as its first connection must take it: a disconnect asked for
+    /// before the bind is counted here, so [`StreamEntry::disconnected_since`] tells the
+    /// connection, opened after a few awaits, that it should end as soon as it has caught up,
+    /// whether the disconnect came before the bind or during those awaits.
     pub(crate) fn bind(
         &self,
         entry: &Arc<StreamEntry>,
         session: &SessionId,
         request: Option<RequestId>,
         slot: Option<StreamSlot>,
-    ) -> bool {
+    ) -> u64 {
         let mut streams = self.inner.streams.lock();
         *entry.session.lock() = Some(session.clone());
+        // Read under the lock `disconnect_request_stream` counts under.
+        let seen = *entry.disconnect.borrow();
         let Some(r) = request else {
-            return false;
+            return seen;
         };
         // Counted from here until `Streams::remove`, if it is still held (a stream swept in the
         // meantime is never removed again: its slot is given back instead).
@@ -487,7 +492,9 @@ impl RingEventStore {
             }
         }
         let key = (session.clone(), r);
-        let pending = streams.pending_disconnects.remove(&key);
+        if streams.pending_disconnects.remove(&key) {
+            entry.disconnect.send_modify(|g| *g += 1);
+        }
         if streams.take_pending_cancel(&key, Instant::now()) {
             Self::end_cancelled(entry.clone());
         }
@@ -505,7 +512,7 @@ impl RingEventStore {
                 }
             }
         }
-        pending
+        seen
     }
 
     /// A place for one more request stream of `session`, if it holds fewer than `caps.per_session`

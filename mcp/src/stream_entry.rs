@@ -103,6 +103,11 @@ impl StreamEntry {
         self.disconnect.subscribe()
     }
 
+    /// Whether a disconnect was asked for since the count was `seen`.
+    pub(crate) fn disconnected_since(&self, seen: u64) -> bool {
+        *self.disconnect.borrow() != seen
+    }
+
     /// Returns once no connection is reading the stream.
     pub(crate) async fn vacated(&self) {
         loop {

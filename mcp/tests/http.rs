@@ -1367,6 +1367,35 @@ async fn a_cancellation_of_an_unknown_request_does_not_end_a_later_one(kind: Kin
     );
 }
 
+/// A tool that disconnects its own request stream as it starts (SEP-1699, the demo's
+/// `test_reconnection`) gets the POST connection ended after the priming event, with a `retry:`
+/// hint; the result waits for the client's resume. With a Redis event log the stream's owner is
+/// recorded between binding the stream and opening its connection: a disconnect landing then
+/// must not be lost.
+async fn a_disconnect_as_the_call_starts_ends_the_post_connection_after_priming(kind: Kind) {
+    let f = app_on(kind, StoreConfig::default()).await;
+    let app = f.app.clone();
+    let session = initialize(&app).await;
+    for id in 1..=5 {
+        let call_tool = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "test_reconnection", "arguments": {}}});
+        let got = events(call(&app, post(Some(&session), call_tool)).await, 10).await;
+        let cursor = got[0].id.clone().expect("a priming id");
+        assert!(
+            got.iter().all(|e| e.data.is_empty()),
+            "call {id}: the POST connection carried a message: {got:?}"
+        );
+        assert!(got.last().is_some_and(|e| e.retry.is_some()), "{got:?}");
+        let resumed = replayed(call(&app, get(&session, Some(&cursor))).await, &cursor, 10).await;
+        assert!(
+            resumed
+                .last()
+                .is_some_and(|e| e.data.contains("Reconnection test completed successfully")),
+            "call {id}: {resumed:?}"
+        );
+    }
+}
+
 on_both_logs!(
     post_stream_then_resume_replays_exactly_after_the_cursor,
     unreplayable_cursors_get_explicit_json_rpc_errors_never_an_empty_200,
@@ -1387,4 +1416,5 @@ on_both_logs!(
     a_cancellation_of_an_unknown_request_does_not_end_a_later_one,
     a_get_stream_no_client_opened_never_fills_up,
     a_resumption_window_of_zero_keeps_nothing_for_a_reconnect,
+    a_disconnect_as_the_call_starts_ends_the_post_connection_after_priming,
 );
