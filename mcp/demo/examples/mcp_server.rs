@@ -24,6 +24,7 @@
 
 use std::net::SocketAddr;
 use std::num::NonZeroUsize;
+use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{CommandFactory, Parser};
@@ -196,8 +197,19 @@ async fn shutdown_signal() {
 }
 
 #[tokio::main]
-async fn main() -> std::io::Result<()> {
-    let args = Args::parse();
+async fn main() -> ExitCode {
+    match run(Args::parse()).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The server until a signal ends it; a bad flag exits here through clap (status 2), a failure
+/// to start (Redis unreachable, the port taken) returns its error.
+async fn run(args: Args) -> std::io::Result<()> {
     let redis_config = args.redis_config().unwrap_or_else(|e| e.exit());
     let storage = args.storage();
     if let Some(warning) = args.window_warning() {
@@ -247,8 +259,9 @@ async fn main() -> std::io::Result<()> {
             }
         });
     }
-    let listener =
-        tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], args.port))).await?;
+    let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], args.port)))
+        .await
+        .map_err(|e| std::io::Error::new(e.kind(), format!("--port {}: {e}", args.port)))?;
     let addr = listener.local_addr()?;
     // First line on stdout: test harnesses read the port from it.
     println!("listening on http://{addr}");
@@ -370,6 +383,34 @@ mod tests {
         }
         assert!(parse(&["--retry-ms", "1"]).is_ok());
         assert!(parse(&[]).is_ok(), "the defaults");
+    }
+
+    /// A server that cannot start says why, naming the flag: an unreachable Redis, a port that
+    /// is taken.
+    #[tokio::test]
+    async fn a_failure_to_start_names_its_flag() {
+        // A port nothing listens on: bound, then freed.
+        let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("redis://{}/", free.local_addr().unwrap());
+        drop(free);
+        let error = super::run(parse(&["--port", "0", "--redis", &url]).unwrap())
+            .await
+            .expect_err("started without its Redis");
+        assert!(
+            error.to_string().starts_with(&format!("--redis {url}: ")),
+            "{error}"
+        );
+
+        let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = taken.local_addr().unwrap().port().to_string();
+        let error = super::run(parse(&["--port", &port]).unwrap())
+            .await
+            .expect_err("started on a port that is taken");
+        assert_eq!(error.kind(), std::io::ErrorKind::AddrInUse, "{error}");
+        assert!(
+            error.to_string().starts_with(&format!("--port {port}: ")),
+            "{error}"
+        );
     }
 
     /// A window of 0 starts (a server may want no replay at all), with a warning that says what
