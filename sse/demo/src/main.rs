@@ -320,7 +320,17 @@ mod tests {
             negative.to_string().contains("not 0 or a rate"),
             "{negative}"
         );
+        // An epoch is refused for what is wrong with it: its spelling, or its size.
+        for (epoch, says) in [
+            ("2A", "lowercase"),
+            ("02a", "leading zeros"),
+            ("10000000000000000", "64 bits"),
+        ] {
+            let refused = DemoArgs::try_parse_from(["sse_server", "--epoch", epoch]).unwrap_err();
+            assert!(refused.to_string().contains(says), "{epoch}: {refused}");
+        }
         for good in [
+            ["--epoch", "ffffffffffffffff"],
             ["--rate", "0"],
             ["--rate", "0.001"],
             ["--rate", "1e9"],

@@ -15,7 +15,7 @@ use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusRecorder};
 use replay_ring::{CloseReason, ReplayRing};
 use replay_ring_sse::axum::{backend_events, ServeConfig, SseConfig, SseProducer, SseStream};
 use replay_ring_sse::backend::Backend;
-use replay_ring_sse::{Epoch, PublishError, RetentionConfig, SlowConsumerPolicy};
+use replay_ring_sse::{Epoch, LastEventIdError, PublishError, RetentionConfig, SlowConsumerPolicy};
 use replay_ring_sse::{StreamId, StreamIdentity};
 
 const PAGE: &str = include_str!("page.html");
@@ -34,8 +34,10 @@ fn parse_rate(s: &str) -> Result<f64, String> {
 
 /// `--epoch`: spelled as in the event ids the server will send, so clients quote back this value.
 fn parse_epoch(s: &str) -> Result<Epoch, &'static str> {
-    s.parse()
-        .map_err(|_| "not lowercase hexadecimal without leading zeros (an id's epoch, e.g. 2a)")
+    s.parse().map_err(|e| match e {
+        LastEventIdError::Overflow { .. } => "more than 64 bits (16 hexadecimal digits at most)",
+        _ => "not lowercase hexadecimal without leading zeros (an id's epoch, e.g. 2a)",
+    })
 }
 
 /// A resumable server-sent event stream of `{"n":<id>}` events on 127.0.0.1.
@@ -197,9 +199,10 @@ impl Args {
     /// that has gone, so the server streams but nothing it sends can be resumed.
     pub fn window_warning(&self) -> Option<String> {
         (self.resumption_window_ms == 0).then(|| {
-            "warning: --resumption-window-ms 0: events are released once every live connection \
-             has written them, so a client that reconnects after missing some gets 416 \
-             replay_gap rather than the events"
+            "warning: --resumption-window-ms 0: events may be released as soon as every live \
+             connection has written them (they are, once the window needs their room), so a \
+             client that reconnects after missing some can get 416 replay_gap rather than the \
+             events"
                 .to_owned()
         })
     }
