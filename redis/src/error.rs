@@ -288,7 +288,7 @@ impl fmt::Display for Error {
             Error::Unavailable(e) => write!(f, "redis unavailable: {e}"),
             Error::Unknown { id, source } => write!(
                 f,
-                "append of id {id} has an unknown outcome ({source}); the producer resends it before it writes anything else"
+                "append of id {id} has an unknown outcome ({source}): Redis may or may not have stored it"
             ),
             Error::OutOfMemory(d) => write!(f, "redis is out of memory, nothing written: {d}"),
             Error::Corrupt { stream, detail } => {
