@@ -75,9 +75,14 @@ pub(crate) fn pin_and_check<T>(
         shared.readers.reactivate(index);
         seq_cst_fence("no_reactivate_fence");
     }
-    // Acquire: pairs with the Release half of `release_through`'s `fetch_max` (only the value
-    // matters; the fence above does the ordering work).
-    let floor = shared.floor.load(Acquire);
+    // Acquire: pairs with the Release half of `release_through`'s `fetch_max`. The fence above
+    // makes the hazard argument; this synchronization is what keeps a refusal's snapshot
+    // consistent: the releaser read a `head` of at least `floor - 1` before it raised the floor,
+    // so the `head` a `Gap` or `BelowFloor` reads after this load is at least that too
+    // (`floor <= head + 1`; the `pin_floor_relaxed` mutant).
+    let floor = shared
+        .floor
+        .load(ord("pin_floor_relaxed", Acquire, Relaxed));
     if next < floor && !crate::sync::mutant("skip_floor_check") {
         unpin(shared, slot);
         return Err(floor);
@@ -312,8 +317,12 @@ impl<T> Reader<T> {
     /// is left to read, `Ok(true)` if an event arrived before the close, `Ok(false)` otherwise.
     fn end_if_closed(&mut self) -> Result<bool, ReadError> {
         // Acquire: pairs with the Release store in `Producer::close_inner`, which follows the last
-        // publish; so the head re-read below is final.
-        if self.shared.closed.load(Acquire) {
+        // publish; so the head re-read below is final (the `closed_load_relaxed` mutant).
+        if self
+            .shared
+            .closed
+            .load(ord("closed_load_relaxed", Acquire, Relaxed))
+        {
             // Acquire: as above.
             if self.cursor <= self.shared.head.load(Acquire) {
                 return Ok(true);

@@ -169,9 +169,12 @@ impl<T> ReplayRing<T> {
         }
         // `id <= head <= LAST_ID`, so `id + 1` cannot overflow.
         let new_floor = id + 1;
-        // Release: pairs with the producer's Acquire load of `floor` in `refresh_limit`, so that this
-        // advance happens-before the producer's SeqCst fence there (the hazard argument in
-        // docs/design.md). Acquire: the returned floor is used by the caller.
+        // Release: pairs with the readers' Acquire loads of `floor` (`pin_and_check`, `resume`,
+        // `floor()`), so a reader that sees this floor also sees a `head` of at least `id` (read
+        // above): `floor <= head + 1` in every snapshot (the `floor_relaxed` and
+        // `pin_floor_relaxed` mutants). The producer's Acquire load in `refresh_limit` pairs with
+        // it too, as belt and braces (docs/verification.md). Acquire: the returned floor is used
+        // by the caller.
         let previous = self
             .shared
             .floor

@@ -136,7 +136,9 @@ impl<T> Slots<T> {
             !base.is_null(),
             "slot of id {id} read before its segment {k} was published"
         );
-        // SAFETY: `index - segment_start(k) < segment_len(k)`, the segment's length.
+        // SAFETY: the segment is allocated (this function's contract: the caller loaded a `head`
+        // at or above `id`, or grew the segment), so `base` points at `segment_len(k)` slots, and
+        // `index - segment_start(k) < segment_len(k)`.
         unsafe { base.add(index - self.segment_start(k)) }
     }
 

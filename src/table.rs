@@ -219,7 +219,9 @@ impl Segment {
             "entry {offset} used before its claim"
         );
         let _track = self.trackers.get(offset).read();
-        // SAFETY: initialised (above), never written again while the segment lives, and the
+        // SAFETY: every caller got `offset` from a claim, which initialised the entry before it
+        // handed the index out (this function's contract; the assertion above only checks it in
+        // debug builds); the entry is never written again while the segment lives, and the
         // initialisation happens-before this read (the index came through an Acquire after it).
         unsafe { (*self.entries[offset].get()).assume_init_ref() }
     }
@@ -500,6 +502,7 @@ impl ReaderTable {
         let entry = self.entry(index);
         // Relaxed: only metrics read it.
         entry.claimed.store(false, Relaxed);
+        // Relaxed: only a first guess for the CAS below, which fails and reloads on a stale one.
         let mut head = self.free.load(Relaxed);
         loop {
             // Relaxed: published by the Release CAS below.

@@ -78,8 +78,11 @@ impl WaitList {
     #[cold]
     pub(crate) fn wake_all(&self, table: &ReaderTable) {
         // Acquire: pairs with the Release CAS in `enqueue` (and, through the release sequence of
-        // CASes, with every reader pushed before).
-        let mut next = self.head.swap(0, Acquire);
+        // CASes, with every reader pushed before), so every listed reader's `wait_next` link is
+        // seen (the `wake_take_relaxed` mutant).
+        let mut next = self
+            .head
+            .swap(0, crate::sync::ord("wake_take_relaxed", Acquire, Relaxed));
         let mut panic = None;
         while next != 0 {
             let entry = table.entry(next as usize - 1);

@@ -3,7 +3,7 @@
 #![cfg(replay_ring_loom)]
 
 use loom::thread;
-use replay_ring::ResumeError;
+use replay_ring::{ReadError, ResumeError};
 use replay_ring_loom_tests::{
     check_batch, check_cursors, drop_and_check_ledger, maker, model, ring_with, Bound, Flag, Ledger,
 };
@@ -45,6 +45,59 @@ fn release_vs_replay_in_a_segment_another_registration_installs() {
         "release_vs_replay_in_a_segment_another_registration_installs",
         Bound::Preemptions(3),
         || hazard(4, 2, 1, true),
+    );
+}
+
+/// A read refused at the floor reports a consistent window. Capacity 4, a live reader at id 1,
+/// then id 1 pushed. Producer: push id 2 (no fence: the window has room). Releaser: release
+/// through 2 once it sees id 2. Reader (main): one read, which may still see a head of 1. If the
+/// release wins, the read is a `Gap` whose snapshot must satisfy `floor <= head + 1`: the reader's
+/// floor load synchronizes with the releaser, which saw id 2 before it raised the floor, so the
+/// head the reader loads next is at least 2. Nothing else orders them (the producer issues no
+/// fence).
+#[test]
+fn gap_snapshot_after_a_release_by_another_thread() {
+    model(
+        "gap_snapshot_after_a_release_by_another_thread",
+        Bound::Exhaustive,
+        || {
+            let ledger = Ledger::new(2);
+            let (mut producer, ring) = ring_with(&ledger, 4, 1, 0);
+            let mut reader = ring.reader().unwrap();
+            assert_eq!(producer.try_push_with(maker(&ledger)).ok(), Some(1));
+
+            let producer_thread = {
+                let ledger = ledger.clone();
+                thread::spawn(move || {
+                    assert_eq!(producer.try_push_with(maker(&ledger)).ok(), Some(2));
+                    producer
+                })
+            };
+            let releaser = {
+                let ring = ring.clone();
+                thread::spawn(move || {
+                    if ring.head() >= 2 {
+                        assert_eq!(ring.release_through(2), Ok(3));
+                    }
+                })
+            };
+
+            match reader.try_read() {
+                Ok(Some(batch)) => {
+                    check_batch(&batch, 1);
+                }
+                Ok(None) => panic!("id 1 was pushed before the read"),
+                Err(ReadError::Gap { next, floor, head }) => assert!(
+                    next == 1 && floor == 3 && floor <= head + 1,
+                    "wrong gap: next {next}, floor {floor}, head {head}"
+                ),
+                Err(e) => panic!("unexpected {e:?}"),
+            }
+            drop(reader);
+            releaser.join().unwrap();
+            let producer = producer_thread.join().unwrap();
+            drop_and_check_ledger(&ledger, 2, Some(producer), ring);
+        },
     );
 }
 
