@@ -88,6 +88,10 @@ pub const DEFAULT_MAX_LAG_PERCENT: u8 = 50;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SlowConsumerPolicy {
     /// Cut a consumer whose pending write has not been taken by its transport for this long.
+    /// Keep it below [`RetentionConfig::backpressure_timeout`](crate::RetentionConfig::backpressure_timeout):
+    /// a client that stops reading holds the window until it is cut, and with the lag rule off
+    /// (or no other consumer keeping up) a cut that comes later than the producer's bound comes
+    /// after the stream has ended, for everyone.
     pub write_timeout: Option<Duration>,
     /// Cut a consumer that is more than this share of the window (1..=100, percent) behind the head
     /// and blocked on its socket (a write pending), while the window is full and another consumer

@@ -166,6 +166,7 @@ fn announce(args: &DemoArgs, listener: &tokio::net::TcpListener) -> Result<()> {
     let warnings = [
         args.example.window_warning(),
         args.example.keep_alive_warning(),
+        args.example.slow_consumer_warning(),
     ];
     for warning in warnings.into_iter().flatten() {
         eprintln!("{warning}");
@@ -440,6 +441,43 @@ mod tests {
             let text = warning(&["--keep-alive-ms", none_or_too_long])
                 .unwrap_or_else(|| panic!("{none_or_too_long}: no warning"));
             assert!(text.contains("idle"), "{text}");
+        }
+    }
+
+    #[test]
+    fn a_policy_that_cuts_no_stalled_client_in_time_is_a_warning() {
+        use clap::Parser;
+        let warning = |flags: &[&str]| {
+            let args = DemoArgs::parse_from(["sse_server"].iter().chain(flags));
+            args.example.slow_consumer_warning()
+        };
+        assert_eq!(
+            warning(&[]),
+            None,
+            "the defaults: 5 s against 10 s, and the lag rule"
+        );
+        assert_eq!(
+            warning(&["--max-lag-percent", "0"]),
+            None,
+            "the write timeout still cuts"
+        );
+        assert_eq!(
+            warning(&["--write-timeout-ms", "0"]),
+            None,
+            "the lag rule still cuts"
+        );
+        for flags in [
+            &["--max-lag-percent", "0", "--write-timeout-ms", "0"][..],
+            &["--max-lag-percent", "0", "--write-timeout-ms", "10000"],
+            &[
+                "--max-lag-percent",
+                "0",
+                "--backpressure-timeout-ms",
+                "3000",
+            ],
+        ] {
+            let text = warning(flags).unwrap_or_else(|| panic!("{flags:?}: no warning"));
+            assert!(text.contains("end the stream for everyone"), "{text}");
         }
     }
 

@@ -207,6 +207,23 @@ impl Args {
         })
     }
 
+    /// A warning when no slow-consumer rule can cut a client that stops reading before the
+    /// producer's backpressure timeout: the write timeout off or not below it, and the lag rule
+    /// off. One such client then holds the window full until the stream ends, for everyone.
+    pub fn slow_consumer_warning(&self) -> Option<String> {
+        let write_cut =
+            self.write_timeout_ms > 0 && self.write_timeout_ms < self.backpressure_timeout_ms;
+        (!write_cut && self.max_lag_percent == 0).then(|| {
+            format!(
+                "warning: --write-timeout-ms {} with --max-lag-percent 0: no rule cuts a client \
+                 that stops reading before the {} ms backpressure timeout, so one such client can \
+                 end the stream for everyone; keep --write-timeout-ms below \
+                 --backpressure-timeout-ms, or turn the lag rule on",
+                self.write_timeout_ms, self.backpressure_timeout_ms
+            )
+        })
+    }
+
     /// A warning when keep-alives do not keep a quiet stream open: none (`--keep-alive-ms 0`), or
     /// an interval at or above the idle timeout of `serve` (`ServeConfig::default()`, which both
     /// servers use), which then closes a stream that published nothing for that long. Its client

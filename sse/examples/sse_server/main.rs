@@ -30,6 +30,7 @@ async fn run(args: app::Args) -> Result<(), Box<dyn std::error::Error>> {
         args.sizing_warning(),
         args.window_warning(),
         args.keep_alive_warning(),
+        args.slow_consumer_warning(),
     ];
     for warning in warnings.into_iter().flatten() {
         eprintln!("{warning}");
