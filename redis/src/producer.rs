@@ -589,7 +589,7 @@ impl LeaseKeeper {
     pub async fn run(self) -> Error {
         let period = (self.stream.backend.config().lease / 3).max(Duration::from_millis(1));
         loop {
-            match renew(&self.stream, &self.token).await {
+            match self.renew().await {
                 Ok(()) | Err(Error::Unavailable(_) | Error::OutOfMemory(_)) => {}
                 Err(e) => return e,
             }
