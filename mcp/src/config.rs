@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use replay_ring::{BuildError, ReplayRing};
-use replay_ring_sse::{RetentionConfig, SlowConsumerPolicy};
+use replay_ring::ReplayRing;
+use replay_ring_sse::{ConfigError, RetentionConfig, SlowConsumerPolicy};
 use rmcp::transport::streamable_http_server::session::ServerSseMessage;
 
 /// Default events retained per stream.
@@ -66,22 +66,30 @@ impl Default for StoreConfig {
 }
 
 impl StoreConfig {
-    /// Checks that every stream's ring can be built with these settings, as
+    /// Checks that every stream can work with these settings, as
     /// [`RingEventStore::new`](crate::RingEventStore::new) does (it panics otherwise): call it
     /// first where the settings come from outside, such as command-line flags.
     ///
     /// # Errors
-    /// The ring's [`BuildError`]: a zero or too large `capacity`, zero or too many `max_readers`.
+    /// The first setting found wrong, as a [`ConfigError`]: the ring's own ([`ConfigError::Ring`]:
+    /// a zero or too large `capacity`, zero or too many `max_readers`), a `retry` longer than
+    /// [`MAX_RETRY`](replay_ring_sse::MAX_RETRY), a `slow_consumer` policy that cannot work.
     ///
     /// ```
+    /// use std::time::Duration;
     /// use replay_ring_mcp::StoreConfig;
+    /// use replay_ring_sse::ConfigError;
     /// assert!(StoreConfig::default().check().is_ok());
     /// assert!(StoreConfig { capacity: 0, ..StoreConfig::default() }.check().is_err());
+    /// let forever = StoreConfig { retry: Duration::MAX, ..StoreConfig::default() };
+    /// assert_eq!(forever.check(), Err(ConfigError::RetryTooLong(Duration::MAX)));
     /// ```
-    pub fn check(&self) -> Result<(), BuildError> {
+    pub fn check(&self) -> Result<(), ConfigError> {
         ReplayRing::<ServerSseMessage>::builder()
             .capacity(self.capacity)
             .max_readers(self.max_readers)
-            .check()
+            .check()?;
+        ConfigError::check_retry(self.retry)?;
+        self.slow_consumer.check()
     }
 }

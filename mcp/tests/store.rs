@@ -9,7 +9,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use replay_ring::CloseReason;
 use replay_ring_mcp::{RedisEventLog, RefusalReason, RingEventStore, StoreConfig};
-use replay_ring_sse::{Epoch, ResumeDecision, RetentionConfig};
+use replay_ring_sse::{Epoch, ResumeDecision, RetentionConfig, SlowConsumerPolicy};
 use rmcp::model::ServerJsonRpcMessage;
 use rmcp::transport::streamable_http_server::session::{EventStore, ServerSseMessage};
 use serde_json::json;
@@ -722,7 +722,7 @@ on_both_logs!(
     deleting_a_session_ends_a_push_waiting_for_room,
 );
 
-/// Settings no stream's ring can be built with are refused when the store is made, not by a
+/// Settings no stream can work with are refused when the store is made, not by a
 /// 500 on every request.
 #[test]
 fn a_store_refuses_settings_no_stream_could_be_built_with() {
@@ -733,6 +733,25 @@ fn a_store_refuses_settings_no_stream_could_be_built_with() {
         },
         StoreConfig {
             max_readers: 0,
+            ..StoreConfig::default()
+        },
+        // A `retry:` hint browser timers cannot hold, and slow-consumer rules that cannot work.
+        StoreConfig {
+            retry: Duration::from_millis(1 << 31),
+            ..StoreConfig::default()
+        },
+        StoreConfig {
+            slow_consumer: SlowConsumerPolicy {
+                max_lag_percent: Some(0),
+                ..SlowConsumerPolicy::default()
+            },
+            ..StoreConfig::default()
+        },
+        StoreConfig {
+            slow_consumer: SlowConsumerPolicy {
+                write_timeout: Some(Duration::ZERO),
+                ..SlowConsumerPolicy::default()
+            },
             ..StoreConfig::default()
         },
     ] {

@@ -18,6 +18,9 @@
 //!   [`backend::BackendProducer`], [`backend::Tail`]), implemented here for the in-process ring.
 //! - [`client`]: the [`ContinuityVerifier`](client::ContinuityVerifier) and
 //!   [`classify`](client::classify): what a client must check after reconnecting.
+//! - [`ConfigError`]: settings a stream cannot honour (a keep-alive below [`MIN_KEEP_ALIVE`], a
+//!   `retry` above [`MAX_RETRY`], a slow-consumer policy that cannot work), refused when the
+//!   stream is built.
 //! - `contract` (feature `contract-tests`): the async suite every backend must pass.
 //!
 //! ```
@@ -46,6 +49,7 @@
 //! assert_eq!(HttpResponse::refused(&lost).status, 404);
 //! ```
 
+mod config_error;
 mod deadline;
 mod event_id;
 mod frame;
@@ -73,6 +77,7 @@ pub mod axum;
 pub use replay_ring;
 pub use replay_ring::CloseReason;
 
+pub use config_error::{ConfigError, MAX_RETRY, MIN_KEEP_ALIVE};
 pub use event_id::{
     Epoch, EventId, EventIdBuf, IdField, LastEventIdError, Malformed, StreamId, StreamIdError,
     StreamIdentity, MAX_EVENT_ID_LEN, MAX_STREAM_LEN,

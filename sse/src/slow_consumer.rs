@@ -32,6 +32,7 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use crate::deadline::after;
+use crate::ConfigError;
 
 /// Default [`SlowConsumerPolicy::write_timeout`]: 5 s, half the default backpressure timeout, so
 /// a stalled consumer is cut before the producer would give up.
@@ -91,11 +92,14 @@ pub struct SlowConsumerPolicy {
     /// Keep it below [`RetentionConfig::backpressure_timeout`](crate::RetentionConfig::backpressure_timeout):
     /// a client that stops reading holds the window until it is cut, and with the lag rule off
     /// (or no other consumer keeping up) a cut that comes later than the producer's bound comes
-    /// after the stream has ended, for everyone.
+    /// after the stream has ended, for everyone. `None` turns the rule off; zero is refused by
+    /// [`check`](Self::check).
     pub write_timeout: Option<Duration>,
     /// Cut a consumer that is more than this share of the window (1..=100, percent) behind the head
     /// and blocked on its socket (a write pending), while the window is full and another consumer
-    /// is within it.
+    /// is within it. `None` turns the rule off; a value outside `1..=100` is refused by
+    /// [`check`](Self::check) (and counts as the nearest bound where the policy is used
+    /// unchecked).
     pub max_lag_percent: Option<u8>,
     /// How long a lagging consumer's pending write must have waited before the lag rule applies.
     pub lag_grace: Duration,
@@ -246,6 +250,30 @@ impl SlowConsumerPolicy {
             max_lag_percent: None,
             lag_grace: DEFAULT_LAG_GRACE,
         }
+    }
+
+    /// Checks that the policy can work: a `max_lag_percent` in `1..=100` and a non-zero
+    /// `write_timeout` (`None` turns either rule off).
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::MaxLagPercent`], [`ConfigError::ZeroWriteTimeout`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use replay_ring_sse::{ConfigError, SlowConsumerPolicy};
+    /// assert_eq!(SlowConsumerPolicy::default().check(), Ok(()));
+    /// let now = SlowConsumerPolicy { write_timeout: Some(Duration::ZERO), ..Default::default() };
+    /// assert_eq!(now.check(), Err(ConfigError::ZeroWriteTimeout));
+    /// ```
+    pub fn check(&self) -> Result<(), ConfigError> {
+        if let Some(percent) = self.max_lag_percent.filter(|p| !(1..=100).contains(p)) {
+            return Err(ConfigError::MaxLagPercent(percent));
+        }
+        if self.write_timeout.is_some_and(|t| t.is_zero()) {
+            return Err(ConfigError::ZeroWriteTimeout);
+        }
+        Ok(())
     }
 
     /// The lag limit in events for a window of `capacity` (at least 1), if the lag rule is on.

@@ -537,6 +537,18 @@ fn the_command_line_refuses_what_the_server_could_not_use() {
         let err = parse(&[&format!("--rate={bad}")]).unwrap_err();
         assert_eq!(err.kind(), clap::error::ErrorKind::ValueValidation, "{bad}");
     }
+    // A keep-alive every few milliseconds would be a stream of its own: refused, by the
+    // stream's own rule, naming the flag; 0 (off) and the minimum are taken.
+    for bad in ["1", "9"] {
+        let err = parse(&["--keep-alive-ms", bad]).unwrap_err();
+        assert_eq!(err.kind(), clap::error::ErrorKind::ValueValidation, "{bad}");
+        let text = err.to_string();
+        assert!(text.contains("--keep-alive-ms") && text.contains("minimum"), "{text}");
+    }
+    for good in ["0", "10"] {
+        let args = parse(&["--keep-alive-ms", good]).unwrap();
+        assert_eq!(args.sse_config().check(), Ok(()), "{good}");
+    }
 }
 
 /// With `--keep-alive-event` the stream sends keep-alives as events and the page is told their

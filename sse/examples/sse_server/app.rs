@@ -15,7 +15,8 @@ use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusRecorder};
 use replay_ring::{CloseReason, ReplayRing};
 use replay_ring_sse::axum::{backend_events, ServeConfig, SseConfig, SseProducer, SseStream};
 use replay_ring_sse::backend::Backend;
-use replay_ring_sse::{Epoch, LastEventIdError, PublishError, RetentionConfig, SlowConsumerPolicy};
+use replay_ring_sse::{ConfigError, Epoch, LastEventIdError, PublishError};
+use replay_ring_sse::{RetentionConfig, SlowConsumerPolicy};
 use replay_ring_sse::{StreamId, StreamIdentity};
 
 const PAGE: &str = include_str!("page.html");
@@ -30,6 +31,15 @@ fn parse_rate(s: &str) -> Result<f64, String> {
     } else {
         Err("not 0 or a rate between one event per 584 billion years and 10^9 per second".into())
     }
+}
+
+/// `--keep-alive-ms`: 0 (off) or an interval the stream accepts (`MIN_KEEP_ALIVE`), checked by
+/// the stream's own rule so that the refusal names the flag.
+fn parse_keep_alive_ms(s: &str) -> Result<u64, String> {
+    let ms: u64 = s.parse().map_err(|e| format!("{e}"))?;
+    ConfigError::check_keep_alive(Duration::from_millis(ms))
+        .map(|()| ms)
+        .map_err(|e| e.to_string())
 }
 
 /// `--epoch`: spelled as in the event ids the server will send, so clients quote back this value.
@@ -80,8 +90,8 @@ pub struct Args {
     /// Simultaneous event-stream connections
     #[arg(long, default_value_t = 16)]
     pub max_readers: usize,
-    /// Idle time after which a keep-alive is written (0 = none)
-    #[arg(long, default_value_t = 15_000)]
+    /// Idle time after which a keep-alive is written (0 = none, else at least 10)
+    #[arg(long, default_value_t = 15_000, value_parser = parse_keep_alive_ms)]
     pub keep_alive_ms: u64,
     /// Write keep-alives as `event: keep-alive` rather than comments, so that the page can tell
     /// a connection that died silently from a quiet stream (it reconnects after three intervals
@@ -262,7 +272,7 @@ impl<B> App<B> {
 }
 
 /// Builds the stream `events` and its producer. Run [`run_producer`], serve [`router`].
-pub fn build(args: &Args) -> Result<(App, SseProducer), replay_ring::BuildError> {
+pub fn build(args: &Args) -> Result<(App, SseProducer), ConfigError> {
     let name = StreamId::new("events").expect("a valid stream name");
     let identity = StreamIdentity::new(name, args.epoch.unwrap_or_else(Epoch::generate));
     let (stream, producer) = SseStream::new(identity, args.sse_config())?;

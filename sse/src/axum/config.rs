@@ -2,7 +2,10 @@
 
 use std::time::Duration;
 
-use crate::{RetentionConfig, SlowConsumerPolicy};
+use bytes::Bytes;
+use replay_ring::ReplayRing;
+
+use crate::{ConfigError, RetentionConfig, SlowConsumerPolicy};
 
 /// Default [`SseConfig::keep_alive`]: 15 s, as in the MCP SDKs.
 ///
@@ -46,7 +49,8 @@ pub struct SseConfig {
     /// Idle time after which a keep-alive is written: a `: keep-alive` comment, or an event with
     /// [`keep_alive_event`](Self::keep_alive_event). `Duration::ZERO` or
     /// `Duration::MAX`: none (a stream that stays silent for [`ServeConfig::idle_timeout`](super::ServeConfig::idle_timeout)
-    /// is then closed by [`serve`](super::serve)).
+    /// is then closed by [`serve`](super::serve)). Otherwise at least
+    /// [`MIN_KEEP_ALIVE`](crate::MIN_KEEP_ALIVE).
     pub keep_alive: Duration,
     /// Write each keep-alive as [`KEEP_ALIVE_EVENT`](crate::KEEP_ALIVE_EVENT) (`event: keep-alive`,
     /// empty data, no id) instead of a comment. Off by default. A browser page cannot see
@@ -57,7 +61,8 @@ pub struct SseConfig {
     /// (`message`) events ignore it; a client that treats every event as data must skip it (its
     /// name is [`KEEP_ALIVE_EVENT_NAME`](crate::KEEP_ALIVE_EVENT_NAME)).
     pub keep_alive_event: bool,
-    /// Reconnection delay announced in the priming event (`None`: leave the client's default).
+    /// Reconnection delay announced in the priming event (`None`: leave the client's default), at
+    /// most [`MAX_RETRY`](crate::MAX_RETRY).
     pub retry: Option<Duration>,
     /// Whether a resume with `Last-Event-ID = x` releases `..= x` at once (capped at the slowest
     /// live connection). Off by default: on a stream that several clients follow, one client's
@@ -71,6 +76,45 @@ pub struct SseConfig {
     /// the window as a connection), so a handler of your own calls them for a `GET` and leaves a
     /// `HEAD` to those handlers.
     pub acknowledge_on_resume: bool,
+}
+
+impl SseConfig {
+    /// Checks the settings as [`SseStream::new`](super::SseStream::new) does: the ring's
+    /// `capacity` and `max_connections`, a `keep_alive` of zero or at least
+    /// [`MIN_KEEP_ALIVE`](crate::MIN_KEEP_ALIVE), a `retry` of at most
+    /// [`MAX_RETRY`](crate::MAX_RETRY), and the [`slow_consumer`](Self::slow_consumer) policy.
+    /// Call it first where the settings come from outside, such as command-line flags.
+    ///
+    /// # Errors
+    ///
+    /// The first setting found wrong, as a [`ConfigError`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use replay_ring_sse::axum::SseConfig;
+    /// use replay_ring_sse::ConfigError;
+    ///
+    /// assert_eq!(SseConfig::default().check(), Ok(()));
+    /// let flood = SseConfig { keep_alive: Duration::from_micros(1), ..SseConfig::default() };
+    /// assert_eq!(flood.check(), Err(ConfigError::KeepAliveTooShort(Duration::from_micros(1))));
+    /// ```
+    pub fn check(&self) -> Result<(), ConfigError> {
+        ReplayRing::<Bytes>::builder()
+            .capacity(self.capacity)
+            .max_readers(self.max_connections)
+            .check()?;
+        self.check_stream_settings()
+    }
+
+    /// The checks of [`check`](Self::check) that apply to every backend: all but the ring's
+    /// `capacity` and `max_connections`, which a backend other than the ring decides itself.
+    pub(crate) fn check_stream_settings(&self) -> Result<(), ConfigError> {
+        ConfigError::check_keep_alive(self.keep_alive)?;
+        if let Some(retry) = self.retry {
+            ConfigError::check_retry(retry)?;
+        }
+        self.slow_consumer.check()
+    }
 }
 
 impl Default for SseConfig {

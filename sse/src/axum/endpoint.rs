@@ -9,7 +9,7 @@ use ::axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
 use ::axum::response::Response;
 use bytes::{Bytes, BytesMut};
 use futures_util::FutureExt;
-use replay_ring::{BuildError, Producer, ReplayRing};
+use replay_ring::{Producer, ReplayRing};
 
 use super::background_release::{poke, BackgroundRelease};
 use super::config::SseConfig;
@@ -18,7 +18,7 @@ use super::shared::{add, EndpointStats, Shared};
 use super::writer::Writer;
 use crate::backend::{Backend, BackendProducer, OpenError, Tail};
 use crate::{
-    encode_priming, last_event_id, EventId, HttpResponse, LastEventIdError, Refused,
+    encode_priming, last_event_id, ConfigError, EventId, HttpResponse, LastEventIdError, Refused,
     ResumeDecision, Retention, StreamIdentity, StreamState, LAST_EVENT_ID_HEADER,
 };
 
@@ -67,7 +67,10 @@ impl SseStream {
     ///
     /// # Errors
     ///
-    /// [`BuildError`] when `capacity` or `max_connections` is out of the ring's range.
+    /// A [`ConfigError`] for the first setting [`SseConfig::check`] finds wrong: `capacity` or
+    /// `max_connections` out of the ring's range ([`ConfigError::Ring`]), a keep-alive shorter
+    /// than 10 ms, a `retry` past what browsers' timers hold, a slow-consumer policy that
+    /// cannot work.
     ///
     /// ```
     /// use replay_ring_sse::axum::{SseConfig, SseStream};
@@ -78,7 +81,8 @@ impl SseStream {
     pub fn new(
         identity: StreamIdentity,
         config: SseConfig,
-    ) -> Result<(SseStream, SseProducer), BuildError> {
+    ) -> Result<(SseStream, SseProducer), ConfigError> {
+        config.check_stream_settings()?;
         let (producer, _ring): (Producer<Bytes>, _) = ReplayRing::builder()
             .capacity(config.capacity)
             .max_readers(config.max_connections)
@@ -136,6 +140,12 @@ impl<B: Backend<Payload = Bytes>> SseStream<B> {
     /// [`max_readers`](Backend::max_readers); [`SseConfig::capacity`] and
     /// [`SseConfig::max_connections`] are the backend's business.
     ///
+    /// # Panics
+    ///
+    /// If `config` fails one of [`SseConfig::check`]'s checks other than the ring's two (as
+    /// [`without_producer`](Self::without_producer)). Settings that come from outside are
+    /// checked with [`SseConfig::check`] first.
+    ///
     /// ```
     /// use bytes::Bytes;
     /// use replay_ring::ReplayRing;
@@ -168,6 +178,13 @@ impl<B: Backend<Payload = Bytes>> SseStream<B> {
     /// the resumption window and the slow-consumer policy work as with
     /// [`with_backend`](Self::with_backend), judged by this process's connections.
     ///
+    /// # Panics
+    ///
+    /// If `config` fails one of [`SseConfig::check`]'s checks other than `capacity` and
+    /// `max_connections` (which the backend decides): a keep-alive shorter than 10 ms, a `retry`
+    /// past what browsers' timers hold, a slow-consumer policy that cannot work. These are the
+    /// program's settings, not a client's input; check settings that come from outside first.
+    ///
     /// ```
     /// use bytes::Bytes;
     /// use replay_ring::ReplayRing;
@@ -180,6 +197,9 @@ impl<B: Backend<Payload = Bytes>> SseStream<B> {
     /// assert_eq!(stream.identity(), me);
     /// ```
     pub fn without_producer(backend: B, identity: StreamIdentity, config: SseConfig) -> Self {
+        if let Err(e) = config.check_stream_settings() {
+            panic!("invalid SseConfig: {e}");
+        }
         let retention = Retention::new(config.retention, backend.max_readers())
             .with_slow_consumer_policy(config.slow_consumer)
             .with_vacancy_release(backend.readers_are_local());
