@@ -64,6 +64,8 @@ mod refusal;
 mod registry;
 #[cfg(feature = "redis")]
 mod remote;
+#[cfg(feature = "redis")]
+mod remote_progress;
 mod store;
 mod stream;
 mod stream_entry;

@@ -206,6 +206,77 @@ impl RedisEventLog {
         }))
     }
 
+    fn readers_key(stream: &RedisStream) -> String {
+        let [meta, ..] = stream.key_names();
+        let base = meta.strip_suffix(":meta").unwrap_or(meta);
+        format!("{base}:readers")
+    }
+
+    /// Records that the connection `token` that this replica serves from Redis has written
+    /// `stream` through `through`, with its report count `beat` (which moves at every report, so
+    /// the owning replica can tell a live reader from one whose replica died). A hash next to
+    /// the stream's keys, field `token`, value `<through>:<beat>`; it expires with the stream.
+    pub(crate) async fn report_reader(
+        &self,
+        stream: &RedisStream,
+        token: &str,
+        through: u64,
+        beat: u64,
+    ) -> Result<(), RedisError> {
+        let key = Self::readers_key(stream);
+        let ttl = self.backend.config().stream_ttl;
+        let mut pipe = redis::pipe();
+        pipe.hset(&key, token, format!("{through}:{beat}")).ignore();
+        if !ttl.is_zero() {
+            pipe.pexpire(&key, ttl.as_millis() as i64).ignore();
+        }
+        // Both commands may run twice (the same field value, the same expiry).
+        let mut conn = self.backend.connection();
+        pipe.query_async::<()>(&mut conn)
+            .await
+            .map_err(RedisError::Unavailable)
+    }
+
+    /// Removes the reports of the connections `tokens` (ended, or seen dead by the owner).
+    pub(crate) async fn forget_readers(
+        &self,
+        stream: &RedisStream,
+        tokens: &[String],
+    ) -> Result<(), RedisError> {
+        if tokens.is_empty() {
+            return Ok(());
+        }
+        let mut conn = self.backend.connection();
+        conn.hdel(Self::readers_key(stream), tokens)
+            .await
+            .map_err(RedisError::Unavailable)
+    }
+
+    /// The reports of every connection other replicas serve `stream` to
+    /// ([`report_reader`](Self::report_reader)); a field that does not parse (written behind our
+    /// back) is left out.
+    pub(crate) async fn remote_readers(
+        &self,
+        stream: &RedisStream,
+    ) -> Result<Vec<ReaderReport>, RedisError> {
+        let mut conn = self.backend.connection();
+        let fields: Vec<(String, String)> = conn
+            .hgetall(Self::readers_key(stream))
+            .await
+            .map_err(RedisError::Unavailable)?;
+        Ok(fields
+            .into_iter()
+            .filter_map(|(token, value)| {
+                let (through, beat) = value.split_once(':')?;
+                Some(ReaderReport {
+                    token,
+                    through: through.parse().ok()?,
+                    beat: beat.parse().ok()?,
+                })
+            })
+            .collect())
+    }
+
     /// Whether `stream`'s producer is gone: no replica held its lease over a whole renewal
     /// interval. A live producer's lease can be missing for a moment: one that lapsed while Redis
     /// did not answer is taken back by its replica's next maintenance (every third of the
@@ -225,6 +296,14 @@ impl RedisEventLog {
         let mut conn = self.backend.connection();
         conn.exists(lease).await.map_err(RedisError::Unavailable)
     }
+}
+
+/// What one connection served from Redis by another replica last reported.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ReaderReport {
+    pub(crate) token: String,
+    pub(crate) through: u64,
+    pub(crate) beat: u64,
 }
 
 /// Who a stream in Redis belongs to.

@@ -1,12 +1,15 @@
 //! Resumes served from the Redis event log (feature `redis`): a `GET` with `Last-Event-ID` for a
 //! stream this process does not hold — another replica's, or one it has forgotten — is checked
 //! against the MCP session recorded with the stream in Redis, then answered from Redis: the
-//! events after the cursor, then live ones until the stream ends, or an explicit refusal.
+//! events after the cursor, then live ones until the stream ends, or an explicit refusal. A
+//! request stream's connection reports its progress, which the owning replica counts as a
+//! connection of the stream (`remote_progress.rs`).
 
 use std::collections::HashMap;
 use std::convert::Infallible;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use futures::stream::{self, BoxStream, StreamExt};
@@ -86,7 +89,7 @@ impl RingEventStore {
         else {
             return;
         };
-        let every = (log.backend().config().lease / 3).max(Duration::from_millis(10));
+        let every = report_every(log);
         let store = Arc::downgrade(&self.inner);
         runtime.spawn(async move {
             let mut tick = tokio::time::interval(every);
@@ -116,6 +119,9 @@ impl RingEventStore {
         }
         let entries = self.entries();
         for entry in &entries {
+            // Before the writer: a push waiting for room holds it, and what this reads may be
+            // the room it waits for.
+            self.count_remote_readers(entry).await;
             // A busy writer may be waiting for room for up to the backpressure bound, longer
             // than a lease: its lease is renewed without it.
             let Ok(mut writer) = entry.writer.try_lock() else {
@@ -128,6 +134,35 @@ impl RingEventStore {
             }
         }
         entries.len()
+    }
+
+    /// Counts in an open request stream's retention the connections other replicas serve it to,
+    /// from their reports in Redis (`remote_progress.rs`), and releases what that allows.
+    async fn count_remote_readers(&self, entry: &StreamEntry) {
+        let (Some(log), Some(stream)) = (&self.inner.log, &entry.log_stream) else {
+            return;
+        };
+        if entry.is_common || entry.closed_at.lock().is_some() {
+            return;
+        }
+        let Ok(reports) = log.remote_readers(stream).await else {
+            return;
+        };
+        let now = Instant::now();
+        let dead = {
+            let mut retention = entry.retention.lock();
+            let dead = entry.remote_progress.lock().apply(
+                &mut retention,
+                &reports,
+                now,
+                remote_reader_dead_after(log),
+                self.config().max_readers,
+            );
+            entry.on_connections_changed(retention.live_connections());
+            retention.release_expired(&entry.ring, now);
+            dead
+        };
+        let _ = log.forget_readers(stream, &dead).await;
     }
 
     /// Serves a resume from Redis when the cursor's stream is not held by this process, after
@@ -251,6 +286,13 @@ impl RingEventStore {
             request: owner.request,
             retry: self.config().retry,
             done: false,
+            token: reader_token(self.epoch()),
+            sent: id.seq,
+            written: id.seq,
+            reported: id.seq,
+            reported_at: None,
+            beat: 0,
+            every: report_every(log),
             _slot: slot,
         };
         // The cursor first, as on the owning replica (`ReplayRingSessionManager::resume`): a
@@ -317,6 +359,34 @@ impl Drop for RemoteSlot {
     }
 }
 
+/// How often a connection served from Redis reports its progress while it writes
+/// ([`RemoteConnection::report_progress`]): as often as the owning replica reads the reports
+/// (its maintenance, every third of the lease).
+fn report_every(log: &RedisEventLog) -> Duration {
+    (log.backend().config().lease / 3).max(Duration::from_millis(10))
+}
+
+/// How long a connection served from Redis stays idle before it writes a keep-alive, checks the
+/// producer and reports that it is still there.
+fn idle_interval(log: &RedisEventLog) -> Duration {
+    KEEP_ALIVE.min(log.backend().config().lease)
+}
+
+/// After how long without a report the owning replica takes a remote reader for gone: two idle
+/// intervals (a live reader reports at least once per interval, or per `report_every` while it
+/// writes), one maintenance interval, and two commands' time.
+fn remote_reader_dead_after(log: &RedisEventLog) -> Duration {
+    2 * idle_interval(log) + report_every(log) + 2 * log.backend().config().response_timeout
+}
+
+/// Tells connections served from Redis apart across replicas: the store's epoch (random per
+/// process) and a count.
+fn reader_token(epoch: replay_ring_sse::Epoch) -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    // Relaxed: a unique counter; nothing is published through it.
+    format!("{epoch}-{}", NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
 /// The end of a stream whose producer's lease lapsed without a close: its replica is gone.
 fn producer_gone() -> CloseReason {
     CloseReason::error("the replica producing the stream is gone")
@@ -331,8 +401,36 @@ struct RemoteConnection {
     request: Option<RequestId>,
     retry: Duration,
     done: bool,
+    /// This connection's name in its progress reports.
+    token: String,
+    /// The last id of the frames handed to the transport.
+    sent: u64,
+    /// The last id of the frames the transport took.
+    written: u64,
+    /// What the last progress report said, and when it was made.
+    reported: u64,
+    reported_at: Option<Instant>,
+    /// The count of reports made (the owner reads a report that moved as a live reader).
+    beat: u64,
+    every: Duration,
     /// Held until the connection's frames are dropped.
     _slot: RemoteSlot,
+}
+
+impl Drop for RemoteConnection {
+    fn drop(&mut self) {
+        if self.reported_at.is_none() {
+            return;
+        }
+        // The owner counts this client as departed once the report is gone (or, should this
+        // not reach Redis, once it has stopped moving).
+        let (log, stream, token) = (self.log.clone(), self.stream.clone(), self.token.clone());
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let _ = log.forget_readers(&stream, &[token]).await;
+            });
+        }
+    }
 }
 
 impl RemoteConnection {
@@ -349,8 +447,11 @@ impl RemoteConnection {
     }
 
     async fn next_frame(&mut self) -> Bytes {
+        // Asked for the next frame: the transport took the last one.
+        self.written = self.sent;
+        self.report_progress(false).await;
         // Check the producer at least once per lease, so a gone one is noticed within a lease.
-        let idle = KEEP_ALIVE.min(self.log.backend().config().lease);
+        let idle = idle_interval(&self.log);
         match tokio::time::timeout(idle, self.reader.recv()).await {
             Ok(Ok(ReadItem::Events(events))) => {
                 let mut buf = BytesMut::new();
@@ -360,6 +461,7 @@ impl RemoteConnection {
                         self.done = true;
                         break;
                     }
+                    self.sent = seq;
                 }
                 buf.freeze()
             }
@@ -394,8 +496,39 @@ impl RemoteConnection {
                     self.done = true;
                     self.broken("stream_closed", &reason.to_string())
                 }
-                None => Bytes::from_static(replay_ring_sse::KEEP_ALIVE),
+                None => {
+                    // Still here, with nothing new to write: tell the owner so.
+                    self.report_progress(true).await;
+                    Bytes::from_static(replay_ring_sse::KEEP_ALIVE)
+                }
             },
+        }
+    }
+
+    /// Reports to the owning replica how far this connection has written (what its transport
+    /// took), so that its retention counts this client as it counts its own connections
+    /// (`remote_progress.rs`): at the first call, then at most every [`report_every`] while it
+    /// writes, and at every idle interval (`always`). A request stream's connections only: the
+    /// owner counts no others. A failure is left to the next report; a Redis outage ends the
+    /// connection on its next read.
+    async fn report_progress(&mut self, always: bool) {
+        if self.request.is_none() {
+            return;
+        }
+        let due = match self.reported_at {
+            None => true,
+            Some(at) => always || (self.written > self.reported && at.elapsed() >= self.every),
+        };
+        if !due {
+            return;
+        }
+        self.beat += 1;
+        let report = self
+            .log
+            .report_reader(&self.stream, &self.token, self.written, self.beat);
+        if report.await.is_ok() {
+            self.reported = self.written;
+            self.reported_at = Some(Instant::now());
         }
     }
 

@@ -313,6 +313,7 @@ impl RingEventStore {
         }
         let gate = Gate::new();
         let lease = Lease::default();
+        let log_stream = stream.clone();
         writer.log = Some(LogWriter::new(
             log,
             stream,
@@ -322,6 +323,7 @@ impl RingEventStore {
         ));
         let mut entry = entry.with_writer(writer, Some(gate));
         entry.lease = lease;
+        entry.log_stream = Some(log_stream);
         Ok(Arc::new(entry))
     }
 
@@ -367,7 +369,18 @@ impl RingEventStore {
             None => (false, None),
         };
         // The publisher's retention is new and empty: give it this store's slow-consumer policy.
-        let retention = Retention::new(cfg.retention, ring.max_readers())
+        // With a Redis event log, a request stream's table also has room for the connections
+        // other replicas serve it to (`remote_progress.rs`), so that they never take a place a
+        // connection here needs.
+        #[cfg(feature = "redis")]
+        let remote = if self.inner.log.is_some() && !is_common {
+            cfg.max_readers
+        } else {
+            0
+        };
+        #[cfg(not(feature = "redis"))]
+        let remote = 0;
+        let retention = Retention::new(cfg.retention, ring.max_readers().saturating_add(remote))
             .with_slow_consumer_policy(cfg.slow_consumer);
         // Release by vacancy only on the session's GET stream, whose ids reach a client only
         // through a connection (a request stream's may reach one on rmcp's own channel, its

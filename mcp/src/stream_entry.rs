@@ -25,6 +25,13 @@ pub(crate) struct StreamEntry {
     /// The Redis producer lease, renewable while the writer is busy.
     #[cfg(feature = "redis")]
     pub(crate) lease: crate::redis_log::Lease,
+    /// The stream's Redis stream, for the maintenance that runs while the writer is busy.
+    #[cfg(feature = "redis")]
+    pub(crate) log_stream: Option<replay_ring_redis::RedisStream>,
+    /// The connections other replicas serve this stream to, counted in `retention` (a request
+    /// stream's only; lock it after `retention`).
+    #[cfg(feature = "redis")]
+    pub(crate) remote_progress: Mutex<crate::remote_progress::RemoteProgress>,
     /// The publisher's retention policy, which the stream's connections report to.
     pub(crate) retention: SharedRetention,
     /// The session this stream belongs to (known at creation for the GET stream, at the POST for
@@ -75,6 +82,10 @@ impl EntryParts {
             gate,
             #[cfg(feature = "redis")]
             lease: Default::default(),
+            #[cfg(feature = "redis")]
+            log_stream: None,
+            #[cfg(feature = "redis")]
+            remote_progress: Default::default(),
             session: Mutex::new(self.session),
             request: Mutex::new(None),
             closed_at: Mutex::new(None),

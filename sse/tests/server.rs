@@ -543,7 +543,10 @@ fn the_command_line_refuses_what_the_server_could_not_use() {
         let err = parse(&["--keep-alive-ms", bad]).unwrap_err();
         assert_eq!(err.kind(), clap::error::ErrorKind::ValueValidation, "{bad}");
         let text = err.to_string();
-        assert!(text.contains("--keep-alive-ms") && text.contains("minimum"), "{text}");
+        assert!(
+            text.contains("--keep-alive-ms") && text.contains("minimum"),
+            "{text}"
+        );
     }
     for good in ["0", "10"] {
         let args = parse(&["--keep-alive-ms", good]).unwrap();
