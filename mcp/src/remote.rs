@@ -387,9 +387,14 @@ fn reader_token(epoch: replay_ring_sse::Epoch) -> String {
     format!("{epoch}-{}", NEXT.fetch_add(1, Ordering::Relaxed))
 }
 
-/// The end of a stream whose producer's lease lapsed without a close: its replica is gone.
+/// The end of a stream whose producer's lease lapsed without a close: its replica is gone, or
+/// lost Redis in the middle of the stream (it then ends the stream itself, but cannot record the
+/// end in Redis), which this replica cannot tell apart.
 fn producer_gone() -> CloseReason {
-    CloseReason::error("the replica producing the stream is gone")
+    CloseReason::error(
+        "the replica producing the stream is gone, or lost its connection to Redis, without \
+         closing it",
+    )
 }
 
 /// One connection served from Redis.
