@@ -1,8 +1,7 @@
 //! A call resumed on a replica that does not own it is counted by the owner's retention as if its
 //! client were connected there (feature `redis`, a real `redis-server`): a call that produces
 //! many times its window while its only client reads on another replica completes, every event
-//! delivered once, in order; and a client there that stops reading stops holding the owner's
-//! window.
+//! delivered once, in order; and a client there that stops reading cannot hold the call open.
 #![cfg(feature = "redis")]
 
 use std::time::Duration;
@@ -98,10 +97,12 @@ async fn a_long_call_resumed_on_another_replica_completes_paced_by_its_reader() 
     assert!(store_b.metrics().remote_resumes >= 1);
 }
 
-/// A client on the other replica that stops reading is taken for gone once its reports stop
-/// moving: it holds the owner's window no longer than a departed client, and the call ends
-/// explicitly at the bound instead of waiting on it for ever. When the client reads again, it
-/// gets the events after its last one, in order, then an explicit end: never a gap.
+/// A client on the other replica that stops reading cannot hold the call open: counted as a
+/// connected client, it gets the attended bound (the backpressure timeout plus a window), and the
+/// call ends explicitly there (were the owner's window not full, its reports, no longer moving,
+/// would be taken for a departed client; `remote_progress.rs`'s unit tests check that rule).
+/// When the client reads again, it gets the events after its last one, in order, then an
+/// explicit end: never a gap.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reader_on_another_replica_that_stops_reading_stops_holding_the_window() {
     const N: u64 = 400;
