@@ -29,6 +29,11 @@
 //!   also start small and grow its slot array as events arrive ([`Builder::initial_slots`]): only
 //!   the push that first reaches a new segment allocates it.
 //! - **Checked.** The protocol is model-checked with loom (`loom-tests/`, `docs/verification.md`).
+//! - **Panics in user code** (a payload's `Clone` or `Drop`, a closure, an iterator, a waker)
+//!   come back to the caller and leave the ring consistent: no id is skipped or reused, every
+//!   value is dropped once, no table entry or pin is leaked, and a batch whose handling panicked
+//!   is lent again (see [`Batch`]). A waker that panics while its thread is already unwinding
+//!   aborts the process, as any panic during unwinding does.
 //!
 //! # Reading and waiting
 //!

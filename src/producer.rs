@@ -187,9 +187,13 @@ impl<T> Producer<T> {
     ///
     /// # Panics
     ///
-    /// Only if a parked reader's waker panics when woken (a waker is the reader's executor's code):
-    /// the event is published first, every other parked reader is still woken, and then the panic
+    /// If a parked reader's waker panics when woken (a waker is the reader's executor's code): the
+    /// event is published first, every other parked reader is still woken, and then the panic
     /// continues from this call. The same holds for every push and for closing.
+    ///
+    /// If the `Drop` of the value this event's slot held before panics: the event is published
+    /// first too, so its id is used although this call never returns it. Do not push the value
+    /// again after catching such a panic: it is in the stream (`next_id() - 1`).
     ///
     /// ```
     /// let (mut producer, _ring) = replay_ring::ReplayRing::<u8>::new(2, 1).unwrap();

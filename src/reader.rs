@@ -144,8 +144,9 @@ pub struct Event<T> {
 /// [`Builder::initial_slots`](crate::Builder::initial_slots), and `try_recv` one event, and what
 /// the first read leaves is read like any other event.
 /// The pin also holds the producer back if the window is full, so read (or drop) a resumed
-/// reader promptly. After the producer closes the stream and the reader has read everything
-/// retained, reads return [`ReadError::Closed`].
+/// reader promptly; a resumed reader leaked with `mem::forget` before its first read holds it
+/// back for good (and any leaked reader keeps its table entry). After the producer closes the
+/// stream and the reader has read everything retained, reads return [`ReadError::Closed`].
 ///
 /// Reads come in two shapes, each in the `crossbeam-channel` family of `try_*` (never waits), an
 /// `async fn` (waits for a wake-up) and `*_timeout` (blocks the thread up to a deadline):
@@ -764,14 +765,23 @@ impl<T> Reader<T> {
 
 impl<T> Drop for Reader<T> {
     fn drop(&mut self) {
+        /// Frees the table entry when `drop` ends, also when the unpin's wake-up of the producer
+        /// panics (a waker that panics), so that a panic never leaks the entry.
+        struct FreeEntry<'a, T>(&'a Reader<T>);
+        impl<T> Drop for FreeEntry<'_, T> {
+            fn drop(&mut self) {
+                let r = self.0;
+                r.shared
+                    .free_reader_slot(r.index, r.active, r.registered, r.blocked);
+            }
+        }
+        let _free = FreeEntry(self);
         // Not only `self.pinned`: a `Batch` leaked with `mem::forget` never ran its unpin, and a
         // pin left in a freed entry would hold the producer back forever.
         // Relaxed: this reader is the only writer of its pin, so the load sees its own last store.
         if self.slot().pin.load(Relaxed) != UNPINNED {
             unpin(&self.shared, self.slot());
         }
-        self.shared
-            .free_reader_slot(self.index, self.active, self.registered, self.blocked);
     }
 }
 
@@ -840,7 +850,14 @@ impl<T: Clone> futures_core::Stream for Reader<T> {
 /// is dropped by a panic that started while it was lent, only the first `n` events of the last
 /// `mark_read(n)` count as read (none, without a `mark_read`), so a reader that survives the panic
 /// (`catch_unwind`) gets the unfinished events again instead of skipping them. The same holds for
-/// [`Reader::try_recv`] and [`Reader::recv`]: an event whose `Clone` panics stays unread.
+/// [`Reader::try_recv`] and [`Reader::recv`]: an event whose `Clone` panics stays unread, and for
+/// a [`Reader::drain`] closure that panics.
+///
+/// One case is beyond what a drop can tell: a batch lent by `try_read` *while the thread is
+/// already unwinding* (read in a destructor that runs during a panic), then dropped by a second
+/// panic inside a `catch_unwind` there, looks like one dropped normally during the first panic and
+/// is consumed whole. Handle such batches with `drain`, or call `mark_read` as each event is
+/// done.
 ///
 /// Leaking a batch (`mem::forget`) leaves its events pinned until the reader reads again or is
 /// dropped; it never leaves a pin behind once the reader is gone.
@@ -866,6 +883,10 @@ pub struct Batch<'a, T> {
     /// Whether the thread was already unwinding when the batch was lent, so that `Drop` can tell a
     /// panic that interrupted the handling of this batch from one that was already under way.
     lent_while_panicking: bool,
+    /// Set while the crate's own code (a [`drain`](Reader::drain) closure, a clone out of the
+    /// batch) handles the batch: a drop then can only be a panic out of that handling, also on a
+    /// thread that was already unwinding, where `lent_while_panicking` cannot tell.
+    in_handler: bool,
     #[allow(dead_code)] // Held only so loom tracks the reads; empty outside loom builds.
     tracks: Vec<ReadTrack>,
 }
@@ -900,6 +921,7 @@ impl<'a, T> Batch<'a, T> {
             last,
             marked: None,
             lent_while_panicking: std::thread::panicking(),
+            in_handler: false,
             tracks,
             reader,
         }
@@ -1023,21 +1045,33 @@ impl<'a, T> Batch<'a, T> {
     }
 
     /// How many events the drop consumes: what `mark_read` declared; otherwise all of them, unless a
-    /// panic started while the batch was lent (then none: the handler did not finish them).
+    /// panic started while the batch was lent, or left the crate's own handling of it (then none:
+    /// the handler did not finish them).
     fn consumed(&self) -> u64 {
         match self.marked {
             Some(n) => n,
+            None if self.in_handler => 0,
             None if std::thread::panicking() && !self.lent_while_panicking => 0,
             None => self.last - self.first + 1,
         }
+    }
+
+    /// Runs `handle` on the batch as its handler: if `handle` panics, the drop consumes only what
+    /// `mark_read` declared, even on a thread that was already unwinding when the batch was lent
+    /// (a destructor reading during a panic), where `Drop` alone cannot tell a second panic.
+    pub(crate) fn handle<R>(&mut self, handle: impl FnOnce(&mut Self) -> R) -> R {
+        self.in_handler = true;
+        let result = handle(self);
+        self.in_handler = false;
+        result
     }
 
     fn take_first(mut self) -> Event<T>
     where
         T: Clone,
     {
-        // Clone before marking: if `clone` panics, the event stays unread.
-        let data = self.as_slices().0[0].clone();
+        // Clone before marking, as the handler: if `clone` panics, the event stays unread.
+        let data = self.handle(|batch| batch.as_slices().0[0].clone());
         self.mark_read(1);
         Event {
             id: self.first,

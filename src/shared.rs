@@ -145,9 +145,8 @@ impl<T> Shared<T> {
             self.readers.deactivate(index);
         }
         let entry = self.readers.entry(index);
-        if waker {
-            drop(entry.waker.take());
-        }
+        // Dropped once the entry is free: a waker whose `drop` panics then leaks no entry.
+        let waker = if waker { entry.waker.take() } else { None };
         // A blocking wait's thread: the owner is gone, and no wait of it is pending. Only a reader
         // that blocked bound it (an entry is unbound when it is freed), so the others skip the lock.
         #[cfg(not(replay_ring_loom))]
@@ -157,6 +156,7 @@ impl<T> Shared<T> {
         #[cfg(replay_ring_loom)]
         let _ = thread;
         self.readers.free(index);
+        drop(waker);
     }
 
     pub(crate) fn close_reason(&self) -> Option<CloseReason> {

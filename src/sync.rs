@@ -6,7 +6,36 @@
 
 #[cfg(not(replay_ring_loom))]
 mod imp {
-    pub(crate) use atomic_waker::AtomicWaker;
+    use std::task::Waker;
+
+    /// atomic-waker's `AtomicWaker`, given a clone made before its lock is taken. Its `register`
+    /// clones the waker while it holds its registration lock, and a `clone` that panics leaves the
+    /// lock held for good: every later registration of that entry is then dropped, also another
+    /// reader's once the entry is reused, and that reader is never woken. A clone made first
+    /// panics with nothing held. `register` clones it again only to replace a waker of another
+    /// task, from a clone that just succeeded. One clone and drop per registration, that is per
+    /// park, not per event.
+    #[derive(Debug, Default)]
+    pub(crate) struct AtomicWaker(atomic_waker::AtomicWaker);
+
+    impl AtomicWaker {
+        pub(crate) const fn new() -> Self {
+            AtomicWaker(atomic_waker::AtomicWaker::new())
+        }
+        #[inline]
+        pub(crate) fn register(&self, waker: &Waker) {
+            let owned = waker.clone();
+            self.0.register(&owned);
+        }
+        #[inline]
+        pub(crate) fn wake(&self) {
+            self.0.wake();
+        }
+        #[inline]
+        pub(crate) fn take(&self) -> Option<Waker> {
+            self.0.take()
+        }
+    }
     pub(crate) use std::sync::atomic::{
         fence, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering,
     };

@@ -111,7 +111,7 @@ impl<T> Reader<T> {
             // several slot segments may end the batch before the head; the loop continues there.
             let last = reader.batch_last(head);
             let mut batch = Batch::new(reader, last);
-            let flow = f(&mut batch);
+            let flow = batch.handle(&mut f);
             let whole = batch.consumed() == batch.len() as u64;
             // Consumes the batch (moves the cursor); `draining` keeps the pin where it is.
             drop(batch);
