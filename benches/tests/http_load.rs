@@ -115,7 +115,8 @@ fn started_after_all_connected_both_servers_send_every_connection_the_whole_stre
 
 /// A server that writes its keep-alives as events (`--keep-alive-event`) is read like any other:
 /// the client passes over each `event: keep-alive` (no id, no data) and every stream stays whole.
-/// At 20 events/s with a 5 ms keep-alive, every 50 ms gap between events holds keep-alives.
+/// At 20 events/s with a 10 ms keep-alive (the shortest a stream takes), every 50 ms gap between
+/// events holds keep-alives.
 #[test]
 fn keep_alive_events_are_passed_over_and_every_stream_stays_whole() {
     const EVENTS: u64 = 30;
@@ -127,7 +128,7 @@ fn keep_alive_events_are_passed_over_and_every_stream_stays_whole() {
         capacity: 4096,
         connections: CONNECTIONS,
         start_after: Some(CONNECTIONS),
-        extra_args: ["--keep-alive-ms", "5", "--keep-alive-event"]
+        extra_args: ["--keep-alive-ms", "10", "--keep-alive-event"]
             .map(String::from)
             .to_vec(),
     });
