@@ -70,6 +70,10 @@ pub enum Error {
         /// The fencing token of the current holder, if any.
         holder: Option<u64>,
     },
+    /// The [`RedisProducer`](crate::RedisProducer) a [`LeaseKeeper`](crate::LeaseKeeper) renews
+    /// for was dropped (or consumed by a close or a hand-over): the keeper renews no more, and a
+    /// lease left behind lapses after [`RedisConfig::lease`](crate::RedisConfig::lease).
+    ProducerDropped,
     /// Lease acquisition refused: another producer holds it.
     LeaseHeld {
         /// The holder's fencing token.
@@ -324,6 +328,10 @@ impl fmt::Display for Error {
             Error::LeaseHeld { holder, expires_in_ms } => write!(
                 f,
                 "producer lease held by token {holder} (expires in {expires_in_ms} ms unless renewed)"
+            ),
+            Error::ProducerDropped => f.write_str(
+                "the producer was dropped: its lease is no longer renewed (it lapses after the \
+                 lease time unless the producer closed or handed it over)",
             ),
             Error::Closed(reason) => write!(f, "stream closed: {reason}"),
             Error::Conflict { id } => {

@@ -10,7 +10,7 @@
 
 use std::collections::VecDeque;
 use std::ops::RangeInclusive;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -42,6 +42,8 @@ pub struct RedisProducer {
     pub(crate) known_floor: u64,
     /// Dedicated connection for blocking waits on ctl (created on first wait).
     pub(crate) wait_conn: BlockingConn,
+    /// Dropped with the producer: its [`LeaseKeeper`]s then stop renewing.
+    alive: Arc<()>,
 }
 
 impl RedisProducer {
@@ -53,6 +55,7 @@ impl RedisProducer {
             pending: VecDeque::new(),
             known_floor: 1,
             wait_conn: BlockingConn::default(),
+            alive: Arc::new(()),
         }
     }
 
@@ -326,6 +329,7 @@ impl RedisProducer {
         LeaseKeeper {
             stream: self.stream.clone(),
             token: self.token.clone(),
+            producer: Arc::downgrade(&self.alive),
         }
     }
 
@@ -559,29 +563,39 @@ async fn renew(s: &RedisStream, token: &str) -> Result<(), Error> {
 /// It only extends a lease its producer still holds: it never takes one back, so fencing is
 /// unchanged. A producer that loses its lease (expired during an outage, handed over, closed)
 /// is refused at its next append exactly as without a keeper. Run it in the producer's process:
-/// a paused or partitioned process then stops renewing too, and its lease expires.
+/// a paused or partitioned process then stops renewing too, and its lease expires. It stops once
+/// its producer is dropped, so that a producer dropped without a close (the stream stays open in
+/// Redis) leaves a lease that lapses and a standby can take, not one renewed for nobody.
 #[derive(Debug, Clone)]
 pub struct LeaseKeeper {
     stream: RedisStream,
     token: String,
+    producer: Weak<()>,
 }
 
 impl LeaseKeeper {
     /// Renews the lease once, if its producer still holds it.
     ///
     /// # Errors
-    /// As [`RedisProducer::renew`]: [`Error::Fenced`] if the lease was lost or handed over.
+    /// As [`RedisProducer::renew`]: [`Error::Fenced`] if the lease was lost or handed over;
+    /// [`Error::ProducerDropped`] once the producer is dropped (nothing is sent).
     ///
     /// # Cancel safety
     /// Cancel safe: idempotent.
     pub async fn renew(&self) -> Result<(), Error> {
+        if self.producer.strong_count() == 0 {
+            return Err(Error::ProducerDropped);
+        }
         renew(&self.stream, &self.token).await
     }
 
     /// Renews the lease every third of [`RedisConfig::lease`](crate::RedisConfig::lease) until it
-    /// is gone, and returns why: [`Error::Fenced`] once the producer closed the stream, gave the
-    /// lease up or lost it; [`Error::NotFound`] / [`Error::EpochChanged`] / [`Error::Corrupt`] for
-    /// a lost stream. While Redis is unreachable it keeps trying at the same pace.
+    /// is gone, and returns why: [`Error::ProducerDropped`] once the producer was dropped or
+    /// consumed (by [`close`](RedisProducer::close) or
+    /// [`release_lease`](RedisProducer::release_lease) too); [`Error::Fenced`] once another
+    /// producer took the lease or it lapsed; [`Error::NotFound`] / [`Error::EpochChanged`] /
+    /// [`Error::Corrupt`] for a lost stream. While Redis is unreachable it keeps trying at the
+    /// same pace.
     ///
     /// # Cancel safety
     /// Cancel safe: dropping it stops the renewals (the lease then lasts until its expiry, or

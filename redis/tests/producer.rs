@@ -741,7 +741,36 @@ async fn a_lease_keeper_holds_an_idle_producers_lease_until_the_close() {
         .await
         .expect("the keeper stops after the close")
         .unwrap();
-    assert!(matches!(ended, Error::Fenced { .. }), "{ended:?}");
+    assert!(matches!(ended, Error::ProducerDropped), "{ended:?}");
+}
+
+/// A producer dropped without a close (the stream stays open in Redis): its keeper stops, so the
+/// lease lapses and another producer can take over, instead of a lease renewed for nobody.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_keeper_stops_when_its_producer_is_dropped() {
+    let server = RedisServer::start();
+    let lease = Duration::from_millis(500);
+    let backend = server
+        .backend_with(RedisConfig {
+            lease,
+            ..RedisConfig::default()
+        })
+        .await;
+    let stream = backend.create(&sid("dropped"), 8).await.unwrap();
+    let mut p = stream.acquire_producer().await.unwrap();
+    assert_eq!(p.append(b"one").await.unwrap(), 1);
+    let keeper = p.lease_keeper();
+    let running = tokio::spawn(keeper.clone().run());
+    drop(p);
+    let ended = tokio::time::timeout(Duration::from_secs(10), running)
+        .await
+        .expect("the keeper stops once its producer is dropped")
+        .unwrap();
+    assert!(matches!(ended, Error::ProducerDropped), "{ended:?}");
+    assert!(matches!(keeper.renew().await, Err(Error::ProducerDropped)));
+    // The lease lapses: a new producer takes it and continues after the head.
+    let mut next = stream.acquire_producer_when_free().await.unwrap();
+    assert_eq!(next.append(b"two").await.unwrap(), 2);
 }
 
 /// A standby replica's `acquire_producer_when_free` waits while the active producer keeps its

@@ -35,7 +35,9 @@
 //! use replay_ring_sse::{Epoch, StreamId, StreamIdentity};
 //!
 //! /// The same app over any backend, given its producer; returns the publisher with the router.
-//! /// Keep the publisher (send with it): dropping it closes the stream (`producer_dropped`).
+//! /// Keep the publisher (send with it). Dropping it closes a ring's stream (`producer_dropped`);
+//! /// a network backend's stream stays open until closed with `SseProducer::close` (Redis: its
+//! /// lease then lapses, and another replica can take over producing).
 //! fn app<B: Backend<Payload = Bytes>>(producer: B::Producer) -> (Router, SseProducer<B>) {
 //!     let me = StreamIdentity::new(StreamId::new("events").unwrap(), Epoch::generate());
 //!     let (stream, publisher) = SseStream::with_backend(producer, me, SseConfig::default());
