@@ -237,44 +237,48 @@ impl RedisEventLog {
             .map_err(RedisError::Unavailable)
     }
 
-    /// Removes the reports of the connections `tokens` (ended, or seen dead by the owner).
+    /// Removes the reports `fields` (connections that ended, seen dead, or fields that are not
+    /// reports at all).
     pub(crate) async fn forget_readers(
         &self,
         stream: &RedisStream,
-        tokens: &[String],
+        fields: &[Vec<u8>],
     ) -> Result<(), RedisError> {
-        if tokens.is_empty() {
+        if fields.is_empty() {
             return Ok(());
         }
         let mut conn = self.backend.connection();
-        conn.hdel(Self::readers_key(stream), tokens)
+        conn.hdel(Self::readers_key(stream), fields)
             .await
             .map_err(RedisError::Unavailable)
     }
 
     /// The reports of every connection other replicas serve `stream` to
-    /// ([`report_reader`](Self::report_reader)); a field that does not parse (written behind our
-    /// back) is left out.
+    /// ([`report_reader`](Self::report_reader)), and the fields that are not reports (written
+    /// behind our back: a name or a value that does not parse), for removal. A key of another
+    /// type in the hash's place is deleted (the name is this crate's) and read as no reports.
     pub(crate) async fn remote_readers(
         &self,
         stream: &RedisStream,
-    ) -> Result<Vec<ReaderReport>, RedisError> {
+    ) -> Result<ReaderReports, RedisError> {
+        let key = Self::readers_key(stream);
         let mut conn = self.backend.connection();
-        let fields: Vec<(String, String)> = conn
-            .hgetall(Self::readers_key(stream))
-            .await
-            .map_err(RedisError::Unavailable)?;
-        Ok(fields
-            .into_iter()
-            .filter_map(|(token, value)| {
-                let (through, beat) = value.split_once(':')?;
-                Some(ReaderReport {
-                    token,
-                    through: through.parse().ok()?,
-                    beat: beat.parse().ok()?,
-                })
-            })
-            .collect())
+        let fields: Vec<(Vec<u8>, Vec<u8>)> = match conn.hgetall(&key).await {
+            Ok(fields) => fields,
+            Err(e) if e.code() == Some("WRONGTYPE") => {
+                let _: Result<(), _> = conn.del(&key).await;
+                Vec::new()
+            }
+            Err(e) => return Err(RedisError::Unavailable(e)),
+        };
+        let mut read = ReaderReports::default();
+        for (name, value) in fields {
+            match parse_report(&name, &value) {
+                Some(report) => read.reports.push(report),
+                None => read.junk.push(name),
+            }
+        }
+        Ok(read)
     }
 
     /// Whether `stream`'s producer is gone: no replica held its lease over a whole renewal
@@ -304,6 +308,25 @@ pub(crate) struct ReaderReport {
     pub(crate) token: String,
     pub(crate) through: u64,
     pub(crate) beat: u64,
+}
+
+/// One read of a stream's reports.
+#[derive(Debug, Default)]
+pub(crate) struct ReaderReports {
+    pub(crate) reports: Vec<ReaderReport>,
+    /// Fields that are not reports.
+    pub(crate) junk: Vec<Vec<u8>>,
+}
+
+/// A report field: a UTF-8 token, and `<through>:<beat>`.
+fn parse_report(name: &[u8], value: &[u8]) -> Option<ReaderReport> {
+    let token = std::str::from_utf8(name).ok()?;
+    let (through, beat) = std::str::from_utf8(value).ok()?.split_once(':')?;
+    Some(ReaderReport {
+        token: token.to_owned(),
+        through: through.parse().ok()?,
+        beat: beat.parse().ok()?,
+    })
 }
 
 /// Who a stream in Redis belongs to.

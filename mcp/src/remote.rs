@@ -118,10 +118,15 @@ impl RingEventStore {
             return 0;
         }
         let entries = self.entries();
+        // Every request stream's reports at once (the commands share one multiplexed
+        // connection, so this costs about one round trip, not one per stream), and before the
+        // writers: a push waiting for room holds its writer, and a report may be that room.
+        stream::iter(&entries)
+            .for_each_concurrent(REPORT_READS_AT_ONCE, |entry| {
+                self.count_remote_readers(entry)
+            })
+            .await;
         for entry in &entries {
-            // Before the writer: a push waiting for room holds it, and what this reads may be
-            // the room it waits for.
-            self.count_remote_readers(entry).await;
             // A busy writer may be waiting for room for up to the backpressure bound, longer
             // than a lease: its lease is renewed without it.
             let Ok(mut writer) = entry.writer.try_lock() else {
@@ -145,24 +150,40 @@ impl RingEventStore {
         if entry.is_common || entry.closed_at.lock().is_some() {
             return;
         }
-        let Ok(reports) = log.remote_readers(stream).await else {
-            return;
-        };
+        let read = log.remote_readers(stream).await;
         let now = Instant::now();
-        let dead = {
+        let dead_after = remote_reader_dead_after(log);
+        let forget = {
             let mut retention = entry.retention.lock();
-            let dead = entry.remote_progress.lock().apply(
-                &mut retention,
-                &reports,
-                now,
-                remote_reader_dead_after(log),
-                self.config().max_readers,
-            );
+            let mut remote = entry.remote_progress.lock();
+            let forget = match read {
+                Ok(read) => {
+                    // A report past the head was not written by a reader of this stream (the
+                    // head only moves here, before Redis has the event): not counted, removed.
+                    let head = entry.ring.head();
+                    let (reports, past_head): (Vec<_>, Vec<_>) =
+                        read.reports.into_iter().partition(|r| r.through <= head);
+                    let mut forget = remote.apply(
+                        &mut retention,
+                        &reports,
+                        now,
+                        dead_after,
+                        self.config().max_readers,
+                    );
+                    forget.extend(past_head.into_iter().map(|r| r.token.into_bytes()));
+                    forget.extend(read.junk);
+                    forget
+                }
+                Err(_) => {
+                    remote.expire_unread(&mut retention, now, dead_after);
+                    Vec::new()
+                }
+            };
             entry.on_connections_changed(retention.live_connections());
             retention.release_expired(&entry.ring, now);
-            dead
+            forget
         };
-        let _ = log.forget_readers(stream, &dead).await;
+        let _ = log.forget_readers(stream, &forget).await;
     }
 
     /// Serves a resume from Redis when the cursor's stream is not held by this process, after
@@ -289,8 +310,7 @@ impl RingEventStore {
             token: reader_token(self.epoch()),
             sent: id.seq,
             written: id.seq,
-            reported: id.seq,
-            reported_at: None,
+            attempted_at: None,
             beat: 0,
             every: report_every(log),
             _slot: slot,
@@ -359,7 +379,7 @@ impl Drop for RemoteSlot {
     }
 }
 
-/// How often a connection served from Redis reports its progress while it writes
+/// How often a connection served from Redis reports its progress
 /// ([`RemoteConnection::report_progress`]): as often as the owning replica reads the reports
 /// (its maintenance, every third of the lease).
 fn report_every(log: &RedisEventLog) -> Duration {
@@ -372,12 +392,16 @@ fn idle_interval(log: &RedisEventLog) -> Duration {
     KEEP_ALIVE.min(log.backend().config().lease)
 }
 
-/// After how long without a report the owning replica takes a remote reader for gone: two idle
-/// intervals (a live reader reports at least once per interval, or per `report_every` while it
-/// writes), one maintenance interval, and two commands' time.
+/// After how long without a moving report the owning replica takes a remote reader for gone: a
+/// live reader reports every [`report_every`], which the owner reads as often; three of those
+/// intervals and two commands' time. Replicas share one `RedisConfig`, so both sides use the
+/// same interval.
 fn remote_reader_dead_after(log: &RedisEventLog) -> Duration {
-    2 * idle_interval(log) + report_every(log) + 2 * log.backend().config().response_timeout
+    3 * report_every(log) + 2 * log.backend().config().response_timeout
 }
+
+/// How many streams' reports one maintenance pass reads at once.
+const REPORT_READS_AT_ONCE: usize = 64;
 
 /// Tells connections served from Redis apart across replicas: the store's epoch (random per
 /// process) and a count.
@@ -412,9 +436,8 @@ struct RemoteConnection {
     sent: u64,
     /// The last id of the frames the transport took.
     written: u64,
-    /// What the last progress report said, and when it was made.
-    reported: u64,
-    reported_at: Option<Instant>,
+    /// When the last progress report was attempted.
+    attempted_at: Option<Instant>,
     /// The count of reports made (the owner reads a report that moved as a live reader).
     beat: u64,
     every: Duration,
@@ -424,7 +447,8 @@ struct RemoteConnection {
 
 impl Drop for RemoteConnection {
     fn drop(&mut self) {
-        if self.reported_at.is_none() {
+        // Also when no report was confirmed: one whose reply was lost may be in Redis.
+        if self.request.is_none() {
             return;
         }
         // The owner counts this client as departed once the report is gone (or, should this
@@ -432,7 +456,7 @@ impl Drop for RemoteConnection {
         let (log, stream, token) = (self.log.clone(), self.stream.clone(), self.token.clone());
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {
-                let _ = log.forget_readers(&stream, &[token]).await;
+                let _ = log.forget_readers(&stream, &[token.into_bytes()]).await;
             });
         }
     }
@@ -454,10 +478,21 @@ impl RemoteConnection {
     async fn next_frame(&mut self) -> Bytes {
         // Asked for the next frame: the transport took the last one.
         self.written = self.sent;
-        self.report_progress(false).await;
+        if self.report_due().is_some_and(|at| at <= Instant::now()) {
+            self.report_progress().await;
+        }
         // Check the producer at least once per lease, so a gone one is noticed within a lease.
-        let idle = idle_interval(&self.log);
-        match tokio::time::timeout(idle, self.reader.recv()).await {
+        let idle_at = Instant::now() + idle_interval(&self.log);
+        // While it waits for events, the connection keeps reporting on time: what it wrote last
+        // may be the room the producer waits for.
+        let item = loop {
+            let wake = self.report_due().map_or(idle_at, |at| at.min(idle_at));
+            match tokio::time::timeout_at(wake.into(), self.reader.recv()).await {
+                Err(_) if Instant::now() < idle_at => self.report_progress().await,
+                item => break item,
+            }
+        };
+        match item {
             Ok(Ok(ReadItem::Events(events))) => {
                 let mut buf = BytesMut::new();
                 for (seq, payload) in events {
@@ -501,40 +536,34 @@ impl RemoteConnection {
                     self.done = true;
                     self.broken("stream_closed", &reason.to_string())
                 }
-                None => {
-                    // Still here, with nothing new to write: tell the owner so.
-                    self.report_progress(true).await;
-                    Bytes::from_static(replay_ring_sse::KEEP_ALIVE)
-                }
+                None => Bytes::from_static(replay_ring_sse::KEEP_ALIVE),
             },
         }
     }
 
+    /// When the next progress report is due: at once for the first, then every
+    /// [`report_every`] after the last attempt, whether or not anything new was written (a
+    /// report whose count moves is how the owner knows the reader is alive). `None` for a
+    /// connection that reports nothing: the owner counts a request stream's readers only.
+    fn report_due(&self) -> Option<Instant> {
+        self.request.as_ref()?;
+        Some(
+            self.attempted_at
+                .map_or_else(Instant::now, |at| at + self.every),
+        )
+    }
+
     /// Reports to the owning replica how far this connection has written (what its transport
     /// took), so that its retention counts this client as it counts its own connections
-    /// (`remote_progress.rs`): at the first call, then at most every [`report_every`] while it
-    /// writes, and at every idle interval (`always`). A request stream's connections only: the
-    /// owner counts no others. A failure is left to the next report; a Redis outage ends the
+    /// (`remote_progress.rs`). A failure waits for the next report; a Redis outage ends the
     /// connection on its next read.
-    async fn report_progress(&mut self, always: bool) {
-        if self.request.is_none() {
-            return;
-        }
-        let due = match self.reported_at {
-            None => true,
-            Some(at) => always || (self.written > self.reported && at.elapsed() >= self.every),
-        };
-        if !due {
-            return;
-        }
+    async fn report_progress(&mut self) {
+        self.attempted_at = Some(Instant::now());
         self.beat += 1;
         let report = self
             .log
             .report_reader(&self.stream, &self.token, self.written, self.beat);
-        if report.await.is_ok() {
-            self.reported = self.written;
-            self.reported_at = Some(Instant::now());
-        }
+        let _ = report.await;
     }
 
     /// After an idle period: `Some` when the producer is gone without closing the stream.

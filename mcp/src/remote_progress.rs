@@ -27,13 +27,15 @@ use crate::redis_log::ReaderReport;
 #[derive(Debug, Default)]
 pub(crate) struct RemoteProgress {
     tracked: HashMap<String, Tracked>,
-    /// Reports seen dead whose removal from Redis has not been seen yet: not counted again.
+    /// Reports seen dead or superseded whose removal from Redis has not been seen yet: not
+    /// counted again.
     retired: HashSet<String>,
 }
 
 #[derive(Debug)]
 struct Tracked {
     conn: ConnectionId,
+    through: u64,
     beat: u64,
     /// When `beat` last moved.
     moved_at: Instant,
@@ -41,9 +43,10 @@ struct Tracked {
 
 impl RemoteProgress {
     /// Brings `retention` in line with one read of the stream's `reports` at `now`: a new report
-    /// connects (at most `limit` remote connections are counted), a moved one records what it
-    /// wrote, a missing one (its connection ended) disconnects, and one that has not moved for
-    /// `dead_after` disconnects and is retired. Returns the tokens to remove from Redis.
+    /// connects (at most `limit` remote connections are counted) and supersedes the older ones
+    /// it has passed ([`supersede`](Self::supersede)), a moved one records what it wrote, a
+    /// missing one (its connection ended) disconnects, and one that has not moved for
+    /// `dead_after` disconnects and is retired. Returns the fields to remove from Redis.
     pub(crate) fn apply(
         &mut self,
         retention: &mut Retention,
@@ -51,7 +54,7 @@ impl RemoteProgress {
         now: Instant,
         dead_after: Duration,
         limit: usize,
-    ) -> Vec<String> {
+    ) -> Vec<Vec<u8>> {
         let present: HashSet<&str> = reports.iter().map(|r| r.token.as_str()).collect();
         self.retired
             .retain(|token| present.contains(token.as_str()));
@@ -67,9 +70,10 @@ impl RemoteProgress {
             }
         }
         let mut forget = Vec::new();
+        let mut arrived = Vec::new();
         for report in reports {
             if self.retired.contains(&report.token) {
-                forget.push(report.token.clone());
+                forget.push(report.token.clone().into_bytes());
                 continue;
             }
             let counted = self.tracked.len();
@@ -77,20 +81,20 @@ impl RemoteProgress {
                 Some(t) if t.beat != report.beat => {
                     t.beat = report.beat;
                     t.moved_at = now;
+                    t.through = t.through.max(report.through);
                     retention.on_written(&t.conn, report.through, now);
                 }
                 Some(t) if now.saturating_duration_since(t.moved_at) >= dead_after => {
-                    if let Some(dead) = self.tracked.remove(&report.token) {
-                        retention.disconnect(dead.conn, now);
-                    }
-                    self.retired.insert(report.token.clone());
-                    forget.push(report.token.clone());
+                    self.retire(retention, &report.token, now);
+                    forget.push(report.token.clone().into_bytes());
                 }
                 Some(_) => {}
                 None if counted < limit => {
                     if let Some(conn) = retention.connect(report.through) {
+                        arrived.push((report.token.clone(), report.through));
                         let tracked = Tracked {
                             conn,
+                            through: report.through,
                             beat: report.beat,
                             moved_at: now,
                         };
@@ -100,7 +104,71 @@ impl RemoteProgress {
                 None => {}
             }
         }
+        // Only reports counted before this read are superseded: two that arrive together are
+        // two connections, not one replacing the other.
+        let newcomers: HashSet<String> = arrived.iter().map(|(token, _)| token.clone()).collect();
+        for (_, through) in &arrived {
+            for old in self.supersede_except(retention, *through, &newcomers, now) {
+                forget.push(old.into_bytes());
+            }
+        }
         forget
+    }
+
+    /// A connection of the stream's client resumed at `cursor` (here, or as a new report from
+    /// another replica): a request stream has one client, and a resume proves it has moved on
+    /// from any connection that had written no further, so those are disconnected (they hold
+    /// what they had not written for a window, as a departed client does) and retired. Without
+    /// this, a report left behind by a replica that died would hold the window until it is
+    /// taken for dead. The next [`apply`](Self::apply) removes their reports from Redis.
+    pub(crate) fn supersede(&mut self, retention: &mut Retention, cursor: u64, now: Instant) {
+        self.supersede_except(retention, cursor, &HashSet::new(), now);
+    }
+
+    fn supersede_except(
+        &mut self,
+        retention: &mut Retention,
+        cursor: u64,
+        except: &HashSet<String>,
+        now: Instant,
+    ) -> Vec<String> {
+        let passed: Vec<String> = self
+            .tracked
+            .iter()
+            .filter(|(token, t)| t.through <= cursor && !except.contains(token.as_str()))
+            .map(|(token, _)| token.clone())
+            .collect();
+        for token in &passed {
+            self.retire(retention, token, now);
+        }
+        passed
+    }
+
+    /// When the reports cannot be read: the counted ones whose count has not moved for
+    /// `dead_after` are taken for dead (on this replica's clock), so an unreadable hash does
+    /// not hold the window for good.
+    pub(crate) fn expire_unread(
+        &mut self,
+        retention: &mut Retention,
+        now: Instant,
+        dead_after: Duration,
+    ) {
+        let dead: Vec<String> = self
+            .tracked
+            .iter()
+            .filter(|(_, t)| now.saturating_duration_since(t.moved_at) >= dead_after)
+            .map(|(token, _)| token.clone())
+            .collect();
+        for token in &dead {
+            self.retire(retention, token, now);
+        }
+    }
+
+    fn retire(&mut self, retention: &mut Retention, token: &str, now: Instant) {
+        if let Some(gone) = self.tracked.remove(token) {
+            retention.disconnect(gone.conn, now);
+        }
+        self.retired.insert(token.to_owned());
     }
 
     /// How many remote connections are counted.
@@ -168,10 +236,14 @@ mod tests {
         assert!(almost.is_empty());
         assert_eq!(retention.live_connections(), 1);
         let dead = remote.apply(&mut retention, &[report("a", 2, 1)], t0 + DEAD, DEAD, 4);
-        assert_eq!(dead, ["a"]);
+        assert_eq!(dead, [b"a".to_vec()]);
         assert_eq!(retention.live_connections(), 0);
         let again = remote.apply(&mut retention, &[report("a", 2, 2)], t0 + DEAD, DEAD, 4);
-        assert_eq!(again, ["a"], "a retired report is not counted again");
+        assert_eq!(
+            again,
+            [b"a".to_vec()],
+            "a retired report is not counted again"
+        );
         assert_eq!(remote.len(), 0);
         // Once Redis no longer has it, the token is forgotten here too.
         remote.apply(&mut retention, &[], t0 + DEAD, DEAD, 4);
@@ -196,6 +268,46 @@ mod tests {
             "a and b ended, c counted now"
         );
         remote.apply(&mut retention, &[], t0, DEAD, 2);
+        assert_eq!(retention.live_connections(), 0);
+    }
+
+    /// A new report supersedes the counted ones that had written no further (the client moved
+    /// on), but not a report that arrives with it; a resume here supersedes the same way.
+    #[test]
+    fn a_resume_supersedes_the_reports_it_passed() {
+        let (_producer, _ring, mut retention) = setup();
+        let mut remote = RemoteProgress::default();
+        let t0 = Instant::now();
+        remote.apply(
+            &mut retention,
+            &[report("a", 1, 1), report("b", 1, 1)],
+            t0,
+            DEAD,
+            4,
+        );
+        assert_eq!(
+            remote.len(),
+            2,
+            "two that arrive together are two connections"
+        );
+        let seen = [report("a", 1, 1), report("b", 1, 1), report("c", 2, 1)];
+        let forget = remote.apply(&mut retention, &seen, t0, DEAD, 4);
+        assert_eq!(remote.len(), 1, "c resumed past a and b");
+        assert_eq!(forget.len(), 2);
+        remote.supersede(&mut retention, 2, t0);
+        assert_eq!((remote.len(), retention.live_connections()), (0, 0));
+    }
+
+    /// Reports that cannot be read: the counted ones are taken for dead on this replica's clock.
+    #[test]
+    fn unreadable_reports_expire_on_the_owners_clock() {
+        let (_producer, _ring, mut retention) = setup();
+        let mut remote = RemoteProgress::default();
+        let t0 = Instant::now();
+        remote.apply(&mut retention, &[report("a", 1, 1)], t0, DEAD, 4);
+        remote.expire_unread(&mut retention, t0 + DEAD / 2, DEAD);
+        assert_eq!(retention.live_connections(), 1);
+        remote.expire_unread(&mut retention, t0 + DEAD, DEAD);
         assert_eq!(retention.live_connections(), 0);
     }
 }

@@ -173,6 +173,15 @@ impl RingStream {
         if let Some(acked) = acknowledged {
             // A resume with `x` proves the client holds `..= x`.
             let _ = retention.acknowledge(&entry.ring, acked);
+            // ... and that it left the connections other replicas served it that had written
+            // no further (one left behind by a replica that died would hold the window).
+            #[cfg(feature = "redis")]
+            if !entry.is_common {
+                entry
+                    .remote_progress
+                    .lock()
+                    .supersede(retention, acked, Instant::now());
+            }
         }
         entry.on_connections_changed(retention.live_connections());
         conn

@@ -1,0 +1,398 @@
+//! The owner's count of the connections other replicas serve a request stream to (feature
+//! `redis`, a real `redis-server`), when things go wrong: a burst into a full window while the
+//! remote reader waits for events, a replica that dies with its report left in Redis, and
+//! reports written behind the store's back (a position past the head, a field that is not a
+//! report, a key of another type). Each must leave the call paced by the readers that are really
+//! there. The stream is `req-a` on replica A, its owner record written by hand, read on replica
+//! B through `remote_resume` and on A through `resume_stream`. Timings are the defaults' ratios
+//! (lease = backpressure bound, window three times that) scaled down.
+#![cfg(feature = "redis")]
+
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use futures::StreamExt;
+use http::StatusCode;
+use replay_ring_mcp::{RedisEventLog, RingEventStore, StoreConfig};
+use replay_ring_redis::RedisConfig;
+use replay_ring_sse::{Epoch, RetentionConfig};
+use rmcp::model::ServerJsonRpcMessage;
+use rmcp::transport::streamable_http_server::session::{EventStore, ServerSseMessage};
+use serde_json::json;
+
+mod in_process;
+#[path = "../../redis/tests/common/mod.rs"]
+mod redis_support;
+
+use in_process::{events_from, Sse};
+use redis_support::RedisServer;
+
+fn progress(p: u64) -> ServerSseMessage {
+    let msg: ServerJsonRpcMessage = serde_json::from_value(json!({
+        "jsonrpc": "2.0", "method": "notifications/progress",
+        "params": {"progressToken": "t", "progress": p}
+    }))
+    .unwrap();
+    ServerSseMessage::from_message(msg)
+}
+
+/// The default ratios (lease 10 s = backpressure bound 10 s, window 30 s) scaled by 1/10, with a
+/// short response timeout (the default 2 s would dominate the dead-reader bound here).
+fn store_cfg() -> StoreConfig {
+    StoreConfig {
+        capacity: 8,
+        retention: RetentionConfig {
+            resumption_window: Duration::from_millis(3000),
+            backpressure_timeout: Duration::from_millis(1000),
+        },
+        ..StoreConfig::default()
+    }
+}
+
+fn redis_cfg(lease_ms: u64) -> RedisConfig {
+    RedisConfig {
+        lease: Duration::from_millis(lease_ms),
+        response_timeout: Duration::from_millis(200),
+        ..RedisConfig::default()
+    }
+}
+
+async fn store(server: &RedisServer, epoch: Epoch, lease_ms: u64) -> RingEventStore {
+    let log = RedisEventLog::connect(&server.url(), redis_cfg(lease_ms))
+        .await
+        .unwrap();
+    RingEventStore::with_redis_epoch(store_cfg(), log, epoch)
+}
+
+fn set_owner(server: &RedisServer) {
+    let mut raw = server.raw();
+    let _: () = redis::cmd("SET")
+        .arg("replay-ring:{a-s1}:owner")
+        .arg(json!({"session": "sess-1", "request": 1}).to_string())
+        .query(&mut raw)
+        .unwrap();
+}
+
+fn readers(server: &RedisServer) -> Vec<(String, String)> {
+    let mut raw = server.raw();
+    redis::cmd("HGETALL")
+        .arg("replay-ring:{a-s1}:readers")
+        .query(&mut raw)
+        .unwrap()
+}
+
+/// Reads a remote body in the background; returns the events it got.
+fn read_remote(mut body: Body) -> tokio::task::JoinHandle<Vec<Sse>> {
+    tokio::spawn(async move { events_from(&mut body, 10_000).await })
+}
+
+/// Reads a local RingStream in the background, as fast as it comes.
+fn read_local(
+    mut s: replay_ring_mcp::RingStream,
+) -> tokio::task::JoinHandle<Vec<ServerSseMessage>> {
+    tokio::spawn(async move {
+        let mut out = Vec::new();
+        while let Ok(Some(m)) = tokio::time::timeout(Duration::from_secs(20), s.next()).await {
+            out.push(m);
+        }
+        out
+    })
+}
+
+/// A burst of 19 events into a window of 8, read as it comes by one client, on the owner
+/// (`remote` false) or on replica B, starting right after one of the remote reader's reports.
+/// The remote reader, which catches up and then waits for events, must report what it wrote
+/// on time while it waits, or the owner releases nothing before the producer's bound.
+async fn burst(remote: bool, lease_ms: u64) -> Result<(), String> {
+    let server = RedisServer::start();
+    let a = store(&server, Epoch::new(0xa), lease_ms).await;
+    let b = store(&server, Epoch::new(0xb), lease_ms).await;
+    assert_eq!(
+        a.store_event("req-a", &progress(1)).await.unwrap(),
+        "s1.a.1"
+    );
+    set_owner(&server);
+    let reader = if remote {
+        let resp = b.remote_resume(Some("sess-1"), b"s1.a.1").await.unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+        let mut body = Body::new(resp.into_body());
+        let priming = events_from(&mut body, 1).await;
+        assert_eq!(priming[0].id.as_deref(), Some("s1.a.1"));
+        let h = read_remote(body);
+        // Let the first report (through 1) land and the owner count it, then wait for the
+        // reader's next idle report (beat 2): the burst starts right after it.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let r = readers(&server);
+            if r.len() == 1 && r[0].1.ends_with(":2") {
+                break;
+            }
+            assert!(Instant::now() < deadline, "no idle report: {r:?}");
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        Some(h)
+    } else {
+        let s = a
+            .resume_stream(None, b"s1.a.1")
+            .map_err(|e| format!("{e:?}"))
+            .unwrap();
+        read_local(s);
+        None
+    };
+    // A burst of 20 events into a window of 8.
+    let t0 = Instant::now();
+    let mut result = Ok(());
+    for p in 2..=20 {
+        if let Err(e) = a.store_event("req-a", &progress(p)).await {
+            result = Err(format!("event {p} after {:?}: {e}", t0.elapsed()));
+            break;
+        }
+    }
+    if let Some(h) = reader {
+        h.abort();
+    }
+    result
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_read_on_the_owner_completes() {
+    burst(false, 1000).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_read_on_another_replica_completes() {
+    burst(true, 1000).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_read_on_another_replica_completes_with_a_lease_past_the_bound() {
+    burst(true, 1500).await.unwrap();
+}
+
+/// Replica B serves the call's client, then dies (`leak`: its connection is leaked, so no final
+/// removal of its report and no more reports) or ends the connection normally; the client
+/// resumes on the owner and reads everything as it comes. The resume supersedes B's report at
+/// once, so a report left behind does not hold the owner's window until it is taken for dead.
+async fn crash(leak: bool) -> Result<(), String> {
+    let server = RedisServer::start();
+    let a = store(&server, Epoch::new(0xa), 1000).await;
+    let b = store(&server, Epoch::new(0xb), 1000).await;
+    assert_eq!(
+        a.store_event("req-a", &progress(1)).await.unwrap(),
+        "s1.a.1"
+    );
+    set_owner(&server);
+    let resp = b.remote_resume(Some("sess-1"), b"s1.a.1").await.unwrap();
+    let mut body = Body::new(resp.into_body());
+    let _priming = events_from(&mut body, 1).await;
+    for p in 2..=4 {
+        a.store_event("req-a", &progress(p)).await.unwrap();
+    }
+    let got = events_from(&mut body, 3).await;
+    assert_eq!(got.last().unwrap().id.as_deref(), Some("s1.a.4"));
+    // One more poll so "taken" covers 4, then let it report and the owner see it.
+    let _ = tokio::time::timeout(Duration::from_millis(1300), events_from(&mut body, 1)).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    if leak {
+        std::mem::forget(body); // the replica is gone: no HDEL, no reports
+    } else {
+        drop(body); // the connection ends normally
+    }
+    // The client resumes on the owner from 4 and reads as fast as events come.
+    let s = a
+        .resume_stream(None, b"s1.a.4")
+        .map_err(|e| format!("{e:?}"))
+        .unwrap();
+    let local = read_local(s);
+    let t0 = Instant::now();
+    let mut result = Ok(());
+    for p in 5..=30 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        if let Err(e) = a.store_event("req-a", &progress(p)).await {
+            result = Err(format!("event {p} after {:?}: {e}", t0.elapsed()));
+            break;
+        }
+    }
+    local.abort();
+    result
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remote_connection_that_ends_does_not_hold_the_owner() {
+    crash(false).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_remote_replica_does_not_end_a_call_read_on_the_owner() {
+    crash(true).await.unwrap();
+}
+
+fn hset_junk(server: &RedisServer, value: &str) {
+    let mut raw = server.raw();
+    let _: () = redis::cmd("HSET")
+        .arg("replay-ring:{a-s1}:readers")
+        .arg("junk")
+        .arg(value)
+        .query(&mut raw)
+        .unwrap();
+}
+
+fn hdel_junk(server: &RedisServer) {
+    let mut raw = server.raw();
+    let _: () = redis::cmd("HDEL")
+        .arg("replay-ring:{a-s1}:readers")
+        .arg("junk")
+        .query(&mut raw)
+        .unwrap();
+}
+
+/// A field of the `:readers` hash whose position is past the owner's head (written behind the
+/// store's back) is not counted and is removed: counted, it would have been recorded as written
+/// when the local connection left, and the stream would never have released by window again.
+async fn junk(with_junk: bool) -> Result<(), String> {
+    let server = RedisServer::start();
+    let a = store(&server, Epoch::new(0xa), 1000).await;
+    assert_eq!(
+        a.store_event("req-a", &progress(1)).await.unwrap(),
+        "s1.a.1"
+    );
+    a.store_event("req-a", &progress(2)).await.unwrap();
+    set_owner(&server);
+    let l1 = a
+        .resume_stream(None, b"s1.a.2")
+        .map_err(|e| format!("{e:?}"))
+        .unwrap();
+    if with_junk {
+        hset_junk(&server, &format!("{}:1", u64::MAX / 2));
+    }
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    drop(l1);
+    // One window for the poisoned checkpoint to expire, then the junk goes away.
+    tokio::time::sleep(Duration::from_millis(3600)).await;
+    if with_junk {
+        hdel_junk(&server);
+    }
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let l2 = a
+        .resume_stream(None, b"s1.a.2")
+        .map_err(|e| format!("{e:?}"))
+        .unwrap();
+    let local = read_local(l2);
+    let t0 = Instant::now();
+    let mut result = Ok(());
+    for p in 3..=30 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        if let Err(e) = a.store_event("req-a", &progress(p)).await {
+            result = Err(format!("event {p} after {:?}: {e}", t0.elapsed()));
+            break;
+        }
+    }
+    local.abort();
+    result
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_without_junk_releases_by_window() {
+    junk(false).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_report_past_the_head_does_not_wedge_the_stream() {
+    junk(true).await.unwrap();
+}
+
+/// The `:readers` key replaced by a value of another type: the owner deletes it, and the remote
+/// connection counted before (which ended meanwhile) no longer caps its releases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_readers_key_of_another_type_does_not_freeze_a_counted_reader() {
+    let server = RedisServer::start();
+    let a = store(&server, Epoch::new(0xa), 1000).await;
+    let b = store(&server, Epoch::new(0xb), 1000).await;
+    assert_eq!(
+        a.store_event("req-a", &progress(1)).await.unwrap(),
+        "s1.a.1"
+    );
+    set_owner(&server);
+    let resp = b.remote_resume(Some("sess-1"), b"s1.a.1").await.unwrap();
+    let mut body = Body::new(resp.into_body());
+    let _priming = events_from(&mut body, 1).await;
+    let _ = tokio::time::timeout(Duration::from_millis(600), events_from(&mut body, 1)).await;
+    assert_eq!(readers(&server).len(), 1);
+    {
+        let mut raw = server.raw();
+        let _: () = redis::cmd("DEL")
+            .arg("replay-ring:{a-s1}:readers")
+            .query(&mut raw)
+            .unwrap();
+        let _: () = redis::cmd("SET")
+            .arg("replay-ring:{a-s1}:readers")
+            .arg("x")
+            .query(&mut raw)
+            .unwrap();
+    }
+    drop(body); // the remote connection ends (its HDEL fails: WRONGTYPE)
+                // Well past the dead-reader bound (2.7 s here).
+    tokio::time::sleep(Duration::from_millis(4000)).await;
+    let s = a
+        .resume_stream(None, b"s1.a.1")
+        .map_err(|e| format!("{e:?}"))
+        .unwrap();
+    let local = read_local(s);
+    let t0 = Instant::now();
+    let mut result = Ok(());
+    for p in 2..=30 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        if let Err(e) = a.store_event("req-a", &progress(p)).await {
+            result = Err(format!("event {p} after {:?}: {e}", t0.elapsed()));
+            break;
+        }
+    }
+    local.abort();
+    result.unwrap();
+}
+
+/// A field that is not UTF-8 is removed, and the other reports are still read: the remote
+/// connection counted before (which ended meanwhile) no longer caps the owner's releases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_field_that_is_not_a_report_does_not_freeze_a_counted_reader() {
+    let server = RedisServer::start();
+    let a = store(&server, Epoch::new(0xa), 1000).await;
+    let b = store(&server, Epoch::new(0xb), 1000).await;
+    assert_eq!(
+        a.store_event("req-a", &progress(1)).await.unwrap(),
+        "s1.a.1"
+    );
+    set_owner(&server);
+    let resp = b.remote_resume(Some("sess-1"), b"s1.a.1").await.unwrap();
+    let mut body = Body::new(resp.into_body());
+    let _priming = events_from(&mut body, 1).await;
+    let _ = tokio::time::timeout(Duration::from_millis(600), events_from(&mut body, 1)).await;
+    assert_eq!(readers(&server).len(), 1);
+    {
+        let mut raw = server.raw();
+        let _: () = redis::cmd("HSET")
+            .arg("replay-ring:{a-s1}:readers")
+            .arg(&b"\xff\xfe"[..])
+            .arg("1:1")
+            .query(&mut raw)
+            .unwrap();
+    }
+    drop(body); // the remote connection ends; its own field is removed
+    tokio::time::sleep(Duration::from_millis(4000)).await;
+    let s = a
+        .resume_stream(None, b"s1.a.1")
+        .map_err(|e| format!("{e:?}"))
+        .unwrap();
+    let local = read_local(s);
+    let t0 = Instant::now();
+    let mut result = Ok(());
+    for p in 2..=30 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        if let Err(e) = a.store_event("req-a", &progress(p)).await {
+            result = Err(format!("event {p} after {:?}: {e}", t0.elapsed()));
+            break;
+        }
+    }
+    local.abort();
+    result.unwrap();
+}
