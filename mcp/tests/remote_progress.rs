@@ -6,8 +6,9 @@
 
 use std::time::Duration;
 
+use axum::body::Body;
 use axum::Router;
-use http::StatusCode;
+use http::{Response, StatusCode};
 use replay_ring_mcp::{RedisEventLog, RingEventStore, StoreConfig};
 use replay_ring_mcp_demo::store_app;
 use replay_ring_redis::RedisConfig;
@@ -60,27 +61,51 @@ fn progress_in(e: &Sse) -> Option<u64> {
     v["params"]["progress"].as_f64().map(|p| p as u64)
 }
 
+/// A call resumed on replica B, with everything that must stay alive while it runs.
+struct ResumedOnB {
+    _server: RedisServer,
+    _apps: (Router, Router),
+    store_a: RingEventStore,
+    store_b: RingEventStore,
+    cursor: String,
+    response: Response<Body>,
+}
+
+/// Replicas A and B on a fresh Redis; a `long_task` of `n` notifications `delay_ms` apart called
+/// on A, its connection cut after the priming event and two notifications, and resumed on B.
+async fn a_call_resumed_on_b(n: u64, delay_ms: u64) -> ResumedOnB {
+    let server = RedisServer::start();
+    let (a, store_a) = replica(&server, Epoch::new(0xa)).await;
+    let (b, store_b) = replica(&server, Epoch::new(0xb)).await;
+    let session = initialize(&a).await;
+    let response = call(&a, post(Some(&session), long_task_paced(1, n, delay_ms))).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let mut body = response.into_body();
+    let before = events_from(&mut body, 3).await;
+    drop(body);
+    let cursor = before.last().unwrap().id.clone().unwrap();
+    let response = call(&b, get(&session, Some(&cursor))).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    ResumedOnB {
+        _server: server,
+        _apps: (a, b),
+        store_a,
+        store_b,
+        cursor,
+        response,
+    }
+}
+
 /// 60 progress notifications, 25 ms apart, into a window of 8, while the client reads on the
 /// other replica: without the owner counting that client, the window fills a few events after
 /// the cut, nothing releases it, and the call ends with `BackpressureTimeout` 3 s later.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_call_resumed_on_another_replica_completes_paced_by_its_reader() {
     const N: u64 = 60;
-    let server = RedisServer::start();
-    let (a, store_a) = replica(&server, Epoch::new(0xa)).await;
-    let (b, store_b) = replica(&server, Epoch::new(0xb)).await;
-    let session = initialize(&a).await;
-    let response = call(&a, post(Some(&session), long_task_paced(1, N, 25))).await;
-    assert_eq!(response.status(), StatusCode::OK);
-    let mut body = response.into_body();
-    // The priming event and two progress notifications on A, then the connection is cut.
-    let before = events_from(&mut body, 3).await;
-    drop(body);
-    let cursor = before.last().unwrap().id.clone().unwrap();
-    let resumed = call(&b, get(&session, Some(&cursor))).await;
-    assert_eq!(resumed.status(), StatusCode::OK);
-    let after = replayed_from(&mut resumed.into_body(), &cursor, 1000).await;
-    for (expected, e) in (seq_of(&cursor) + 1..).zip(&after) {
+    let call = a_call_resumed_on_b(N, 25).await;
+    let (store_a, store_b, cursor) = (&call.store_a, &call.store_b, &call.cursor);
+    let after = replayed_from(&mut call.response.into_body(), cursor, 1000).await;
+    for (expected, e) in (seq_of(cursor) + 1..).zip(&after) {
         let id = e.id.as_deref().expect("every event has an id");
         assert_eq!(seq_of(id), expected, "ids skipped or repeated: {after:?}");
     }
@@ -106,19 +131,10 @@ async fn a_long_call_resumed_on_another_replica_completes_paced_by_its_reader() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reader_on_another_replica_that_stops_reading_stops_holding_the_window() {
     const N: u64 = 400;
-    let server = RedisServer::start();
-    let (a, store_a) = replica(&server, Epoch::new(0xa)).await;
-    let (b, _store_b) = replica(&server, Epoch::new(0xb)).await;
-    let session = initialize(&a).await;
-    let response = call(&a, post(Some(&session), long_task_paced(1, N, 5))).await;
-    let mut body = response.into_body();
-    let before = events_from(&mut body, 3).await;
-    drop(body);
-    let cursor = before.last().unwrap().id.clone().unwrap();
-    let resumed = call(&b, get(&session, Some(&cursor))).await;
-    assert_eq!(resumed.status(), StatusCode::OK);
+    let call = a_call_resumed_on_b(N, 5).await;
+    let store_a = &call.store_a;
     // Reads the priming event and two more, then stops reading (the connection stays open).
-    let mut held = resumed.into_body();
+    let mut held = call.response.into_body();
     let read = events_from(&mut held, 3).await;
     let last_read = read.last().unwrap().id.clone().unwrap();
     // The call ends at the bound while the stalled connection is still open.

@@ -73,12 +73,12 @@ fn set_owner(server: &RedisServer) {
         .unwrap();
 }
 
+/// The stream's report hash.
+const READERS: &str = "replay-ring:{a-s1}:readers";
+
 fn readers(server: &RedisServer) -> Vec<(String, String)> {
     let mut raw = server.raw();
-    redis::cmd("HGETALL")
-        .arg("replay-ring:{a-s1}:readers")
-        .query(&mut raw)
-        .unwrap()
+    redis::cmd("HGETALL").arg(READERS).query(&mut raw).unwrap()
 }
 
 /// Reads a remote body in the background; returns the events it got.
@@ -97,6 +97,30 @@ fn read_local(
         }
         out
     })
+}
+
+/// The client reads on the owner from `cursor` as fast as events come, while the call publishes
+/// progress `from..=30`, 20 ms apart: the first event the store refuses, if any.
+async fn paced_while_read_on_the_owner(
+    a: &RingEventStore,
+    cursor: &[u8],
+    from: u64,
+) -> Result<(), String> {
+    let resumed = a
+        .resume_stream(None, cursor)
+        .map_err(|e| format!("{e:?}"))?;
+    let local = read_local(resumed);
+    let t0 = Instant::now();
+    let mut result = Ok(());
+    for p in from..=30 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        if let Err(e) = a.store_event("req-a", &progress(p)).await {
+            result = Err(format!("event {p} after {:?}: {e}", t0.elapsed()));
+            break;
+        }
+    }
+    local.abort();
+    result
 }
 
 /// A burst of 19 events into a window of 8, read as it comes by one client, on the owner
@@ -199,22 +223,7 @@ async fn crash(leak: bool) -> Result<(), String> {
         drop(body); // the connection ends normally
     }
     // The client resumes on the owner from 4 and reads as fast as events come.
-    let s = a
-        .resume_stream(None, b"s1.a.4")
-        .map_err(|e| format!("{e:?}"))
-        .unwrap();
-    let local = read_local(s);
-    let t0 = Instant::now();
-    let mut result = Ok(());
-    for p in 5..=30 {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        if let Err(e) = a.store_event("req-a", &progress(p)).await {
-            result = Err(format!("event {p} after {:?}: {e}", t0.elapsed()));
-            break;
-        }
-    }
-    local.abort();
-    result
+    paced_while_read_on_the_owner(&a, b"s1.a.4", 5).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -230,7 +239,7 @@ async fn a_crashed_remote_replica_does_not_end_a_call_read_on_the_owner() {
 fn hset_junk(server: &RedisServer, value: &str) {
     let mut raw = server.raw();
     let _: () = redis::cmd("HSET")
-        .arg("replay-ring:{a-s1}:readers")
+        .arg(READERS)
         .arg("junk")
         .arg(value)
         .query(&mut raw)
@@ -240,7 +249,7 @@ fn hset_junk(server: &RedisServer, value: &str) {
 fn hdel_junk(server: &RedisServer) {
     let mut raw = server.raw();
     let _: () = redis::cmd("HDEL")
-        .arg("replay-ring:{a-s1}:readers")
+        .arg(READERS)
         .arg("junk")
         .query(&mut raw)
         .unwrap();
@@ -273,22 +282,7 @@ async fn junk(with_junk: bool) -> Result<(), String> {
         hdel_junk(&server);
     }
     tokio::time::sleep(Duration::from_millis(600)).await;
-    let l2 = a
-        .resume_stream(None, b"s1.a.2")
-        .map_err(|e| format!("{e:?}"))
-        .unwrap();
-    let local = read_local(l2);
-    let t0 = Instant::now();
-    let mut result = Ok(());
-    for p in 3..=30 {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        if let Err(e) = a.store_event("req-a", &progress(p)).await {
-            result = Err(format!("event {p} after {:?}: {e}", t0.elapsed()));
-            break;
-        }
-    }
-    local.abort();
-    result
+    paced_while_read_on_the_owner(&a, b"s1.a.2", 3).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -301,54 +295,45 @@ async fn a_report_past_the_head_does_not_wedge_the_stream() {
     junk(true).await.unwrap();
 }
 
+/// Replicas A and B, event 1 of `req-a` on A, and B's connection from cursor 1 counted by A
+/// (its report in Redis and read by A's maintenance at least once).
+async fn a_counted_remote_reader(server: &RedisServer) -> (RingEventStore, RingEventStore, Body) {
+    let a = store(server, Epoch::new(0xa), 1000).await;
+    let b = store(server, Epoch::new(0xb), 1000).await;
+    assert_eq!(
+        a.store_event("req-a", &progress(1)).await.unwrap(),
+        "s1.a.1"
+    );
+    set_owner(server);
+    let resp = b.remote_resume(Some("sess-1"), b"s1.a.1").await.unwrap();
+    let mut body = Body::new(resp.into_body());
+    let _priming = events_from(&mut body, 1).await;
+    // Waits for events for two of A's maintenance intervals: its first report is in, and read.
+    let _ = tokio::time::timeout(Duration::from_millis(600), events_from(&mut body, 1)).await;
+    assert_eq!(readers(server).len(), 1);
+    (a, b, body)
+}
+
 /// The `:readers` key replaced by a value of another type: the owner deletes it, and the remote
 /// connection counted before (which ended meanwhile) no longer caps its releases.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_readers_key_of_another_type_does_not_freeze_a_counted_reader() {
     let server = RedisServer::start();
-    let a = store(&server, Epoch::new(0xa), 1000).await;
-    let b = store(&server, Epoch::new(0xb), 1000).await;
-    assert_eq!(
-        a.store_event("req-a", &progress(1)).await.unwrap(),
-        "s1.a.1"
-    );
-    set_owner(&server);
-    let resp = b.remote_resume(Some("sess-1"), b"s1.a.1").await.unwrap();
-    let mut body = Body::new(resp.into_body());
-    let _priming = events_from(&mut body, 1).await;
-    let _ = tokio::time::timeout(Duration::from_millis(600), events_from(&mut body, 1)).await;
-    assert_eq!(readers(&server).len(), 1);
-    {
-        let mut raw = server.raw();
-        let _: () = redis::cmd("DEL")
-            .arg("replay-ring:{a-s1}:readers")
-            .query(&mut raw)
-            .unwrap();
-        let _: () = redis::cmd("SET")
-            .arg("replay-ring:{a-s1}:readers")
-            .arg("x")
-            .query(&mut raw)
-            .unwrap();
-    }
-    drop(body); // the remote connection ends (its HDEL fails: WRONGTYPE)
-                // Well past the dead-reader bound (2.7 s here).
-    tokio::time::sleep(Duration::from_millis(4000)).await;
-    let s = a
-        .resume_stream(None, b"s1.a.1")
-        .map_err(|e| format!("{e:?}"))
+    let (a, _b, body) = a_counted_remote_reader(&server).await;
+    let mut raw = server.raw();
+    let _: () = redis::cmd("DEL").arg(READERS).query(&mut raw).unwrap();
+    let _: () = redis::cmd("SET")
+        .arg(READERS)
+        .arg("x")
+        .query(&mut raw)
         .unwrap();
-    let local = read_local(s);
-    let t0 = Instant::now();
-    let mut result = Ok(());
-    for p in 2..=30 {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        if let Err(e) = a.store_event("req-a", &progress(p)).await {
-            result = Err(format!("event {p} after {:?}: {e}", t0.elapsed()));
-            break;
-        }
-    }
-    local.abort();
-    result.unwrap();
+    // The remote connection ends; its report's removal fails (WRONGTYPE).
+    drop(body);
+    // Past the dead-reader bound (3 × 333 ms + 2 × 200 ms here): the time passing is the test.
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    paced_while_read_on_the_owner(&a, b"s1.a.1", 2)
+        .await
+        .unwrap();
 }
 
 /// A field that is not UTF-8 is removed, and the other reports are still read: the remote
@@ -356,43 +341,17 @@ async fn a_readers_key_of_another_type_does_not_freeze_a_counted_reader() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_field_that_is_not_a_report_does_not_freeze_a_counted_reader() {
     let server = RedisServer::start();
-    let a = store(&server, Epoch::new(0xa), 1000).await;
-    let b = store(&server, Epoch::new(0xb), 1000).await;
-    assert_eq!(
-        a.store_event("req-a", &progress(1)).await.unwrap(),
-        "s1.a.1"
-    );
-    set_owner(&server);
-    let resp = b.remote_resume(Some("sess-1"), b"s1.a.1").await.unwrap();
-    let mut body = Body::new(resp.into_body());
-    let _priming = events_from(&mut body, 1).await;
-    let _ = tokio::time::timeout(Duration::from_millis(600), events_from(&mut body, 1)).await;
-    assert_eq!(readers(&server).len(), 1);
-    {
-        let mut raw = server.raw();
-        let _: () = redis::cmd("HSET")
-            .arg("replay-ring:{a-s1}:readers")
-            .arg(&b"\xff\xfe"[..])
-            .arg("1:1")
-            .query(&mut raw)
-            .unwrap();
-    }
-    drop(body); // the remote connection ends; its own field is removed
-    tokio::time::sleep(Duration::from_millis(4000)).await;
-    let s = a
-        .resume_stream(None, b"s1.a.1")
-        .map_err(|e| format!("{e:?}"))
+    let (a, _b, body) = a_counted_remote_reader(&server).await;
+    let _: () = redis::cmd("HSET")
+        .arg(READERS)
+        .arg(&b"\xff\xfe"[..])
+        .arg("1:1")
+        .query(&mut server.raw())
         .unwrap();
-    let local = read_local(s);
-    let t0 = Instant::now();
-    let mut result = Ok(());
-    for p in 2..=30 {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        if let Err(e) = a.store_event("req-a", &progress(p)).await {
-            result = Err(format!("event {p} after {:?}: {e}", t0.elapsed()));
-            break;
-        }
-    }
-    local.abort();
-    result.unwrap();
+    // The remote connection ends; its own report is removed.
+    drop(body);
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    paced_while_read_on_the_owner(&a, b"s1.a.1", 2)
+        .await
+        .unwrap();
 }
