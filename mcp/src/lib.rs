@@ -59,6 +59,8 @@ mod layer;
 mod manager;
 mod metrics;
 #[cfg(feature = "redis")]
+mod progress_report;
+#[cfg(feature = "redis")]
 mod redis_log;
 mod refusal;
 mod registry;

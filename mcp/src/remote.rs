@@ -28,6 +28,7 @@ use serde_json::Value;
 use sync_wrapper::SyncWrapper;
 
 use crate::layer::{refusal_response, Body};
+use crate::progress_report::{report_every, ProgressReporter};
 use crate::redis_log::RedisEventLog;
 use crate::refusal::RefusalReason;
 use crate::store::{Inner, RingEventStore};
@@ -299,6 +300,12 @@ impl RingEventStore {
             Err(e) => return unavailable(e),
         };
         self.inner.counters.remote_resumes.inc();
+        let reporter = ProgressReporter::new(
+            log.clone(),
+            stream.clone(),
+            reader_token(self.epoch()),
+            owner.request.is_some(),
+        );
         let connection = RemoteConnection {
             reader,
             stream,
@@ -307,12 +314,9 @@ impl RingEventStore {
             request: owner.request,
             retry: self.config().retry,
             done: false,
-            token: reader_token(self.epoch()),
             sent: id.seq,
             written: id.seq,
-            attempted_at: None,
-            beat: 0,
-            every: report_every(log),
+            reporter,
             _slot: slot,
         };
         // The cursor first, as on the owning replica (`ReplayRingSessionManager::resume`): a
@@ -379,13 +383,6 @@ impl Drop for RemoteSlot {
     }
 }
 
-/// How often a connection served from Redis reports its progress
-/// ([`RemoteConnection::report_progress`]): as often as the owning replica reads the reports
-/// (its maintenance, every third of the lease).
-fn report_every(log: &RedisEventLog) -> Duration {
-    (log.backend().config().lease / 3).max(Duration::from_millis(10))
-}
-
 /// How long a connection served from Redis stays idle before it writes a keep-alive, checks the
 /// producer and reports that it is still there.
 fn idle_interval(log: &RedisEventLog) -> Duration {
@@ -430,36 +427,14 @@ struct RemoteConnection {
     request: Option<RequestId>,
     retry: Duration,
     done: bool,
-    /// This connection's name in its progress reports.
-    token: String,
     /// The last id of the frames handed to the transport.
     sent: u64,
     /// The last id of the frames the transport took.
     written: u64,
-    /// When the last progress report was attempted.
-    attempted_at: Option<Instant>,
-    /// The count of reports made (the owner reads a report that moved as a live reader).
-    beat: u64,
-    every: Duration,
+    /// Reports `written` to the owning replica.
+    reporter: ProgressReporter,
     /// Held until the connection's frames are dropped.
     _slot: RemoteSlot,
-}
-
-impl Drop for RemoteConnection {
-    fn drop(&mut self) {
-        // Also when no report was confirmed: one whose reply was lost may be in Redis.
-        if self.request.is_none() {
-            return;
-        }
-        // The owner counts this client as departed once the report is gone (or, should this
-        // not reach Redis, once it has stopped moving).
-        let (log, stream, token) = (self.log.clone(), self.stream.clone(), self.token.clone());
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
-                let _ = log.forget_readers(&stream, &[token.into_bytes()]).await;
-            });
-        }
-    }
 }
 
 impl RemoteConnection {
@@ -478,22 +453,34 @@ impl RemoteConnection {
     async fn next_frame(&mut self) -> Bytes {
         // Asked for the next frame: the transport took the last one.
         self.written = self.sent;
-        if self.report_due().is_some_and(|at| at <= Instant::now()) {
-            self.report_progress().await;
+        if self.reporter.due().is_some_and(|at| at <= Instant::now()) {
+            self.reporter.report(self.written).await;
         }
         // Check the producer at least once per lease, so a gone one is noticed within a lease.
         let idle_at = Instant::now() + idle_interval(&self.log);
-        // While it waits for events, the connection keeps reporting on time: what it wrote last
-        // may be the room the producer waits for.
-        let item = loop {
-            let wake = self.report_due().map_or(idle_at, |at| at.min(idle_at));
-            match tokio::time::timeout_at(wake.into(), self.reader.recv()).await {
-                Err(_) if Instant::now() < idle_at => self.report_progress().await,
-                item => break item,
+        // While it waits for events the connection keeps reporting on time (what it wrote last
+        // may be the room the producer waits for), beside the read, which a report never
+        // cancels; `None` once the connection has been idle for the interval.
+        let item = {
+            let (reporter, written) = (&mut self.reporter, self.written);
+            let read = self.reader.recv();
+            tokio::pin!(read);
+            loop {
+                let wake = reporter.due().map_or(idle_at, |at| at.min(idle_at));
+                tokio::select! {
+                    biased;
+                    item = &mut read => break Some(item),
+                    () = tokio::time::sleep_until(wake.into()) => {
+                        if Instant::now() >= idle_at {
+                            break None;
+                        }
+                        reporter.report(written).await;
+                    }
+                }
             }
         };
         match item {
-            Ok(Ok(ReadItem::Events(events))) => {
+            Some(Ok(ReadItem::Events(events))) => {
                 let mut buf = BytesMut::new();
                 for (seq, payload) in events {
                     if let Err(e) = self.encode(&mut buf, seq, &payload) {
@@ -505,15 +492,15 @@ impl RemoteConnection {
                 }
                 buf.freeze()
             }
-            Ok(Ok(ReadItem::Closed(CloseReason::Completed))) => {
+            Some(Ok(ReadItem::Closed(CloseReason::Completed))) => {
                 self.done = true;
                 Bytes::new()
             }
-            Ok(Ok(ReadItem::Closed(reason))) => {
+            Some(Ok(ReadItem::Closed(reason))) => {
                 self.done = true;
                 self.broken("stream_closed", &reason.to_string())
             }
-            Ok(Err(RedisError::Gap { floor, .. })) => {
+            Some(Err(RedisError::Gap { floor, .. })) => {
                 self.done = true;
                 let next = self.reader.last_id() + 1;
                 let reason = format!(
@@ -521,17 +508,17 @@ impl RemoteConnection {
                 );
                 self.broken("replay_gap", &reason)
             }
-            Ok(Err(e)) if e.is_stream_lost() => {
+            Some(Err(e)) if e.is_stream_lost() => {
                 self.done = true;
                 self.broken("stream_closed", &format!("stream lost: {e}"))
             }
             // Redis cannot be reached: end this connection with a retry hint; the reconnect
             // resumes from the last id sent, or is answered 503 while Redis is still down.
-            Ok(Err(_)) => {
+            Some(Err(_)) => {
                 self.done = true;
                 self.retry_frame()
             }
-            Err(_idle) => match self.producer_state().await {
+            None => match self.producer_state().await {
                 Some(reason) => {
                     self.done = true;
                     self.broken("stream_closed", &reason.to_string())
@@ -539,31 +526,6 @@ impl RemoteConnection {
                 None => Bytes::from_static(replay_ring_sse::KEEP_ALIVE),
             },
         }
-    }
-
-    /// When the next progress report is due: at once for the first, then every
-    /// [`report_every`] after the last attempt, whether or not anything new was written (a
-    /// report whose count moves is how the owner knows the reader is alive). `None` for a
-    /// connection that reports nothing: the owner counts a request stream's readers only.
-    fn report_due(&self) -> Option<Instant> {
-        self.request.as_ref()?;
-        Some(
-            self.attempted_at
-                .map_or_else(Instant::now, |at| at + self.every),
-        )
-    }
-
-    /// Reports to the owning replica how far this connection has written (what its transport
-    /// took), so that its retention counts this client as it counts its own connections
-    /// (`remote_progress.rs`). A failure waits for the next report; a Redis outage ends the
-    /// connection on its next read.
-    async fn report_progress(&mut self) {
-        self.attempted_at = Some(Instant::now());
-        self.beat += 1;
-        let report = self
-            .log
-            .report_reader(&self.stream, &self.token, self.written, self.beat);
-        let _ = report.await;
     }
 
     /// After an idle period: `Some` when the producer is gone without closing the stream.

@@ -27,9 +27,13 @@ use crate::redis_log::ReaderReport;
 #[derive(Debug, Default)]
 pub(crate) struct RemoteProgress {
     tracked: HashMap<String, Tracked>,
-    /// Reports seen dead or superseded whose removal from Redis has not been seen yet: not
-    /// counted again.
-    retired: HashSet<String>,
+    /// Reports not counted: taken for dead, passed by a resume here, or left behind by a
+    /// connection the client had already left. Each is counted again if its count moves (a
+    /// reader that is alive after all), and forgotten once it has been absent from Redis for the
+    /// dead-reader bound.
+    retired: HashMap<String, Retired>,
+    /// The last resume of the stream on this replica: its cursor and when it came.
+    local_resume: Option<(u64, Instant)>,
 }
 
 #[derive(Debug)]
@@ -41,12 +45,24 @@ struct Tracked {
     moved_at: Instant,
 }
 
+#[derive(Debug)]
+struct Retired {
+    beat: u64,
+    /// Since when the report has been missing from Redis.
+    absent_since: Option<Instant>,
+}
+
 impl RemoteProgress {
-    /// Brings `retention` in line with one read of the stream's `reports` at `now`: a new report
-    /// connects (at most `limit` remote connections are counted) and supersedes the older ones
-    /// it has passed ([`supersede`](Self::supersede)), a moved one records what it wrote, a
-    /// missing one (its connection ended) disconnects, and one that has not moved for
-    /// `dead_after` disconnects and is retired. Returns the fields to remove from Redis.
+    /// Brings `retention` in line with one read of the stream's `reports` at `now`:
+    /// - a new report connects (at most `limit` remote connections are counted), unless it had
+    ///   written no further than a resume here that came within `dead_after` before (a report of
+    ///   the connection that client left, written before it came here): that one is retired;
+    /// - a counted report that moved records what it wrote; one that has not moved for
+    ///   `dead_after` disconnects and is retired; one that is missing (its connection ended)
+    ///   disconnects;
+    /// - a retired report that moved is counted again.
+    ///
+    /// Returns the fields to remove from Redis: the retired reports that have not moved.
     pub(crate) fn apply(
         &mut self,
         retention: &mut Retention,
@@ -56,8 +72,6 @@ impl RemoteProgress {
         limit: usize,
     ) -> Vec<Vec<u8>> {
         let present: HashSet<&str> = reports.iter().map(|r| r.token.as_str()).collect();
-        self.retired
-            .retain(|token| present.contains(token.as_str()));
         let ended: Vec<String> = self
             .tracked
             .keys()
@@ -69,14 +83,31 @@ impl RemoteProgress {
                 retention.disconnect(gone.conn, now);
             }
         }
+        self.retired.retain(|token, retired| {
+            if present.contains(token.as_str()) {
+                return true;
+            }
+            let since = *retired.absent_since.get_or_insert(now);
+            now.saturating_duration_since(since) < dead_after
+        });
+        let left_behind = |through: u64| {
+            self.local_resume.is_some_and(|(cursor, at)| {
+                through <= cursor && now.saturating_duration_since(at) < dead_after
+            })
+        };
         let mut forget = Vec::new();
-        let mut arrived = Vec::new();
+        let mut retire = Vec::new();
+        let mut admit = Vec::new();
         for report in reports {
-            if self.retired.contains(&report.token) {
-                forget.push(report.token.clone().into_bytes());
+            if let Some(retired) = self.retired.get_mut(&report.token) {
+                retired.absent_since = None;
+                if retired.beat == report.beat {
+                    forget.push(report.token.clone().into_bytes());
+                } else {
+                    admit.push(report);
+                }
                 continue;
             }
-            let counted = self.tracked.len();
             match self.tracked.get_mut(&report.token) {
                 Some(t) if t.beat != report.beat => {
                     t.beat = report.beat;
@@ -85,63 +116,58 @@ impl RemoteProgress {
                     retention.on_written(&t.conn, report.through, now);
                 }
                 Some(t) if now.saturating_duration_since(t.moved_at) >= dead_after => {
-                    self.retire(retention, &report.token, now);
+                    retire.push(report.token.clone());
                     forget.push(report.token.clone().into_bytes());
                 }
                 Some(_) => {}
-                None if counted < limit => {
-                    if let Some(conn) = retention.connect(report.through) {
-                        arrived.push((report.token.clone(), report.through));
-                        let tracked = Tracked {
-                            conn,
-                            through: report.through,
-                            beat: report.beat,
-                            moved_at: now,
-                        };
-                        self.tracked.insert(report.token.clone(), tracked);
-                    }
+                None if left_behind(report.through) => {
+                    let retired = Retired {
+                        beat: report.beat,
+                        absent_since: None,
+                    };
+                    self.retired.insert(report.token.clone(), retired);
                 }
-                None => {}
+                None => admit.push(report),
             }
         }
-        // Only reports counted before this read are superseded: two that arrive together are
-        // two connections, not one replacing the other.
-        let newcomers: HashSet<String> = arrived.iter().map(|(token, _)| token.clone()).collect();
-        for (_, through) in &arrived {
-            for old in self.supersede_except(retention, *through, &newcomers, now) {
-                forget.push(old.into_bytes());
+        for token in retire {
+            self.retire(retention, &token, now);
+        }
+        for report in admit {
+            if self.tracked.len() >= limit {
+                break;
+            }
+            self.retired.remove(&report.token);
+            if let Some(conn) = retention.connect(report.through) {
+                let tracked = Tracked {
+                    conn,
+                    through: report.through,
+                    beat: report.beat,
+                    moved_at: now,
+                };
+                self.tracked.insert(report.token.clone(), tracked);
             }
         }
         forget
     }
 
-    /// A connection of the stream's client resumed at `cursor` (here, or as a new report from
-    /// another replica): a request stream has one client, and a resume proves it has moved on
-    /// from any connection that had written no further, so those are disconnected (they hold
-    /// what they had not written for a window, as a departed client does) and retired. Without
-    /// this, a report left behind by a replica that died would hold the window until it is
-    /// taken for dead. The next [`apply`](Self::apply) removes their reports from Redis.
+    /// The stream's client resumed here at `cursor`. A request stream has one client, and a
+    /// resume proves it left every connection that had written no further, so those are
+    /// disconnected (each holds what it had not written for a window, as a departed client
+    /// does) and retired; without this, a report left behind by a replica that died would hold
+    /// the window until it is taken for dead. One that is alive after all (its count moves) is
+    /// counted again.
     pub(crate) fn supersede(&mut self, retention: &mut Retention, cursor: u64, now: Instant) {
-        self.supersede_except(retention, cursor, &HashSet::new(), now);
-    }
-
-    fn supersede_except(
-        &mut self,
-        retention: &mut Retention,
-        cursor: u64,
-        except: &HashSet<String>,
-        now: Instant,
-    ) -> Vec<String> {
+        self.local_resume = Some((cursor, now));
         let passed: Vec<String> = self
             .tracked
             .iter()
-            .filter(|(token, t)| t.through <= cursor && !except.contains(token.as_str()))
+            .filter(|(_, t)| t.through <= cursor)
             .map(|(token, _)| token.clone())
             .collect();
         for token in &passed {
             self.retire(retention, token, now);
         }
-        passed
     }
 
     /// When the reports cannot be read: the counted ones whose count has not moved for
@@ -167,8 +193,12 @@ impl RemoteProgress {
     fn retire(&mut self, retention: &mut Retention, token: &str, now: Instant) {
         if let Some(gone) = self.tracked.remove(token) {
             retention.disconnect(gone.conn, now);
+            let retired = Retired {
+                beat: gone.beat,
+                absent_since: None,
+            };
+            self.retired.insert(token.to_owned(), retired);
         }
-        self.retired.insert(token.to_owned());
     }
 
     /// How many remote connections are counted.
@@ -225,7 +255,8 @@ mod tests {
     }
 
     /// A report that stops moving is a dead reader: disconnected (it keeps a window for what it
-    /// did not read), retired, and removed from Redis, also when it is seen again.
+    /// did not read), retired, and removed from Redis while it stays as it was; counted again if
+    /// it moves after all; forgotten once absent from Redis for the dead-reader bound.
     #[test]
     fn a_report_that_stops_moving_is_disconnected_and_retired() {
         let (_producer, _ring, mut retention) = setup();
@@ -238,16 +269,27 @@ mod tests {
         let dead = remote.apply(&mut retention, &[report("a", 2, 1)], t0 + DEAD, DEAD, 4);
         assert_eq!(dead, [b"a".to_vec()]);
         assert_eq!(retention.live_connections(), 0);
-        let again = remote.apply(&mut retention, &[report("a", 2, 2)], t0 + DEAD, DEAD, 4);
-        assert_eq!(
-            again,
-            [b"a".to_vec()],
-            "a retired report is not counted again"
-        );
-        assert_eq!(remote.len(), 0);
-        // Once Redis no longer has it, the token is forgotten here too.
+        let still = remote.apply(&mut retention, &[report("a", 2, 1)], t0 + DEAD, DEAD, 4);
+        assert_eq!(still, [b"a".to_vec()], "not counted while it does not move");
+        // Missing from one read (removed, then written again): still retired, not new.
         remote.apply(&mut retention, &[], t0 + DEAD, DEAD, 4);
-        assert!(remote.retired.is_empty());
+        remote.apply(&mut retention, &[report("a", 2, 1)], t0 + DEAD, DEAD, 4);
+        assert_eq!(remote.len(), 0);
+        let alive = remote.apply(&mut retention, &[report("a", 3, 2)], t0 + DEAD, DEAD, 4);
+        assert!(alive.is_empty());
+        assert_eq!(
+            remote.len(),
+            1,
+            "a retired report that moves is counted again"
+        );
+        let t1 = t0 + 3 * DEAD;
+        remote.apply(&mut retention, &[report("a", 3, 2)], t1, DEAD, 4);
+        remote.apply(&mut retention, &[], t1, DEAD, 4);
+        remote.apply(&mut retention, &[], t1 + DEAD, DEAD, 4);
+        assert!(
+            remote.retired.is_empty(),
+            "forgotten once absent for the bound"
+        );
     }
 
     /// A report that disappears (its connection ended) disconnects; at most `limit` are
@@ -271,31 +313,32 @@ mod tests {
         assert_eq!(retention.live_connections(), 0);
     }
 
-    /// A new report supersedes the counted ones that had written no further (the client moved
-    /// on), but not a report that arrives with it; a resume here supersedes the same way.
+    /// A new report supersedes nobody (two connections may read one stream); a resume here
+    /// retires the counted reports it passed, and a report it passed that is first read after it
+    /// is not counted unless it moves.
     #[test]
-    fn a_resume_supersedes_the_reports_it_passed() {
+    fn a_resume_here_retires_the_reports_it_passed() {
         let (_producer, _ring, mut retention) = setup();
         let mut remote = RemoteProgress::default();
         let t0 = Instant::now();
+        remote.apply(&mut retention, &[report("a", 1, 1)], t0, DEAD, 4);
         remote.apply(
             &mut retention,
-            &[report("a", 1, 1), report("b", 1, 1)],
+            &[report("a", 1, 1), report("b", 2, 1)],
             t0,
             DEAD,
             4,
         );
-        assert_eq!(
-            remote.len(),
-            2,
-            "two that arrive together are two connections"
-        );
-        let seen = [report("a", 1, 1), report("b", 1, 1), report("c", 2, 1)];
-        let forget = remote.apply(&mut retention, &seen, t0, DEAD, 4);
-        assert_eq!(remote.len(), 1, "c resumed past a and b");
-        assert_eq!(forget.len(), 2);
-        remote.supersede(&mut retention, 2, t0);
-        assert_eq!((remote.len(), retention.live_connections()), (0, 0));
+        assert_eq!(remote.len(), 2, "b does not supersede a");
+        remote.supersede(&mut retention, 1, t0);
+        assert_eq!(remote.len(), 1, "the resume at 1 passed a, not b");
+        let late = [report("a", 1, 1), report("b", 2, 2), report("c", 1, 1)];
+        let forget = remote.apply(&mut retention, &late, t0, DEAD, 4);
+        assert_eq!(remote.len(), 1, "c, at or below the resume, is not counted");
+        assert_eq!(forget, [b"a".to_vec()]);
+        let moved = [report("b", 2, 3), report("c", 2, 2)];
+        remote.apply(&mut retention, &moved, t0, DEAD, 4);
+        assert_eq!(remote.len(), 2, "c moved: counted after all");
     }
 
     /// Reports that cannot be read: the counted ones are taken for dead on this replica's clock.

@@ -355,3 +355,50 @@ async fn a_field_that_is_not_a_report_does_not_freeze_a_counted_reader() {
         .await
         .unwrap();
 }
+
+/// A replica that dies right after its connection's last report (through 4), and the client
+/// resumes on the owner from 4; `read_first`: the owner had read that report before the resume.
+/// Either way the report must not hold the window: here a report held until taken for dead
+/// (lease 3 s: after about 3.4 s) outlasts the call's bound (0.5 s, plus a 1 s window while
+/// attended).
+async fn a_dead_replicas_last_report(read_first: bool) -> Result<(), String> {
+    let server = RedisServer::start();
+    let redis = RedisConfig {
+        lease: Duration::from_millis(3000),
+        ..redis_cfg(3000)
+    };
+    let log = RedisEventLog::connect(&server.url(), redis).await.unwrap();
+    let config = StoreConfig {
+        retention: RetentionConfig {
+            resumption_window: Duration::from_millis(1000),
+            backpressure_timeout: Duration::from_millis(500),
+        },
+        ..store_cfg()
+    };
+    let a = RingEventStore::with_redis_epoch(config, log, Epoch::new(0xa));
+    for p in 1..=4 {
+        a.store_event("req-a", &progress(p)).await.unwrap();
+    }
+    set_owner(&server);
+    let _: () = redis::cmd("HSET")
+        .arg(READERS)
+        .arg("dead-0")
+        .arg("4:1")
+        .query(&mut server.raw())
+        .unwrap();
+    if read_first {
+        // More than one of the owner's reads (every second here).
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+    }
+    paced_while_read_on_the_owner(&a, b"s1.a.4", 5).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_replicas_counted_report_is_passed_by_a_resume_on_the_owner() {
+    a_dead_replicas_last_report(true).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_replicas_report_read_after_a_resume_on_the_owner_is_not_counted() {
+    a_dead_replicas_last_report(false).await.unwrap();
+}
