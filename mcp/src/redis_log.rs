@@ -121,10 +121,15 @@ impl RedisEventLog {
         self.backend.open(&name).await
     }
 
-    fn owner_key(stream: &RedisStream) -> String {
+    /// A key of this crate's next to `stream`'s own (the same hash tag): `<base>:<suffix>`.
+    fn stream_key(stream: &RedisStream, suffix: &str) -> String {
         let [meta, ..] = stream.key_names();
         let base = meta.strip_suffix(":meta").unwrap_or(meta);
-        format!("{base}:owner")
+        format!("{base}:{suffix}")
+    }
+
+    fn owner_key(stream: &RedisStream) -> String {
+        Self::stream_key(stream, "owner")
     }
 
     /// Records which MCP session owns `stream` (and which JSON-RPC request it answers), for the
@@ -207,9 +212,7 @@ impl RedisEventLog {
     }
 
     fn readers_key(stream: &RedisStream) -> String {
-        let [meta, ..] = stream.key_names();
-        let base = meta.strip_suffix(":meta").unwrap_or(meta);
-        format!("{base}:readers")
+        Self::stream_key(stream, "readers")
     }
 
     /// Records that the connection `token` that this replica serves from Redis has written

@@ -119,9 +119,9 @@ impl RingEventStore {
             return 0;
         }
         let entries = self.entries();
-        // Every request stream's reports at once (the commands share one multiplexed
-        // connection, so this costs about one round trip, not one per stream), and before the
-        // writers: a push waiting for room holds its writer, and a report may be that room.
+        // The request streams' reports, 64 reads at a time on the one multiplexed connection
+        // (a round trip per 64 streams, not per stream), and before the writers: a push waiting
+        // for room holds its writer, and a report may be that room.
         stream::iter(&entries)
             .for_each_concurrent(REPORT_READS_AT_ONCE, |entry| {
                 self.count_remote_readers(entry)
@@ -383,8 +383,8 @@ impl Drop for RemoteSlot {
     }
 }
 
-/// How long a connection served from Redis stays idle before it writes a keep-alive, checks the
-/// producer and reports that it is still there.
+/// How long a connection served from Redis stays idle before it writes a keep-alive and checks
+/// that the stream's producer is still there.
 fn idle_interval(log: &RedisEventLog) -> Duration {
     KEEP_ALIVE.min(log.backend().config().lease)
 }
