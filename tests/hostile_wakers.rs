@@ -33,7 +33,9 @@ fn counting() -> (Arc<Counting>, Waker) {
     (c.clone(), Waker::from(c))
 }
 
-// A waker whose `clone`, `wake` and `drop` panic while their flag is set.
+// A waker whose `clone`, `wake` and `drop` panic while their flag is set. The three functions are
+// `unsafe fn` only because `RawWakerVTable` requires that signature: none of them reads the data
+// pointer or does anything else that needs a caller's promise.
 static CLONE_PANICS: AtomicBool = AtomicBool::new(false);
 static WAKE_PANICS: AtomicBool = AtomicBool::new(false);
 static DROP_PANICS: AtomicBool = AtomicBool::new(false);
