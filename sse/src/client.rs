@@ -302,6 +302,11 @@ pub enum BodyState {
     OpenSilent,
     /// The server ended the response without any event and without a terminal event.
     EndedEmpty,
+    /// The server ended the response with the stream's terminal `event: end` frame: the stream
+    /// completed, and nothing after the events received will ever come. (A `stream-error`
+    /// terminal frame is not a stall: it ends the stream with the failure its `error` field
+    /// names, which the client reports as it is.)
+    Completed,
 }
 
 /// Everything a client knows about its stream when it stalls.
@@ -387,7 +392,8 @@ pub enum ResumptionFailure {
     },
     /// The session was implicitly re-created: nothing ties it to the cursor.
     NotDurable,
-    /// 200 and the body ended without a single event.
+    /// 200 and the body ended without a single event: without a terminal frame, or with `end`
+    /// although the advertised head was past the cursor.
     EmptyStream,
     /// The first event is not `cursor + 1` (a resume that starts at the head).
     Skipped {
@@ -432,6 +438,9 @@ pub enum StallClass {
     /// The open connection went silent past the idle timeout (keep-alives stopped): it is dead.
     /// Reconnect with `Last-Event-ID` and classify the [`Observation::Reconnected`] result.
     Reconnect,
+    /// The server ended the stream explicitly (`event: end`) after proving continuity: every
+    /// event up to the end was delivered, and there is nothing to wait for or resume.
+    Completed,
 }
 
 /// Classifies a stalled stream. This is the decision boundary between waiting and giving up: an
@@ -475,6 +484,7 @@ pub fn classify(observation: &Observation) -> StallClass {
             return match body {
                 BodyState::OpenAlive => StallClass::Delayed,
                 BodyState::OpenSilent | BodyState::EndedEmpty => StallClass::Reconnect,
+                BodyState::Completed => StallClass::Completed,
             };
         }
         Observation::Reconnected(r) => r,
@@ -510,11 +520,19 @@ pub fn classify(observation: &Observation) -> StallClass {
         Some(got) if got <= r.cursor => StallClass::ResumptionFailed(F::Repeated { expected, got }),
         Some(got) if got == expected => match r.body {
             BodyState::OpenSilent => StallClass::Reconnect,
-            _ => StallClass::Delayed,
+            BodyState::Completed => StallClass::Completed,
+            BodyState::OpenAlive | BodyState::EndedEmpty => StallClass::Delayed,
         },
         Some(got) => StallClass::ResumptionFailed(F::Skipped { expected, got }),
         None => match (r.body, r.replay_floor) {
-            (BodyState::EndedEmpty, _) => StallClass::ResumptionFailed(F::EmptyStream),
+            // A resume at the head of a completed stream: the end frame with no event is the
+            // proof, unless the server advertised a head past the cursor that it never sent.
+            (BodyState::Completed, _) if r.replay_head.is_none_or(|head| head == r.cursor) => {
+                StallClass::Completed
+            }
+            (BodyState::EndedEmpty | BodyState::Completed, _) => {
+                StallClass::ResumptionFailed(F::EmptyStream)
+            }
             (_, None) => StallClass::ResumptionFailed(F::Unproven),
             // The floor header is the replay proof; the events simply have not come yet.
             (BodyState::OpenAlive, Some(_)) => StallClass::Delayed,

@@ -136,3 +136,65 @@ async fn multi_line_events_that_overflow_the_chunk_all_come_before_the_end() {
     }
     assert_eq!(stream.stats().frames_written, 3);
 }
+
+/// A client that resumes at the head of a completed stream gets 200, the priming event and
+/// `event: end`; the classifier calls what it saw completed, not a failed resumption.
+#[tokio::test]
+async fn a_resume_at_the_head_of_a_completed_stream_classifies_as_completed() {
+    use replay_ring_sse::client::{classify, BodyState, Observation, Reconnect, StallClass};
+
+    let (stream, producer) = stream();
+    send_three_and_complete(producer).await;
+
+    let mut headers = HeaderMap::new();
+    headers.insert("last-event-id", "end.3.3".parse().unwrap());
+    let response = stream.respond(&headers);
+    let status = response.status().as_u16();
+    let header = |name: &str| -> Option<u64> {
+        let value = response.headers().get(name)?;
+        value.to_str().ok()?.parse().ok()
+    };
+    let (replay_floor, replay_head) = (header("replay-floor"), header("replay-head"));
+    assert_eq!(status, 200);
+    assert_eq!(replay_head, Some(3));
+
+    let mut body = response.into_body().into_data_stream();
+    let mut wire = String::new();
+    while let Some(chunk) = next(&mut body).await {
+        wire.push_str(text(&chunk));
+    }
+    let mut first_event = None;
+    let mut ended = false;
+    for frame in wire.split("\n\n").filter(|frame| !frame.is_empty()) {
+        let field = |name: &str| {
+            frame
+                .lines()
+                .find_map(|line| line.strip_prefix(name)?.strip_prefix(": "))
+        };
+        if field("event") == Some("end") {
+            ended = true;
+        } else if let Some(id) = field("id") {
+            let seq: u64 = id.rsplit('.').next().unwrap().parse().unwrap();
+            // The priming event repeats the cursor; a dispatched event has data.
+            if field("data").is_some_and(|data| !data.is_empty()) {
+                first_event.get_or_insert(seq);
+            }
+        }
+    }
+    assert!(ended, "the body ends with `event: end`: {wire:?}");
+    assert_eq!(first_event, None, "{wire:?}");
+
+    let seen = Reconnect {
+        cursor: 3,
+        status,
+        replay_floor,
+        replay_head,
+        session_durable: true,
+        first_event,
+        body: BodyState::Completed,
+    };
+    assert_eq!(
+        classify(&Observation::Reconnected(seen)),
+        StallClass::Completed
+    );
+}

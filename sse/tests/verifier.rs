@@ -159,6 +159,62 @@ fn classifier_covers_every_seed_case() {
             Observation::Connected { cursor: 41, body: BodyState::OpenAlive, replay_floor: Some(60) },
             StallClass::ResumptionFailed(F::FloorAboveCursor { cursor: 41, floor: 60 }),
         ),
+        // --- Completed: the stream ended explicitly ---
+        (
+            "events from cursor+1, then `event: end`",
+            Observation::Reconnected(Reconnect { body: BodyState::Completed, ..h }),
+            StallClass::Completed,
+        ),
+        (
+            "resume at the head of a completed stream: priming event, then `event: end`",
+            Observation::Reconnected(Reconnect {
+                replay_head: Some(41),
+                first_event: None,
+                body: BodyState::Completed,
+                ..h
+            }),
+            StallClass::Completed,
+        ),
+        (
+            "`event: end` with no event and no head header",
+            Observation::Reconnected(Reconnect {
+                replay_floor: None,
+                replay_head: None,
+                first_event: None,
+                body: BodyState::Completed,
+                ..h
+            }),
+            StallClass::Completed,
+        ),
+        (
+            "`event: end` with no event although the head is past the cursor: events withheld",
+            Observation::Reconnected(Reconnect { first_event: None, body: BodyState::Completed, ..h }),
+            StallClass::ResumptionFailed(F::EmptyStream),
+        ),
+        (
+            "`event: end` after a skip is still a skip",
+            Observation::Reconnected(Reconnect {
+                first_event: Some(130),
+                body: BodyState::Completed,
+                ..h
+            }),
+            StallClass::ResumptionFailed(F::Skipped { expected: 42, got: 130 }),
+        ),
+        (
+            "`event: end` below the floor is still a gap",
+            Observation::Reconnected(Reconnect {
+                replay_floor: Some(50),
+                first_event: None,
+                body: BodyState::Completed,
+                ..h
+            }),
+            StallClass::ResumptionFailed(F::FloorAboveCursor { cursor: 41, floor: 50 }),
+        ),
+        (
+            "the original connection ended with `event: end`",
+            Observation::Connected { cursor: 41, body: BodyState::Completed, replay_floor: None },
+            StallClass::Completed,
+        ),
         // --- Dead connection: reconnect and classify again ---
         (
             "keep-alives stopped on the open connection",
