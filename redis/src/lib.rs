@@ -19,6 +19,9 @@
 //! - **Cluster**: all keys of a stream share the `{stream}` hash tag. **Expiry**: an abandoned
 //!   stream expires after [`RedisConfig::stream_ttl`]; that is "stream lost", and the epoch in
 //!   every event id keeps a recreated stream's ids from being mistaken for the old ones.
+//! - **A lost stream** (deleted, expired, or rolled back behind ids a handle saw:
+//!   [`Error::LogRolledBack`]) is reported by [`RedisStream::until_lost`]; every replica then
+//!   moves on to one next incarnation with [`RedisStream::next_incarnation`].
 //!
 //! Deployment guidance (persistence settings, failover, memory) is in `docs/scaling.md`.
 //!
@@ -55,6 +58,7 @@ mod claim;
 mod codec;
 mod connection;
 mod error;
+mod incarnation;
 /// The README's example is compiled as a doctest.
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]
