@@ -84,6 +84,34 @@ impl Incarnation {
             false => backend.open(&name).await?,
         };
         let stream = stream.with_max_readers(args.example.max_readers);
+        Incarnation::from_stream(stream, args, create).await
+    }
+
+    /// The incarnation after `lost` ended `previous`: created again (a new epoch, `previous`'s
+    /// capacity) by a producing replica, after deleting a rolled-back log, or opened once a
+    /// producing replica has created it if `--serve-only`.
+    async fn next(
+        backend: &RedisBackend,
+        previous: &RedisStream,
+        lost: &Error,
+        args: &DemoArgs,
+    ) -> Result<Incarnation, Error> {
+        match args.serve_only {
+            true => Incarnation::open(backend, args, false).await,
+            false => {
+                Incarnation::from_stream(previous.next_incarnation(lost).await?, args, false).await
+            }
+        }
+    }
+
+    /// Serves `stream`: takes the producer lease unless `--serve-only` or another replica holds
+    /// it, and builds the SSE endpoint. `asked_capacity`: `stream` was created or opened with
+    /// `--capacity`, so say if it existed with another.
+    async fn from_stream(
+        stream: RedisStream,
+        args: &DemoArgs,
+        asked_capacity: bool,
+    ) -> Result<Incarnation, Error> {
         let identity = stream.identity();
         eprintln!(
             "stream {}.{}, capacity {}",
@@ -92,7 +120,7 @@ impl Incarnation {
             stream.window_capacity()
         );
         let asked = args.example.capacity.next_power_of_two() as u64;
-        if create && stream.window_capacity() != asked {
+        if asked_capacity && stream.window_capacity() != asked {
             eprintln!(
                 "note: the stream existed with capacity {}; --capacity {} applies to a new one",
                 stream.window_capacity(),
@@ -146,22 +174,12 @@ async fn follow(
             return; // stopped
         };
         eprintln!("the stream is lost ({lost}); opening or creating it again");
-        if let Error::LogRolledBack { .. } = lost {
-            // The log is behind ids clients may hold: end this incarnation, so that the next one
-            // gets a new epoch. (A replica that deleted it first may have created the next one
-            // already; `delete` leaves that alone.)
-            let delete = retry("delete the rolled-back stream", || {
-                incarnation.stream.delete()
-            });
-            if until_stopped(&stop, delete).await.is_none() {
-                return;
-            }
-        }
-        // A serve-only replica opens what a producing replica creates, with that one's capacity.
-        // Stopped meanwhile, it opens nothing more (an open cut short at the stop leaves at most
-        // an unanswered lease grant, which lapses).
-        let create = !args.serve_only;
-        let open = || Incarnation::open(&backend, &args, create);
+        // A producing replica creates the next incarnation (after deleting a rolled-back log,
+        // which is behind ids clients may hold); a serve-only one opens what a producing replica
+        // creates. Stopped meanwhile, it opens nothing more (an open cut short at the stop
+        // leaves at most an unanswered lease grant, which lapses).
+        let previous = &incarnation.stream;
+        let open = || Incarnation::next(&backend, previous, &lost, &args);
         let Some(next) = until_stopped(&stop, retry("open the stream", open)).await else {
             return;
         };
@@ -205,21 +223,9 @@ async fn serve(
         Ok(())
     };
     tokio::select! {
-        lost = watch(stream) => Some(lost),
+        // Redis unreachable meanwhile: the SSE endpoint answers 503 until it is back.
+        lost = stream.until_lost(RETRY) => Some(lost),
         done = producing => done.err(),
-    }
-}
-
-/// Returns once the stream's state says it is lost (checked every [`RETRY`]; reading the state
-/// also keeps the handle's highest seen head current, which is what tells a rolled-back log).
-async fn watch(stream: &RedisStream) -> Error {
-    loop {
-        tokio::time::sleep(RETRY).await;
-        match stream.state().await {
-            Err(e) if e.is_stream_lost() => return e,
-            // Redis unreachable for now: the SSE endpoint answers 503 meanwhile.
-            _ => {}
-        }
     }
 }
 
