@@ -87,8 +87,8 @@ impl Incarnation {
         Incarnation::from_stream(stream, args, create).await
     }
 
-    /// The incarnation after `lost` ended `previous`: created again (a new epoch, `previous`'s
-    /// capacity) by a producing replica, after deleting a rolled-back log, or opened once a
+    /// The incarnation after `lost` ended `previous`, after deleting a rolled-back log: created
+    /// again (a new epoch, `previous`'s capacity) by a producing replica, or opened once a
     /// producing replica has created it if `--serve-only`.
     async fn next(
         backend: &RedisBackend,
@@ -97,7 +97,14 @@ impl Incarnation {
         args: &DemoArgs,
     ) -> Result<Incarnation, Error> {
         match args.serve_only {
-            true => Incarnation::open(backend, args, false).await,
+            true => {
+                // Any replica that saw the rollback deletes it, or a serve-only one with no
+                // producing replica around would open the shortened log again.
+                if let Error::LogRolledBack { .. } = lost {
+                    previous.delete().await?;
+                }
+                Incarnation::open(backend, args, false).await
+            }
             false => {
                 Incarnation::from_stream(previous.next_incarnation(lost).await?, args, false).await
             }
