@@ -39,6 +39,15 @@ pub enum WakeupFences {
     /// A `fence(SeqCst)` on both sides: every push pays one full fence (tens of nanoseconds), parking
     /// is free. The default, and the right choice when readers park between events, as SSE and MCP
     /// connection tasks do.
+    ///
+    /// This choice is about readers. The other wait, a producer parked on a full window against
+    /// reads and releases, always uses the membarrier where the system call is available (every
+    /// read pays only a compiler fence; the waiting producer pays the system call). A process that
+    /// forbids `membarrier` after building a ring (a seccomp filter installed later) therefore
+    /// aborts, with a message, the first time a producer waits for space (`push`, `ready`,
+    /// `push_timeout`, `ready_timeout`): the reads have already run without a fence, and a silent
+    /// fallback would lose wake-ups. Install such a filter before building the first ring: the
+    /// mode is decided then, once per process (`docs/design.md`).
     #[default]
     Symmetric,
     /// The push pays only a compiler fence; a reader that parks pays a

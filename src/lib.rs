@@ -17,7 +17,8 @@
 //!   itself is the pure function [`classify_resume`], for layers that answer a `Last-Event-ID`
 //!   before (or without) touching a ring.
 //! - **Wait-free, zero-copy replay.** Each read takes a bounded number of steps (no lock, no CAS
-//!   loop) and lends the events as at most two slices ([`Batch::as_slices`]); the producer cannot
+//!   loop; once the stream has closed, a read that reaches its end locks the close reason) and
+//!   lends the events as at most two slices ([`Batch::as_slices`]); the producer cannot
 //!   overwrite them while they are lent. A resume adds a lock-free reader registration (a
 //!   compare-exchange retried only when another registration or drop won the race).
 //! - **Bounded waiting.** Waiting producers and readers park wakers that live in the ring's shared
@@ -30,7 +31,9 @@
 //!   the push that first reaches a new segment allocates it.
 //! - **Checked.** The protocol is model-checked with loom (`loom-tests/`, `docs/verification.md`).
 //! - **Panics in user code** (a payload's `Clone` or `Drop`, a closure, an iterator, a waker)
-//!   come back to the caller and leave the ring consistent: no id is skipped or reused, every
+//!   come back to the caller and leave the ring consistent: no id is skipped or reused (a
+//!   `try_push_with` closure that panics consumes no id, so the next push is handed the same
+//!   one), every
 //!   value is dropped once, no table entry or pin is leaked, and a batch whose handling panicked
 //!   is lent again (see [`Batch`]). A waker that panics while its thread is already unwinding
 //!   aborts the process, as any panic during unwinding does.

@@ -211,7 +211,9 @@ impl<T> Producer<T> {
 
     /// Appends the value `make(id)` if there is room, returning `id`. `make` learns the event's id
     /// before the event exists (eager assignment), so it can write `id:` into its own SSE frame. If the
-    /// push is refused, `make` is handed back uncalled and no id is consumed.
+    /// push is refused, `make` is handed back uncalled and no id is consumed. If `make` panics, the
+    /// panic comes back to the caller and no id is consumed either: the next push is handed the
+    /// same id, so a closure should not publish its id anywhere before it has returned.
     ///
     /// # Errors
     ///

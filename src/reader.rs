@@ -271,8 +271,11 @@ impl<T> Reader<T> {
         self.cursor
     }
 
-    /// The ring's oldest retained id, as [`ReplayRing::floor`](crate::ReplayRing::floor): a reader
-    /// whose cursor falls below it has lost events (its next read is a [`ReadError::Gap`]).
+    /// The ring's oldest retained id, as [`ReplayRing::floor`](crate::ReplayRing::floor). A
+    /// reader whose cursor falls below it has lost events (its next read is a
+    /// [`ReadError::Gap`]), unless it came from [`ReplayRing::resume`](crate::ReplayRing::resume)
+    /// and has not read yet: its replay stays pinned until its first read, which lends events
+    /// below the floor.
     ///
     /// ```
     /// let (mut producer, ring) = replay_ring::ReplayRing::<u8>::new(4, 1).unwrap();

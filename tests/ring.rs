@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::Duration;
 
+#[cfg(feature = "stream")]
 use futures_util::StreamExt;
 use replay_ring::{
     BuildError, CloseReason, PushError, ReadError, Reader, ReleaseError, ReplayRing, ResumeError,
@@ -475,6 +476,7 @@ fn blocking_waits_time_out_and_wake() {
     drop(pusher.join().unwrap());
 }
 
+#[cfg(feature = "stream")]
 #[tokio::test]
 async fn the_stream_yields_events_then_the_close_reason() {
     let (mut producer, ring) = ReplayRing::<&'static str>::new(8, 1).unwrap();
@@ -489,6 +491,7 @@ async fn the_stream_yields_events_then_the_close_reason() {
     assert_eq!(items[2], Err(ReadError::Closed(CloseReason::Completed)));
 }
 
+#[cfg(feature = "stream")]
 #[tokio::test]
 async fn the_stream_is_terminated_once_it_has_yielded_its_end() {
     use futures_util::stream::FusedStream;

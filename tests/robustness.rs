@@ -251,3 +251,34 @@ fn a_panicking_drop_in_the_middle_still_drops_the_rest() {
     assert!(caught.is_err(), "the drop of id 2 was meant to panic");
     assert_eq!(drops.load(SeqCst), 4, "every value dropped exactly once");
 }
+
+/// A `try_push_with` closure that panics consumes no id: the panic reaches the caller, the next
+/// push is handed the same id, and readers see the ids gap-free, each with the value the closure
+/// that returned made for it.
+#[test]
+fn a_panicking_make_consumes_no_id() {
+    let (mut producer, ring) = ReplayRing::<String>::new(4, 1).unwrap();
+    let mut reader = ring.resume(Some(0)).unwrap();
+    let mut offered = Vec::new();
+    let panicked = catch_unwind(AssertUnwindSafe(|| {
+        // The error would hand the closure back; this one never returns.
+        let _ = producer.try_push_with(|id| -> String {
+            offered.push(id);
+            panic!("make failed for id {id}")
+        });
+    }));
+    assert!(panicked.is_err());
+    assert_eq!(ring.head(), 0, "nothing was published");
+    let id = producer
+        .try_push_with(|id| {
+            offered.push(id);
+            format!("event {id}")
+        })
+        .unwrap();
+    assert_eq!((id, offered), (1, vec![1, 1]));
+    assert_eq!(producer.try_push("event 2".into()), Ok(2));
+    let got: Vec<_> = std::iter::from_fn(|| reader.try_recv().unwrap())
+        .map(|e| (e.id, e.data))
+        .collect();
+    assert_eq!(got, vec![(1, "event 1".into()), (2, "event 2".into())]);
+}
