@@ -504,7 +504,9 @@ impl<B: Backend<Payload = Bytes>> SseStream<B> {
 }
 
 /// The query parameter that `EventSource` polyfills send the cursor in on a reconnect when they
-/// cannot set headers: `/events?lastEventId=<id>`. [`events`] and [`backend_events`] read it.
+/// cannot set headers: `/events?lastEventId=<id>`. [`events`] and [`backend_events`] read it,
+/// under any ASCII case (`lasteventid` too), with `;` separating parameters as `&` does: a cursor
+/// they did not recognise would be ignored, and the client would get the stream from the head.
 pub const LAST_EVENT_ID_QUERY: &str = "lastEventId";
 
 /// `headers` with the cursor of every non-empty [`LAST_EVENT_ID_QUERY`] parameter added as a
@@ -517,9 +519,12 @@ fn with_query_cursor(mut headers: HeaderMap, query: Option<&str>) -> HeaderMap {
     let Some(query) = query else {
         return headers;
     };
+    // `;` as a separator (an old form-encoding convention some clients still use): otherwise
+    // `?a=1;lastEventId=…` hides the cursor inside `a`'s value. No event id contains a `;`.
+    let query = query.replace(';', "&");
     let mut compared = false;
     for (key, value) in form_urlencoded::parse(query.as_bytes()) {
-        if key != LAST_EVENT_ID_QUERY || value.is_empty() {
+        if !key.eq_ignore_ascii_case(LAST_EVENT_ID_QUERY) || value.is_empty() {
             continue;
         }
         // Only the first parameter is compared, so the header's value is matched at most once
