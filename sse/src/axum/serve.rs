@@ -154,7 +154,9 @@ fn default_max_connections() -> usize {
 /// `WebSocketUpgrade`, goes out as `501 Not Implemented` with
 /// `{"error":"upgrade_not_supported",…}`, because an upgraded connection would leave the cap, the
 /// timeouts and the shutdown behind. A handler waiting for the upgrade (`hyper::upgrade::on`) gets
-/// an error at once. Serve such routes from a server of their own.
+/// an error at once. Serve such routes from a server of their own. An `Upgrade` header on a request
+/// whose handler does not accept it (an event stream, say) is ignored, as HTTP/1.1 allows, and an
+/// HTTP/2 connection preface is closed without an answer.
 ///
 /// # Errors
 ///
