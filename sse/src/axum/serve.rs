@@ -45,7 +45,7 @@ const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(50);
 /// |---|---|---|
 /// | [`header_read_timeout`](Self::header_read_timeout) | 10 s | has not sent a complete request head this long after it opened or its previous response ended (half-sent headers, silent or idle keep-alive connections) |
 /// | [`body_read_timeout`](Self::body_read_timeout) | 30 s | has not sent its request body in full this long after the request head (a body trickled a byte at a time): the handler reading it gets [`BodyTimedOut`](crate::axum::BodyTimedOut) as a body error, answers it, and the connection closes |
-/// | [`write_timeout`](Self::write_timeout) | 10 s | has had response bytes waiting that its socket did not accept for this long (a client that stopped reading) |
+/// | [`write_timeout`](Self::write_timeout) | 10 s | has had response bytes waiting that its socket did not accept for this long (a client that stopped reading); on Linux also, as the socket's `TCP_USER_TIMEOUT`, has had bytes sent that the peer did not acknowledge for twice this long (a client whose network vanished: an event stream's keep-alives make sure there are such bytes, so it is closed within a keep-alive interval plus twice this, about 35 s at the defaults) |
 /// | [`idle_timeout`](Self::idle_timeout) | 60 s | moved no byte in either direction for this long (a stalled request body, a handler that never answers; checked every quarter of the timeout, so closed up to a quarter later); event streams stay alive with their keep-alive comments, so keep [`SseConfig::keep_alive`](crate::axum::SseConfig::keep_alive) below it |
 /// | [`max_connections`](Self::max_connections) | half the file-descriptor limit (32..=16384; 512 where unknown) | would exceed the cap: it gets `503 Service Unavailable` with `Retry-After: 1` and a JSON body, then is closed; while 64 such answers are already under way (each reads the request head first and takes up to 2 s), it is closed without one |
 /// | [`shutdown_grace`](Self::shutdown_grace) | 5 s | is still open this long after [`serve_with_shutdown`]'s signal (an event stream never finishes by itself: its client resumes elsewhere with `Last-Event-ID`) |
@@ -67,7 +67,8 @@ pub struct ServeConfig {
     /// Time to send a complete request body, from its request head (a body sent a byte now and
     /// then moves bytes, so the idle timeout does not close it).
     pub body_read_timeout: Duration,
-    /// Time response bytes may wait for a socket that accepts none.
+    /// Time response bytes may wait for a socket that accepts none; on Linux, twice this is the
+    /// time sent bytes may go unacknowledged by the peer (`TCP_USER_TIMEOUT`).
     pub write_timeout: Duration,
     /// Time a connection may move no byte in either direction. The watchdog checks every quarter
     /// of it, so an idle connection is closed between this and a quarter more after its last byte.
@@ -264,6 +265,7 @@ pub async fn serve_with_shutdown(
         };
         // Events are small and written as they happen: do not hold them back for coalescing.
         let _ = tcp.set_nodelay(true);
+        give_up_on_unacknowledged_data(&tcp, config.write_timeout.saturating_mul(2));
         match permits.clone().try_acquire_owned() {
             Ok(permit) => {
                 let stopping = stopping.clone();
@@ -387,4 +389,22 @@ async fn refuse_connection(
         // An error means the server's sender is gone: it stopped too.
         _ = stopping.wait_for(|stop| *stop) => {}
     }
+}
+
+/// Closes `tcp` once bytes it sent have gone unacknowledged for `timeout` (`TCP_USER_TIMEOUT`). A
+/// client whose network vanished without a close (a phone that lost coverage) acknowledges
+/// nothing, while its socket still accepts writes into the send buffer, so the write timeout does
+/// not see it; the kernel would retransmit for about 15 minutes (`tcp_retries2`) while the
+/// connection holds its reader entry and its place under the cap. [`serve`] passes twice the
+/// write timeout: a client that stopped reading also leaves data unacknowledged once its receive
+/// window is full (the kernel's zero-window probes count against this timeout), and the write
+/// timeout, which starts when the send buffer fills soon after, should be what closes it, with a
+/// `slow_consumer` frame where one fits. Best effort: a failure leaves the kernel's default.
+fn give_up_on_unacknowledged_data(tcp: &tokio::net::TcpStream, timeout: Duration) {
+    #[cfg(target_os = "linux")]
+    {
+        let _ = socket2::SockRef::from(tcp).set_tcp_user_timeout(Some(timeout));
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (tcp, timeout);
 }
