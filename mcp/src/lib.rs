@@ -51,6 +51,7 @@
 //! 2026-07-28; see `docs/mcp.md`.
 #![deny(missing_docs)]
 
+mod binding;
 mod client_errors;
 mod config;
 #[cfg(feature = "metrics")]

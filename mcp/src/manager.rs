@@ -456,6 +456,9 @@ impl SessionManager for ReplayRingSessionManager {
             )?),
             None => None,
         };
+        // Until the stream is bound below, it belongs to no session: this keeps the sweep from
+        // taking it for an orphan, however long the awaits in between take.
+        let _binding = self.store.start_binding();
         let mut local = Box::pin(self.inner.create_stream(id, message).await?);
         // rmcp stores the priming event before it routes the request, so it is already queued.
         let priming = local.next().await.ok_or(ManagerError::NoPrimingEvent)?;
@@ -625,6 +628,7 @@ impl EventStore for SessionEvents {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Instant;
 
     fn manager() -> ReplayRingSessionManager {
         let store = RingEventStore::new(crate::StoreConfig::default());
@@ -648,6 +652,51 @@ mod tests {
         let id = events.store_event("req-1", &later).await;
         assert!(id.is_ok(), "the unbound stream was ended: {id:?}");
         assert_eq!(store.metrics().streams_expired, 0);
+    }
+
+    /// A POST can take any time between its stream's priming event and binding it (a loaded
+    /// machine, a slow session worker). While it is under way, a sweep long after the orphan age
+    /// leaves the stream alone; once the POST is gone without binding it, the stream is an orphan.
+    #[tokio::test]
+    async fn an_unbound_stream_is_kept_while_a_post_that_started_before_it_is_under_way() {
+        let store = RingEventStore::new(crate::StoreConfig {
+            completed_ttl: Duration::from_millis(200),
+            ..crate::StoreConfig::default()
+        });
+        let events = SessionEvents(store.clone());
+        let post = store.start_binding();
+        let priming = ServerSseMessage::priming("0", Duration::from_secs(1));
+        events.store_event("req-1", &priming).await.unwrap();
+        let much_later = Instant::now() + Duration::from_secs(3600);
+        store.maintain_at(much_later);
+        assert_eq!(
+            store.metrics().streams_expired,
+            0,
+            "the POST's stream was ended"
+        );
+        let later = ServerSseMessage::priming("0", Duration::from_secs(1));
+        assert!(events.store_event("req-1", &later).await.is_ok());
+
+        // The POST was cancelled before it bound its stream: an orphan.
+        drop(post);
+        store.maintain_at(much_later);
+        assert_eq!(store.metrics().streams_expired, 1);
+    }
+
+    /// Only a POST that started before a stream was created can be binding it: a later one does
+    /// not keep an older orphan.
+    #[tokio::test]
+    async fn a_post_that_started_after_an_orphan_was_created_does_not_keep_it() {
+        let store = RingEventStore::new(crate::StoreConfig {
+            completed_ttl: Duration::from_millis(200),
+            ..crate::StoreConfig::default()
+        });
+        let events = SessionEvents(store.clone());
+        let priming = ServerSseMessage::priming("0", Duration::from_secs(1));
+        events.store_event("req-1", &priming).await.unwrap();
+        let _later_post = store.start_binding();
+        store.maintain_at(Instant::now() + Duration::from_secs(3600));
+        assert_eq!(store.metrics().streams_expired, 1);
     }
 
     #[test]

@@ -41,12 +41,10 @@ use crate::stream_entry::{EntryParts, StreamEntry, Writer};
 /// shortens it).
 const ATTENDANCE_RECHECK: Duration = Duration::from_millis(250);
 
-/// The least age at which an unbound request stream counts as an orphan. Its POST binds it right
-/// after the priming event, but "right after" is another task's turn on a busy runtime: with a
-/// short `completed_ttl` (zero, say) another session's sweep in between would end a stream that
-/// was about to be bound, and its request would fail with rmcp's plain-text 500. A tenth of a
-/// second is far beyond that turn. It is kept short because ending an orphan also ends the wait of
-/// a POST that raced its session's `DELETE`.
+/// The least age at which an unbound request stream counts as an orphan, once no POST that
+/// started before it was created is under way (a POST binds its stream after the priming event,
+/// which on a loaded machine can take any time: `binding.rs`). It is kept short because ending an
+/// orphan also ends the wait of a POST that raced its session's `DELETE`.
 const ORPHAN_GRACE: Duration = Duration::from_millis(100);
 
 /// Why the streams of a deleted (or expired) MCP session end.
@@ -102,6 +100,8 @@ pub(crate) struct Inner {
     epoch: Epoch,
     next_stream: AtomicU64,
     streams: Mutex<Streams>,
+    /// POSTs whose request stream may exist but is not bound yet.
+    pub(crate) binds: crate::binding::BindsInFlight,
     pub(crate) counters: Counters,
     /// Where every stream's events are also written, when the store runs on Redis.
     #[cfg(feature = "redis")]
@@ -163,6 +163,7 @@ impl RingEventStore {
                 epoch,
                 next_stream: AtomicU64::new(1),
                 streams: Mutex::new(Streams::default()),
+                binds: Default::default(),
                 counters: Counters::default(),
                 #[cfg(feature = "redis")]
                 log: None,
@@ -416,14 +417,16 @@ impl RingEventStore {
     }
 
     /// Forgets streams that ended (completed or closed) `completed_ttl` ago, and ends and forgets
-    /// orphans: request streams a session's worker created whose POST never bound them (the
-    /// session was deleted between the priming event and the binding), `completed_ttl` after
-    /// their creation but no sooner than [`ORPHAN_GRACE`] (a tenth of a second). Binding follows
-    /// the priming event at once, so nothing else stays unbound for long, and no request can ever
-    /// resume an orphan (it belongs to no session).
+    /// orphans: request streams a session's worker created whose POST never bound them (the POST
+    /// was cancelled, or its session was deleted, between the priming event and the binding),
+    /// `completed_ttl` after their creation but no sooner than [`ORPHAN_GRACE`] (a tenth of a
+    /// second), and only once every POST that started before the stream was created has bound
+    /// its stream or gone. No request can ever resume an orphan (it belongs to no session).
     fn sweep(&self, streams: &mut Streams, now: Instant) {
         let ttl = self.inner.config.completed_ttl;
         let orphan_age = ttl.max(ORPHAN_GRACE);
+        // A stream created after the oldest POST under way started may be that POST's.
+        let oldest_binding = self.inner.binds.oldest();
         let orphans: Vec<String> = streams
             .by_rmcp
             .iter()
@@ -431,6 +434,7 @@ impl RingEventStore {
                 e.session_scoped
                     && e.session().is_none()
                     && now.saturating_duration_since(e.created_at) >= orphan_age
+                    && oldest_binding.is_none_or(|started| started > e.created_at)
             })
             .map(|(k, _)| k.clone())
             .collect();
@@ -621,7 +625,11 @@ impl RingEventStore {
     /// resumption window expired on every stream, and forgets completed streams past their TTL.
     /// Returns how many streams had events released.
     pub fn maintain(&self) -> usize {
-        let now = Instant::now();
+        self.maintain_at(Instant::now())
+    }
+
+    /// [`maintain`](Self::maintain) as of `now` (tests pass a later instant to age streams).
+    pub(crate) fn maintain_at(&self, now: Instant) -> usize {
         let entries: Vec<Arc<StreamEntry>> = {
             let mut streams = self.inner.streams.lock();
             self.sweep(&mut streams, now);
