@@ -393,7 +393,7 @@ pub enum ResumptionFailure {
     /// The session was implicitly re-created: nothing ties it to the cursor.
     NotDurable,
     /// 200 and the body ended without a single event: without a terminal frame, or with `end`
-    /// although the advertised head was past the cursor.
+    /// but without a `Replay-Head` at the cursor proving there was nothing to send.
     EmptyStream,
     /// The first event is not `cursor + 1` (a resume that starts at the head).
     Skipped {
@@ -438,8 +438,10 @@ pub enum StallClass {
     /// The open connection went silent past the idle timeout (keep-alives stopped): it is dead.
     /// Reconnect with `Last-Event-ID` and classify the [`Observation::Reconnected`] result.
     Reconnect,
-    /// The server ended the stream explicitly (`event: end`) after proving continuity: every
-    /// event up to the end was delivered, and there is nothing to wait for or resume.
+    /// The server ended the stream explicitly (`event: end`): after the event `cursor + 1`, or
+    /// with no event and a `Replay-Head` equal to the cursor. Nothing more will come. The
+    /// classifier sees only the first event; that every later one followed on is the
+    /// [`ContinuityVerifier`]'s to check, so the stream is complete if it accepted them all.
     Completed,
 }
 
@@ -525,11 +527,10 @@ pub fn classify(observation: &Observation) -> StallClass {
         },
         Some(got) => StallClass::ResumptionFailed(F::Skipped { expected, got }),
         None => match (r.body, r.replay_floor) {
-            // A resume at the head of a completed stream: the end frame with no event is the
-            // proof, unless the server advertised a head past the cursor that it never sent.
-            (BodyState::Completed, _) if r.replay_head.is_none_or(|head| head == r.cursor) => {
-                StallClass::Completed
-            }
+            // A resume at the head of a completed stream: the end frame with no event is proof
+            // only with the head advertised at the cursor. Without the header, the server may
+            // hold events after the cursor that it never sent (a 200 alone proves nothing).
+            (BodyState::Completed, _) if r.replay_head == Some(r.cursor) => StallClass::Completed,
             (BodyState::EndedEmpty | BodyState::Completed, _) => {
                 StallClass::ResumptionFailed(F::EmptyStream)
             }

@@ -176,7 +176,7 @@ fn classifier_covers_every_seed_case() {
             StallClass::Completed,
         ),
         (
-            "`event: end` with no event and no head header",
+            "`event: end` with no event and no head header: nothing proves there was nothing to send",
             Observation::Reconnected(Reconnect {
                 replay_floor: None,
                 replay_head: None,
@@ -184,7 +184,7 @@ fn classifier_covers_every_seed_case() {
                 body: BodyState::Completed,
                 ..h
             }),
-            StallClass::Completed,
+            StallClass::ResumptionFailed(F::EmptyStream),
         ),
         (
             "`event: end` with no event although the head is past the cursor: events withheld",
