@@ -458,7 +458,7 @@ impl SessionManager for ReplayRingSessionManager {
         };
         // Until the stream is bound below, it belongs to no session: this keeps the sweep from
         // taking it for an orphan, however long the awaits in between take.
-        let _binding = self.store.start_binding();
+        let binding = self.store.start_binding();
         let mut local = Box::pin(self.inner.create_stream(id, message).await?);
         // rmcp stores the priming event before it routes the request, so it is already queued.
         let priming = local.next().await.ok_or(ManagerError::NoPrimingEvent)?;
@@ -475,6 +475,8 @@ impl SessionManager for ReplayRingSessionManager {
             .entry_by_event_id(&event_id)
             .ok_or_else(|| ManagerError::Store(format!("stream of {wire} is not in the store")))?;
         let disconnects = self.store.bind(&entry, id, request, slot);
+        // Bound: the stream belongs to the session now, so it is no orphan whatever follows.
+        drop(binding);
         // Closed while the stream was being created (a `DELETE` racing this request):
         // `close_session` looked for the session's streams before this one was bound to it, so
         // nothing else would ever end or forget it.
@@ -667,19 +669,38 @@ mod tests {
         let post = store.start_binding();
         let priming = ServerSseMessage::priming("0", Duration::from_secs(1));
         events.store_event("req-1", &priming).await.unwrap();
-        let much_later = Instant::now() + Duration::from_secs(3600);
-        store.maintain_at(much_later);
+        // Long past the orphan age, short of the limit on a POST's wait.
+        let later = Instant::now() + Duration::from_secs(20);
+        store.maintain_at(later);
         assert_eq!(
             store.metrics().streams_expired,
             0,
             "the POST's stream was ended"
         );
-        let later = ServerSseMessage::priming("0", Duration::from_secs(1));
-        assert!(events.store_event("req-1", &later).await.is_ok());
+        let next = ServerSseMessage::priming("0", Duration::from_secs(1));
+        assert!(events.store_event("req-1", &next).await.is_ok());
 
         // The POST was cancelled before it bound its stream: an orphan.
         drop(post);
-        store.maintain_at(much_later);
+        store.maintain_at(later);
+        assert_eq!(store.metrics().streams_expired, 1);
+    }
+
+    /// A POST stuck before binding its stream keeps other streams from being taken for orphans
+    /// only up to a limit: past it, an unbound stream is an orphan even while that POST waits.
+    #[tokio::test]
+    async fn a_stuck_post_keeps_orphans_only_up_to_the_bind_wait_limit() {
+        let store = RingEventStore::new(crate::StoreConfig {
+            completed_ttl: Duration::from_millis(200),
+            ..crate::StoreConfig::default()
+        });
+        let events = SessionEvents(store.clone());
+        let _stuck = store.start_binding();
+        let priming = ServerSseMessage::priming("0", Duration::from_secs(1));
+        events.store_event("req-1", &priming).await.unwrap();
+        store.maintain_at(Instant::now() + Duration::from_secs(20));
+        assert_eq!(store.metrics().streams_expired, 0);
+        store.maintain_at(Instant::now() + Duration::from_secs(3600));
         assert_eq!(store.metrics().streams_expired, 1);
     }
 

@@ -47,6 +47,12 @@ const ATTENDANCE_RECHECK: Duration = Duration::from_millis(250);
 /// orphan also ends the wait of a POST that raced its session's `DELETE`.
 const ORPHAN_GRACE: Duration = Duration::from_millis(100);
 
+/// The age at which an unbound request stream is an orphan even while an older POST is under way.
+/// A POST binds its stream a few awaits after the priming event (rmcp's session worker, one Redis
+/// round trip); one that takes longer than this is stuck, and must not keep every other session's
+/// orphans (their rings, their Redis streams) for as long as it stays stuck.
+const BIND_WAIT_LIMIT: Duration = Duration::from_secs(30);
+
 /// Why the streams of a deleted (or expired) MCP session end.
 fn session_closed() -> CloseReason {
     CloseReason::error("session closed")
@@ -421,7 +427,8 @@ impl RingEventStore {
     /// was cancelled, or its session was deleted, between the priming event and the binding),
     /// `completed_ttl` after their creation but no sooner than [`ORPHAN_GRACE`] (a tenth of a
     /// second), and only once every POST that started before the stream was created has bound
-    /// its stream or gone. No request can ever resume an orphan (it belongs to no session).
+    /// its stream or gone, or [`BIND_WAIT_LIMIT`] after their creation in any case. No request
+    /// can ever resume an orphan (it belongs to no session).
     fn sweep(&self, streams: &mut Streams, now: Instant) {
         let ttl = self.inner.config.completed_ttl;
         let orphan_age = ttl.max(ORPHAN_GRACE);
@@ -431,10 +438,12 @@ impl RingEventStore {
             .by_rmcp
             .iter()
             .filter(|(_, e)| {
+                let age = now.saturating_duration_since(e.created_at);
                 e.session_scoped
                     && e.session().is_none()
-                    && now.saturating_duration_since(e.created_at) >= orphan_age
-                    && oldest_binding.is_none_or(|started| started > e.created_at)
+                    && age >= orphan_age
+                    && (oldest_binding.is_none_or(|started| started > e.created_at)
+                        || age >= BIND_WAIT_LIMIT.max(orphan_age))
             })
             .map(|(k, _)| k.clone())
             .collect();
