@@ -418,15 +418,19 @@ async fn a_cursor_in_the_query_string_resumes_like_the_header() {
             .filter_map(|f| f.event_seq())
             .collect::<Vec<u64>>()
     };
-    // Percent-encoded like any query value; other parameters are left alone. The name in any
-    // case, and `;` as a separator: a cursor the endpoint did not see would stream from the head.
+    // Percent-encoded like any query value; other parameters are left alone. Without the exact
+    // name between `&`s, the name in any case, and `;` as a separator: a cursor the endpoint
+    // did not see would stream from the head. With the exact name, the query is read as it
+    // always was: another case, or a `;`-joined copy inside another value, is left alone.
     for path in [
         "/events?lastEventId=events.abc.3",
         "/events?x=1&lastEventId=events%2Eabc%2E3",
         "/events?lasteventid=events.abc.3",
         "/events?LASTEVENTID=events.abc.3",
         "/events?x=1;lastEventId=events.abc.3",
-        "/events?lastEventId=events.abc.3;x=1",
+        "/events?x=1;lasteventid=events.abc.3;y=2",
+        "/events?lastEventId=events.abc.3&LastEventID=app-data",
+        "/events?x=1;lastEventId=events.abc.1&lastEventId=events.abc.3",
     ] {
         assert_eq!(seqs_after(path, &[]).await, [4, 5, 6]);
     }
@@ -453,15 +457,15 @@ async fn a_cursor_in_the_query_string_resumes_like_the_header() {
         "{}",
         conflict.text()
     );
-    // A parameter sent twice is ambiguous like a header sent twice, even with equal values (and
-    // names that differ only in case, or a `;` between them).
+    // A parameter sent twice is ambiguous like a header sent twice, even with equal values (and,
+    // without the exact name, names that differ only in case, or a `;` between them).
     for twice in [
         (
-            "/events?lastEventId=events.abc.3&lasteventid=events.abc.3",
+            "/events?LASTEVENTID=events.abc.3&lasteventid=events.abc.3",
             &[][..],
         ),
         (
-            "/events?lastEventId=events.abc.3;lastEventId=events.abc.4",
+            "/events?x=1;lastEventId=events.abc.3;lastEventId=events.abc.4",
             &[][..],
         ),
         (

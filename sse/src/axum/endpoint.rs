@@ -504,9 +504,10 @@ impl<B: Backend<Payload = Bytes>> SseStream<B> {
 }
 
 /// The query parameter that `EventSource` polyfills send the cursor in on a reconnect when they
-/// cannot set headers: `/events?lastEventId=<id>`. [`events`] and [`backend_events`] read it,
-/// under any ASCII case (`lasteventid` too), with `;` separating parameters as `&` does: a cursor
-/// they did not recognise would be ignored, and the client would get the stream from the head.
+/// cannot set headers: `/events?lastEventId=<id>`. [`events`] and [`backend_events`] read it;
+/// without a parameter of exactly this name, also one whose name differs only in ASCII case
+/// (`lasteventid`), or that follows a `;` rather than a `&`: a cursor they did not recognise
+/// would be ignored, and the client would get the stream from the head.
 pub const LAST_EVENT_ID_QUERY: &str = "lastEventId";
 
 /// `headers` with the cursor of every non-empty [`LAST_EVENT_ID_QUERY`] parameter added as a
@@ -515,16 +516,37 @@ pub const LAST_EVENT_ID_QUERY: &str = "lastEventId";
 /// client asked to resume and got the stream from the head. Two cursors make a repeated header,
 /// refused with 400 like any other, even when they are equal: a parameter sent twice is as
 /// ambiguous as a header sent twice.
-fn with_query_cursor(mut headers: HeaderMap, query: Option<&str>) -> HeaderMap {
+///
+/// The parameters are those named exactly [`LAST_EVENT_ID_QUERY`] between `&`s. Only when there
+/// is none are they looked for leniently: the name in any ASCII case, and `;` separating
+/// parameters too (an old form-encoding convention some clients still use; otherwise
+/// `?a=1;lastEventId=…` hides the cursor inside `a`'s value, and no event id contains a `;`).
+/// So a query the exact rule reads is read as it always was.
+fn with_query_cursor(headers: HeaderMap, query: Option<&str>) -> HeaderMap {
     let Some(query) = query else {
         return headers;
     };
-    // `;` as a separator (an old form-encoding convention some clients still use): otherwise
-    // `?a=1;lastEventId=…` hides the cursor inside `a`'s value. No event id contains a `;`.
-    let query = query.replace(';', "&");
+    let exact = |key: &str| key == LAST_EVENT_ID_QUERY;
+    let has_exact =
+        form_urlencoded::parse(query.as_bytes()).any(|(k, v)| exact(&k) && !v.is_empty());
+    if has_exact {
+        return add_query_cursors(headers, query, exact);
+    }
+    let lenient = query.replace(';', "&");
+    add_query_cursors(headers, &lenient, |key| {
+        key.eq_ignore_ascii_case(LAST_EVENT_ID_QUERY)
+    })
+}
+
+/// [`with_query_cursor`] for the parameters of `query` whose name `is_cursor` accepts.
+fn add_query_cursors(
+    mut headers: HeaderMap,
+    query: &str,
+    is_cursor: impl Fn(&str) -> bool,
+) -> HeaderMap {
     let mut compared = false;
     for (key, value) in form_urlencoded::parse(query.as_bytes()) {
-        if !key.eq_ignore_ascii_case(LAST_EVENT_ID_QUERY) || value.is_empty() {
+        if !is_cursor(&key) || value.is_empty() {
             continue;
         }
         // Only the first parameter is compared, so the header's value is matched at most once
