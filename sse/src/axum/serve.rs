@@ -45,7 +45,7 @@ const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(50);
 /// |---|---|---|
 /// | [`header_read_timeout`](Self::header_read_timeout) | 10 s | has not sent a complete request head this long after it opened or its previous response ended (half-sent headers, silent or idle keep-alive connections) |
 /// | [`body_read_timeout`](Self::body_read_timeout) | 30 s | has not sent its request body in full this long after the request head (a body trickled a byte at a time): the handler reading it gets [`BodyTimedOut`](crate::axum::BodyTimedOut) as a body error, answers it, and the connection closes |
-/// | [`write_timeout`](Self::write_timeout) | 10 s | has had response bytes waiting that its socket did not accept for this long (a client that stopped reading); on Linux also, as the socket's `TCP_USER_TIMEOUT`, has had bytes sent that the peer did not acknowledge for twice this long (a client whose network vanished: an event stream's keep-alives make sure there are such bytes, so it is closed within a keep-alive interval plus twice this, about 35 s at the defaults) |
+/// | [`write_timeout`](Self::write_timeout) | 10 s | has had response bytes waiting that its socket did not accept for this long (a client that stopped reading); on Linux also, as the socket's `TCP_USER_TIMEOUT`, has had bytes sent that the peer did not acknowledge, or a closed receive window, for twice this long (a client whose network vanished: an event stream's keep-alives make sure there are such bytes, so it is closed within a keep-alive interval plus twice this, about 35 s at the defaults; a client that stopped reading on a stream too slow to fill the send buffer soon is closed this way too, without the `slow_consumer` frame) |
 /// | [`idle_timeout`](Self::idle_timeout) | 60 s | moved no byte in either direction for this long (a stalled request body, a handler that never answers; checked every quarter of the timeout, so closed up to a quarter later); event streams stay alive with their keep-alive comments, so keep [`SseConfig::keep_alive`](crate::axum::SseConfig::keep_alive) below it |
 /// | [`max_connections`](Self::max_connections) | half the file-descriptor limit (32..=16384; 512 where unknown) | would exceed the cap: it gets `503 Service Unavailable` with `Retry-After: 1` and a JSON body, then is closed; while 64 such answers are already under way (each reads the request head first and takes up to 2 s), it is closed without one |
 /// | [`shutdown_grace`](Self::shutdown_grace) | 5 s | is still open this long after [`serve_with_shutdown`]'s signal (an event stream never finishes by itself: its client resumes elsewhere with `Last-Event-ID`) |
@@ -396,10 +396,13 @@ async fn refuse_connection(
 /// nothing, while its socket still accepts writes into the send buffer, so the write timeout does
 /// not see it; the kernel would retransmit for about 15 minutes (`tcp_retries2`) while the
 /// connection holds its reader entry and its place under the cap. [`serve`] passes twice the
-/// write timeout: a client that stopped reading also leaves data unacknowledged once its receive
-/// window is full (the kernel's zero-window probes count against this timeout), and the write
-/// timeout, which starts when the send buffer fills soon after, should be what closes it, with a
-/// `slow_consumer` frame where one fits. Best effort: a failure leaves the kernel's default.
+/// write timeout, because the option also closes a client that is there but stopped reading:
+/// once its receive window is closed, the kernel's zero-window probing counts against the
+/// timeout (Linux 5.11 and later). On a stream fast enough to fill the send buffer within a
+/// write timeout of that, the write timeout closes the connection first, with a
+/// `slow_consumer` frame where one fits; on a slower stream the kernel closes it, twice the
+/// write timeout after the window closed, without the frame. Either way the client resumes from
+/// its last complete event. Best effort: a failure leaves the kernel's default.
 fn give_up_on_unacknowledged_data(tcp: &tokio::net::TcpStream, timeout: Duration) {
     #[cfg(target_os = "linux")]
     {
