@@ -77,6 +77,12 @@ impl RedisStream {
     /// `Corrupt` again. For an error that is not a loss at all, this opens the incarnation that
     /// is there, which may be this one.
     ///
+    /// It opens whatever incarnation Redis has. A Redis restored from a snapshot taken before
+    /// the stream was last created again brings back an older epoch with a short log, and this
+    /// opens and continues it; no handle remembers that epoch's head to tell the rollback. Keep
+    /// the epochs a process has left and delete rather than serve one that comes back, or avoid
+    /// such restores (`docs/scaling.md`).
+    ///
     /// # Errors
     /// [`Error::Unavailable`] or [`Error::OutOfMemory`] (try again), [`Error::Corrupt`]; as
     /// [`create`](crate::RedisBackend::create).

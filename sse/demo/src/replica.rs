@@ -129,7 +129,8 @@ impl Incarnation {
         let asked = args.example.capacity.next_power_of_two() as u64;
         if asked_capacity && stream.window_capacity() != asked {
             eprintln!(
-                "note: the stream existed with capacity {}; --capacity {} applies to a new one",
+                "note: the stream existed with capacity {}; --capacity {} applies only to a stream \
+                 this replica creates from nothing (its later incarnations keep their capacity)",
                 stream.window_capacity(),
                 args.example.capacity
             );
