@@ -443,7 +443,7 @@ impl RingEventStore {
                     && e.session().is_none()
                     && age >= orphan_age
                     && (oldest_binding.is_none_or(|started| started > e.created_at)
-                        || age >= BIND_WAIT_LIMIT.max(orphan_age))
+                        || age >= BIND_WAIT_LIMIT)
             })
             .map(|(k, _)| k.clone())
             .collect();

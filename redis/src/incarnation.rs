@@ -91,12 +91,26 @@ impl RedisStream {
     /// Cancel safe: the deletion and the creation are one atomic script each, and calling again
     /// converges.
     pub async fn next_incarnation(&self, lost: &Error) -> Result<RedisStream, Error> {
-        if let Error::LogRolledBack { stream, .. } = lost {
-            if *stream == self.id {
-                self.delete().await?;
-            }
-        }
+        self.delete_if_rolled_back(lost).await?;
         let next = self.backend.create(&self.id, self.capacity).await?;
         Ok(next.with_max_readers(self.max_readers()))
+    }
+
+    /// The first step of [`next_incarnation`](Self::next_incarnation), for a process that opens
+    /// the next incarnation without creating it (one that only serves what others produce):
+    /// deletes this incarnation if `lost` is [`Error::LogRolledBack`] for this stream, and does
+    /// nothing otherwise. Any process that saw the rollback must do this, or one that opens the
+    /// stream again would serve the shortened log.
+    ///
+    /// # Errors
+    /// [`Error::Unavailable`] (try again).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: one script, which deletes every key or none.
+    pub async fn delete_if_rolled_back(&self, lost: &Error) -> Result<(), Error> {
+        match lost {
+            Error::LogRolledBack { stream, .. } if *stream == self.id => self.delete().await,
+            _ => Ok(()),
+        }
     }
 }

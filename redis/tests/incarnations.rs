@@ -180,6 +180,32 @@ async fn a_rolled_back_log_is_deleted_before_the_next_incarnation() {
     assert_eq!(again.identity(), next.identity());
 }
 
+/// Only a rollback of this very stream deletes it: the step a process that opens (rather than
+/// creates) the next incarnation takes.
+#[tokio::test]
+async fn only_a_rollback_of_this_stream_deletes_it() {
+    let server = RedisServer::start();
+    let backend = server.backend().await;
+    let name = StreamId::new("kept").unwrap();
+    let stream = backend.create(&name, 4).await.unwrap();
+    let other = StreamId::new("other").unwrap();
+    let rolled_back = |stream| Error::LogRolledBack {
+        stream,
+        seen: 5,
+        head: 3,
+    };
+    for not_ours in [Error::NotFound { stream: name }, rolled_back(other)] {
+        stream.delete_if_rolled_back(&not_ours).await.unwrap();
+        assert_eq!(stream.state().await.unwrap().head, 0, "{not_ours:?}");
+    }
+    stream
+        .delete_if_rolled_back(&rolled_back(name))
+        .await
+        .unwrap();
+    let gone = backend.open(&name).await.map(drop).unwrap_err();
+    assert!(matches!(gone, Error::NotFound { .. }), "{gone:?}");
+}
+
 #[tokio::test]
 #[should_panic(expected = "check_every is zero")]
 async fn a_zero_check_interval_is_refused() {

@@ -98,11 +98,7 @@ impl Incarnation {
     ) -> Result<Incarnation, Error> {
         match args.serve_only {
             true => {
-                // Any replica that saw the rollback deletes it, or a serve-only one with no
-                // producing replica around would open the shortened log again.
-                if let Error::LogRolledBack { .. } = lost {
-                    previous.delete().await?;
-                }
+                previous.delete_if_rolled_back(lost).await?;
                 Incarnation::open(backend, args, false).await
             }
             false => {
