@@ -49,6 +49,7 @@
 //! assert_eq!(HttpResponse::refused(&lost).status, 404);
 //! ```
 
+mod backpressure_clock;
 mod config_error;
 mod deadline;
 mod event_id;
@@ -77,6 +78,7 @@ pub mod axum;
 pub use replay_ring;
 pub use replay_ring::CloseReason;
 
+pub use backpressure_clock::BackpressureClock;
 pub use config_error::{ConfigError, MAX_RETRY, MIN_KEEP_ALIVE};
 pub use event_id::{
     Epoch, EventId, EventIdBuf, IdField, LastEventIdError, Malformed, StreamId, StreamIdError,
@@ -96,7 +98,7 @@ pub use publisher::{
 };
 pub use resume::{decide, resume, Refused, ResumeDecision, Resumed, StreamState};
 pub use retention::{
-    BackpressureClock, ConnectionId, Retention, RetentionConfig, RetentionStats, CHECKPOINTS,
+    ConnectionId, Retention, RetentionConfig, RetentionStats, CHECKPOINTS,
     DEFAULT_BACKPRESSURE_TIMEOUT, DEFAULT_RESUMPTION_WINDOW,
 };
 pub use slow_consumer::{

@@ -12,7 +12,8 @@ use replay_ring::{CloseReason, ReplayRing};
 use tokio::sync::Notify;
 
 use crate::backend::{AppendError, Backend, BackendProducer, ReleaseError, Unavailable};
-use crate::retention::{BackpressureClock, Retention, RetentionConfig};
+use crate::backpressure_clock::BackpressureClock;
+use crate::retention::{Retention, RetentionConfig};
 
 /// How long a backpressured publisher waits before looking again when the retention policy has
 /// events whose window already passed but that it may not release yet (a live connection has not
