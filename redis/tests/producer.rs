@@ -16,26 +16,6 @@ fn sid(name: &str) -> StreamId {
     StreamId::new(name).unwrap()
 }
 
-/// Every entry in the log as (id, payload), straight from Redis.
-fn log(server: &RedisServer, stream: &RedisStream) -> Vec<(u64, Vec<u8>)> {
-    let mut raw = server.raw();
-    let reply: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
-        .arg(stream.key_names()[1])
-        .arg("-")
-        .arg("+")
-        .query(&mut raw)
-        .unwrap();
-    reply
-        .ids
-        .into_iter()
-        .map(|e| {
-            let id = e.id.strip_prefix("0-").unwrap().parse().unwrap();
-            let data: Vec<u8> = e.get("d").unwrap();
-            (id, data)
-        })
-        .collect()
-}
-
 /// Waits until the stream's producer lease has lapsed (nobody renewed it).
 async fn lease_expired(server: &RedisServer, stream: &RedisStream) {
     let mut raw = server.raw();
@@ -127,7 +107,7 @@ async fn a_second_producer_is_refused_and_a_stale_one_is_fenced() {
     ));
     assert_eq!(second.append(b"b3").await.unwrap(), 3);
     assert_eq!(
-        log(&server, &stream),
+        server.log_entries(&stream),
         vec![
             (1, b"a1".to_vec()),
             (2, b"b2".to_vec()),
@@ -183,7 +163,7 @@ async fn a_superseded_publisher_stops_without_closing_the_stream() {
     assert_eq!(stream.state().await.unwrap().closed, None, "not closed");
     assert_eq!(second.append(b"b2").await.unwrap(), 2);
     assert_eq!(
-        log(&server, &stream),
+        server.log_entries(&stream),
         vec![(1, b"a1".to_vec()), (2, b"b2".to_vec())]
     );
 }
@@ -342,7 +322,7 @@ async fn a_producer_of_an_earlier_incarnation_cannot_touch_the_new_one() {
     let state = stream.state().await.unwrap();
     assert_eq!((state.floor, state.head, state.closed), (1, 3, None));
     assert_eq!(
-        log(&server, &stream),
+        server.log_entries(&stream),
         vec![
             (1, b"new-1".to_vec()),
             (2, b"new-2".to_vec()),
@@ -399,7 +379,7 @@ async fn lost_replies_are_resent_without_duplicates_or_gaps() {
                 // EVALSHA); a lost request normally did not, but on a stalled machine the client
                 // may give up before its request even reached the proxy and send it after the
                 // proxy passes again. Either way the resend below must recognise exactly what ran.
-                let ran = log(&server, &stream).iter().any(|(i, _)| *i == next);
+                let ran = server.log_entries(&stream).iter().any(|(i, _)| *i == next);
                 ran_count += u64::from(ran);
                 let dups = backend.stats().duplicates_resolved;
                 assert_eq!(
@@ -421,7 +401,7 @@ async fn lost_replies_are_resent_without_duplicates_or_gaps() {
     let expected: Vec<(u64, Vec<u8>)> = (1..=30)
         .map(|i| (i, format!("e{i}").into_bytes()))
         .collect();
-    assert_eq!(log(&server, &stream), expected);
+    assert_eq!(server.log_entries(&stream), expected);
     let stats = backend.stats();
     assert!(
         ran_count >= 5,
@@ -603,7 +583,7 @@ async fn a_batch_whose_reply_was_lost_is_resent_as_a_whole_once() {
     ));
     proxy.set(Mode::Pass);
     assert_eq!(
-        log(&server, &stream).len(),
+        server.log_entries(&stream).len(),
         4,
         "the batch ran; only its reply was lost"
     );
@@ -611,7 +591,7 @@ async fn a_batch_whose_reply_was_lost_is_resent_as_a_whole_once() {
     assert_eq!(p.append(b"e5").await.unwrap(), 5);
     let expected: Vec<(u64, Vec<u8>)> =
         (1..=5).map(|i| (i, format!("e{i}").into_bytes())).collect();
-    assert_eq!(log(&server, &stream), expected);
+    assert_eq!(server.log_entries(&stream), expected);
     assert_eq!(backend.stats().duplicates_resolved, 1);
 }
 
@@ -643,7 +623,7 @@ async fn a_lease_lost_under_a_lost_reply_leaves_the_append_unknown() {
     ));
     let expected: Vec<(u64, Vec<u8>)> =
         (1..=2).map(|i| (i, format!("e{i}").into_bytes())).collect();
-    assert_eq!(log(&server, &stream), expected);
+    assert_eq!(server.log_entries(&stream), expected);
 }
 
 /// A close whose reply was lost landed, and gave the lease up: its resend finds no holder. The
@@ -682,7 +662,7 @@ async fn a_resend_with_another_payload_is_a_conflict() {
     ));
     proxy.set(Mode::Pass);
     assert_eq!(
-        log(&server, &stream).len(),
+        server.log_entries(&stream).len(),
         2,
         "the append ran; only its reply was lost"
     );
@@ -709,197 +689,6 @@ async fn a_resend_with_another_payload_is_a_conflict() {
         reader.recv().await.unwrap(),
         ReadItem::Events(vec![(2, Bytes::from_static(b"other"))])
     );
-}
-
-/// A producer idle for many lease periods keeps its lease with a `LeaseKeeper`, and the keeper
-/// stops once the producer closes the stream (the lease is gone).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lease_keeper_holds_an_idle_producers_lease_until_the_close() {
-    let server = RedisServer::start();
-    // The keeper renews every third of the lease, so a renewal may come up to two thirds of a
-    // lease late before the lease lapses: 500 ms leaves ~330 ms for a scheduling stall of this
-    // test's runtime while other tests (each with its own redis-server) share the two cores.
-    let lease = Duration::from_millis(500);
-    let backend = server
-        .backend_with(RedisConfig {
-            lease,
-            ..RedisConfig::default()
-        })
-        .await;
-    let stream = backend.create(&sid("kept"), 8).await.unwrap();
-    let mut p = stream.acquire_producer().await.unwrap();
-    let keeper = tokio::spawn(p.lease_keeper().run());
-    // Idle for six lease periods: the time passing is what is tested.
-    tokio::time::sleep(lease * 6).await;
-    assert!(matches!(
-        stream.acquire_producer().await,
-        Err(Error::LeaseHeld { .. })
-    ));
-    assert_eq!(p.append(b"still mine").await.unwrap(), 1);
-    p.close(CloseReason::Completed).await.unwrap();
-    let ended = tokio::time::timeout(Duration::from_secs(10), keeper)
-        .await
-        .expect("the keeper stops after the close")
-        .unwrap();
-    assert!(matches!(ended, Error::ProducerDropped), "{ended:?}");
-}
-
-/// A producer dropped without a close (the stream stays open in Redis): its keeper stops, so the
-/// lease lapses and another producer can take over, instead of a lease renewed for nobody.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lease_keeper_stops_when_its_producer_is_dropped() {
-    let server = RedisServer::start();
-    let lease = Duration::from_millis(500);
-    let backend = server
-        .backend_with(RedisConfig {
-            lease,
-            ..RedisConfig::default()
-        })
-        .await;
-    let stream = backend.create(&sid("dropped"), 8).await.unwrap();
-    let mut p = stream.acquire_producer().await.unwrap();
-    assert_eq!(p.append(b"one").await.unwrap(), 1);
-    let keeper = p.lease_keeper();
-    let running = tokio::spawn(keeper.clone().run());
-    drop(p);
-    let ended = tokio::time::timeout(Duration::from_secs(10), running)
-        .await
-        .expect("the keeper stops once its producer is dropped")
-        .unwrap();
-    assert!(matches!(ended, Error::ProducerDropped), "{ended:?}");
-    assert!(matches!(keeper.renew().await, Err(Error::ProducerDropped)));
-    // The lease lapses: a new producer takes it and continues after the head.
-    let mut next = stream.acquire_producer_when_free().await.unwrap();
-    assert_eq!(next.append(b"two").await.unwrap(), 2);
-}
-
-/// A standby replica's `acquire_producer_when_free` waits while the active producer keeps its
-/// lease, takes over at once when the lease is handed back, and after a crash (no renewal) once
-/// the lease lapses; each new producer is fenced above the last and continues at the head.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_standby_takes_the_lease_when_it_is_handed_back_or_lapses() {
-    let server = RedisServer::start();
-    // As in the lease-keeper test: room for a scheduling stall before a kept lease lapses.
-    let lease = Duration::from_millis(500);
-    let config = RedisConfig {
-        lease,
-        ..RedisConfig::default()
-    };
-    let active = server.backend_with(config.clone()).await;
-    let stream = active.create(&sid("standby"), 64).await.unwrap();
-    let mut first = stream.acquire_producer().await.unwrap();
-    let keeper = tokio::spawn(first.lease_keeper().run());
-    assert_eq!(first.append(b"a1").await.unwrap(), 1);
-
-    let standby = server
-        .backend_with(config.clone())
-        .await
-        .open(&sid("standby"))
-        .await
-        .unwrap();
-    let waiting = {
-        let standby = standby.clone();
-        tokio::spawn(async move { standby.acquire_producer_when_free().await })
-    };
-    // Four lease periods with the active producer alive: the standby keeps waiting.
-    tokio::time::sleep(lease * 4).await;
-    assert!(!waiting.is_finished(), "took a lease that was being kept");
-    assert_eq!(first.append(b"a2").await.unwrap(), 2);
-
-    // Handed back (a planned switch-over): the standby takes it within about one lease.
-    let token = first.fencing_token();
-    keeper.abort();
-    first.release_lease().await.unwrap();
-    let mut second = tokio::time::timeout(lease * 4, waiting)
-        .await
-        .expect("taken after the hand-back")
-        .unwrap()
-        .unwrap();
-    assert!(second.fencing_token() > token);
-    assert_eq!(second.append(b"b3").await.unwrap(), 3);
-
-    // The new producer's replica crashes: no release, no renewal. A third replica takes over
-    // once the lease lapses.
-    let token = second.fencing_token();
-    drop(second);
-    let third = server
-        .backend_with(config)
-        .await
-        .open(&sid("standby"))
-        .await
-        .unwrap();
-    let mut third = tokio::time::timeout(lease * 4, third.acquire_producer_when_free())
-        .await
-        .expect("taken after the lapse")
-        .unwrap();
-    assert!(third.fencing_token() > token);
-    assert_eq!(third.append(b"c4").await.unwrap(), 4);
-    assert_eq!(
-        log(&server, &stream),
-        [
-            (1, b"a1".to_vec()),
-            (2, b"a2".to_vec()),
-            (3, b"b3".to_vec()),
-            (4, b"c4".to_vec())
-        ]
-    );
-}
-
-/// How many scripts Redis has run (`EVAL` and `EVALSHA`, from `INFO commandstats`).
-fn script_calls(server: &RedisServer) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(&mut server.raw())
-        .unwrap();
-    info.lines()
-        .filter(|line| line.starts_with("cmdstat_eval:") || line.starts_with("cmdstat_evalsha:"))
-        .map(|line| {
-            let calls = line.split_once("calls=").unwrap().1;
-            calls.split(',').next().unwrap().parse::<u64>().unwrap()
-        })
-        .sum()
-}
-
-/// A standby that was told the lease is held for another 20 s takes it within a tenth of a lease
-/// once the holder gives it back (a replica shutting down), not when the holder's lease would
-/// have lapsed.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lease_given_back_is_taken_within_a_tenth_of_a_lease() {
-    let server = RedisServer::start();
-    let lease = Duration::from_secs(20);
-    let config = RedisConfig {
-        lease,
-        ..RedisConfig::default()
-    };
-    let stream = server
-        .backend_with(config.clone())
-        .await
-        .create(&sid("handback"), 64)
-        .await
-        .unwrap();
-    let holder = stream.acquire_producer().await.unwrap();
-    let standby = server
-        .backend_with(config)
-        .await
-        .open(&sid("handback"))
-        .await
-        .unwrap();
-    let before = script_calls(&server);
-    let waiting = tokio::spawn(async move { standby.acquire_producer_when_free().await });
-    // The standby's first try ran in Redis while the lease was held (Redis runs one script at a
-    // time, so it came before the release below): it was answered `LeaseHeld`, about 20 s left.
-    common::eventually(Duration::from_secs(10), "the standby's first try", || {
-        std::future::ready(script_calls(&server) > before)
-    })
-    .await;
-    let token = holder.fencing_token();
-    holder.release_lease().await.unwrap();
-    let taken = tokio::time::timeout(lease / 4, waiting)
-        .await
-        .expect("taken well before the given-back lease would have lapsed")
-        .unwrap()
-        .unwrap();
-    assert!(taken.fencing_token() > token);
 }
 
 /// Every event and then the close reason a reader from 0 gets.
@@ -957,7 +746,11 @@ async fn a_close_goes_ahead_when_the_full_window_refuses_the_pending_event() {
     assert_eq!(got, reason);
     let state = stream.state().await.unwrap();
     assert_eq!((state.head, state.closed), (2, Some(reason)));
-    assert_eq!(log(&server, &stream).len(), 2, "event 3 was never written");
+    assert_eq!(
+        server.log_entries(&stream).len(),
+        2,
+        "event 3 was never written"
+    );
 }
 
 /// A producer whose lease moved while it was paused, and whose successor has since appended and

@@ -153,6 +153,26 @@ impl RedisServer {
             .expect("connect")
     }
 
+    /// Every entry in `stream`'s log as (id, payload), straight from Redis.
+    pub fn log_entries(&self, stream: &RedisStream) -> Vec<(u64, Vec<u8>)> {
+        let mut raw = self.raw();
+        let reply: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
+            .arg(stream.key_names()[1])
+            .arg("-")
+            .arg("+")
+            .query(&mut raw)
+            .unwrap();
+        reply
+            .ids
+            .into_iter()
+            .map(|e| {
+                let id = e.id.strip_prefix("0-").unwrap().parse().unwrap();
+                let data: Vec<u8> = e.get("d").unwrap();
+                (id, data)
+            })
+            .collect()
+    }
+
     /// Moves a stream with no events yet to `head` (retaining none), as if `head` events had
     /// come and gone, by writing its keys behind the backend's back.
     pub fn move_head_to(&self, stream: &RedisStream, head: u64) {
