@@ -245,7 +245,9 @@ impl<T> ReplayRing<T> {
         // Floor first, then head: the floor was released against a head no newer than the one we
         // load next, so the snapshot keeps `floor <= head + 1`.
         // Acquire: pairs with the Release half of `release_through`'s `fetch_max`.
-        let floor = shared.floor.load(Acquire);
+        let floor = shared
+            .floor
+            .load(ord("resume_floor_relaxed", Acquire, Relaxed));
         // Acquire: pairs with the producer's Release publish.
         let head = shared.head.load(Acquire);
         let first = match classify_resume(floor, head, last) {

@@ -375,7 +375,7 @@ impl ReaderTable {
             return Some(&self.first);
         }
         // Acquire: pairs with the Release CAS in `install`, so the segment's initialisation is seen.
-        let p = self.more[seg - 1].load(Acquire);
+        let p = self.more[seg - 1].load(crate::sync::ord("segment_load_relaxed", Acquire, Relaxed));
         // SAFETY: a non-null pointer came from `Box::into_raw` in `install` and is freed only in
         // `Drop`, which needs `&mut self`.
         unsafe { p.as_ref() }
@@ -408,14 +408,17 @@ impl ReaderTable {
     pub(crate) fn claim(&self) -> Result<usize, TableFull> {
         // Acquire (load and CAS): pairs with the Release CAS in `free`, so the previous owner's use
         // of the entry happens-before ours.
-        let mut head = self.free.load(Acquire);
+        let mut head = self
+            .free
+            .load(crate::sync::ord("free_take_relaxed", Acquire, Relaxed));
         while head & INDEX_MASK != 0 {
             let index = (head & INDEX_MASK) as usize - 1;
             // Relaxed: a stale `next` (the entry was popped and pushed again meanwhile) is caught by
             // the tag in the CAS below.
             let next = self.entry(index).free_next.load(Relaxed);
             let new = (((head >> INDEX_BITS) + 1) << INDEX_BITS) | next;
-            match self.free.compare_exchange(head, new, Acquire, Acquire) {
+            let take = crate::sync::ord("free_take_relaxed", Acquire, Relaxed);
+            match self.free.compare_exchange(head, new, take, take) {
                 Ok(_) => return Ok(self.claimed(index)),
                 Err(actual) => head = actual,
             }
@@ -450,7 +453,10 @@ impl ReaderTable {
             // the installer's `fetch_max` lands, and an entry reused from the free list was
             // installed by someone else entirely. Release: pairs with the Acquire load in
             // `min_pin` (the segment pointer itself is loaded with Acquire there too).
-            self.grown.fetch_max(seg, Release);
+            self.grown.fetch_max(
+                seg,
+                crate::sync::ord("grown_raise_relaxed", Release, Relaxed),
+            );
         }
         // Relaxed: only metrics read it.
         self.entry(index).claimed.store(true, Relaxed);
@@ -484,7 +490,8 @@ impl ReaderTable {
         let new = Box::into_raw(Box::new(Segment::new(len)));
         // Release: pairs with the Acquire load in `segment`, publishing the segment's bitmaps (its
         // entries are initialised later, one by one, by their claims).
-        match self.more[seg - 1].compare_exchange(ptr::null_mut(), new, Release, Relaxed) {
+        let publish = crate::sync::ord("segment_install_relaxed", Release, Relaxed);
+        match self.more[seg - 1].compare_exchange(ptr::null_mut(), new, publish, Relaxed) {
             Ok(_) => {
                 if crate::sync::mutant("grown_by_installer_only") {
                     // The mutant: only the installer raises `grown` (see `claimed`).
@@ -510,7 +517,8 @@ impl ReaderTable {
             let new = (((head >> INDEX_BITS) + 1) << INDEX_BITS) | (index as u64 + 1);
             // Release: pairs with the Acquire CAS in `claim`; our use of the entry happens-before
             // the next owner's.
-            match self.free.compare_exchange(head, new, Release, Relaxed) {
+            let give = crate::sync::ord("free_give_relaxed", Release, Relaxed);
+            match self.free.compare_exchange(head, new, give, Relaxed) {
                 Ok(_) => return,
                 Err(actual) => head = actual,
             }
@@ -540,7 +548,8 @@ impl ReaderTable {
         // Release (all three): pairs with the producer's Acquire take of `active_segments` and of
         // `summary`, and its Acquire load of `active`, in `min_pin`; see the hazard argument there.
         // Leaf first, then summary, then segment.
-        segment.active[word].fetch_or(1 << (offset % WORD_BITS), Release);
+        let set = crate::sync::ord("leaf_set_relaxed", Release, Relaxed);
+        segment.active[word].fetch_or(1 << (offset % WORD_BITS), set);
         if summary && !segment.summary.is_empty() {
             let set = crate::sync::ord("summary_set_relaxed", Release, Relaxed);
             segment.summary[word / WORD_BITS].fetch_or(1 << (word % WORD_BITS), set);
@@ -614,7 +623,9 @@ impl ReaderTable {
         scan(&self.first);
         // Acquire: pairs with the Release `fetch_max` in `claimed`. Read after our fence: every
         // reader whose pin fence precedes it raised `grown` to its segment before that fence.
-        let grown = self.grown.load(Acquire);
+        let grown = self
+            .grown
+            .load(crate::sync::ord("grown_load_relaxed", Acquire, Relaxed));
         // Segments 1..=grown (grown < SEGMENTS <= 64).
         let mask = ((1u64 << grown) - 1) << 1;
         // Relaxed: as for a summary word, a segment bit set before a reader's fence is seen by this

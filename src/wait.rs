@@ -44,7 +44,8 @@ impl WaitList {
     pub(crate) fn enqueue(&self, index: usize, entry: &ReaderEntry) {
         // AcqRel: the Release half publishes the waker registered before; the Acquire half pairs
         // with the producer's `swap(false)`, which read `wait_next` before it.
-        if entry.queued.swap(true, AcqRel) && !crate::sync::mutant("requeue_while_listed") {
+        let listing = crate::sync::ord("enqueue_queued_relaxed", AcqRel, Relaxed);
+        if entry.queued.swap(true, listing) && !crate::sync::mutant("requeue_while_listed") {
             return;
         }
         // Relaxed: a stale head only makes the CAS below fail and retry.
@@ -97,7 +98,8 @@ impl WaitList {
             // pairs with a reader's `swap(true)` that found the entry still listed, so the wake
             // below sees the waker it registered.
             if !clear_first {
-                entry.queued.swap(false, AcqRel);
+                let unlisting = crate::sync::ord("wake_queued_relaxed", AcqRel, Relaxed);
+                entry.queued.swap(false, unlisting);
             }
             if let Err(payload) = wake_catching_panic(entry) {
                 panic.get_or_insert(payload);

@@ -101,6 +101,56 @@ fn gap_snapshot_after_a_release_by_another_thread() {
     );
 }
 
+/// A resume refused below the floor reports a consistent window too. Capacity 4, id 1 pushed.
+/// Producer: push id 2. Releaser: release through 2 once it sees id 2. Main: resume after id 0,
+/// which may still see a head of 1. If the release wins, the refusal's snapshot must satisfy
+/// `floor <= head + 1`: `resume`'s floor load synchronizes with the releaser, which saw id 2
+/// before it raised the floor, so the head `resume` loads next is at least 2. With a head of 1,
+/// a resume after id 1 would be classified a no-op at the head of a window whose floor is 3.
+#[test]
+fn resume_snapshot_after_a_release_by_another_thread() {
+    model(
+        "resume_snapshot_after_a_release_by_another_thread",
+        Bound::Exhaustive,
+        || {
+            let ledger = Ledger::new(2);
+            let (mut producer, ring) = ring_with(&ledger, 4, 1, 1);
+
+            let producer_thread = {
+                let ledger = ledger.clone();
+                thread::spawn(move || {
+                    assert_eq!(producer.try_push_with(maker(&ledger)).ok(), Some(2));
+                    producer
+                })
+            };
+            let releaser = {
+                let ring = ring.clone();
+                thread::spawn(move || {
+                    if ring.head() >= 2 {
+                        assert_eq!(ring.release_through(2), Ok(3));
+                    }
+                })
+            };
+
+            match ring.resume(Some(0)) {
+                Ok(reader) => drop(reader),
+                Err(ResumeError::BelowFloor {
+                    requested,
+                    floor,
+                    head,
+                }) => assert!(
+                    requested == 0 && floor == 3 && floor <= head + 1,
+                    "wrong refusal: requested {requested}, floor {floor}, head {head}"
+                ),
+                Err(e) => panic!("unexpected {e:?}"),
+            }
+            releaser.join().unwrap();
+            let producer = producer_thread.join().unwrap();
+            drop_and_check_ledger(&ledger, 2, Some(producer), ring);
+        },
+    );
+}
+
 /// `max_readers` entries, `idle` readers registered (and kept) before the threads start,
 /// `attempts` push attempts by the producer, and with `registrant` one more thread that registers
 /// a reader while the others run.
