@@ -64,9 +64,11 @@ const SEGMENTS: usize = 25;
 /// exercises registrations racing into a segment that another one is installing.
 const MAX_BASE: usize = if cfg!(replay_ring_loom) { 2 } else { 64 };
 
-/// Bits used per bitmap word. Under loom, 2: a four-entry table then has two leaf words and a
-/// summary word, so a small model exercises both levels of the bitmap (the logic is the same for
-/// any width).
+/// Bits used per bitmap word. Under loom, 2: with two entries in segment 0 (`MAX_BASE`), segment 0
+/// is one leaf word, which the scan reads directly (no summary word, no segment bit), and the
+/// second segment (entries 2 to 5) has two leaf words under one summary word and its own bit in
+/// `active_segments`. So a small model whose reader sits on entry 2 or later exercises every
+/// level of the bitmap (the logic is the same for any width).
 const WORD_BITS: usize = if cfg!(replay_ring_loom) { 2 } else { 64 };
 
 /// Low half of the free-list word: index + 1 of the top entry (0 = empty). High half: a generation

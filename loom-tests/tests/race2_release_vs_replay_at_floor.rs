@@ -21,10 +21,12 @@ fn release_vs_replay_at_floor() {
     });
 }
 
-/// The same race with the replaying reader on reader-table entry 2, behind a summary word of the
-/// active bitmap (loom builds use two bits per bitmap word, so entries 0–1 and 2–3 are two leaf
-/// words under one summary word; entries 0 and 1 belong to idle readers). The producer tries twice,
-/// so its second pin scan depends on the first having put back the summary bit it took.
+/// The same race with the replaying reader on reader-table entry 2, in the table's second segment,
+/// behind a segment bit and a summary word of the active bitmap (loom builds put two entries in
+/// segment 0, a single leaf word with no summary, and use two bits per bitmap word, so segment 1's
+/// entries 2–3 and 4–5 are two leaf words under one summary word; entries 0 and 1 belong to idle
+/// readers). The producer tries twice, so its second pin scan depends on the first having put back
+/// the segment and summary bits it took.
 #[test]
 fn release_vs_replay_at_floor_behind_summary() {
     model(
