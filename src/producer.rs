@@ -80,8 +80,9 @@ pub struct Producer<T> {
 // `T: Send`; it never hands out `&T`. `run_base` points into a slot segment owned by `shared`,
 // which the producer keeps alive, and is used only through `&mut self`.
 unsafe impl<T: Send> Send for Producer<T> {}
-// SAFETY: `&Producer` exposes only `next_id()`, `ring()` and `Debug`, none of which touches a slot
-// or `run_base`; every write needs `&mut self`.
+// SAFETY: `&Producer` exposes only `next_id()`, `floor()`, `head()`, `ring()` and `Debug`: plain
+// fields, an atomic load of the ring's `floor` and an `Arc` clone, none of which touches a slot or
+// `run_base`; every write needs `&mut self`.
 unsafe impl<T: Send> Sync for Producer<T> {}
 
 impl<T> fmt::Debug for Producer<T> {

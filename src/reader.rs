@@ -215,7 +215,10 @@ pub struct Reader<T> {
 // SAFETY: a reader lends `&T` to whichever thread owns it while the producer moves `T`s in on
 // another: that needs `T: Send + Sync`. Its other fields are plain data and an `Arc`.
 unsafe impl<T: Send + Sync> Send for Reader<T> {}
-// SAFETY: `&Reader` exposes only `cursor()`; every read needs `&mut`.
+// SAFETY: `&Reader` exposes only `cursor()`, `floor()`, `head()`, `Debug` and (feature `stream`)
+// `is_terminated()`: they read the reader's own plain fields or load the ring's `floor` and `head`
+// atomics, and none touches a slot, the entry's pin or a `T`. Every read, which lends `&T`, needs
+// `&mut self`.
 unsafe impl<T: Send + Sync> Sync for Reader<T> {}
 
 impl<T> fmt::Debug for Reader<T> {

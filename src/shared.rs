@@ -71,7 +71,8 @@ pub(crate) struct Shared<T> {
 
 // SAFETY: the slots are written only by the unique `Producer` (needs `T: Send` to move values in and
 // to drop them on whichever thread drops the ring) and borrowed as `&T` only through a `Reader`,
-// which can only be created by `ReplayRing::resume`, whose `T: Sync` bound makes sharing sound.
+// which can only be created by `ReplayRing::resume` and `ReplayRing::reader`, whose `T: Sync`
+// bounds make sharing sound.
 // Slot access is serialised by the pin/floor protocol described on `Shared::floor`.
 unsafe impl<T: Send> Send for Shared<T> {}
 // SAFETY: as for `Send`; every other field is an atomic or a lock.
