@@ -233,7 +233,8 @@ impl Segment {
     /// (without waiting, which would deactivate it itself) is not visited again until it pins
     /// again. Returns whether the word may still be non-zero.
     fn scan_word(&self, word: usize, limit: &mut u64) -> bool {
-        // Acquire: pairs with the Release RMWs in `activate` / `deactivate`.
+        // Acquire: pairs with the Release RMWs in `set_bits` (from `activate` and `reactivate`)
+        // and `deactivate`.
         let active =
             self.active[word].load(crate::sync::ord("active_scan_relaxed", Acquire, Relaxed));
         let mut idle = 0;
@@ -548,7 +549,8 @@ impl ReaderTable {
         let (segment, offset) = self.segment_of(index);
         let word = offset / WORD_BITS;
         // Release (all three): pairs with the producer's Acquire take of `active_segments` and of
-        // `summary`, and its Acquire load of `active`, in `min_pin`; see the hazard argument there.
+        // `summary` in `min_pin`, and its Acquire load of `active` in `Segment::scan_word` (which
+        // `min_pin` calls); see the hazard argument on `min_pin`.
         // Leaf first, then summary, then segment.
         let set = crate::sync::ord("leaf_set_relaxed", Release, Relaxed);
         segment.active[word].fetch_or(1 << (offset % WORD_BITS), set);
@@ -573,8 +575,9 @@ impl ReaderTable {
     /// Clears entry `index`'s active bit. Its pin must be `UNPINNED` already.
     pub(crate) fn deactivate(&self, index: usize) {
         let (segment, offset) = self.segment_of(index);
-        // Release: pairs with the producer's Acquire load of `active` in `min_pin`: the reader's
-        // earlier slot reads (before its unpin) happen-before a reuse decided without its pin.
+        // Release: pairs with the producer's Acquire load of `active` in `Segment::scan_word`
+        // (called by `min_pin`): the reader's earlier slot reads (before its unpin) happen-before
+        // a reuse decided without its pin.
         segment.active[offset / WORD_BITS].fetch_and(
             !(1 << (offset % WORD_BITS)),
             crate::sync::ord("deactivate_relaxed", Release, Relaxed),
@@ -603,7 +606,8 @@ impl ReaderTable {
                 if summary.load(Relaxed) == 0 {
                     continue;
                 }
-                // Acquire: pairs with the Release `fetch_or` in `activate`.
+                // Acquire: pairs with the Release `fetch_or` in `set_bits` (from `activate` and
+                // `reactivate`).
                 let taken = summary.swap(
                     0,
                     crate::sync::ord("summary_take_relaxed", Acquire, Relaxed),
