@@ -105,8 +105,13 @@ fn unpin<T>(shared: &Shared<T>, slot: &ReaderEntry) {
 /// `pin_and_check` validated it, and the new pin is higher (docs/design.md, "Draining").
 #[inline]
 fn advance_pin<T>(shared: &Shared<T>, slot: &ReaderEntry, cursor: u64) {
-    // Relaxed: this reader is the only writer of its pin.
-    debug_assert!(slot.pin.load(Relaxed) < cursor);
+    // Relaxed: this reader is the only writer of its pin. From the `pin_and_check` that set a
+    // drain's or gate's first pin (its own, or the resume's) to its guard's unpin, the pin is never
+    // `UNPINNED` (docs/design.md, "Draining").
+    debug_assert!({
+        let pin = slot.pin.load(Relaxed);
+        pin != UNPINNED && pin < cursor
+    });
     // Release: pairs with the producer's Acquire pin scan (`Segment::scan_word` in table.rs): the
     // reads of every id below the new pin happen-before the producer overwrites one of them.
     slot.pin
