@@ -898,7 +898,7 @@ impl EventStore for RingEventStore {
     ///
     /// # Errors
     ///
-    /// The [`ResumeRefusal`] of [`resume_stream`](RingEventStore::resume_stream).
+    /// The [`ResumeRefusal`](crate::ResumeRefusal) of [`resume_stream`](RingEventStore::resume_stream).
     ///
     /// # Cancel safety
     ///
