@@ -104,7 +104,7 @@ pub struct RetentionConfig {
     /// "Sizing").
     pub resumption_window: Duration,
     /// How long the producer may wait for space before the stream is closed with
-    /// [`CloseReason::BackpressureTimeout`].
+    /// [`CloseReason::BackpressureTimeout`](replay_ring::CloseReason::BackpressureTimeout).
     pub backpressure_timeout: Duration,
 }
 
