@@ -502,3 +502,81 @@ async fn a_cursor_in_the_query_string_resumes_like_the_header() {
         );
     }
 }
+
+/// An app's own handlers, which check something first and then hand the request over with
+/// `respond_to_request` (the ring) or `respond_to_request_async` (any backend), read a query
+/// cursor as the `events` handler does: a polyfill's reconnect resumes after its cursor instead
+/// of getting the stream from the head. A `HEAD` through them acknowledges nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn custom_handlers_read_the_query_cursor_and_answer_head_without_effect() {
+    use axum::extract::State;
+    use axum::http::{HeaderMap, Method, StatusCode, Uri};
+    use axum::response::{IntoResponse, Response};
+
+    async fn checked(
+        State(stream): State<SseStream>,
+        method: Method,
+        uri: Uri,
+        headers: HeaderMap,
+    ) -> Response {
+        if !headers.contains_key("x-token") {
+            return StatusCode::UNAUTHORIZED.into_response();
+        }
+        stream.respond_to_request(&method, &uri, &headers)
+    }
+    async fn checked_async(
+        State(stream): State<SseStream>,
+        method: Method,
+        uri: Uri,
+        headers: HeaderMap,
+    ) -> Response {
+        stream
+            .respond_to_request_async(&method, &uri, &headers)
+            .await
+    }
+
+    let me = StreamIdentity::new(StreamId::new("events").unwrap(), Epoch::new(0xabc));
+    let config = SseConfig {
+        acknowledge_on_resume: true,
+        ..long_window()
+    };
+    let (stream, mut producer) = SseStream::new(me, config).unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = Router::new()
+        .route("/checked", get(checked))
+        .route("/checked-async", get(checked_async))
+        .with_state(stream.clone());
+    tokio::spawn(serve(listener, app, ServeConfig::default()));
+    for n in 1..=6u64 {
+        producer.send(format!("{{\"n\":{n}}}")).await.unwrap();
+    }
+    let token = [("X-Token", "t")];
+    assert_eq!(http_get(addr, "/checked", &[]).await.status, 401);
+
+    for path in ["/checked", "/checked-async"] {
+        let query = format!("{path}?lastEventId=events.abc.2");
+        let head = common::head(addr, &query, &token).await;
+        assert_eq!(head.status, 200, "{path}");
+        assert_eq!(head.header("replay-head"), Some("6"), "{path}");
+        assert_eq!(stream.ring().floor(), 1, "{path}: released by a HEAD");
+    }
+    for (path, cursor, first) in [("/checked", 2, 3), ("/checked-async", 4, 5)] {
+        let query = format!("{path}?lastEventId=events.abc.{cursor}");
+        let mut s = Stream::open(addr, &query, &token, None).await;
+        let reply = s
+            .read_until(|r| r.frames().iter().filter_map(|f| f.event_seq()).count() >= 2)
+            .await;
+        assert_eq!(reply.status, 200, "{path}");
+        let frames = reply.frames();
+        let priming = format!("events.abc.{cursor}");
+        assert_eq!(frames[0].id.as_deref(), Some(priming.as_str()), "{path}");
+        let seqs: Vec<u64> = frames.iter().filter_map(|f| f.event_seq()).collect();
+        assert_eq!(seqs[..2], [first, first + 1], "{path}");
+        assert_eq!(
+            stream.ring().floor(),
+            cursor + 1,
+            "{path}: the GET acknowledges"
+        );
+    }
+}

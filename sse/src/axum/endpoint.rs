@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use ::axum::body::Body;
 use ::axum::extract::{RawQuery, State};
-use ::axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
+use ::axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use ::axum::response::Response;
 use bytes::{Bytes, BytesMut};
 use futures_util::FutureExt;
@@ -107,6 +107,11 @@ impl SseStream {
     /// [`respond_async`](SseStream::respond_async) for the responses. The ring answers every
     /// backend call at once, so this does not wait.
     ///
+    /// Reads the cursor from the `Last-Event-ID` header only. A handler that serves `EventSource`
+    /// polyfills, which send the cursor of a reconnect as `?lastEventId=` when they cannot set
+    /// headers, calls [`respond_to_request`](Self::respond_to_request) instead: with `respond`,
+    /// such a reconnect gets the stream from the head.
+    ///
     /// ```
     /// use axum::http::{HeaderMap, StatusCode};
     /// use replay_ring_sse::axum::{SseConfig, SseStream};
@@ -125,6 +130,35 @@ impl SseStream {
     }
 
     /// [`respond`](Self::respond) to a `GET` or a `HEAD`.
+    /// Answers one request for the stream as the [`events`] handler does, for an app that writes
+    /// its own handler (to check a token first, or to pick the stream by path): the cursor from
+    /// `Last-Event-ID` or, from a client that cannot set headers, from the
+    /// [`LAST_EVENT_ID_QUERY`] parameter of `uri`'s query; a `HEAD` gets the status and headers
+    /// of the `GET` and changes nothing (axum routes a `HEAD` to a `get` handler).
+    ///
+    /// ```
+    /// use axum::extract::State;
+    /// use axum::http::{HeaderMap, Method, StatusCode, Uri};
+    /// use axum::response::{IntoResponse, Response};
+    /// use replay_ring_sse::axum::SseStream;
+    ///
+    /// async fn my_events(
+    ///     State(stream): State<SseStream>,
+    ///     method: Method,
+    ///     uri: Uri,
+    ///     headers: HeaderMap,
+    /// ) -> Response {
+    ///     if !headers.contains_key("authorization") {
+    ///         return StatusCode::UNAUTHORIZED.into_response();
+    ///     }
+    ///     stream.respond_to_request(&method, &uri, &headers)
+    /// }
+    /// ```
+    pub fn respond_to_request(&self, method: &Method, uri: &Uri, headers: &HeaderMap) -> Response {
+        let headers = with_query_cursor(headers.clone(), uri.query());
+        self.respond_as(&headers, Request::of(method))
+    }
+
     fn respond_as(&self, headers: &HeaderMap, request: Request) -> Response {
         // Every backend future of the ring is ready on its first poll, so this completes in one.
         // Should that ever change, the client gets an explicit 503 and retries.
@@ -319,6 +353,11 @@ impl<B: Backend<Payload = Bytes>> SseStream<B> {
     /// [`SseConfig::keep_alive`] of silence, and ends with an explicit terminal frame (or a
     /// `slow_consumer` or `backend_unavailable` error frame when the connection is cut).
     ///
+    /// The cursor comes from the `Last-Event-ID` header only, and a `HEAD` is answered as a `GET`;
+    /// [`respond_to_request_async`](Self::respond_to_request_async) also reads the
+    /// [`LAST_EVENT_ID_QUERY`] parameter that `EventSource` polyfills send, and answers a `HEAD`
+    /// without changing anything.
+    ///
     /// # Cancel safety
     ///
     /// Cancel safe: a tail opened by a cancelled call is dropped, which frees its slot in the
@@ -341,6 +380,23 @@ impl<B: Backend<Payload = Bytes>> SseStream<B> {
     /// ```
     pub async fn respond_async(&self, headers: &HeaderMap) -> Response {
         self.respond_to(headers, Request::Get).await
+    }
+
+    /// [`respond_to_request`](SseStream::respond_to_request) for a stream over any backend: the
+    /// cursor from `Last-Event-ID` or the [`LAST_EVENT_ID_QUERY`] parameter, and a `HEAD` that
+    /// changes nothing, as [`backend_events`] answers.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`respond_async`](Self::respond_async).
+    pub async fn respond_to_request_async(
+        &self,
+        method: &Method,
+        uri: &Uri,
+        headers: &HeaderMap,
+    ) -> Response {
+        let headers = with_query_cursor(headers.clone(), uri.query());
+        self.respond_to(&headers, Request::of(method)).await
     }
 
     /// [`respond_async`](Self::respond_async) to a `GET` or a `HEAD`.

@@ -193,11 +193,19 @@ impl Stream {
     /// Reads until `done(reply)` holds or the connection ends; panics after [`LIMIT`].
     pub async fn read_until(&mut self, mut done: impl FnMut(&Reply) -> bool) -> Reply {
         let mut buf = vec![0u8; 64 * 1024];
+        // Keep-alive comments keep each read under `LIMIT`: a condition that never comes true
+        // must still end the test.
+        let deadline = tokio::time::Instant::now() + 2 * LIMIT;
         loop {
             if let Some(reply) = self.reply() {
                 if done(&reply) || self.eof {
                     return reply;
                 }
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "condition not met within {:?}: {reply:?}",
+                    2 * LIMIT
+                );
             } else if self.eof {
                 panic!("connection ended before a response head");
             }
