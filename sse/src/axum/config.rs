@@ -23,12 +23,23 @@ pub const DEFAULT_KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// ```
 pub const DEFAULT_RETRY: Duration = Duration::from_secs(1);
 
+/// Default [`SseConfig::max_connections`]: 10,000 simultaneous event-stream responses on one
+/// stream. The reader table and the retention table grow with the connections actually open, so
+/// a large limit costs nothing until it is used; [`serve`](super::serve)'s connection cap (half
+/// the file-descriptor limit by default) usually binds first.
+///
+/// ```
+/// use replay_ring_sse::axum::{SseConfig, DEFAULT_MAX_CONNECTIONS};
+/// assert_eq!(SseConfig::default().max_connections, DEFAULT_MAX_CONNECTIONS);
+/// ```
+pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
+
 /// Settings of one resumable stream.
 ///
 /// ```
 /// use replay_ring_sse::axum::SseConfig;
 /// let c = SseConfig { capacity: 4096, ..SseConfig::default() };
-/// assert_eq!(c.max_connections, 64);
+/// assert_eq!(c.max_connections, 10_000);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SseConfig {
@@ -38,7 +49,8 @@ pub struct SseConfig {
     /// ([`RetentionConfig::resumption_window`](crate::RetentionConfig::resumption_window)). Used by
     /// [`SseStream::new`](super::SseStream::new); a backend passed to [`SseStream::with_backend`](super::SseStream::with_backend) has its own capacity.
     pub capacity: usize,
-    /// Simultaneous event-stream responses (ring readers); one more is refused with 503. Used by
+    /// Simultaneous event-stream responses (ring readers); one more is refused with 503
+    /// (`too_many_readers`). Default [`DEFAULT_MAX_CONNECTIONS`]. Used by
     /// [`SseStream::new`](super::SseStream::new); with [`SseStream::with_backend`](super::SseStream::with_backend) the backend's
     /// [`max_readers`](crate::backend::Backend::max_readers) is the limit.
     pub max_connections: usize,
@@ -71,10 +83,11 @@ pub struct SseConfig {
     /// releases. Turn it on only when each stream has exactly one client (one stream per request
     /// or per user), where a resume really is that client's acknowledgement. The
     /// [`events`](super::events) and [`backend_events`](super::backend_events) handlers
-    /// acknowledge on a `GET` only, never on a `HEAD`; [`SseStream::respond`](super::SseStream::respond)
-    /// and `respond_async` answer every call as a `GET` (they acknowledge, and the response holds
-    /// the window as a connection), so a handler of your own calls them for a `GET` and leaves a
-    /// `HEAD` to those handlers.
+    /// acknowledge on a `GET` only, never on a `HEAD`, and so do
+    /// [`SseStream::respond_to_request`](super::SseStream::respond_to_request) and
+    /// `respond_to_request_async`; [`SseStream::respond`](super::SseStream::respond) and
+    /// `respond_async` answer every call as a `GET` (they acknowledge, and the response holds the
+    /// window as a connection).
     pub acknowledge_on_resume: bool,
 }
 
@@ -121,7 +134,7 @@ impl Default for SseConfig {
     fn default() -> Self {
         SseConfig {
             capacity: 1024,
-            max_connections: 64,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
             retention: RetentionConfig::default(),
             slow_consumer: SlowConsumerPolicy::default(),
             keep_alive: DEFAULT_KEEP_ALIVE,

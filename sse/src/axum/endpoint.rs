@@ -304,7 +304,7 @@ impl<B: Backend<Payload = Bytes>> SseStream<B> {
     /// # use replay_ring_sse::{Epoch, StreamId, StreamIdentity};
     /// # let me = StreamIdentity::new(StreamId::new("s").unwrap(), Epoch::new(1));
     /// let (stream, _producer) = SseStream::new(me, SseConfig::default()).unwrap();
-    /// assert_eq!(stream.config().max_connections, 64);
+    /// assert_eq!(stream.config().max_connections, 10_000);
     /// ```
     pub fn config(&self) -> &SseConfig {
         &self.shared.config

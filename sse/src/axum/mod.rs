@@ -73,7 +73,7 @@ mod watchdog;
 mod writer;
 
 pub use body_deadline::BodyTimedOut;
-pub use config::{SseConfig, DEFAULT_KEEP_ALIVE, DEFAULT_RETRY};
+pub use config::{SseConfig, DEFAULT_KEEP_ALIVE, DEFAULT_MAX_CONNECTIONS, DEFAULT_RETRY};
 pub use endpoint::{backend_events, events, SseStream, LAST_EVENT_ID_QUERY};
 pub use producer::SseProducer;
 pub use serve::{serve, serve_with_shutdown, ServeConfig};
