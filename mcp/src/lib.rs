@@ -38,7 +38,8 @@
 //! let guarded = tower::ServiceBuilder::new().layer(ResumeGuardLayer::new(manager)).service(service);
 //! let app: axum::Router = axum::Router::new().nest_service("/mcp", guarded);
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
-//! axum::serve(listener, app).await
+//! // Header-read, body-read, write and idle timeouts and a connection cap (axum's own has none).
+//! replay_ring_sse::axum::serve(listener, app, replay_ring_sse::axum::ServeConfig::default()).await
 //! # }
 //! ```
 //!
