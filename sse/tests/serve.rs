@@ -76,6 +76,18 @@ async fn start(config: ServeConfig) -> (SocketAddr, Flags) {
                 async move { Body::from_stream(body) }
             }),
         )
+        // 1 KiB every 10 ms: fills a small receive buffer at once, a send buffer only in seconds.
+        .route(
+            "/drip",
+            get(|| async {
+                let chunk = Bytes::from(vec![b'd'; 1024]);
+                let body = futures_util::stream::unfold(chunk, |chunk| async move {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    Some((Ok::<_, std::convert::Infallible>(chunk.clone()), chunk))
+                });
+                Body::from_stream(body)
+            }),
+        )
         // A handler that never answers.
         .route(
             "/never",
@@ -262,6 +274,35 @@ async fn a_client_that_never_reads_is_closed_after_the_write_timeout() {
     // Counted before the connection (and the body with it) was dropped.
     assert!(serve_stats().write_timeouts > timeouts_before);
     assert_eq!(common::get(addr, "/", &[]).await.status, 200);
+}
+
+/// A client that stops reading on a stream too slow to fill the server's send buffer within a
+/// write timeout: every write is still accepted, so the write timeout never fires, but the
+/// client's receive window closes. The kernel gives up on it after the socket's
+/// `TCP_USER_TIMEOUT` (twice the write timeout; Linux counts a closed window since 5.11), and
+/// `serve` counts that close.
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_whose_window_stays_closed_is_closed_by_the_kernel_and_counted() {
+    let (addr, _flags) = start(ServeConfig {
+        write_timeout: Duration::from_millis(500),
+        ..ServeConfig::default()
+    })
+    .await;
+    let before = serve_stats().unacknowledged_timeouts;
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut client = socket.connect(addr).await.unwrap();
+    client
+        .write_all(b"GET /drip HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        .await
+        .unwrap();
+    // The client reads nothing from here on, and keeps its socket open.
+    common::wait_for("the kernel's close of the stalled connection", || {
+        serve_stats().unacknowledged_timeouts > before
+    })
+    .await;
+    drop(client);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -437,6 +437,7 @@ async fn page_and_metrics_are_served() {
         "replay_ring_http_closed_at_shutdown_total ",
         "replay_ring_http_header_read_timeouts_total ",
         "replay_ring_http_body_read_timeouts_total ",
+        "replay_ring_http_unacknowledged_timeouts_total ",
     ] {
         assert!(
             metrics.text().contains(&format!("\n{series}")),

@@ -45,7 +45,7 @@ const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(50);
 /// |---|---|---|
 /// | [`header_read_timeout`](Self::header_read_timeout) | 10 s | has not sent a complete request head this long after it opened or its previous response ended (half-sent headers, silent or idle keep-alive connections) |
 /// | [`body_read_timeout`](Self::body_read_timeout) | 30 s | has not sent its request body in full this long after the request head (a body trickled a byte at a time): the handler reading it gets [`BodyTimedOut`](crate::axum::BodyTimedOut) as a body error, answers it, and the connection closes |
-/// | [`write_timeout`](Self::write_timeout) | 10 s | has had response bytes waiting that its socket did not accept for this long (a client that stopped reading); on Linux also, as the socket's `TCP_USER_TIMEOUT`, has had bytes sent that the peer did not acknowledge, or a closed receive window, for twice this long (a client whose network vanished: an event stream's keep-alives make sure there are such bytes, so it is closed within a keep-alive interval plus twice this, about 35 s at the defaults; a client that stopped reading on a stream too slow to fill the send buffer soon is closed this way too, without the `slow_consumer` frame) |
+/// | [`write_timeout`](Self::write_timeout) | 10 s | has had response bytes waiting that its socket did not accept for this long (a client that stopped reading); on Linux also, as the socket's `TCP_USER_TIMEOUT`, has had bytes sent that the peer did not acknowledge, or a closed receive window, for twice this long (a client whose network vanished: an event stream's keep-alives make sure there are such bytes, so it is closed within a keep-alive interval plus twice this, about 35 s at the defaults; a client that stopped reading on a stream too slow to fill the send buffer soon is closed this way too, without the `slow_consumer` frame; counted in [`ServeStats::unacknowledged_timeouts`](super::ServeStats::unacknowledged_timeouts)) |
 /// | [`idle_timeout`](Self::idle_timeout) | 60 s | moved no byte in either direction for this long (a stalled request body, a handler that never answers; checked every quarter of the timeout, so closed up to a quarter later); event streams stay alive with their keep-alive comments, so keep [`SseConfig::keep_alive`](crate::axum::SseConfig::keep_alive) below it |
 /// | [`max_connections`](Self::max_connections) | half the file-descriptor limit (32..=16384; 512 where unknown) | would exceed the cap: it gets `503 Service Unavailable` with `Retry-After: 1` and a JSON body, then is closed; while 64 such answers are already under way (each reads the request head first and takes up to 2 s), it is closed without one |
 /// | [`shutdown_grace`](Self::shutdown_grace) | 5 s | is still open this long after [`serve_with_shutdown`]'s signal (an event stream never finishes by itself: its client resumes elsewhere with `Last-Event-ID`) |
@@ -336,8 +336,12 @@ async fn serve_connection(
         match Supervised::new(&mut wake, connection.as_mut(), next).await {
             // Ends on completion, on a hyper error, and on hyper's header-read timeout.
             First::Main(ended) => {
-                if ended.is_err_and(|e| e.is_timeout()) {
-                    count(Closed::HeaderReadTimeout);
+                if let Err(e) = ended {
+                    if e.is_timeout() {
+                        count(Closed::HeaderReadTimeout);
+                    } else if closed_by_user_timeout(&e) {
+                        count(Closed::Unacknowledged);
+                    }
                 }
                 return;
             }
@@ -351,6 +355,22 @@ async fn serve_connection(
             }
         }
     }
+}
+
+/// Whether the socket under `e` failed with `ETIMEDOUT`: the kernel gave up on data the peer did
+/// not acknowledge, or on its closed receive window, after the socket's `TCP_USER_TIMEOUT`
+/// ([`give_up_on_unacknowledged_data`]). Nothing else in a connection's I/O times out that way:
+/// the write and idle timeouts close the connection from the watchdog, and hyper's header-read
+/// timeout is its own error kind.
+fn closed_by_user_timeout(e: &hyper::Error) -> bool {
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        if let Some(io) = cause.downcast_ref::<io::Error>() {
+            return io.kind() == io::ErrorKind::TimedOut;
+        }
+        source = cause.source();
+    }
+    false
 }
 
 /// Answers an over-the-cap connection with a 503 and closes it; at the shutdown signal, closes it

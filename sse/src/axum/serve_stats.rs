@@ -21,9 +21,12 @@ pub(crate) enum Closed {
     HeaderReadTimeout = 4,
     /// A request body still arriving at the body-read timeout.
     BodyReadTimeout = 5,
+    /// Closed by the kernel: sent bytes unacknowledged, or the peer's receive window closed, for
+    /// the socket's `TCP_USER_TIMEOUT`.
+    Unacknowledged = 6,
 }
 
-static COUNTS: [AtomicU64; 6] = [const { AtomicU64::new(0) }; 6];
+static COUNTS: [AtomicU64; 7] = [const { AtomicU64::new(0) }; 7];
 
 /// Counts one connection `why`.
 pub(crate) fn count(why: Closed) {
@@ -56,6 +59,12 @@ pub struct ServeStats {
     /// Request bodies still arriving at the body-read timeout (the handler got
     /// [`BodyTimedOut`](super::BodyTimedOut), and the connection closed after its answer).
     pub body_read_timeouts: u64,
+    /// Connections the kernel closed (Linux, `TCP_USER_TIMEOUT`, twice the write timeout) because
+    /// bytes sent went unacknowledged, or the client's receive window stayed closed, that long: a
+    /// client whose network vanished, or one that stopped reading on a stream too slow to fill
+    /// the send buffer within a write timeout. Such a connection gets no `slow_consumer` frame
+    /// (its socket is gone).
+    pub unacknowledged_timeouts: u64,
 }
 
 /// The counters of every [`serve`](super::serve) and
@@ -73,13 +82,15 @@ pub fn serve_stats() -> ServeStats {
         closed_at_shutdown: get(Closed::AtShutdown),
         header_read_timeouts: get(Closed::HeaderReadTimeout),
         body_read_timeouts: get(Closed::BodyReadTimeout),
+        unacknowledged_timeouts: get(Closed::Unacknowledged),
     }
 }
 
 /// Publishes [`serve_stats`] through the `metrics` facade to the current recorder, as counters
 /// `replay_ring_http_connections_refused_total`, `replay_ring_http_write_timeouts_total`,
 /// `replay_ring_http_idle_timeouts_total`, `replay_ring_http_closed_at_shutdown_total`,
-/// `replay_ring_http_header_read_timeouts_total` and `replay_ring_http_body_read_timeouts_total`
+/// `replay_ring_http_header_read_timeouts_total`, `replay_ring_http_body_read_timeouts_total` and
+/// `replay_ring_http_unacknowledged_timeouts_total`
 /// (absolute values: call it when the metrics are scraped, as
 /// [`SseStream::record_metrics`](super::SseStream::record_metrics)).
 ///
@@ -107,6 +118,10 @@ pub fn record_serve_metrics() {
         (
             "replay_ring_http_body_read_timeouts_total",
             s.body_read_timeouts,
+        ),
+        (
+            "replay_ring_http_unacknowledged_timeouts_total",
+            s.unacknowledged_timeouts,
         ),
     ] {
         metrics::counter!(name).absolute(value);
