@@ -122,8 +122,9 @@ impl<T> Slots<T> {
         self.directory[k].store(segment, Relaxed);
     }
 
-    /// The slot of id `id`. Its segment must be allocated: `id <= head` for a reader that loaded
-    /// `head` with Acquire, or an id the producer is about to write after `grow`.
+    /// The slot of id `id`. Dereferencing it needs its segment allocated: `id <= head` for a
+    /// reader that loaded `head` with Acquire, or an id the producer is about to write after
+    /// `grow`. Computing it needs nothing (the offset is applied with wrapping arithmetic).
     #[inline]
     pub(crate) fn slot(&self, id: u64) -> *mut Slot<T> {
         let index = self.index(id);
@@ -136,10 +137,11 @@ impl<T> Slots<T> {
             !base.is_null(),
             "slot of id {id} read before its segment {k} was published"
         );
-        // SAFETY: the segment is allocated (this function's contract: the caller loaded a `head`
-        // at or above `id`, or grew the segment), so `base` points at `segment_len(k)` slots, and
-        // `index - segment_start(k) < segment_len(k)`.
-        unsafe { base.add(index - self.segment_start(k)) }
+        // Wrapping: a caller that broke the contract above gets a pointer it must not dereference,
+        // not undefined behaviour here; with the segment allocated, `base` points at
+        // `segment_len(k)` slots and `index - segment_start(k) < segment_len(k)`, so this is the
+        // in-bounds offset `add` would compute.
+        base.wrapping_add(index - self.segment_start(k))
     }
 
     /// The contiguous run of slots that starts at id `first` and holds at most `max` ids: up to
