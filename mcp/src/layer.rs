@@ -58,11 +58,13 @@ use replay_ring_sse::{
 };
 use rmcp::transport::streamable_http_server::session::{SessionId, SessionManager};
 
-use crate::client_errors::{
-    answer_body_failure, answer_internal_failure, answer_plain_text, answer_session_cap, BodyKind,
-};
+mod client_errors;
+
 use crate::manager::ReplayRingSessionManager;
 use crate::refusal::{RefusalReason, ResumeRefusal};
+use client_errors::{
+    answer_body_failure, answer_internal_failure, answer_plain_text, answer_session_cap, BodyKind,
+};
 
 /// The response body type of rmcp's `StreamableHttpService` (and of this layer's refusals).
 pub type Body = BoxBody<Bytes, Infallible>;

@@ -52,11 +52,10 @@
 //! 2026-07-28; see `docs/mcp.md`.
 #![deny(missing_docs)]
 
-mod binding;
-mod client_errors;
 mod config;
 #[cfg(feature = "metrics")]
 mod facade;
+mod gate;
 mod layer;
 mod manager;
 mod metrics;

@@ -29,7 +29,7 @@ use rmcp::model::RequestId;
 use rmcp::transport::streamable_http_server::session::ServerSseMessage;
 use serde_json::{json, Value};
 
-use crate::stream::Gate;
+use crate::gate::Gate;
 
 /// How every error of the event log begins. rmcp passes a failed store call on as the text of a
 /// plain-text 500, and the guard recognises the event log's by it.

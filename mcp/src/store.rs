@@ -26,14 +26,15 @@ use rmcp::transport::streamable_http_server::session::{
 };
 
 use crate::config::StoreConfig;
+#[cfg(feature = "redis")]
+use crate::gate::Gate;
 use crate::metrics::{Counters, StoreMetrics};
 #[cfg(feature = "redis")]
 use crate::redis_log::{Lease, LogWriter, RedisEventLog};
 use crate::registry::Streams;
-#[cfg(feature = "redis")]
-use crate::stream::Gate;
 use crate::stream_entry::{EntryParts, StreamEntry, Writer};
 
+mod binding;
 mod resume;
 
 /// How often a backpressured push re-reads its deadline while it waits (a client that leaves
@@ -106,7 +107,7 @@ pub(crate) struct Inner {
     next_stream: AtomicU64,
     streams: Mutex<Streams>,
     /// POSTs whose request stream may exist but is not bound yet.
-    pub(crate) binds: crate::binding::BindsInFlight,
+    pub(crate) binds: binding::BindsInFlight,
     pub(crate) counters: Counters,
     /// Where every stream's events are also written, when the store runs on Redis.
     #[cfg(feature = "redis")]

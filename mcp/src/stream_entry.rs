@@ -9,9 +9,9 @@ use replay_ring_sse::{Publisher, RetentionConfig, SharedRetention, StreamIdentit
 use rmcp::model::RequestId;
 use rmcp::transport::streamable_http_server::session::{ServerSseMessage, SessionId};
 
+use crate::gate::Gate;
 #[cfg(feature = "redis")]
 use crate::redis_log::LogWriter;
-use crate::stream::Gate;
 
 /// One SSE stream: its ring, its publisher, and what it is bound to.
 pub(crate) struct StreamEntry {

@@ -27,7 +27,7 @@ use bytes::Bytes;
 use http::{HeaderMap, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
 
-use crate::layer::{error_response, Body, Envelope};
+use super::{error_response, Body, Envelope};
 
 /// How rmcp 3.11 begins the body of a 415 for a body that did not deserialize.
 const RMCP_PARSE_FAILURE: &str = "fail to deserialize request body";

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use parking_lot::Mutex;
 
-use crate::store::RingEventStore;
+use super::RingEventStore;
 
 /// When each POST now between its start and its binding started (with a counter for ties).
 #[derive(Debug, Default)]
