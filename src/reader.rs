@@ -53,13 +53,13 @@ pub(crate) fn pin_and_check<T>(
         shared.readers.activate(index);
         *active = true;
     }
-    let slot = shared.readers.entry(index);
+    let entry = shared.readers.entry(index);
     // Release: pairs with the producer's Acquire pin scan, so this reader's earlier reads of ids
     // below `next` happen-before the producer overwrites them.
-    slot.pin.store(next, ord("pin_relaxed", Release, Relaxed));
+    entry.pin.store(next, ord("pin_relaxed", Release, Relaxed));
     // Relaxed: a hint for the producer's scan, on the line of the pin just stored; it orders
     // nothing (see `ReaderEntry::touched`).
-    slot.touched.store(true, Relaxed);
+    entry.touched.store(true, Relaxed);
     // SeqCst fence: pairs with the producer's fence in `refresh_limit` (between its floor load and its
     // pin scan). Either the producer sees this pin, or the floor load below sees every release the
     // producer based its reuse on.
@@ -84,16 +84,17 @@ pub(crate) fn pin_and_check<T>(
         .floor
         .load(ord("pin_floor_relaxed", Acquire, Relaxed));
     if next < floor && !crate::sync::mutant("skip_floor_check") {
-        unpin(shared, slot);
+        unpin(shared, entry);
         return Err(floor);
     }
     Ok(())
 }
 
-/// Ends a borrow and wakes the producer if it was waiting for this slot.
-fn unpin<T>(shared: &Shared<T>, slot: &ReaderEntry) {
+/// Ends a borrow and wakes the producer if it was waiting for the slots it held.
+fn unpin<T>(shared: &Shared<T>, entry: &ReaderEntry) {
     // Release: pairs with the producer's Acquire pin scan; our slot reads happen-before its reuse.
-    slot.pin
+    entry
+        .pin
         .store(UNPINNED, ord("unpin_relaxed", Release, Relaxed));
     shared.wake_producer();
 }
@@ -104,17 +105,18 @@ fn unpin<T>(shared: &Shared<T>, slot: &ReaderEntry) {
 /// No fence and no floor check: the ids at or above the old pin stayed protected since
 /// `pin_and_check` validated it, and the new pin is higher (docs/design.md, "Draining").
 #[inline]
-fn advance_pin<T>(shared: &Shared<T>, slot: &ReaderEntry, cursor: u64) {
+fn advance_pin<T>(shared: &Shared<T>, entry: &ReaderEntry, cursor: u64) {
     // Relaxed: this reader is the only writer of its pin. From the `pin_and_check` that set a
     // drain's or gate's first pin (its own, or the resume's) to its guard's unpin, the pin is never
     // `UNPINNED` (docs/design.md, "Draining").
     debug_assert!({
-        let pin = slot.pin.load(Relaxed);
+        let pin = entry.pin.load(Relaxed);
         pin != UNPINNED && pin < cursor
     });
     // Release: pairs with the producer's Acquire pin scan (`Segment::scan_word` in table.rs): the
     // reads of every id below the new pin happen-before the producer overwrites one of them.
-    slot.pin
+    entry
+        .pin
         .store(cursor, ord("advance_pin_relaxed", Release, Relaxed));
     shared.wake_producer();
 }
@@ -229,7 +231,7 @@ unsafe impl<T: Send + Sync> Sync for Reader<T> {}
 impl<T> fmt::Debug for Reader<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Reader")
-            .field("slot", &self.index)
+            .field("entry", &self.index)
             .field("cursor", &self.cursor)
             .finish()
     }
@@ -260,7 +262,7 @@ impl<T> Reader<T> {
         }
     }
 
-    fn slot(&self) -> &ReaderEntry {
+    fn entry(&self) -> &ReaderEntry {
         // SAFETY: the entry lives in a table segment that is freed only when `Shared` drops, and
         // `self.shared` keeps it alive; entries never move.
         unsafe { self.entry.as_ref() }
@@ -373,7 +375,7 @@ impl<T> Reader<T> {
             // `Gating` guard leaked with `mem::forget`: clear its pin (waking a producer that
             // waits for it), and let batches unpin again.
             self.draining = false;
-            unpin(&self.shared, self.slot());
+            unpin(&self.shared, self.entry());
         }
         if self.done {
             return Err(self.terminal_error());
@@ -494,7 +496,7 @@ impl<T> Reader<T> {
             shared.readers.deactivate(self.index);
             self.active = false;
         }
-        // SAFETY: as in `slot` (a field borrow, so `self.waiting` stays writable).
+        // SAFETY: as in `entry` (a field borrow, so `self.waiting` stays writable).
         let entry = unsafe { self.entry.as_ref() };
         entry.waker.register(cx.waker());
         self.registered = true;
@@ -531,7 +533,7 @@ impl<T> Reader<T> {
         if self.waiting {
             self.waiting = false;
             self.registered = false;
-            drop(self.slot().waker.take());
+            drop(self.entry().waker.take());
         }
     }
 
@@ -730,7 +732,7 @@ impl<T> Reader<T> {
         // reader's own table entry, whose `thread_waker` it points to; both live as long as the
         // ring's shared state (entries are freed only with the table), and whoever takes it out
         // of the entry to wake it holds that state.
-        let waker = unsafe { self.slot().thread_waker.bind() };
+        let waker = unsafe { self.entry().thread_waker.bind() };
         let ready = crate::blocking::block_on_deadline(waker, deadline, |cx| self.poll_ready(cx));
         match ready {
             None => {
@@ -783,15 +785,15 @@ impl<T> Drop for Reader<T> {
             fn drop(&mut self) {
                 let r = self.0;
                 r.shared
-                    .free_reader_slot(r.index, r.active, r.registered, r.blocked);
+                    .free_reader_entry(r.index, r.active, r.registered, r.blocked);
             }
         }
         let _free = FreeEntry(self);
         // Not only `self.pinned`: a `Batch` leaked with `mem::forget` never ran its unpin, and a
         // pin left in a freed entry would hold the producer back forever.
         // Relaxed: this reader is the only writer of its pin, so the load sees its own last store.
-        if self.slot().pin.load(Relaxed) != UNPINNED {
-            unpin(&self.shared, self.slot());
+        if self.entry().pin.load(Relaxed) != UNPINNED {
+            unpin(&self.shared, self.entry());
         }
     }
 }

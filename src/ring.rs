@@ -258,10 +258,10 @@ impl<T> ReplayRing<T> {
                 return Err(error);
             }
         };
-        let index = shared.claim_reader_slot()?;
-        let slot = shared.readers.entry(index);
+        let index = shared.claim_reader_entry()?;
+        let entry = shared.readers.entry(index);
         let Some(first) = first else {
-            slot.counters.count(&slot.counters.resumes_noop);
+            entry.counters.count(&entry.counters.resumes_noop);
             // `last == head <= LAST_ID`: no overflow.
             return Ok(Reader::new(
                 self.shared.clone(),
@@ -276,11 +276,11 @@ impl<T> ReplayRing<T> {
         let mut active = false;
         match crate::reader::pin_and_check(shared, index, &mut active, first) {
             Ok(()) => {
-                slot.counters.count(&slot.counters.resumes_ok);
+                entry.counters.count(&entry.counters.resumes_ok);
                 Ok(Reader::new(self.shared.clone(), index, first, true, active))
             }
             Err(floor) => {
-                shared.free_reader_slot(index, active, false, false);
+                shared.free_reader_entry(index, active, false, false);
                 // Re-read the head: the floor came from a release of an id <= the head at that time,
                 // so this snapshot keeps `floor <= head + 1` (the head read above may predate it).
                 // Acquire: pairs with the producer's Release publish.
@@ -325,7 +325,7 @@ impl<T> ReplayRing<T> {
     where
         T: Sync,
     {
-        let index = self.shared.claim_reader_slot()?;
+        let index = self.shared.claim_reader_entry()?;
         // Acquire: pairs with the producer's Release publish.
         let head = self.shared.head.load(Acquire);
         // `head <= LAST_ID`: no overflow.

@@ -130,7 +130,7 @@ impl<T> Shared<T> {
     }
 
     /// Claims a reader-table entry for a new [`Reader`](crate::Reader).
-    pub(crate) fn claim_reader_slot(&self) -> Result<usize, TooManyReaders> {
+    pub(crate) fn claim_reader_entry(&self) -> Result<usize, TooManyReaders> {
         self.readers
             .claim()
             .map_err(|TableFull| TooManyReaders::new(self.readers.limit()))
@@ -141,7 +141,7 @@ impl<T> Shared<T> {
     /// whether a blocking wait recorded its thread. The waker and the thread are released (a
     /// dropped reader keeps no task or thread handle alive); the entry may stay on the wait list
     /// until the next push, which then wakes nobody.
-    pub(crate) fn free_reader_slot(&self, index: usize, active: bool, waker: bool, thread: bool) {
+    pub(crate) fn free_reader_entry(&self, index: usize, active: bool, waker: bool, thread: bool) {
         if active {
             self.readers.deactivate(index);
         }

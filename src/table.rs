@@ -422,7 +422,7 @@ impl ReaderTable {
             let new = (((head >> INDEX_BITS) + 1) << INDEX_BITS) | next;
             let take = crate::sync::ord("free_take_relaxed", Acquire, Relaxed);
             match self.free.compare_exchange(head, new, take, take) {
-                Ok(_) => return Ok(self.claimed(index)),
+                Ok(_) => return Ok(self.hand_out(index)),
                 Err(actual) => head = actual,
             }
         }
@@ -442,10 +442,12 @@ impl ReaderTable {
         }
         self.install(self.locate(fresh).0);
         self.initialise(fresh);
-        Ok(self.claimed(fresh))
+        Ok(self.hand_out(fresh))
     }
 
-    fn claimed(&self, index: usize) -> usize {
+    /// Completes a claim of `index` before the index leaves `claim`: raises the scan bound
+    /// `grown` to the entry's segment and marks the entry claimed (for the metrics).
+    fn hand_out(&self, index: usize) -> usize {
         let seg = self.locate(index).0;
         if seg > 0 && !crate::sync::mutant("grown_by_installer_only") {
             // Every claim in segment `seg` raises `grown` itself, before its owner can set the
@@ -497,7 +499,7 @@ impl ReaderTable {
         match self.more[seg - 1].compare_exchange(ptr::null_mut(), new, publish, Relaxed) {
             Ok(_) => {
                 if crate::sync::mutant("grown_by_installer_only") {
-                    // The mutant: only the installer raises `grown` (see `claimed`).
+                    // The mutant: only the installer raises `grown` (see `hand_out`).
                     self.grown.fetch_max(seg, Release);
                 }
             }
@@ -627,7 +629,7 @@ impl ReaderTable {
             non_empty
         };
         scan(&self.first);
-        // Acquire: pairs with the Release `fetch_max` in `claimed`. Read after our fence: every
+        // Acquire: pairs with the Release `fetch_max` in `hand_out`. Read after our fence: every
         // reader whose pin fence precedes it raised `grown` to its segment before that fence.
         let grown = self
             .grown

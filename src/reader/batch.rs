@@ -259,7 +259,7 @@ impl<T> Drop for Batch<'_, T> {
         // `first + consumed <= last + 1 <= LAST_ID + 1`: no overflow.
         self.reader.cursor = self.first + self.consumed();
         if !self.reader.draining {
-            unpin(&self.reader.shared, self.reader.slot());
+            unpin(&self.reader.shared, self.reader.entry());
         }
     }
 }

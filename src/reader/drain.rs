@@ -29,7 +29,7 @@ impl<'a, T> Draining<'a, T> {
 impl<T> Drop for Draining<'_, T> {
     fn drop(&mut self) {
         self.reader.draining = false;
-        unpin(&self.reader.shared, self.reader.slot());
+        unpin(&self.reader.shared, self.reader.entry());
     }
 }
 
@@ -126,7 +126,7 @@ impl<T> Reader<T> {
             if reader.cursor > head {
                 break;
             }
-            advance_pin(&reader.shared, reader.slot(), reader.cursor);
+            advance_pin(&reader.shared, reader.entry(), reader.cursor);
         }
         let read = reader.cursor - start;
         drop(draining);

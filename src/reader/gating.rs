@@ -157,7 +157,7 @@ impl<T> Gating<'_, T> {
         }
         if reader.cursor > self.pin {
             // No fence and no floor check, as for a drain's advance (`advance_pin`).
-            advance_pin(&reader.shared, reader.slot(), reader.cursor);
+            advance_pin(&reader.shared, reader.entry(), reader.cursor);
             self.pin = reader.cursor;
         }
         // Acquire: pairs with the producer's Release publish: slots up to `head` are written, and
@@ -187,6 +187,6 @@ impl<T> Gating<'_, T> {
 impl<T> Drop for Gating<'_, T> {
     fn drop(&mut self) {
         self.reader.draining = false;
-        unpin(&self.reader.shared, self.reader.slot());
+        unpin(&self.reader.shared, self.reader.entry());
     }
 }
