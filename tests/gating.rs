@@ -7,11 +7,15 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
-use std::sync::{Arc, Barrier};
+use std::sync::{mpsc, Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use replay_ring::{CloseReason, Gating, ReadError, ReplayRing};
+
+#[path = "support/asleep.rs"]
+mod asleep;
+use asleep::{this_task, wait_until_asleep};
 
 /// How long a threaded test may wait for the other side before it fails.
 const DEADLINE: Duration = Duration::from_secs(60);
@@ -272,10 +276,29 @@ fn a_leaked_gate_is_cleared_by_a_read_that_finds_nothing_and_wakes_a_waiting_pro
     ring.release_through(2).unwrap();
     assert!(producer.try_push(3).unwrap_err().is_full());
     // The producer waits for space; the reader's next read, which has nothing to lend, clears
-    // the leaked pin and wakes it (or, if the push got in first, lends it).
-    let pusher = thread::spawn(move || producer.push_timeout(3, DEADLINE));
+    // the leaked pin and wakes it (or, if the woken push lands before the read looks at the
+    // head, lends it). The read comes once the producer waits, and where the system shows it,
+    // once its thread sleeps: then it is the read that must wake it.
+    assert_eq!(ring.metrics().producer_waits, 0);
+    let (task_tx, task_rx) = mpsc::channel();
+    let pusher = thread::spawn(move || {
+        task_tx.send(this_task()).unwrap();
+        let started = Instant::now();
+        (producer.push_timeout(3, DEADLINE), started.elapsed())
+    });
+    let deadline = Instant::now() + DEADLINE;
+    while ring.metrics().producer_waits < 1 {
+        assert!(Instant::now() < deadline, "the producer never waited");
+        thread::yield_now();
+    }
+    if let Some(task) = task_rx.recv().unwrap() {
+        wait_until_asleep(&task);
+    }
     if let Some(batch) = reader.try_read().unwrap() {
         assert_eq!((batch.first_id(), batch.last_id()), (3, 3));
     }
-    assert_eq!(pusher.join().unwrap(), Ok(3), "the producer was not woken");
+    let (pushed, waited) = pusher.join().unwrap();
+    assert_eq!(pushed, Ok(3));
+    // A wait that reaches its timeout looks once more, and would find the room: it must not.
+    assert!(waited < DEADLINE, "the producer was not woken");
 }
