@@ -6,7 +6,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 #[cfg(feature = "stream")]
 use futures_util::StreamExt;
@@ -14,6 +14,10 @@ use replay_ring::{
     BuildError, CloseReason, PushError, ReadError, Reader, ReleaseError, ReplayRing, ResumeError,
     MAX_CAPACITY, MAX_READERS,
 };
+
+#[path = "support/asleep.rs"]
+mod asleep;
+use asleep::{this_task, wait_until_asleep};
 
 /// A payload that counts its drops, to prove each value is dropped exactly once.
 #[derive(Debug, Clone)]
@@ -464,13 +468,22 @@ fn blocking_waits_time_out_and_wake() {
             ..
         })
     ));
-    // A reader blocked on an empty window is woken by the next push.
+    // A reader blocked on an empty window is woken by the next push. The push comes once this
+    // thread sleeps in `read_timeout`, so it is the push that must wake it.
     let mut live = ring.resume(Some(3)).unwrap();
+    let reader_task = this_task();
     let pusher = std::thread::spawn(move || {
+        if let Some(task) = reader_task {
+            wait_until_asleep(&task);
+        }
         producer.push_timeout(4, Duration::from_secs(30)).unwrap();
         producer
     });
-    let batch = live.read_timeout(Duration::from_secs(30)).unwrap().unwrap();
+    // A wait that reaches its timeout looks once more, and would find the event: it must not.
+    let wait = Duration::from_secs(30);
+    let started = Instant::now();
+    let batch = live.read_timeout(wait).unwrap().unwrap();
+    assert!(started.elapsed() < wait, "not woken by the push");
     assert_eq!((batch.first_id(), batch.as_slices().0[0]), (4, 4));
     drop(batch);
     drop(pusher.join().unwrap());
