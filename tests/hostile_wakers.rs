@@ -33,13 +33,17 @@ fn counting() -> (Arc<Counting>, Waker) {
     (c.clone(), Waker::from(c))
 }
 
-// A waker whose `clone`, `wake` and `drop` panic while their flag is set. The three functions are
-// `unsafe fn` only because `RawWakerVTable` requires that signature: none of them reads the data
-// pointer or does anything else that needs a caller's promise.
+// A waker whose `clone`, `wake` and `drop` panic while their flag is set.
 static CLONE_PANICS: AtomicBool = AtomicBool::new(false);
 static WAKE_PANICS: AtomicBool = AtomicBool::new(false);
 static DROP_PANICS: AtomicBool = AtomicBool::new(false);
 
+/// The hostile waker's `clone`: panics while `CLONE_PANICS` is set.
+///
+/// # Safety
+///
+/// None needed: `unsafe fn` only because `RawWakerVTable` requires that signature. The data
+/// pointer is not read, and nothing else needs a caller's promise.
 unsafe fn hostile_clone(_: *const ()) -> RawWaker {
     if CLONE_PANICS.load(SeqCst) {
         panic!("waker clone panics");
@@ -47,12 +51,24 @@ unsafe fn hostile_clone(_: *const ()) -> RawWaker {
     RawWaker::new(std::ptr::null(), &HOSTILE)
 }
 
+/// The hostile waker's `wake` and `wake_by_ref`: panic while `WAKE_PANICS` is set (unless the
+/// thread is already unwinding).
+///
+/// # Safety
+///
+/// As for [`hostile_clone`]: none needed.
 unsafe fn hostile_wake(_: *const ()) {
     if WAKE_PANICS.load(SeqCst) && !std::thread::panicking() {
         panic!("waker wake panics");
     }
 }
 
+/// The hostile waker's `drop`: panics while `DROP_PANICS` is set (unless the thread is already
+/// unwinding).
+///
+/// # Safety
+///
+/// As for [`hostile_clone`]: none needed.
 unsafe fn hostile_drop(_: *const ()) {
     if DROP_PANICS.load(SeqCst) && !std::thread::panicking() {
         panic!("waker drop panics");
