@@ -785,6 +785,8 @@ mod tests {
             table.activate(i);
         }
         let (pinned_a, pinned_b) = (indices[7], indices[4_321]);
+        // Relaxed (every store in this test): one thread does the stores and the scans, in
+        // program order.
         table.entry(pinned_a).pin.store(40, Relaxed);
         table.entry(pinned_b).pin.store(30, Relaxed);
 
@@ -821,6 +823,8 @@ mod tests {
         let segment_bit = |index: usize| 1u64 << table.locate(index).0;
         let last = indices[4_999];
         let every_later_segment = (segment_bit(last) - 1) << 1;
+        // Relaxed (every access in this test): one thread does the stores, the scans and the
+        // loads, in program order.
         assert_eq!(table.active_segments.load(Relaxed), every_later_segment);
 
         table.entry(last).pin.store(30, Relaxed);
@@ -848,6 +852,7 @@ mod tests {
         let entry = table.entry(i);
         // Between two reads at every scan: pinned (and touched) since the previous scan.
         for _ in 0..3 {
+            // Relaxed: one thread does the store and the scan, in program order.
             entry.touched.store(true, Relaxed);
             assert_eq!(table.min_pin(100), 100);
             assert!(table.is_active(i));
