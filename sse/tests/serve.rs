@@ -376,35 +376,52 @@ async fn a_response_always_ready_to_write_is_still_closed_at_the_shutdown_grace(
             }))
         }),
     );
-    let (addr, signal_tx, server) = start_with_shutdown(app, Duration::from_millis(300)).await;
+    let grace = Duration::from_millis(300);
+    let (addr, signal_tx, server) = start_with_shutdown(app, grace).await;
     let mut client = TcpStream::connect(addr).await.unwrap();
     client
         .write_all(b"GET /endless HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         .await
         .unwrap();
+    // The reader says when it has counted `FLOWING` bytes, so the signal comes while the
+    // response is flowing; it returns when it saw the close.
+    const FLOWING: usize = 4 << 20;
+    let (flowing_tx, flowing_rx) = tokio::sync::oneshot::channel();
     let reader = tokio::spawn(async move {
+        let mut flowing_tx = Some(flowing_tx);
         let mut buf = vec![0u8; 1 << 20];
         let mut total = 0usize;
         loop {
             match client.read(&mut buf).await {
-                Ok(0) | Err(_) => return total,
+                Ok(0) | Err(_) => return Instant::now(),
                 Ok(n) => total += n,
+            }
+            if total >= FLOWING {
+                if let Some(tx) = flowing_tx.take() {
+                    let _ = tx.send(());
+                }
             }
         }
     });
-    // Flowing at full speed before the signal.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    tokio::time::timeout(Duration::from_secs(10), flowing_rx)
+        .await
+        .expect("the response flows")
+        .expect("the response flowed, not closed, before the signal");
+    let signalled = Instant::now();
     signal_tx.send(()).unwrap();
     tokio::time::timeout(Duration::from_secs(10), server)
         .await
         .expect("the busy connection closed after the grace, and the server returned")
         .unwrap()
         .unwrap();
-    let total = tokio::time::timeout(Duration::from_secs(10), reader)
+    let closed_at = tokio::time::timeout(Duration::from_secs(10), reader)
         .await
         .expect("the client saw the close")
         .unwrap();
-    assert!(total > 0, "the response flowed before the signal");
+    // Closed at the grace, not at the signal: the watchdog counts the grace from when it sees
+    // the signal, after `signalled`.
+    let open_for = closed_at - signalled;
+    assert!(open_for >= grace, "closed {open_for:?} after the signal");
 }
 
 /// Reads from `socket` until the server closes it; returns everything it sent.
