@@ -88,12 +88,16 @@ async fn pump(
             n = cr.read(&mut cbuf) => {
                 let Ok(n) = n else { return };
                 if n == 0 { return }
+                // SeqCst: the same plain flag as `set`'s store; no other data rides on it (the
+                // hook has its own lock).
                 if mode.load(Ordering::SeqCst) == Mode::LoseRequest as u8 { return }
                 if sw.write_all(&cbuf[..n]).await.is_err() { return }
             }
             n = sr.read(&mut sbuf) => {
                 let Ok(n) = n else { return };
                 if n == 0 { return }
+                // SeqCst (this load and the exchange): as above. The exchange, an atomic
+                // read-modify-write at any ordering, is what lets one pump alone lose the reply.
                 if mode.load(Ordering::SeqCst) == Mode::LoseReply as u8 { return }
                 if mode
                     .compare_exchange(Mode::LoseOneReply as u8, Mode::Pass as u8, Ordering::SeqCst, Ordering::SeqCst)
