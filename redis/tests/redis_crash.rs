@@ -62,6 +62,8 @@ async fn acknowledged_appends_survive_kill_9_and_the_stream_continues() {
                 }
                 Ok(ReadItem::Closed(reason)) => return (expect - 1, reason),
                 Err(Error::Unavailable(_)) => {
+                    // Relaxed: a count read once the reader task has ended, and awaiting its
+                    // handle orders every increment before that read.
                     re.fetch_add(1, Ordering::Relaxed);
                     tokio::time::sleep(Duration::from_millis(20)).await; // retry back-off
                 }
@@ -91,7 +93,9 @@ async fn acknowledged_appends_survive_kill_9_and_the_stream_continues() {
                     a.store(got, Ordering::Relaxed);
                 }
                 Err(err @ (Error::Unknown { .. } | Error::Unavailable(_))) => {
-                    e.fetch_add(1, Ordering::Relaxed);
+                    // Release: pairs with the driver's Acquire load of the count, so the acks
+                    // stored before this error are visible to its "none while down" check.
+                    e.fetch_add(1, Ordering::Release);
                     outage_errors.push(err.to_string());
                     tokio::time::sleep(Duration::from_millis(20)).await; // retry back-off
                 }
@@ -103,6 +107,8 @@ async fn acknowledged_appends_survive_kill_9_and_the_stream_continues() {
     });
 
     // Crash mid-stream.
+    // Relaxed (these loads of `acked`): a progress counter polled for its own value; nothing
+    // else is read through it.
     common::eventually(Duration::from_secs(30), "200 acknowledged appends", || {
         std::future::ready(acked.load(Ordering::Relaxed) >= 200)
     })
@@ -112,10 +118,12 @@ async fn acknowledged_appends_survive_kill_9_and_the_stream_continues() {
     common::eventually(
         Duration::from_secs(30),
         "the producer to see the outage",
-        || std::future::ready(errors.load(Ordering::Relaxed) >= 3),
+        // Acquire: pairs with the producer's Release increment (see there).
+        || std::future::ready(errors.load(Ordering::Acquire) >= 3),
     )
     .await;
     assert!(
+        // Relaxed: the Acquire load above made every ack stored before the errors visible.
         acked.load(Ordering::Relaxed) <= acked_at_crash + 1,
         "no append acknowledged while down"
     );
@@ -133,6 +141,7 @@ async fn acknowledged_appends_survive_kill_9_and_the_stream_continues() {
     assert_eq!(last, N);
     assert_eq!(reason, CloseReason::Completed);
     assert!(
+        // Relaxed: the reader task has ended (awaited above); see its increment.
         reader_errors.load(Ordering::Relaxed) > 0,
         "the reader saw the outage explicitly"
     );
