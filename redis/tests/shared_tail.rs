@@ -213,6 +213,8 @@ async fn releases_cost_waiting_readers_no_state_read_and_a_reader_they_passed_ge
                 match timeout(LIMIT, reader.recv()).await.unwrap().unwrap() {
                     ReadItem::Events(batch) => {
                         assert_eq!(batch[0].0, reader.last_id() - batch.len() as u64 + 1);
+                        // SeqCst: pairs with the driver's load below; only the count itself is
+                        // read through it.
                         delivered
                             .fetch_add(batch.len() as u64, std::sync::atomic::Ordering::SeqCst);
                     }
@@ -229,6 +231,7 @@ async fn releases_cost_waiting_readers_no_state_read_and_a_reader_they_passed_ge
     for id in 1..=EVENTS {
         producer.append(&payload(id)).await.unwrap();
         eventually(LIMIT, "every reader has the event", || {
+            // SeqCst: pairs with the readers' increments; a count polled for its own value.
             let all = delivered.load(std::sync::atomic::Ordering::SeqCst) == id * READERS;
             std::future::ready(all)
         })
@@ -285,6 +288,8 @@ async fn sse_connections_on_redis_read_the_window_from_the_shared_read_not_per_c
                         let seq: u64 = id.rsplit('.').next().unwrap().parse().unwrap();
                         if seq > 0 {
                             ids.push(seq);
+                            // SeqCst: pairs with the driver's load below; only the count itself
+                            // is read through it.
                             delivered.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                         }
                     }
@@ -299,6 +304,7 @@ async fn sse_connections_on_redis_read_the_window_from_the_shared_read_not_per_c
         assert_eq!(publisher.send(payload(id)).await.unwrap(), id);
         // One event at a time, so every connection writes a chunk per event.
         eventually(LIMIT, "every connection has the event", || {
+            // SeqCst: pairs with the clients' increments; a count polled for its own value.
             let all = delivered.load(std::sync::atomic::Ordering::SeqCst) == id * CONNECTIONS;
             std::future::ready(all)
         })
