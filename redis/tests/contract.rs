@@ -434,6 +434,7 @@ async fn concurrent_producer_readers_and_releaser() {
         let mut released = 0;
         while released < N {
             release_progress.notified().await;
+            // Relaxed: see the readers' store; a stale cursor would only release less.
             let min = release_cursors
                 .iter()
                 .map(|c| c.load(Ordering::Relaxed))
