@@ -151,6 +151,7 @@ async fn past_the_bound_the_stream_closes_with_backpressure_timeout() {
     let flag = built.clone();
     let err = publisher
         .publish_with(move |id| {
+            // Relaxed: the flag is read on this same thread after the publish returns.
             flag.store(true, Ordering::Relaxed);
             payload(id)
         })
@@ -162,6 +163,7 @@ async fn past_the_bound_the_stream_closes_with_backpressure_timeout() {
     };
     assert_eq!(waited, Duration::from_secs(3));
     assert!(
+        // Relaxed: any store ran in the publish above, on this thread.
         !built.load(Ordering::Relaxed),
         "the refused payload was never built"
     );
@@ -190,6 +192,7 @@ async fn a_cancelled_publish_consumes_no_id_and_keeps_its_backpressure_episode()
     let cancelled = tokio::time::timeout(
         Duration::from_secs(2),
         publisher.publish_with(move |id| {
+            // Relaxed: the flag is read on this same thread after the publish is dropped.
             flag.store(true, Ordering::Relaxed);
             payload(id)
         }),
@@ -197,6 +200,7 @@ async fn a_cancelled_publish_consumes_no_id_and_keeps_its_backpressure_episode()
     .await;
     assert!(cancelled.is_err(), "still waiting after 2 s");
     assert!(
+        // Relaxed: any store ran in the publish above, on this thread.
         !built.load(Ordering::Relaxed),
         "a cancelled publish builds nothing"
     );
@@ -348,6 +352,8 @@ async fn an_unthrottled_publisher_lets_other_tasks_run() {
     let published = Arc::new(AtomicU64::new(0));
     let other = {
         let published = published.clone();
+        // Relaxed (this load and the increments): a count read for its own value, and the
+        // current-thread runtime runs both tasks on this one thread.
         tokio::spawn(async move { published.load(Ordering::Relaxed) })
     };
     for _ in 0..N {
@@ -355,6 +361,7 @@ async fn an_unthrottled_publisher_lets_other_tasks_run() {
             .publish_with(|_| Bytes::from_static(b"x"))
             .await
             .unwrap();
+        // Relaxed: see the other task's load.
         published.fetch_add(1, Ordering::Relaxed);
     }
     let ran_after = other.await.unwrap();
