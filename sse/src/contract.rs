@@ -340,6 +340,7 @@ where
         let flag = called.clone();
         let refused = producer
             .try_append_with(move |id| {
+                // Relaxed: read by this task once the append is done; see the load.
                 flag.store(true, std::sync::atomic::Ordering::Relaxed);
                 payload(id)
             })
@@ -347,6 +348,8 @@ where
         match refused {
             Err(AppendError::Full(make)) => {
                 assert!(
+                    // Relaxed: a call of the closure would be part of the append this task
+                    // awaited above, which is finished before this load.
                     !called.load(std::sync::atomic::Ordering::Relaxed),
                     "a refused append must not build the payload"
                 );
