@@ -214,9 +214,19 @@ async fn crash(leak: bool) -> Result<(), String> {
     }
     let got = events_from(&mut body, 3).await;
     assert_eq!(got.last().unwrap().id.as_deref(), Some("s1.a.4"));
-    // One more poll so "taken" covers 4, then let it report and the owner see it.
-    let _ = tokio::time::timeout(Duration::from_millis(1300), events_from(&mut body, 1)).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // One more poll so "taken" covers 4, and polls until B has reported it (a connection
+    // reports only while its body is polled; no event comes, so each poll times out).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let _ = tokio::time::timeout(Duration::from_millis(20), events_from(&mut body, 1)).await;
+        let r = readers(&server);
+        if r.len() == 1 && r[0].1.starts_with("4:") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no report through 4: {r:?}");
+    }
+    // The owner sees it: one pass of its maintenance, run here rather than waited for.
+    a.maintain_event_log().await;
     if leak {
         std::mem::forget(body); // the replica is gone: no HDEL, no reports
     } else {
@@ -274,14 +284,17 @@ async fn junk(with_junk: bool) -> Result<(), String> {
     if with_junk {
         hset_junk(&server, &format!("{}:1", u64::MAX / 2));
     }
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    // The owner reads the reports while the local connection is open: one pass of its
+    // maintenance, run here rather than waited for.
+    a.maintain_event_log().await;
     drop(l1);
-    // One window for the poisoned checkpoint to expire, then the junk goes away.
+    // One window for the poisoned checkpoint to expire (the passage of time is the subject),
+    // then the junk goes away and the owner reads the reports again.
     tokio::time::sleep(Duration::from_millis(3600)).await;
     if with_junk {
         hdel_junk(&server);
     }
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    a.maintain_event_log().await;
     paced_while_read_on_the_owner(&a, b"s1.a.2", 3).await
 }
 
