@@ -3,9 +3,12 @@
 #![cfg(replay_ring_loom)]
 
 use loom::thread;
-use replay_ring::{ReadError, ResumeError};
+use std::sync::Arc;
+
+use replay_ring::{Producer, ReadError, ReplayRing, ResumeError};
 use replay_ring_loom_tests::{
-    check_batch, check_cursors, drop_and_check_ledger, maker, model, ring_with, Bound, Flag, Ledger,
+    check_batch, check_cursors, drop_and_check_ledger, maker, model, ring_with, Bound, Ev, Flag,
+    Ledger,
 };
 
 /// Capacity 2, full before the threads start (ids 1 and 2, floor 1). Releaser: release id 1.
@@ -68,21 +71,7 @@ fn gap_snapshot_after_a_release_by_another_thread() {
             let mut reader = ring.reader().unwrap();
             assert_eq!(producer.try_push_with(maker(&ledger)).ok(), Some(1));
 
-            let producer_thread = {
-                let ledger = ledger.clone();
-                thread::spawn(move || {
-                    assert_eq!(producer.try_push_with(maker(&ledger)).ok(), Some(2));
-                    producer
-                })
-            };
-            let releaser = {
-                let ring = ring.clone();
-                thread::spawn(move || {
-                    if ring.head() >= 2 {
-                        assert_eq!(ring.release_through(2), Ok(3));
-                    }
-                })
-            };
+            let (producer_thread, releaser) = push_2_and_release_it(producer, &ring, &ledger);
 
             match reader.try_read() {
                 Ok(Some(batch)) => {
@@ -116,23 +105,9 @@ fn resume_snapshot_after_a_release_by_another_thread() {
         Bound::Exhaustive,
         || {
             let ledger = Ledger::new(2);
-            let (mut producer, ring) = ring_with(&ledger, 4, 1, 1);
+            let (producer, ring) = ring_with(&ledger, 4, 1, 1);
 
-            let producer_thread = {
-                let ledger = ledger.clone();
-                thread::spawn(move || {
-                    assert_eq!(producer.try_push_with(maker(&ledger)).ok(), Some(2));
-                    producer
-                })
-            };
-            let releaser = {
-                let ring = ring.clone();
-                thread::spawn(move || {
-                    if ring.head() >= 2 {
-                        assert_eq!(ring.release_through(2), Ok(3));
-                    }
-                })
-            };
+            let (producer_thread, releaser) = push_2_and_release_it(producer, &ring, &ledger);
 
             match ring.resume(Some(0)) {
                 Ok(reader) => drop(reader),
@@ -151,6 +126,31 @@ fn resume_snapshot_after_a_release_by_another_thread() {
             drop_and_check_ledger(&ledger, 2, Some(producer), ring);
         },
     );
+}
+
+/// Starts the two threads of models 2r and 2rs: a producer that pushes id 2 (no fence: the window
+/// has room) and returns itself, and a releaser that releases through 2 once it sees id 2.
+fn push_2_and_release_it(
+    mut producer: Producer<Ev>,
+    ring: &ReplayRing<Ev>,
+    ledger: &Arc<Ledger>,
+) -> (thread::JoinHandle<Producer<Ev>>, thread::JoinHandle<()>) {
+    let producer_thread = {
+        let ledger = ledger.clone();
+        thread::spawn(move || {
+            assert_eq!(producer.try_push_with(maker(&ledger)).ok(), Some(2));
+            producer
+        })
+    };
+    let releaser = {
+        let ring = ring.clone();
+        thread::spawn(move || {
+            if ring.head() >= 2 {
+                assert_eq!(ring.release_through(2), Ok(3));
+            }
+        })
+    };
+    (producer_thread, releaser)
 }
 
 /// `max_readers` entries, `idle` readers registered (and kept) before the threads start,
