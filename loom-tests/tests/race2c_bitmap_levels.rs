@@ -13,8 +13,10 @@
 //! one read, of id 2.
 #![cfg(replay_ring_loom)]
 
+use loom::thread;
 use replay_ring_loom_tests::{
-    check_batch, maker, model, read_against_a_release_and_reuse, ring_with, Bound, Ledger,
+    check_batch, drop_and_check_ledger, maker, model, read_against_a_release_and_reuse, ring_with,
+    Bound, Ledger,
 };
 
 /// The reader on table entry 2, in the table's second segment (loom builds put two entries in
@@ -37,6 +39,45 @@ fn first_read_behind_a_summary_bit() {
         "first_read_behind_a_summary_bit",
         Bound::Preemptions(3),
         || first_read_while_the_producer_scans(true),
+    );
+}
+
+/// A registration's first pin beside an active reader in the same leaf word. The producer's scan
+/// may take the segment and summary bits the other reader set, then load a leaf word that already
+/// holds the new entry's bit: only the new reader's Release set of its leaf bit, read by the
+/// scan's Acquire load, orders the entry's initialisation (written by the registration that
+/// claimed it) before the scan reads its pin.
+///
+/// Capacity 2, ids 1 and 2 pushed; entries 0 and 1 held by idle readers; a replay from id 1 holds
+/// entry 2 (leaf word 0 of the second segment), and id 1 is released. Producer: push 3, whose
+/// scan must find the replay's pin, so the push is refused. Main: resume after id 1, which claims
+/// the fresh entry 3 (same leaf word), initialises it and pins id 2.
+#[test]
+fn a_fresh_entry_beside_an_active_one_in_its_leaf_word() {
+    model(
+        "a_fresh_entry_beside_an_active_one_in_its_leaf_word",
+        Bound::Exhaustive,
+        || {
+            let ledger = Ledger::new(3);
+            let (mut producer, ring) = ring_with(&ledger, 2, 4, 2);
+            let idle: Vec<_> = (0..2).map(|_| ring.reader().unwrap()).collect();
+            let replay = ring.resume(Some(0)).unwrap();
+            assert_eq!(ring.release_through(1), Ok(2));
+
+            let producer_thread = {
+                let ledger = ledger.clone();
+                thread::spawn(move || {
+                    let pushed = producer.try_push_with(maker(&ledger)).is_ok();
+                    (producer, pushed)
+                })
+            };
+            drop(ring.resume(Some(1)).unwrap());
+            let (producer, pushed) = producer_thread.join().unwrap();
+            assert!(!pushed, "id 3 reused id 1's slot while the replay held it");
+            drop(replay);
+            drop(idle);
+            drop_and_check_ledger(&ledger, 2, Some(producer), ring);
+        },
     );
 }
 

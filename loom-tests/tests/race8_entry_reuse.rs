@@ -8,9 +8,6 @@ use loom::thread;
 use replay_ring::{ReplayRing, ResumeError};
 use replay_ring_loom_tests::{drop_and_check_ledger, model, ring_with, Bound, Ledger};
 
-/// One reader entry, id 1 pushed. Two threads each resume at the head (a no-op resume, counted in
-/// the entry it claims) and drop the reader; a resume that finds the entry taken is refused. After
-/// both, the ring's count of no-op resumes equals the resumes that succeeded.
 /// Resumes at head 1 and drops the reader: 1 if the resume succeeded, 0 if the entry was taken.
 fn resume_at_head<T: Sync>(ring: &ReplayRing<T>) -> u64 {
     match ring.resume(Some(1)) {
@@ -23,6 +20,9 @@ fn resume_at_head<T: Sync>(ring: &ReplayRing<T>) -> u64 {
     }
 }
 
+/// One reader entry, id 1 pushed. Two threads each resume at the head (a no-op resume, counted in
+/// the entry it claims) and drop the reader; a resume that finds the entry taken is refused. After
+/// both, the ring's count of no-op resumes equals the resumes that succeeded.
 #[test]
 fn an_entry_freed_on_one_thread_is_claimed_on_another() {
     model(
