@@ -339,7 +339,7 @@ async fn serve_connection(
                 if let Err(e) = ended {
                     if e.is_timeout() {
                         count(Closed::HeaderReadTimeout);
-                    } else if closed_by_user_timeout(&e) {
+                    } else if !e.is_user() && closed_by_user_timeout(&e) {
                         count(Closed::Unacknowledged);
                     }
                 }
@@ -357,16 +357,23 @@ async fn serve_connection(
     }
 }
 
-/// Whether the socket under `e` failed with `ETIMEDOUT`: the kernel gave up on data the peer did
-/// not acknowledge, or on its closed receive window, after the socket's `TCP_USER_TIMEOUT`
-/// ([`give_up_on_unacknowledged_data`]). Nothing else in a connection's I/O times out that way:
-/// the write and idle timeouts close the connection from the watchdog, and hyper's header-read
-/// timeout is its own error kind.
+/// Whether the socket under `e` (an error of the connection's own I/O, not of the app's body:
+/// the caller excludes hyper's user errors) was aborted by the kernel giving up on the peer: data
+/// it did not acknowledge, or its closed receive window, for the socket's `TCP_USER_TIMEOUT`
+/// ([`give_up_on_unacknowledged_data`]). The abort reports `ETIMEDOUT`, or the ICMP error that
+/// arrived meanwhile (host or network unreachable). The write and idle timeouts close the
+/// connection from the watchdog, and hyper's header-read timeout is its own error kind, so
+/// neither is counted here.
 fn closed_by_user_timeout(e: &hyper::Error) -> bool {
     let mut source = std::error::Error::source(e);
     while let Some(cause) = source {
         if let Some(io) = cause.downcast_ref::<io::Error>() {
-            return io.kind() == io::ErrorKind::TimedOut;
+            return matches!(
+                io.kind(),
+                io::ErrorKind::TimedOut
+                    | io::ErrorKind::HostUnreachable
+                    | io::ErrorKind::NetworkUnreachable
+            );
         }
         source = cause.source();
     }
