@@ -129,7 +129,6 @@ impl SseStream {
         self.respond_as(headers, Request::Get)
     }
 
-    /// [`respond`](Self::respond) to a `GET` or a `HEAD`.
     /// Answers one request for the stream as the [`events`] handler does, for an app that writes
     /// its own handler (to check a token first, or to pick the stream by path): the cursor from
     /// `Last-Event-ID` or, from a client that cannot set headers, from the
@@ -159,6 +158,7 @@ impl SseStream {
         self.respond_as(&headers, Request::of(method))
     }
 
+    /// [`respond`](Self::respond) to a `GET` or a `HEAD`.
     fn respond_as(&self, headers: &HeaderMap, request: Request) -> Response {
         // Every backend future of the ring is ready on its first poll, so this completes in one.
         // Should that ever change, the client gets an explicit 503 and retries.
@@ -560,18 +560,23 @@ impl<B: Backend<Payload = Bytes>> SseStream<B> {
 }
 
 /// The query parameter that `EventSource` polyfills send the cursor in on a reconnect when they
-/// cannot set headers: `/events?lastEventId=<id>`. [`events`] and [`backend_events`] read it;
-/// without a parameter of exactly this name, also one whose name differs only in ASCII case
+/// cannot set headers: `/events?lastEventId=<id>`. [`events`] and [`backend_events`] read it
+/// when the request has no `Last-Event-ID` header (a header, where there is one, is the client's
+/// current position); without a parameter of exactly this name, also one whose name differs only in ASCII case
 /// (`lasteventid`), or that follows a `;` rather than a `&`: a cursor they did not recognise
 /// would be ignored, and the client would get the stream from the head.
 pub const LAST_EVENT_ID_QUERY: &str = "lastEventId";
 
 /// `headers` with the cursor of every non-empty [`LAST_EVENT_ID_QUERY`] parameter added as a
-/// `Last-Event-ID` value, except one parameter that repeats a value the header carries (a client
-/// that sends both). A cursor the endpoint would otherwise not see would be a silent gap: the
-/// client asked to resume and got the stream from the head. Two cursors make a repeated header,
-/// refused with 400 like any other, even when they are equal: a parameter sent twice is as
-/// ambiguous as a header sent twice.
+/// `Last-Event-ID` value, when the request has no `Last-Event-ID` header. A cursor the endpoint
+/// would otherwise not see would be a silent gap: the client asked to resume and got the stream
+/// from the head. Two parameters make a repeated header, refused with 400 like any other, even
+/// when they are equal: a parameter sent twice is as ambiguous as a header sent twice.
+///
+/// A request that has the header is answered from the header alone. A native `EventSource`
+/// opened on `/events?lastEventId=<id>` (the way a page resumes on load, since it cannot set
+/// headers) keeps that URL on its automatic reconnects and sends its newer cursor in the header:
+/// the header is the client's current position, and the query only where it started.
 ///
 /// The parameters are those named exactly [`LAST_EVENT_ID_QUERY`] between `&`s. Only when there
 /// is none are they looked for leniently: the name in any ASCII case, and `;` separating
@@ -582,6 +587,9 @@ fn with_query_cursor(headers: HeaderMap, query: Option<&str>) -> HeaderMap {
     let Some(query) = query else {
         return headers;
     };
+    if headers.contains_key(LAST_EVENT_ID_HEADER) {
+        return headers;
+    }
     let exact = |key: &str| key == LAST_EVENT_ID_QUERY;
     let has_exact =
         form_urlencoded::parse(query.as_bytes()).any(|(k, v)| exact(&k) && !v.is_empty());
@@ -600,30 +608,19 @@ fn add_query_cursors(
     query: &str,
     is_cursor: impl Fn(&str) -> bool,
 ) -> HeaderMap {
-    let mut compared = false;
     for (key, value) in form_urlencoded::parse(query.as_bytes()) {
         if !is_cursor(&key) || value.is_empty() {
             continue;
         }
-        // Only the first parameter is compared, so the header's value is matched at most once
-        // (and a value appended below is never taken for the client's header).
-        let sent = !compared
-            && headers
-                .get_all(LAST_EVENT_ID_HEADER)
-                .iter()
-                .any(|v| v.as_bytes() == value.as_bytes());
-        compared = true;
-        if !sent {
-            // A control character cannot be in a header value: it becomes a `?`, which no id
-            // contains either, so the cursor is refused as malformed at that byte's offset.
-            let bytes: Vec<u8> = value
-                .bytes()
-                .map(|b| if b.is_ascii_control() { b'?' } else { b })
-                .collect();
-            let value =
-                HeaderValue::from_bytes(&bytes).unwrap_or(HeaderValue::from_static("malformed"));
-            headers.append(LAST_EVENT_ID_HEADER, value);
-        }
+        // A control character cannot be in a header value: it becomes a `?`, which no id
+        // contains either, so the cursor is refused as malformed at that byte's offset.
+        let bytes: Vec<u8> = value
+            .bytes()
+            .map(|b| if b.is_ascii_control() { b'?' } else { b })
+            .collect();
+        let value =
+            HeaderValue::from_bytes(&bytes).unwrap_or(HeaderValue::from_static("malformed"));
+        headers.append(LAST_EVENT_ID_HEADER, value);
     }
     headers
 }
