@@ -110,6 +110,20 @@ async fn fifty_readers_get_every_event_while_one_client_stalls() {
         stream.stats().streams_opened == READERS as u64 + 1
     })
     .await;
+    // Once the policy has cut it, the stalled client reads what reached it, then the explicit
+    // cut. It starts reading then rather than after the stream ends: `serve`'s write timeout
+    // (10 s) closes a connection whose bytes wait that long, and on a loaded machine the stream
+    // can take longer than that, so the cut frame would never reach a client that waited.
+    let stalled_reply = {
+        let stream = stream.clone();
+        tokio::spawn(async move {
+            common::wait_for("the stalled client cut", || {
+                stream.with_retention(|r| r.stats()).slow_consumers_cut >= 1
+            })
+            .await;
+            read_to_terminal(&mut stalled).await
+        })
+    };
 
     for _ in 0..N {
         if let Err(e) = producer.send_with(|id| payload(id, 100)).await {
@@ -137,9 +151,9 @@ async fn fifty_readers_get_every_event_while_one_client_stalls() {
     assert_eq!(cut, 1, "exactly the stalled client was cut");
     assert_eq!(stream.stats().backpressure_timeouts, 0);
 
-    // The stalled client finally reads what reached it, then the explicit cut, and resumes from its
-    // last event.
-    let reply = read_to_terminal(&mut stalled).await;
+    // The stalled client got what reached it, then the explicit cut; it resumes from its last
+    // event.
+    let reply = stalled_reply.await.unwrap();
     let (event, data) = terminal(&reply);
     let data: serde_json::Value = serde_json::from_str(&data).unwrap();
     assert_eq!(
