@@ -457,7 +457,9 @@ impl ReaderTable {
             // is not enough: another registration can find the segment installed and pin before
             // the installer's `fetch_max` lands, and an entry reused from the free list was
             // installed by someone else entirely. Release: pairs with the Acquire load in
-            // `min_pin` (the segment pointer itself is loaded with Acquire there too).
+            // `min_pin`, as belt and braces: the scan needs the value, which the fences deliver,
+            // and its data comes through the segment pointer and the leaf bit (`docs/
+            // verification.md`, `grown_raise_relaxed`).
             self.grown.fetch_max(
                 seg,
                 crate::sync::ord("grown_raise_relaxed", Release, Relaxed),
