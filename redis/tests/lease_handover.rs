@@ -7,11 +7,21 @@ use std::time::Duration;
 
 use common::RedisServer;
 use replay_ring::CloseReason;
-use replay_ring_redis::{Error, RedisConfig};
+use replay_ring_redis::{Error, RedisBackend, RedisConfig};
 use replay_ring_sse::StreamId;
 
 fn sid(name: &str) -> StreamId {
     StreamId::new(name).unwrap()
+}
+
+/// A backend on `server` whose streams' producer leases last `lease`.
+async fn with_lease(server: &RedisServer, lease: Duration) -> RedisBackend {
+    server
+        .backend_with(RedisConfig {
+            lease,
+            ..RedisConfig::default()
+        })
+        .await
 }
 
 /// A producer idle for many lease periods keeps its lease with a `LeaseKeeper`, and the keeper
@@ -23,12 +33,7 @@ async fn a_lease_keeper_holds_an_idle_producers_lease_until_the_close() {
     // lease late before the lease lapses: 500 ms leaves ~330 ms for a scheduling stall of this
     // test's runtime while other tests (each with its own redis-server) share the two cores.
     let lease = Duration::from_millis(500);
-    let backend = server
-        .backend_with(RedisConfig {
-            lease,
-            ..RedisConfig::default()
-        })
-        .await;
+    let backend = with_lease(&server, lease).await;
     let stream = backend.create(&sid("kept"), 8).await.unwrap();
     let mut p = stream.acquire_producer().await.unwrap();
     let keeper = tokio::spawn(p.lease_keeper().run());
@@ -53,12 +58,7 @@ async fn a_lease_keeper_holds_an_idle_producers_lease_until_the_close() {
 async fn a_lease_keeper_stops_when_its_producer_is_dropped() {
     let server = RedisServer::start();
     let lease = Duration::from_millis(500);
-    let backend = server
-        .backend_with(RedisConfig {
-            lease,
-            ..RedisConfig::default()
-        })
-        .await;
+    let backend = with_lease(&server, lease).await;
     let stream = backend.create(&sid("dropped"), 8).await.unwrap();
     let mut p = stream.acquire_producer().await.unwrap();
     assert_eq!(p.append(b"one").await.unwrap(), 1);
