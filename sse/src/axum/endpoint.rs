@@ -9,24 +9,24 @@ use ::axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use ::axum::response::Response;
 use bytes::{Bytes, BytesMut};
 use futures_util::FutureExt;
-use replay_ring::{Producer, ReplayRing};
+use replay_ring::ReplayRing;
 
 use super::background_release::{poke, BackgroundRelease};
 use super::config::SseConfig;
-use super::producer::SseProducer;
 use super::shared::{add, EndpointStats, Shared};
 use super::writer::Writer;
-use crate::backend::{Backend, BackendProducer, OpenError, Tail};
+use crate::backend::{Backend, OpenError, Tail};
 use crate::{
-    encode_priming, last_event_id, ConfigError, EventId, HttpResponse, LastEventIdError, Refused,
+    encode_priming, last_event_id, EventId, HttpResponse, LastEventIdError, Refused,
     ResumeDecision, Retention, StreamIdentity, StreamState, LAST_EVENT_ID_HEADER,
 };
 
 /// A resumable event stream that axum handlers answer from: the window, the stream's identity,
 /// the retention state and the counters. Cheap to clone (one `Arc`).
 ///
-/// [`respond`](Self::respond) turns a GET's headers into the response; the [`SseProducer`] from
-/// [`new`](Self::new) publishes into it. See the [module docs](super) for a complete app.
+/// [`respond`](Self::respond) turns a GET's headers into the response; the
+/// [`SseProducer`](super::SseProducer) from [`new`](Self::new) publishes into it. See the
+/// [module docs](super) for a complete app.
 ///
 /// # Backends
 ///
@@ -63,33 +63,6 @@ impl<B> Clone for SseStream<B> {
 }
 
 impl SseStream {
-    /// A stream with a fresh window (ids from 1) and its producer.
-    ///
-    /// # Errors
-    ///
-    /// A [`ConfigError`] for the first setting [`SseConfig::check`] finds wrong: `capacity` or
-    /// `max_connections` out of the ring's range ([`ConfigError::Ring`]), a keep-alive shorter
-    /// than 10 ms, a `retry` past what browsers' timers hold, a slow-consumer policy that
-    /// cannot work.
-    ///
-    /// ```
-    /// use replay_ring_sse::axum::{SseConfig, SseStream};
-    /// use replay_ring_sse::{Epoch, StreamId, StreamIdentity};
-    /// let me = StreamIdentity::new(StreamId::new("s").unwrap(), Epoch::new(1));
-    /// assert!(SseStream::new(me, SseConfig { capacity: 0, ..SseConfig::default() }).is_err());
-    /// ```
-    pub fn new(
-        identity: StreamIdentity,
-        config: SseConfig,
-    ) -> Result<(SseStream, SseProducer), ConfigError> {
-        config.check_stream_settings()?;
-        let (producer, _ring): (Producer<Bytes>, _) = ReplayRing::builder()
-            .capacity(config.capacity)
-            .max_readers(config.max_connections)
-            .build()?;
-        Ok(SseStream::with_backend(producer, identity, config))
-    }
-
     /// The stream's window (floor, head, metrics).
     ///
     /// ```
@@ -169,44 +142,6 @@ impl SseStream {
 }
 
 impl<B: Backend<Payload = Bytes>> SseStream<B> {
-    /// A stream over `producer`'s backend (any [`Backend`] with [`Bytes`] payloads) and the
-    /// producer that publishes into it. The retention table is sized by the backend's
-    /// [`max_readers`](Backend::max_readers); [`SseConfig::capacity`] and
-    /// [`SseConfig::max_connections`] are the backend's business.
-    ///
-    /// # Panics
-    ///
-    /// If `config` fails one of [`SseConfig::check`]'s checks other than the ring's two (as
-    /// [`without_producer`](Self::without_producer)). Settings that come from outside are
-    /// checked with [`SseConfig::check`] first.
-    ///
-    /// ```
-    /// use bytes::Bytes;
-    /// use replay_ring::ReplayRing;
-    /// use replay_ring_sse::axum::{SseConfig, SseStream};
-    /// use replay_ring_sse::backend::Backend;
-    /// use replay_ring_sse::{Epoch, StreamId, StreamIdentity};
-    ///
-    /// let (producer, ring) = ReplayRing::<Bytes>::new(256, 8).unwrap();
-    /// let me = StreamIdentity::new(StreamId::new("events").unwrap(), Epoch::new(1));
-    /// let (stream, _producer) = SseStream::with_backend(producer, me, SseConfig::default());
-    /// assert_eq!(Backend::capacity(stream.backend()), 256);
-    /// # drop(ring);
-    /// ```
-    pub fn with_backend<P>(
-        producer: P,
-        identity: StreamIdentity,
-        config: SseConfig,
-    ) -> (SseStream<B>, SseProducer<B>)
-    where
-        P: BackendProducer<Backend = B>,
-        B: Backend<Producer = P>,
-    {
-        let stream = SseStream::without_producer(producer.backend(), identity, config);
-        let producer = stream.attach_producer(producer);
-        (stream, producer)
-    }
-
     /// A stream served from `backend` whose producer runs elsewhere: another replica on a shared
     /// network backend (Redis Streams), which holds the producer. Resumes, live tails, releases by
     /// the resumption window and the slow-consumer policy work as with
@@ -240,35 +175,6 @@ impl<B: Backend<Payload = Bytes>> SseStream<B> {
         SseStream {
             shared: Arc::new(Shared::new(backend, identity, retention, config)),
         }
-    }
-
-    /// The producer for a stream built [`without_producer`](Self::without_producer) that starts
-    /// producing later: a standby replica that took the producer lease once the active one gave it
-    /// up or crashed (for Redis, `RedisStream::acquire_producer_when_free`). `producer` must
-    /// publish into this stream's backend, as for [`with_backend`](Self::with_backend); a backend
-    /// admits one producer at a time (the ring's `Producer` is unique, Redis fences a second
-    /// lease holder), so a stream never has two that publish.
-    ///
-    /// ```
-    /// use bytes::Bytes;
-    /// use replay_ring::ReplayRing;
-    /// use replay_ring_sse::axum::{SseConfig, SseStream};
-    /// use replay_ring_sse::{Epoch, StreamId, StreamIdentity};
-    ///
-    /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
-    /// let (producer, ring) = ReplayRing::<Bytes>::new(64, 4).unwrap();
-    /// let me = StreamIdentity::new(StreamId::new("events").unwrap(), Epoch::new(1));
-    /// let stream = SseStream::without_producer(ring, me, SseConfig::default());
-    /// // ... serving resumes meanwhile; then this process becomes the producer:
-    /// let mut publisher = stream.attach_producer(producer);
-    /// assert_eq!(publisher.send("first").await.unwrap(), 1);
-    /// # });
-    /// ```
-    pub fn attach_producer(&self, producer: B::Producer) -> SseProducer<B>
-    where
-        B: Backend<Payload = Bytes>,
-    {
-        SseProducer::new(producer, self.clone())
     }
 
     /// The backend holding the stream's window.

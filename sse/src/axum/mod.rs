@@ -66,6 +66,7 @@ mod metrics;
 mod no_upgrades;
 mod producer;
 mod serve;
+mod serve_config;
 mod serve_stats;
 mod shared;
 mod side_wake;
@@ -76,7 +77,8 @@ pub use body_deadline::BodyTimedOut;
 pub use config::{SseConfig, DEFAULT_KEEP_ALIVE, DEFAULT_MAX_CONNECTIONS, DEFAULT_RETRY};
 pub use endpoint::{backend_events, events, SseStream, LAST_EVENT_ID_QUERY};
 pub use producer::SseProducer;
-pub use serve::{serve, serve_with_shutdown, ServeConfig};
+pub use serve::{serve, serve_with_shutdown};
+pub use serve_config::ServeConfig;
 #[cfg(feature = "metrics")]
 pub use serve_stats::record_serve_metrics;
 pub use serve_stats::{serve_stats, ServeStats};

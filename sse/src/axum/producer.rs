@@ -7,12 +7,13 @@ use std::future::Future;
 use std::time::Instant;
 
 use bytes::Bytes;
-use replay_ring::{CloseReason, ReplayRing};
+use replay_ring::{CloseReason, Producer, ReplayRing};
 
+use super::config::SseConfig;
 use super::endpoint::SseStream;
 use super::shared::add;
-use crate::backend::{Backend, ReleaseError};
-use crate::{PublishError, Publisher, RetentionPolicy};
+use crate::backend::{Backend, BackendProducer, ReleaseError};
+use crate::{ConfigError, PublishError, Publisher, RetentionPolicy, StreamIdentity};
 
 /// The stream's retention state as the [`Publisher`]'s policy.
 pub(crate) struct StreamRetention<B>(SseStream<B>);
@@ -232,5 +233,105 @@ impl<B: Backend<Payload = Bytes>> SseProducer<B> {
     /// ```
     pub fn into_backend_producer(self) -> Option<B::Producer> {
         self.publisher.into_producer()
+    }
+}
+
+/// Building a stream with its producer.
+impl SseStream {
+    /// A stream with a fresh window (ids from 1) and its producer.
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] for the first setting [`SseConfig::check`] finds wrong: `capacity` or
+    /// `max_connections` out of the ring's range ([`ConfigError::Ring`]), a keep-alive shorter
+    /// than 10 ms, a `retry` past what browsers' timers hold, a slow-consumer policy that
+    /// cannot work.
+    ///
+    /// ```
+    /// use replay_ring_sse::axum::{SseConfig, SseStream};
+    /// use replay_ring_sse::{Epoch, StreamId, StreamIdentity};
+    /// let me = StreamIdentity::new(StreamId::new("s").unwrap(), Epoch::new(1));
+    /// assert!(SseStream::new(me, SseConfig { capacity: 0, ..SseConfig::default() }).is_err());
+    /// ```
+    pub fn new(
+        identity: StreamIdentity,
+        config: SseConfig,
+    ) -> Result<(SseStream, SseProducer), ConfigError> {
+        config.check_stream_settings()?;
+        let (producer, _ring): (Producer<Bytes>, _) = ReplayRing::builder()
+            .capacity(config.capacity)
+            .max_readers(config.max_connections)
+            .build()?;
+        Ok(SseStream::with_backend(producer, identity, config))
+    }
+}
+
+/// Building a stream with its producer, over any backend.
+impl<B: Backend<Payload = Bytes>> SseStream<B> {
+    /// A stream over `producer`'s backend (any [`Backend`] with [`Bytes`] payloads) and the
+    /// producer that publishes into it. The retention table is sized by the backend's
+    /// [`max_readers`](Backend::max_readers); [`SseConfig::capacity`] and
+    /// [`SseConfig::max_connections`] are the backend's business.
+    ///
+    /// # Panics
+    ///
+    /// If `config` fails one of [`SseConfig::check`]'s checks other than the ring's two (as
+    /// [`without_producer`](Self::without_producer)). Settings that come from outside are
+    /// checked with [`SseConfig::check`] first.
+    ///
+    /// ```
+    /// use bytes::Bytes;
+    /// use replay_ring::ReplayRing;
+    /// use replay_ring_sse::axum::{SseConfig, SseStream};
+    /// use replay_ring_sse::backend::Backend;
+    /// use replay_ring_sse::{Epoch, StreamId, StreamIdentity};
+    ///
+    /// let (producer, ring) = ReplayRing::<Bytes>::new(256, 8).unwrap();
+    /// let me = StreamIdentity::new(StreamId::new("events").unwrap(), Epoch::new(1));
+    /// let (stream, _producer) = SseStream::with_backend(producer, me, SseConfig::default());
+    /// assert_eq!(Backend::capacity(stream.backend()), 256);
+    /// # drop(ring);
+    /// ```
+    pub fn with_backend<P>(
+        producer: P,
+        identity: StreamIdentity,
+        config: SseConfig,
+    ) -> (SseStream<B>, SseProducer<B>)
+    where
+        P: BackendProducer<Backend = B>,
+        B: Backend<Producer = P>,
+    {
+        let stream = SseStream::without_producer(producer.backend(), identity, config);
+        let producer = stream.attach_producer(producer);
+        (stream, producer)
+    }
+
+    /// The producer for a stream built [`without_producer`](Self::without_producer) that starts
+    /// producing later: a standby replica that took the producer lease once the active one gave it
+    /// up or crashed (for Redis, `RedisStream::acquire_producer_when_free`). `producer` must
+    /// publish into this stream's backend, as for [`with_backend`](Self::with_backend); a backend
+    /// admits one producer at a time (the ring's `Producer` is unique, Redis fences a second
+    /// lease holder), so a stream never has two that publish.
+    ///
+    /// ```
+    /// use bytes::Bytes;
+    /// use replay_ring::ReplayRing;
+    /// use replay_ring_sse::axum::{SseConfig, SseStream};
+    /// use replay_ring_sse::{Epoch, StreamId, StreamIdentity};
+    ///
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+    /// let (producer, ring) = ReplayRing::<Bytes>::new(64, 4).unwrap();
+    /// let me = StreamIdentity::new(StreamId::new("events").unwrap(), Epoch::new(1));
+    /// let stream = SseStream::without_producer(ring, me, SseConfig::default());
+    /// // ... serving resumes meanwhile; then this process becomes the producer:
+    /// let mut publisher = stream.attach_producer(producer);
+    /// assert_eq!(publisher.send("first").await.unwrap(), 1);
+    /// # });
+    /// ```
+    pub fn attach_producer(&self, producer: B::Producer) -> SseProducer<B>
+    where
+        B: Backend<Payload = Bytes>,
+    {
+        SseProducer::new(producer, self.clone())
     }
 }

@@ -21,7 +21,7 @@ use tokio::net::TcpStream;
 use tokio::sync::{watch, Notify};
 use tokio::time::{sleep_until, Instant};
 
-use super::serve::ServeConfig;
+use super::serve_config::ServeConfig;
 use super::serve_stats::Closed;
 #[cfg(doc)]
 use super::side_wake::Supervised;
