@@ -215,6 +215,15 @@ pub(crate) fn corrupt(stream: &StreamId, detail: &str) -> Error {
     }
 }
 
+/// Result of one READ script run.
+pub(crate) struct Page {
+    pub(crate) floor: u64,
+    pub(crate) head: u64,
+    pub(crate) closed: Option<CloseReason>,
+    pub(crate) ctl: String,
+    pub(crate) entries: Vec<(u64, Bytes)>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -59,6 +59,7 @@ mod codec;
 mod connection;
 mod error;
 mod incarnation;
+mod open;
 /// The README's example is compiled as a doctest.
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]
@@ -71,6 +72,7 @@ mod scripts;
 mod sse;
 mod stream;
 mod tail;
+mod tail_task;
 
 /// The ring and SSE crates whose types this one's API uses, re-exported so that they come in
 /// the versions this crate uses.

@@ -1,22 +1,10 @@
 //! A state read: the READ script's resume decision (epoch, window, close reason, ctl's newest id)
 //! with the page of entries after a cursor, as one consistent answer.
 
-use bytes::Bytes;
-use replay_ring::CloseReason;
-
-use crate::codec::{self, Reply};
+use crate::codec::{self, Page, Reply};
 use crate::error::Error;
 use crate::scripts;
 use crate::stream::RedisStream;
-
-/// Result of one READ script run.
-pub(crate) struct Page {
-    pub(crate) floor: u64,
-    pub(crate) head: u64,
-    pub(crate) closed: Option<CloseReason>,
-    pub(crate) ctl: String,
-    pub(crate) entries: Vec<(u64, Bytes)>,
-}
 
 /// One page after `after`: the READ script's decision (window, epoch, close reason) with a
 /// native `XRANGE` pipelined right behind it, in one round trip. Commands of another connection

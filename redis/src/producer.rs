@@ -611,3 +611,115 @@ impl LeaseKeeper {
         }
     }
 }
+
+/// Taking the producer lease.
+impl RedisStream {
+    /// Takes the producer lease: only one producer per stream at a time. The lease lasts
+    /// [`RedisConfig::lease`](crate::RedisConfig::lease), is extended by every append and by
+    /// [`RedisProducer::renew`], and is given up by [`RedisProducer::close`] or
+    /// [`RedisProducer::release_lease`].
+    ///
+    /// # Errors
+    /// [`Error::LeaseHeld`] while another producer holds it; [`Error::Closed`] once the stream
+    /// was closed (the lease is left alone); [`Error::NotFound`], [`Error::EpochChanged`],
+    /// [`Error::LogRolledBack`], [`Error::Corrupt`], [`Error::Unavailable`],
+    /// [`Error::OutOfMemory`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe when called again on the same handle (or a clone): if the call was cancelled,
+    /// or failed without an answer from Redis ([`Error::Unavailable`]: a timeout, a dropped
+    /// connection), after Redis granted the lease, the next call is recognised as the same
+    /// acquisition and gets that lease; any other caller finds it held until it expires.
+    pub async fn acquire_producer(&self) -> Result<RedisProducer, Error> {
+        let lease_ms = self.backend.config().lease.as_millis().max(1).to_string();
+        // The script refuses the lease on a log shorter than this (`BEHIND`): a producer must not
+        // hand out ids again that clients may have seen with other events.
+        let seen = self.head_seen_before();
+        let claim = self.claims.take().await;
+        let value: redis::Value = scripts::ACQUIRE_SCRIPT
+            .key(&self.keys.meta)
+            .key(&self.keys.lease)
+            .key(&self.keys.log)
+            .key(&self.keys.ctl)
+            .arg(codec::encode_epoch(self.epoch))
+            .arg(lease_ms)
+            .arg(seen.to_string())
+            .arg(claim.nonce())
+            .invoke_async(&mut self.backend.write_conn())
+            .await
+            .map_err(|e| Error::from_redis(&self.id, e))?;
+        // No error: Redis ran the script, and its answer below is final. (An error leaves the
+        // claim with the handle, for the next acquisition to send again, and so does a cancel.)
+        claim.answered();
+        let (mut reply, status) = Reply::new(&self.id, value)?;
+        match status.as_str() {
+            "OK" => {
+                let token = reply.string("token")?;
+                let head = reply.id("head")?;
+                self.check_head(seen, head)?;
+                Ok(RedisProducer::new(self.clone(), token, head))
+            }
+            "CLOSED" => Err(Error::Closed(
+                reply
+                    .reason("closed")?
+                    .unwrap_or_else(|| CloseReason::error("closed")),
+            )),
+            "BEHIND" => Err(Error::LogRolledBack {
+                stream: self.id,
+                seen,
+                head: reply.id("head")?,
+            }),
+            "HELD" => {
+                let holder = reply.string("holder")?;
+                let ttl = reply.string("ttl")?;
+                Err(Error::LeaseHeld {
+                    holder: holder.parse().unwrap_or(0),
+                    expires_in_ms: ttl.parse().unwrap_or(-1),
+                })
+            }
+            other => Err(self.common_status(other, &mut reply)),
+        }
+    }
+
+    /// Takes the producer lease as soon as it is free: a standby replica's call. While another
+    /// producer holds the lease this tries again every tenth of a lease (sooner if the holder's
+    /// lease would expire sooner, as Redis reports it), so it returns within a tenth of a lease of
+    /// the holder giving the lease back ([`RedisProducer::release_lease`], a graceful shutdown),
+    /// soon after a holder stopped renewing it (a crashed replica) — and never while a live holder
+    /// keeps renewing. Each try is one script call. Bound the wait with `tokio::time::timeout` or a
+    /// `select!` if the caller must.
+    ///
+    /// # Errors
+    /// As [`acquire_producer`](Self::acquire_producer), except [`Error::LeaseHeld`], which is
+    /// waited out. A transient error ([`Error::Unavailable`]) is returned, not retried.
+    ///
+    /// # Cancel safety
+    /// As [`acquire_producer`](Self::acquire_producer): cancelled while waiting, nothing is held;
+    /// cancelled just after Redis granted the lease, the next call on this handle gets it.
+    ///
+    /// ```no_run
+    /// # async fn f(stream: replay_ring_redis::RedisStream) -> Result<(), replay_ring_redis::Error> {
+    /// // Serve readers meanwhile; produce once the active replica is gone.
+    /// let producer = stream.acquire_producer_when_free().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn acquire_producer_when_free(&self) -> Result<RedisProducer, Error> {
+        let lease = self.backend.config().lease;
+        loop {
+            match self.acquire_producer().await {
+                Err(Error::LeaseHeld { expires_in_ms, .. }) => {
+                    // A holder that shuts down gives the lease back early: look again after a
+                    // tenth of a lease, or when the holder's lease would lapse if that is sooner.
+                    let poll = (lease / 10).max(Duration::from_millis(1));
+                    let wait = match u64::try_from(expires_in_ms) {
+                        Ok(ms) if ms > 0 => Duration::from_millis(ms).min(poll),
+                        // No TTL to go by (expiring this instant, or none reported).
+                        _ => poll,
+                    };
+                    tokio::time::sleep(wait).await;
+                }
+                other => return other,
+            }
+        }
+    }
+}

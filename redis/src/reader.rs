@@ -270,3 +270,46 @@ enum Woken {
     /// The reader must read the state itself.
     Recheck,
 }
+
+/// Opening a reader.
+impl RedisStream {
+    /// Resumes after `after` (the client's `Last-Event-ID` seq), or from the head if `None` (a new
+    /// subscription). The window check and the first page of the replay are one atomic script, so
+    /// no release can slip in between. The reader yields exactly `after+1 ..= head`, then live
+    /// events, then the close reason.
+    ///
+    /// # Errors
+    /// [`Error::Gap`] (`after < floor - 1`), [`Error::AheadOfHead`] (`after > head`),
+    /// [`Error::NotFound`] / [`Error::EpochChanged`] (stream lost), [`Error::Corrupt`],
+    /// [`Error::Unavailable`]; then (the cursor is judged first) [`Error::TooManyReaders`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: read only; a reader opened by a cancelled call gives its place back.
+    pub async fn resume(&self, after: Option<u64>) -> Result<RedisReader, Error> {
+        let counters = &self.backend.shared.counters;
+        let result = match after {
+            Some(x) => RedisReader::start(self.clone(), x).await,
+            None => {
+                let head = self.state().await?.head;
+                RedisReader::start(self.clone(), head).await
+            }
+        };
+        let result = result.and_then(|mut reader| match self.readers.take() {
+            Some(place) => {
+                reader.place = Some(place);
+                Ok(reader)
+            }
+            None => Err(Error::TooManyReaders {
+                limit: self.readers.limit(),
+            }),
+        });
+        match &result {
+            Ok(r) if r.window().1 == r.last_id() => Counters::bump(&counters.resumes_noop),
+            Ok(_) => Counters::bump(&counters.resumes),
+            Err(Error::Gap { .. }) => Counters::bump(&counters.resumes_below_floor),
+            Err(Error::AheadOfHead { .. }) => Counters::bump(&counters.resumes_ahead_of_head),
+            Err(_) => Counters::bump(&counters.resumes_refused),
+        }
+        result
+    }
+}

@@ -1,5 +1,6 @@
-//! One stream in Redis: its identity, window, resume and release. Any replica may hold a
-//! [`RedisStream`] for the same stream; only the lease holder ([`RedisProducer`]) appends.
+//! One stream in Redis: its identity, window and releases. Any replica may hold a [`RedisStream`]
+//! for the same stream; only the lease holder ([`RedisProducer`](crate::RedisProducer)) appends,
+//! and readers open with [`RedisStream::resume`].
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -12,8 +13,6 @@ use crate::backend::{Counters, RedisBackend};
 use crate::claim::Claims;
 use crate::codec::{self, Keys, Reply};
 use crate::error::Error;
-use crate::producer::RedisProducer;
-use crate::reader::RedisReader;
 use crate::scripts;
 use crate::tail::Tail;
 
@@ -71,7 +70,7 @@ pub struct RedisStream {
     pub(crate) seen_head: Arc<AtomicU64>,
     /// The claim of this handle's (or a clone's) acquisition that got no answer, sent again with
     /// the next one.
-    claims: Claims,
+    pub(crate) claims: Claims,
     /// The one blocking read that this handle's waiting readers (and its clones') share.
     pub(crate) tail: Arc<Tail>,
 }
@@ -96,7 +95,7 @@ impl ReaderPlaces {
     }
 
     /// Takes a place, or `None` when all `limit` are taken.
-    fn take(self: &Arc<Self>) -> Option<ReaderPlace> {
+    pub(crate) fn take(self: &Arc<Self>) -> Option<ReaderPlace> {
         // Relaxed: the count is the only data; no other memory is published through it.
         self.open
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
@@ -245,155 +244,6 @@ impl RedisStream {
         }
         self.check_head(before, state.head)?;
         Ok(state)
-    }
-
-    /// Takes the producer lease: only one producer per stream at a time. The lease lasts
-    /// [`RedisConfig::lease`](crate::RedisConfig::lease), is extended by every append and by
-    /// [`RedisProducer::renew`], and is given up by [`RedisProducer::close`] or
-    /// [`RedisProducer::release_lease`].
-    ///
-    /// # Errors
-    /// [`Error::LeaseHeld`] while another producer holds it; [`Error::Closed`] once the stream
-    /// was closed (the lease is left alone); [`Error::NotFound`], [`Error::EpochChanged`],
-    /// [`Error::LogRolledBack`], [`Error::Corrupt`], [`Error::Unavailable`],
-    /// [`Error::OutOfMemory`].
-    ///
-    /// # Cancel safety
-    /// Cancel safe when called again on the same handle (or a clone): if the call was cancelled,
-    /// or failed without an answer from Redis ([`Error::Unavailable`]: a timeout, a dropped
-    /// connection), after Redis granted the lease, the next call is recognised as the same
-    /// acquisition and gets that lease; any other caller finds it held until it expires.
-    pub async fn acquire_producer(&self) -> Result<RedisProducer, Error> {
-        let lease_ms = self.backend.config().lease.as_millis().max(1).to_string();
-        // The script refuses the lease on a log shorter than this (`BEHIND`): a producer must not
-        // hand out ids again that clients may have seen with other events.
-        let seen = self.head_seen_before();
-        let claim = self.claims.take().await;
-        let value: redis::Value = scripts::ACQUIRE_SCRIPT
-            .key(&self.keys.meta)
-            .key(&self.keys.lease)
-            .key(&self.keys.log)
-            .key(&self.keys.ctl)
-            .arg(codec::encode_epoch(self.epoch))
-            .arg(lease_ms)
-            .arg(seen.to_string())
-            .arg(claim.nonce())
-            .invoke_async(&mut self.backend.write_conn())
-            .await
-            .map_err(|e| Error::from_redis(&self.id, e))?;
-        // No error: Redis ran the script, and its answer below is final. (An error leaves the
-        // claim with the handle, for the next acquisition to send again, and so does a cancel.)
-        claim.answered();
-        let (mut reply, status) = Reply::new(&self.id, value)?;
-        match status.as_str() {
-            "OK" => {
-                let token = reply.string("token")?;
-                let head = reply.id("head")?;
-                self.check_head(seen, head)?;
-                Ok(RedisProducer::new(self.clone(), token, head))
-            }
-            "CLOSED" => Err(Error::Closed(
-                reply
-                    .reason("closed")?
-                    .unwrap_or_else(|| CloseReason::error("closed")),
-            )),
-            "BEHIND" => Err(Error::LogRolledBack {
-                stream: self.id,
-                seen,
-                head: reply.id("head")?,
-            }),
-            "HELD" => {
-                let holder = reply.string("holder")?;
-                let ttl = reply.string("ttl")?;
-                Err(Error::LeaseHeld {
-                    holder: holder.parse().unwrap_or(0),
-                    expires_in_ms: ttl.parse().unwrap_or(-1),
-                })
-            }
-            other => Err(self.common_status(other, &mut reply)),
-        }
-    }
-
-    /// Takes the producer lease as soon as it is free: a standby replica's call. While another
-    /// producer holds the lease this tries again every tenth of a lease (sooner if the holder's
-    /// lease would expire sooner, as Redis reports it), so it returns within a tenth of a lease of
-    /// the holder giving the lease back ([`RedisProducer::release_lease`], a graceful shutdown),
-    /// soon after a holder stopped renewing it (a crashed replica) — and never while a live holder
-    /// keeps renewing. Each try is one script call. Bound the wait with `tokio::time::timeout` or a
-    /// `select!` if the caller must.
-    ///
-    /// # Errors
-    /// As [`acquire_producer`](Self::acquire_producer), except [`Error::LeaseHeld`], which is
-    /// waited out. A transient error ([`Error::Unavailable`]) is returned, not retried.
-    ///
-    /// # Cancel safety
-    /// As [`acquire_producer`](Self::acquire_producer): cancelled while waiting, nothing is held;
-    /// cancelled just after Redis granted the lease, the next call on this handle gets it.
-    ///
-    /// ```no_run
-    /// # async fn f(stream: replay_ring_redis::RedisStream) -> Result<(), replay_ring_redis::Error> {
-    /// // Serve readers meanwhile; produce once the active replica is gone.
-    /// let producer = stream.acquire_producer_when_free().await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn acquire_producer_when_free(&self) -> Result<RedisProducer, Error> {
-        let lease = self.backend.config().lease;
-        loop {
-            match self.acquire_producer().await {
-                Err(Error::LeaseHeld { expires_in_ms, .. }) => {
-                    // A holder that shuts down gives the lease back early: look again after a
-                    // tenth of a lease, or when the holder's lease would lapse if that is sooner.
-                    let poll = (lease / 10).max(Duration::from_millis(1));
-                    let wait = match u64::try_from(expires_in_ms) {
-                        Ok(ms) if ms > 0 => Duration::from_millis(ms).min(poll),
-                        // No TTL to go by (expiring this instant, or none reported).
-                        _ => poll,
-                    };
-                    tokio::time::sleep(wait).await;
-                }
-                other => return other,
-            }
-        }
-    }
-
-    /// Resumes after `after` (the client's `Last-Event-ID` seq), or from the head if `None` (a new
-    /// subscription). The window check and the first page of the replay are one atomic script, so
-    /// no release can slip in between. The reader yields exactly `after+1 ..= head`, then live
-    /// events, then the close reason.
-    ///
-    /// # Errors
-    /// [`Error::Gap`] (`after < floor - 1`), [`Error::AheadOfHead`] (`after > head`),
-    /// [`Error::NotFound`] / [`Error::EpochChanged`] (stream lost), [`Error::Corrupt`],
-    /// [`Error::Unavailable`]; then (the cursor is judged first) [`Error::TooManyReaders`].
-    ///
-    /// # Cancel safety
-    /// Cancel safe: read only; a reader opened by a cancelled call gives its place back.
-    pub async fn resume(&self, after: Option<u64>) -> Result<RedisReader, Error> {
-        let counters = &self.backend.shared.counters;
-        let result = match after {
-            Some(x) => RedisReader::start(self.clone(), x).await,
-            None => {
-                let head = self.state().await?.head;
-                RedisReader::start(self.clone(), head).await
-            }
-        };
-        let result = result.and_then(|mut reader| match self.readers.take() {
-            Some(place) => {
-                reader.place = Some(place);
-                Ok(reader)
-            }
-            None => Err(Error::TooManyReaders {
-                limit: self.readers.limit(),
-            }),
-        });
-        match &result {
-            Ok(r) if r.window().1 == r.last_id() => Counters::bump(&counters.resumes_noop),
-            Ok(_) => Counters::bump(&counters.resumes),
-            Err(Error::Gap { .. }) => Counters::bump(&counters.resumes_below_floor),
-            Err(Error::AheadOfHead { .. }) => Counters::bump(&counters.resumes_ahead_of_head),
-            Err(_) => Counters::bump(&counters.resumes_refused),
-        }
-        result
     }
 
     /// Releases every event with id `<= through` (`XTRIM MINID`; the floor is kept in the meta
