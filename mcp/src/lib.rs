@@ -69,6 +69,8 @@ mod registry;
 mod remote;
 #[cfg(feature = "redis")]
 mod remote_progress;
+#[cfg(feature = "redis")]
+mod remote_readers;
 mod store;
 mod stream;
 mod stream_entry;

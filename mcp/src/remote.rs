@@ -5,7 +5,6 @@
 //! request stream's connection reports its progress, which the owning replica counts as a
 //! connection of the stream (`remote_progress.rs`).
 
-use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -15,7 +14,6 @@ use bytes::{Bytes, BytesMut};
 use futures::stream::{self, BoxStream, StreamExt};
 use http::{HeaderValue, Response, StatusCode};
 use http_body_util::{BodyExt, StreamBody};
-use parking_lot::Mutex;
 use replay_ring::CloseReason;
 use replay_ring_redis::{
     Error as RedisError, ReadItem, RedisReader, RedisStream, RedisStreamState,
@@ -31,7 +29,8 @@ use crate::layer::{refusal_response, Body};
 use crate::progress_report::{report_every, ProgressReporter};
 use crate::redis_log::RedisEventLog;
 use crate::refusal::RefusalReason;
-use crate::store::{Inner, RingEventStore};
+use crate::remote_readers::RemoteSlot;
+use crate::store::RingEventStore;
 use crate::stream::broken_frame;
 use crate::stream_entry::StreamEntry;
 
@@ -267,7 +266,7 @@ impl RingEventStore {
         // At most `max_readers` connections per stream, as on the owning replica: each one
         // served from Redis also holds a Redis connection for its blocking reads.
         let limit = self.config().max_readers;
-        let Some(slot) = RemoteSlot::take(&self.inner, identity, limit) else {
+        let Some(slot) = RemoteSlot::take(&self.inner.remote_readers, identity, limit) else {
             let busy = ResumeDecision::Busy { limit };
             return Some(self.refused(RefusalReason::Decision(busy), Some(window)));
         };
@@ -336,50 +335,6 @@ impl RingEventStore {
             self.count_refusal(RefusalReason::Decision(ResumeDecision::Unavailable), None);
         // `Retry-After: 1`, as every other 503 of the guard and of the SSE layer.
         refusal_response(&refusal)
-    }
-}
-
-/// How many connections this process serves from Redis, per stream.
-#[derive(Default)]
-pub(crate) struct RemoteReaders(Mutex<HashMap<StreamIdentity, usize>>);
-
-impl RemoteReaders {
-    pub(crate) fn total(&self) -> usize {
-        self.0.lock().values().sum()
-    }
-}
-
-/// One connection's place among its stream's [`RemoteReaders`], given back on drop.
-struct RemoteSlot {
-    inner: Arc<Inner>,
-    stream: StreamIdentity,
-}
-
-impl RemoteSlot {
-    /// A place for one more connection to `stream`, unless `limit` are already served.
-    fn take(inner: &Arc<Inner>, stream: StreamIdentity, limit: usize) -> Option<Self> {
-        let mut readers = inner.remote_readers.0.lock();
-        // Looked up before inserting, so that a refusal leaves no entry behind.
-        if readers.get(&stream).copied().unwrap_or(0) >= limit {
-            return None;
-        }
-        *readers.entry(stream).or_insert(0) += 1;
-        Some(RemoteSlot {
-            inner: inner.clone(),
-            stream,
-        })
-    }
-}
-
-impl Drop for RemoteSlot {
-    fn drop(&mut self) {
-        let mut readers = self.inner.remote_readers.0.lock();
-        if let Some(count) = readers.get_mut(&self.stream) {
-            *count -= 1;
-            if *count == 0 {
-                readers.remove(&self.stream);
-            }
-        }
     }
 }
 

@@ -32,6 +32,8 @@ use crate::metrics::{Counters, StoreMetrics};
 #[cfg(feature = "redis")]
 use crate::redis_log::{Lease, LogWriter, RedisEventLog};
 use crate::registry::Streams;
+#[cfg(feature = "redis")]
+use crate::remote_readers::RemoteReaders;
 use crate::stream_entry::{EntryParts, StreamEntry, Writer};
 
 mod binding;
@@ -115,7 +117,7 @@ pub(crate) struct Inner {
     /// Connections served from Redis, per stream (they count against `max_readers` as a ring's
     /// readers do).
     #[cfg(feature = "redis")]
-    pub(crate) remote_readers: crate::remote::RemoteReaders,
+    pub(crate) remote_readers: Arc<RemoteReaders>,
 }
 
 /// rmcp [`EventStore`] backed by one [`ReplayRing`] per stream. Cheap to clone (an `Arc`).

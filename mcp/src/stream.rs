@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use futures::Stream;
 use replay_ring::{CloseReason, Event, ReadError, Reader};
-use replay_ring_sse::{ConnectionId, Retention};
+use replay_ring_sse::{ConnectionId, Refused, Resumed, Retention};
 use rmcp::model::{
     ErrorCode, ErrorData, JsonRpcError, JsonRpcVersion2_0, RequestId, ServerJsonRpcMessage,
 };
@@ -18,7 +18,8 @@ use rmcp::transport::streamable_http_server::session::ServerSseMessage;
 use sync_wrapper::SyncWrapper;
 
 use crate::gate::{Durable, Gate};
-use crate::store::Inner;
+use crate::refusal::{RefusalReason, ResumeRefusal};
+use crate::store::{Inner, RingEventStore};
 use crate::stream_entry::StreamEntry;
 
 /// JSON-RPC error code of the explicit "this stream broke" event (implementation-defined range).
@@ -412,5 +413,67 @@ impl Drop for RingStream {
             self.entry
                 .on_connections_changed(retention.live_connections());
         }
+    }
+}
+
+/// Opening the streams that connections read.
+// A refusal is plain data built once per rejected request; see `store.rs`.
+#[allow(clippy::result_large_err)]
+impl RingEventStore {
+    /// Opens a stream that replays everything after `last_event_id` and then tails live events
+    /// until the stream completes. `session` (when given) must own the stream.
+    ///
+    /// # Errors
+    ///
+    /// The same refusals as [`check_resume`](Self::check_resume), plus `Busy` when every reader
+    /// slot of the stream is taken.
+    pub fn resume_stream(
+        &self,
+        session: Option<&str>,
+        last_event_id: &[u8],
+    ) -> Result<RingStream, ResumeRefusal> {
+        let (entry, id) = self.locate(session, last_event_id)?;
+        self.check_not_ended(&entry, id.seq)?;
+        let resumed = replay_ring_sse::resume(&entry.ring, &entry.identity, Some(last_event_id))
+            .map_err(|Refused { decision, state }| {
+                self.count_refusal(RefusalReason::Decision(decision), state)
+            })?;
+        self.inner.counters.resumes_ok.inc();
+        Ok(self.open(entry, resumed))
+    }
+
+    /// A stream for a new connection that starts right after `after` (no acknowledgement).
+    pub(crate) fn live_stream(
+        &self,
+        entry: Arc<StreamEntry>,
+        after: u64,
+    ) -> Result<RingStream, ResumeRefusal> {
+        // Registered and connected under the retention lock: a reader that starts at the head
+        // holds no pin, so a release landing in between (a maintenance tick, a producer finding
+        // the window full) could otherwise pass it before its connection caps releases at it.
+        let mut retention = entry.retention.lock();
+        let opened = entry.ring.resume(Some(after)).map(|reader| {
+            let conn = RingStream::connect(&entry, &mut retention, &reader, None);
+            (reader, conn)
+        });
+        drop(retention);
+        let (reader, conn) = opened.map_err(|e| {
+            self.count_refusal(RefusalReason::Decision(e.into()), Some(entry.state()))
+        })?;
+        Ok(RingStream::connected(
+            entry,
+            reader,
+            conn,
+            self.inner.clone(),
+        ))
+    }
+
+    fn open(&self, entry: Arc<StreamEntry>, resumed: Resumed<ServerSseMessage>) -> RingStream {
+        let Resumed {
+            reader,
+            acknowledged,
+            ..
+        } = resumed;
+        RingStream::new(entry, reader, acknowledged, self.inner.clone())
     }
 }

@@ -1,15 +1,13 @@
 //! The resume side of [`RingEventStore`]: checking a `Last-Event-ID` against its stream and
-//! session, and opening the reader a resume or a live connection streams from.
+//! session, counting what it refuses. The streams it opens are built in `stream.rs`.
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use replay_ring_sse::{EventId, LastEventIdError, Refused, ResumeDecision, Resumed, StreamState};
-use rmcp::transport::streamable_http_server::session::ServerSseMessage;
+use replay_ring_sse::{EventId, LastEventIdError, ResumeDecision, StreamState};
 
 use super::RingEventStore;
 use crate::refusal::{RefusalReason, ResumeRefusal};
-use crate::stream::RingStream;
 use crate::stream_entry::StreamEntry;
 
 impl RingEventStore {
@@ -52,7 +50,11 @@ impl RingEventStore {
     ///
     /// When the event log failed, the stream's last id is its last durable one
     /// ([`StreamEntry::state`]).
-    fn check_not_ended(&self, entry: &StreamEntry, cursor: u64) -> Result<(), ResumeRefusal> {
+    pub(crate) fn check_not_ended(
+        &self,
+        entry: &StreamEntry,
+        cursor: u64,
+    ) -> Result<(), ResumeRefusal> {
         let Some(reason) = entry.ring.close_reason() else {
             return Ok(());
         };
@@ -65,7 +67,7 @@ impl RingEventStore {
     }
 
     /// Parses the cursor, finds its stream, and checks the session binding.
-    fn locate(
+    pub(crate) fn locate(
         &self,
         session: Option<&str>,
         last_event_id: &[u8],
@@ -143,62 +145,5 @@ impl RingEventStore {
 
     pub(crate) fn session_lost(&self) -> ResumeRefusal {
         self.count_refusal(RefusalReason::Decision(ResumeDecision::SessionLost), None)
-    }
-
-    /// Opens a stream that replays everything after `last_event_id` and then tails live events
-    /// until the stream completes. `session` (when given) must own the stream.
-    ///
-    /// # Errors
-    ///
-    /// The same refusals as [`check_resume`](Self::check_resume), plus `Busy` when every reader
-    /// slot of the stream is taken.
-    pub fn resume_stream(
-        &self,
-        session: Option<&str>,
-        last_event_id: &[u8],
-    ) -> Result<RingStream, ResumeRefusal> {
-        let (entry, id) = self.locate(session, last_event_id)?;
-        self.check_not_ended(&entry, id.seq)?;
-        let resumed = replay_ring_sse::resume(&entry.ring, &entry.identity, Some(last_event_id))
-            .map_err(|Refused { decision, state }| {
-                self.count_refusal(RefusalReason::Decision(decision), state)
-            })?;
-        self.inner.counters.resumes_ok.inc();
-        Ok(self.open(entry, resumed))
-    }
-
-    /// A stream for a new connection that starts right after `after` (no acknowledgement).
-    pub(crate) fn live_stream(
-        &self,
-        entry: Arc<StreamEntry>,
-        after: u64,
-    ) -> Result<RingStream, ResumeRefusal> {
-        // Registered and connected under the retention lock: a reader that starts at the head
-        // holds no pin, so a release landing in between (a maintenance tick, a producer finding
-        // the window full) could otherwise pass it before its connection caps releases at it.
-        let mut retention = entry.retention.lock();
-        let opened = entry.ring.resume(Some(after)).map(|reader| {
-            let conn = RingStream::connect(&entry, &mut retention, &reader, None);
-            (reader, conn)
-        });
-        drop(retention);
-        let (reader, conn) = opened.map_err(|e| {
-            self.count_refusal(RefusalReason::Decision(e.into()), Some(entry.state()))
-        })?;
-        Ok(RingStream::connected(
-            entry,
-            reader,
-            conn,
-            self.inner.clone(),
-        ))
-    }
-
-    fn open(&self, entry: Arc<StreamEntry>, resumed: Resumed<ServerSseMessage>) -> RingStream {
-        let Resumed {
-            reader,
-            acknowledged,
-            ..
-        } = resumed;
-        RingStream::new(entry, reader, acknowledged, self.inner.clone())
     }
 }
