@@ -7,8 +7,20 @@ use std::sync::Arc;
 /// the log failed. Connections send no event past `through`.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Durable {
-    pub(crate) through: u64,
-    pub(crate) failed: Option<Arc<str>>,
+    through: u64,
+    failed: Option<Arc<str>>,
+}
+
+impl Durable {
+    /// Ids up to this one are in the log.
+    pub(crate) fn through(&self) -> u64 {
+        self.through
+    }
+
+    /// Why the log failed, once it has.
+    pub(crate) fn failed(&self) -> Option<&Arc<str>> {
+        self.failed.as_ref()
+    }
 }
 
 /// The durable mark of a stream whose events are also written to an external log: a connection

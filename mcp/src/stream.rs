@@ -221,11 +221,11 @@ impl RingStream {
         loop {
             {
                 let durable = rx.borrow_and_update();
-                if durable.through >= id {
+                if durable.through() >= id {
                     self.gate_wait = None;
                     return GateVerdict::Send;
                 }
-                if let Some(reason) = &durable.failed {
+                if let Some(reason) = durable.failed() {
                     return GateVerdict::Failed(reason.clone());
                 }
             }
