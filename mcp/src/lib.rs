@@ -86,8 +86,8 @@ pub use config::{
 };
 pub use layer::{refusal_response, refusal_status, Body, ResumeGuard, ResumeGuardLayer};
 pub use manager::{
-    ManagerError, ReplayRingSessionManager, SseStream, DEFAULT_MAX_SESSIONS, DEFAULT_MAX_STREAMS,
-    DEFAULT_MAX_STREAMS_PER_SESSION,
+    ManagerError, ManagerStream, ReplayRingSessionManager, DEFAULT_MAX_SESSIONS,
+    DEFAULT_MAX_STREAMS, DEFAULT_MAX_STREAMS_PER_SESSION,
 };
 pub use metrics::StoreMetrics;
 #[cfg(feature = "redis")]

@@ -127,22 +127,23 @@ impl From<LocalSessionManagerError> for ManagerError {
     }
 }
 
-/// A boxed, `Sync` SSE message stream (rmcp requires `Send + Sync`).
-pub struct SseStream(SyncWrapper<BoxStream<'static, ServerSseMessage>>);
+/// The SSE message stream a [`ReplayRingSessionManager`] hands to rmcp for each connection: boxed,
+/// and `Sync` as rmcp requires.
+pub struct ManagerStream(SyncWrapper<BoxStream<'static, ServerSseMessage>>);
 
-impl std::fmt::Debug for SseStream {
+impl std::fmt::Debug for ManagerStream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("SseStream")
+        f.write_str("ManagerStream")
     }
 }
 
-impl SseStream {
+impl ManagerStream {
     fn new(s: impl Stream<Item = ServerSseMessage> + Send + 'static) -> Self {
-        SseStream(SyncWrapper::new(s.boxed()))
+        ManagerStream(SyncWrapper::new(s.boxed()))
     }
 }
 
-impl Stream for SseStream {
+impl Stream for ManagerStream {
     type Item = ServerSseMessage;
     fn poll_next(
         mut self: std::pin::Pin<&mut Self>,
@@ -321,14 +322,14 @@ impl ReplayRingSessionManager {
     /// one leaves, it ends with a `retry:` hint: its client reconnects and takes over, instead of
     /// holding a stream that never carries anything. A shadow opened by a resume starts with its
     /// cursor (see [`cursor_priming`](Self::cursor_priming)), so that reconnect names it.
-    fn shadow(&self, entry: Arc<StreamEntry>, cursor: Option<&str>) -> SseStream {
+    fn shadow(&self, entry: Arc<StreamEntry>, cursor: Option<&str>) -> ManagerStream {
         let retry = self.store.config().retry;
         let priming = cursor.map(|c| self.cursor_priming(c));
         let vacated = stream::once(async move {
             entry.vacated().await;
             ServerSseMessage::retry(retry)
         });
-        SseStream::new(stream::iter(priming).chain(vacated))
+        ManagerStream::new(stream::iter(priming).chain(vacated))
     }
 
     /// The first event of a resumed connection: the client's own cursor, with empty data and the
@@ -350,7 +351,7 @@ impl ReplayRingSessionManager {
     /// Every reader slot taken is not final: the connection ends with the cursor and a `retry:`
     /// hint, and the client resumes from the same place once a slot is free. (An error response
     /// would end the request, whose result may still arrive on another connection.)
-    fn refusal_stream(&self, last_event_id: &str, refusal: &ResumeRefusal) -> SseStream {
+    fn refusal_stream(&self, last_event_id: &str, refusal: &ResumeRefusal) -> ManagerStream {
         let cursor = EventId::parse(last_event_id).ok();
         // Only a cursor that parsed is echoed (the guard refuses the others before rmcp).
         let priming = cursor.as_ref().map(|_| self.cursor_priming(last_event_id));
@@ -359,7 +360,7 @@ impl ReplayRingSessionManager {
             RefusalReason::Decision(ResumeDecision::Busy { .. })
         ) {
             if let Some(priming) = priming {
-                return SseStream::new(stream::iter([priming]));
+                return ManagerStream::new(stream::iter([priming]));
             }
         }
         let request = cursor
@@ -372,7 +373,7 @@ impl ReplayRingSessionManager {
         });
         let retry = self.store.config().retry;
         let frame = broken_frame(request, refusal.to_string(), data, retry);
-        SseStream::new(stream::iter(priming).chain(stream::iter([frame])))
+        ManagerStream::new(stream::iter(priming).chain(stream::iter([frame])))
     }
 }
 
@@ -497,7 +498,7 @@ impl SessionManager for ReplayRingSessionManager {
         if entry.disconnected_since(disconnects) {
             live.end_when_caught_up();
         }
-        Ok(SseStream::new(live))
+        Ok(ManagerStream::new(live))
     }
 
     /// Passes the message to the session; a `notifications/cancelled` also ends the cancelled
@@ -554,7 +555,7 @@ impl SessionManager for ReplayRingSessionManager {
             .map_err(ManagerError::Refused)?;
         // The priming id is the head, so a client that drops before any event resumes from here
         // instead of reconnecting without a cursor and missing what came in between.
-        Ok(SseStream::new(stream::iter([priming]).chain(live)))
+        Ok(ManagerStream::new(stream::iter([priming]).chain(live)))
     }
 
     /// A resume bound to the session: the cursor as a priming event, the replay after
@@ -582,7 +583,7 @@ impl SessionManager for ReplayRingSessionManager {
             return Ok(self.shadow(entry, Some(&last_event_id)));
         }
         match self.store.resume_stream(Some(id), last_event_id.as_bytes()) {
-            Ok(s) => Ok(SseStream::new(
+            Ok(s) => Ok(ManagerStream::new(
                 stream::iter([self.cursor_priming(&last_event_id)]).chain(s),
             )),
             Err(refusal) => Ok(self.refusal_stream(&last_event_id, &refusal)),
