@@ -447,17 +447,30 @@ fn blocking_waits_time_out_and_wake() {
     producer.try_push(1).unwrap();
     producer.try_push(2).unwrap();
     assert!(!producer.ready_timeout(Duration::from_millis(5)));
+    // A producer blocked on a full window is woken by the release. The release comes once this
+    // thread has begun its second wait (`producer_waits` is counted before it parks) and then
+    // sleeps in `push_timeout`, so it is the release that must wake it: a release before the park
+    // would be found by the wait's own re-check and test nothing.
+    let producer_task = this_task();
     let releaser = std::thread::spawn({
         let ring = ring.clone();
         move || {
-            // Release once the producer is parked (or about to be): its wait must end.
+            let deadline = Instant::now() + Duration::from_secs(30);
             while ring.metrics().producer_waits < 2 {
+                assert!(Instant::now() < deadline, "the producer never waited");
                 std::thread::yield_now();
+            }
+            if let Some(task) = producer_task {
+                wait_until_asleep(&task);
             }
             ring.release_through(2).unwrap();
         }
     });
-    assert_eq!(producer.push_timeout(3, Duration::from_secs(30)), Ok(3));
+    // A wait that reaches its timeout returns `Full`: `Ok` within it means the release woke it.
+    let wait = Duration::from_secs(30);
+    let started = Instant::now();
+    assert_eq!(producer.push_timeout(3, wait), Ok(3));
+    assert!(started.elapsed() < wait, "not woken by the release");
     releaser.join().unwrap();
     // The first reader never read ids 1 and 2, which are now released: an explicit gap.
     assert!(matches!(
