@@ -10,7 +10,7 @@ use std::future::Future;
 use std::ops::ControlFlow;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, RawWaker, RawWakerVTable, Wake, Waker};
 
@@ -20,11 +20,15 @@ fn poll<F: Future + ?Sized>(f: Pin<&mut F>, waker: &Waker) -> Poll<F::Output> {
     f.poll(&mut Context::from_waker(waker))
 }
 
+/// Counts its wakes. Relaxed (the increment and every load): these tests spawn no thread and the
+/// ring calls a waker synchronously, inside the push or release that wakes it, so each wake is
+/// sequenced before the load that checks it on the same thread; the count guards no other data.
 struct Counting(AtomicUsize);
 
 impl Wake for Counting {
     fn wake(self: Arc<Self>) {
-        self.0.fetch_add(1, SeqCst);
+        // Relaxed: see `Counting`.
+        self.0.fetch_add(1, Relaxed);
     }
 }
 
@@ -34,6 +38,13 @@ fn counting() -> (Arc<Counting>, Waker) {
 }
 
 // A waker whose `clone`, `wake` and `drop` panic while their flag is set.
+//
+// Relaxed (every access of the flags): a test sets a flag, the ring calls the waker, which reads
+// it, and the test clears it, all on the test's own thread (no thread is spawned here, and the
+// ring calls wakers synchronously from the poll, push, release or drop that uses them), so
+// program order orders them. Across tests, the flags are used only while `serial()`'s mutex is
+// held, and its unlock and the next lock order one test's last store before the next test's
+// first access. No other data is published through a flag, so SeqCst would add nothing.
 static CLONE_PANICS: AtomicBool = AtomicBool::new(false);
 static WAKE_PANICS: AtomicBool = AtomicBool::new(false);
 static DROP_PANICS: AtomicBool = AtomicBool::new(false);
@@ -45,7 +56,8 @@ static DROP_PANICS: AtomicBool = AtomicBool::new(false);
 /// None needed: `unsafe fn` only because `RawWakerVTable` requires that signature. The data
 /// pointer is not read, and nothing else needs a caller's promise.
 unsafe fn hostile_clone(_: *const ()) -> RawWaker {
-    if CLONE_PANICS.load(SeqCst) {
+    // Relaxed: set by the test on this same thread (see the flags).
+    if CLONE_PANICS.load(Relaxed) {
         panic!("waker clone panics");
     }
     RawWaker::new(std::ptr::null(), &HOSTILE)
@@ -58,7 +70,8 @@ unsafe fn hostile_clone(_: *const ()) -> RawWaker {
 ///
 /// As for [`hostile_clone`]: none needed.
 unsafe fn hostile_wake(_: *const ()) {
-    if WAKE_PANICS.load(SeqCst) && !std::thread::panicking() {
+    // Relaxed: set by the test on this same thread (see the flags).
+    if WAKE_PANICS.load(Relaxed) && !std::thread::panicking() {
         panic!("waker wake panics");
     }
 }
@@ -70,7 +83,8 @@ unsafe fn hostile_wake(_: *const ()) {
 ///
 /// As for [`hostile_clone`]: none needed.
 unsafe fn hostile_drop(_: *const ()) {
-    if DROP_PANICS.load(SeqCst) && !std::thread::panicking() {
+    // Relaxed: set by the test on this same thread (see the flags).
+    if DROP_PANICS.load(Relaxed) && !std::thread::panicking() {
         panic!("waker drop panics");
     }
 }
@@ -88,7 +102,8 @@ fn serial() -> MutexGuard<'static, ()> {
     static SERIAL: Mutex<()> = Mutex::new(());
     let guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     for flag in [&CLONE_PANICS, &WAKE_PANICS, &DROP_PANICS] {
-        flag.store(false, SeqCst);
+        // Relaxed: under the `SERIAL` lock (see the flags).
+        flag.store(false, Relaxed);
     }
     guard
 }
@@ -103,9 +118,11 @@ fn a_waker_whose_clone_panics_leaves_the_entry_working_for_the_next_reader() {
     {
         let waker = hostile();
         let mut read = Box::pin(first.read());
-        CLONE_PANICS.store(true, SeqCst);
+        // Relaxed: the waker reads it on this thread (see the flags).
+        CLONE_PANICS.store(true, Relaxed);
         let polled = catch_unwind(AssertUnwindSafe(|| poll(read.as_mut(), &waker)));
-        CLONE_PANICS.store(false, SeqCst);
+        // Relaxed: the waker reads it on this thread (see the flags).
+        CLONE_PANICS.store(false, Relaxed);
         assert!(polled.is_err(), "the clone's panic reaches the poller");
     }
     drop(first);
@@ -114,7 +131,8 @@ fn a_waker_whose_clone_panics_leaves_the_entry_working_for_the_next_reader() {
     let mut read = Box::pin(next.read());
     assert!(poll(read.as_mut(), &waker).is_pending());
     producer.try_push(1).unwrap();
-    assert_eq!(count.0.load(SeqCst), 1, "the push woke the parked reader");
+    // Relaxed: the wake ran inside the call above, on this thread (see `Counting`).
+    assert_eq!(count.0.load(Relaxed), 1, "the push woke the parked reader");
 }
 
 /// The same for the producer's `ready()`: its next wait is woken by a release.
@@ -126,9 +144,11 @@ fn a_waker_whose_clone_panics_leaves_the_producers_wake_ups_working() {
     {
         let waker = hostile();
         let mut ready = Box::pin(producer.ready());
-        CLONE_PANICS.store(true, SeqCst);
+        // Relaxed: the waker reads it on this thread (see the flags).
+        CLONE_PANICS.store(true, Relaxed);
         let polled = catch_unwind(AssertUnwindSafe(|| poll(ready.as_mut(), &waker)));
-        CLONE_PANICS.store(false, SeqCst);
+        // Relaxed: the waker reads it on this thread (see the flags).
+        CLONE_PANICS.store(false, Relaxed);
         assert!(polled.is_err());
     }
     let (count, waker) = counting();
@@ -138,7 +158,8 @@ fn a_waker_whose_clone_panics_leaves_the_producers_wake_ups_working() {
         "the window is full"
     );
     ring.release_through(1).unwrap();
-    assert_eq!(count.0.load(SeqCst), 1, "the release woke the producer");
+    // Relaxed: the wake ran inside the call above, on this thread (see `Counting`).
+    assert_eq!(count.0.load(Relaxed), 1, "the release woke the producer");
     assert!(poll(ready.as_mut(), &waker).is_ready());
 }
 
@@ -156,9 +177,11 @@ fn a_waker_whose_drop_panics_does_not_leak_the_readers_entry() {
         // Keeps the waker registered, for the reader's own drop to release.
         std::mem::forget(read);
     }
-    DROP_PANICS.store(true, SeqCst);
+    // Relaxed: the waker reads it on this thread (see the flags).
+    DROP_PANICS.store(true, Relaxed);
     let dropped = catch_unwind(AssertUnwindSafe(move || drop(reader)));
-    DROP_PANICS.store(false, SeqCst);
+    // Relaxed: the waker reads it on this thread (see the flags).
+    DROP_PANICS.store(false, Relaxed);
     assert!(dropped.is_err(), "the waker's panic leaves Reader::drop");
     assert_eq!(ring.metrics().readers_active, 0);
     assert!(ring.reader().is_ok(), "the only entry is free again");
@@ -183,9 +206,11 @@ fn a_producer_waker_that_panics_in_a_readers_drop_does_not_leak_the_entry() {
         );
         std::mem::forget(ready);
     }
-    WAKE_PANICS.store(true, SeqCst);
+    // Relaxed: the waker reads it on this thread (see the flags).
+    WAKE_PANICS.store(true, Relaxed);
     let dropped = catch_unwind(AssertUnwindSafe(move || drop(reader)));
-    WAKE_PANICS.store(false, SeqCst);
+    // Relaxed: the waker reads it on this thread (see the flags).
+    WAKE_PANICS.store(false, Relaxed);
     assert!(
         dropped.is_err(),
         "the producer waker's panic leaves Reader::drop"
