@@ -321,9 +321,19 @@ async fn a_counted_remote_reader(server: &RedisServer) -> (RingEventStore, RingE
     let resp = b.remote_resume(Some("sess-1"), b"s1.a.1").await.unwrap();
     let mut body = Body::new(resp.into_body());
     let _priming = events_from(&mut body, 1).await;
-    // Waits for events for two of A's maintenance intervals: its first report is in, and read.
-    let _ = tokio::time::timeout(Duration::from_millis(600), events_from(&mut body, 1)).await;
-    assert_eq!(readers(server).len(), 1);
+    // Polls the body until B's report is in Redis (a connection reports only while its body is
+    // polled; no event comes, so each poll times out).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let _ = tokio::time::timeout(Duration::from_millis(20), events_from(&mut body, 1)).await;
+        let r = readers(server);
+        if r.len() == 1 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no report from B: {r:?}");
+    }
+    // A counts it: one pass of its maintenance, run here rather than waited for.
+    a.maintain_event_log().await;
     (a, b, body)
 }
 
