@@ -7,10 +7,14 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
-use std::sync::Arc;
+use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use replay_ring::ReplayRing;
+
+#[path = "support/asleep.rs"]
+mod asleep;
+use asleep::{this_task, wait_until_asleep};
 
 #[test]
 fn dropping_a_reader_clears_the_pin_of_a_leaked_batch() {
@@ -78,21 +82,53 @@ fn duration_max_means_wait_without_a_deadline() {
         1
     );
 
-    // Not ready yet: the wait ends when the event arrives, however long that takes.
-    let pusher = std::thread::spawn(move || {
-        producer.try_push(2).unwrap();
-        producer
+    // Not ready yet: the wait ends when the event arrives, however long that takes. The reader
+    // waits on its own thread and the push comes once that thread sleeps in `recv_timeout`, so it
+    // is the push that must wake it (a push before the park would be found without waiting);
+    // this thread gives it 30 s to say so.
+    let (task_tx, task_rx) = mpsc::channel();
+    let (got_tx, got_rx) = mpsc::channel();
+    let waiter = std::thread::spawn(move || {
+        task_tx.send(this_task()).unwrap();
+        let id = reader.recv_timeout(Duration::MAX).unwrap().unwrap().id;
+        got_tx.send(id).unwrap();
+        reader
     });
-    assert_eq!(reader.recv_timeout(Duration::MAX).unwrap().unwrap().id, 2);
-    let mut producer = pusher.join().unwrap();
+    if let Some(task) = task_rx.recv().unwrap() {
+        wait_until_asleep(&task);
+    }
+    producer.try_push(2).unwrap();
+    assert_eq!(
+        got_rx.recv_timeout(Duration::from_secs(30)),
+        Ok(2),
+        "the reader was not woken by the push"
+    );
+    let reader = waiter.join().unwrap();
 
-    // The producer side too: wait for space with no deadline until the reader's side releases it.
+    // The producer side too: wait for space with no deadline until the reader's side releases
+    // it, the release coming once the producer's thread sleeps in `push_timeout`.
     producer.try_push(3).unwrap();
     producer.try_push(4).unwrap();
     assert!(producer.try_push(5).unwrap_err().is_full());
-    let releaser = std::thread::spawn(move || ring.release_through(1).unwrap());
-    assert_eq!(producer.push_timeout(5, Duration::MAX), Ok(5));
-    releaser.join().unwrap();
+    let (task_tx, task_rx) = mpsc::channel();
+    let (got_tx, got_rx) = mpsc::channel();
+    let waiter = std::thread::spawn(move || {
+        task_tx.send(this_task()).unwrap();
+        got_tx
+            .send(producer.push_timeout(5, Duration::MAX))
+            .unwrap();
+    });
+    if let Some(task) = task_rx.recv().unwrap() {
+        wait_until_asleep(&task);
+    }
+    ring.release_through(1).unwrap();
+    assert_eq!(
+        got_rx.recv_timeout(Duration::from_secs(30)),
+        Ok(Ok(5)),
+        "the producer was not woken by the release"
+    );
+    waiter.join().unwrap();
+    drop(reader);
 }
 
 /// A payload whose `clone` panics while `fail` is set.
