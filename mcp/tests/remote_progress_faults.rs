@@ -36,8 +36,7 @@ fn progress(p: u64) -> ServerSseMessage {
     ServerSseMessage::from_message(msg)
 }
 
-/// The default ratios (lease 10 s = backpressure bound 10 s, window 30 s) scaled by 1/10, with a
-/// short response timeout (the default 2 s would dominate the dead-reader bound here).
+/// The default ratios (lease 10 s = backpressure bound 10 s, window 30 s) scaled by 1/10.
 fn store_cfg() -> StoreConfig {
     StoreConfig {
         capacity: 8,
@@ -49,12 +48,24 @@ fn store_cfg() -> StoreConfig {
     }
 }
 
+/// Half the default 2 s, which would dominate the dead-reader bound here; not shorter: an append
+/// that outlasts it ends the stream (its outcome is unknown), and a loaded CI machine's disk can
+/// hold up the test server's `appendfsync always` for hundreds of milliseconds (200 ms failed
+/// 2 of 9 runs under heavy disk load).
+const RESPONSE_TIMEOUT: Duration = Duration::from_millis(1000);
+
 fn redis_cfg(lease_ms: u64) -> RedisConfig {
     RedisConfig {
         lease: Duration::from_millis(lease_ms),
-        response_timeout: Duration::from_millis(200),
+        response_timeout: RESPONSE_TIMEOUT,
         ..RedisConfig::default()
     }
+}
+
+/// When the owner takes a report that has not moved for dead, with a lease of `lease_ms`: three
+/// report intervals (a third of the lease each) and two response timeouts (`docs/mcp.md`).
+fn dead_reader_bound(lease_ms: u64) -> Duration {
+    3 * Duration::from_millis(lease_ms / 3) + 2 * RESPONSE_TIMEOUT
 }
 
 async fn store(server: &RedisServer, epoch: Epoch, lease_ms: u64) -> RingEventStore {
@@ -352,8 +363,8 @@ async fn a_readers_key_of_another_type_does_not_freeze_a_counted_reader() {
         .unwrap();
     // The remote connection ends; its report's removal fails (WRONGTYPE).
     drop(body);
-    // Past the dead-reader bound (3 × 333 ms + 2 × 200 ms here): the time passing is the test.
-    tokio::time::sleep(Duration::from_millis(2000)).await;
+    // Past the dead-reader bound (3 × 333 ms + 2 × 1 s here): the time passing is the test.
+    tokio::time::sleep(dead_reader_bound(1000) + Duration::from_millis(600)).await;
     paced_while_read_on_the_owner(&a, b"s1.a.1", 2)
         .await
         .unwrap();
@@ -373,7 +384,7 @@ async fn a_field_that_is_not_a_report_does_not_freeze_a_counted_reader() {
         .unwrap();
     // The remote connection ends; its own report is removed.
     drop(body);
-    tokio::time::sleep(Duration::from_millis(2000)).await;
+    tokio::time::sleep(dead_reader_bound(1000) + Duration::from_millis(600)).await;
     paced_while_read_on_the_owner(&a, b"s1.a.1", 2)
         .await
         .unwrap();
@@ -382,7 +393,7 @@ async fn a_field_that_is_not_a_report_does_not_freeze_a_counted_reader() {
 /// A replica that dies right after its connection's last report (through 4), and the client
 /// resumes on the owner from 4; `read_first`: the owner had read that report before the resume.
 /// Either way the report must not hold the window: here a report held until taken for dead
-/// (lease 3 s: after about 3.4 s) outlasts the call's bound (0.5 s, plus a 1 s window while
+/// (lease 3 s: after about 5 s) outlasts the call's bound (0.5 s, plus a 1 s window while
 /// attended).
 async fn a_dead_replicas_last_report(read_first: bool) -> Result<(), String> {
     let server = RedisServer::start();
