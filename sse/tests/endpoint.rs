@@ -391,6 +391,57 @@ async fn a_head_with_an_old_cursor_claims_nothing() {
     );
 }
 
+/// A `HEAD` opens no reader: it is answered from the window. A reader, even for the moment of
+/// the request, takes one of the table's entries, and a `GET` arriving meanwhile would be refused
+/// with 503 for a table that `HEAD`s, not connections, filled. Here the one entry is taken by a
+/// connection, and `HEAD`s are still answered as their `GET` would be with a free entry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_head_takes_no_reader_entry() {
+    let (addr, stream, mut producer) = start(SseConfig {
+        max_connections: 1,
+        ..SseConfig::default()
+    })
+    .await;
+    for n in 1..=10u64 {
+        producer.send(format!("{{\"n\":{n}}}")).await.unwrap();
+    }
+    stream.ring().release_through(3).unwrap();
+    let mut holder = Stream::open(addr, "/events", &[], None).await;
+    assert_eq!(
+        holder.read_until(|r| !r.frames().is_empty()).await.status,
+        200
+    );
+    let busy = http_get(addr, "/events", &[]).await;
+    assert_eq!(busy.status, 503, "the one entry is taken");
+
+    for (cursor, status) in [
+        ("events.abc.5", 200),
+        ("events.abc.10", 200),
+        ("events.abc.2", 416),
+        ("events.abc.11", 409),
+    ] {
+        let head = common::head(addr, "/events", &[("Last-Event-ID", cursor)]).await;
+        assert_eq!(head.status, status, "HEAD after {cursor}");
+        assert_eq!(
+            head.header("replay-floor"),
+            Some("4"),
+            "HEAD after {cursor}"
+        );
+        assert_eq!(
+            head.header("replay-head"),
+            Some("10"),
+            "HEAD after {cursor}"
+        );
+    }
+    let live = common::head(addr, "/events", &[]).await;
+    assert_eq!(live.status, 200);
+    assert_eq!(
+        stream.stats().streams_opened,
+        1,
+        "only the holder's GET opened a stream"
+    );
+}
+
 /// `EventSource` polyfills that cannot set headers send the cursor as `?lastEventId=`: it resumes
 /// exactly as the header does, and a second parameter is a 400. Ignoring it would stream from the
 /// head: a silent gap. A request with the header is answered from the header alone: a native

@@ -9,7 +9,7 @@ use ::axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use ::axum::response::Response;
 use bytes::{Bytes, BytesMut};
 use futures_util::FutureExt;
-use replay_ring::ReplayRing;
+use replay_ring::{classify_resume, ReplayRing};
 
 use super::background_release::{poke, BackgroundRelease};
 use super::config::SseConfig;
@@ -106,7 +106,8 @@ impl SseStream {
     /// its own handler (to check a token first, or to pick the stream by path): the cursor from
     /// `Last-Event-ID` or, from a client that cannot set headers, from the
     /// [`LAST_EVENT_ID_QUERY`] parameter of `uri`'s query; a `HEAD` gets the status and headers
-    /// of the `GET` and changes nothing (axum routes a `HEAD` to a `get` handler).
+    /// of the `GET` and changes nothing (axum routes a `HEAD` to a `get` handler). A `HEAD` opens
+    /// no reader: it is answered from the window, and not refused when every entry is taken.
     ///
     /// ```
     /// use axum::extract::State;
@@ -328,6 +329,11 @@ impl<B: Backend<Payload = Bytes>> SseStream<B> {
                     .await
             }
         };
+        if request == Request::Head {
+            if let Some(response) = self.answer_head(cursor).await {
+                return response;
+            }
+        }
         let tail = match shared.backend.resume(cursor).await {
             Ok(tail) => tail,
             Err(OpenError::Refused(err)) => {
@@ -351,12 +357,13 @@ impl<B: Backend<Payload = Bytes>> SseStream<B> {
         };
         let start = tail.cursor() - 1;
         if request == Request::Head {
-            // The status and headers a `GET` would get, and nothing else: no connection of the
-            // retention policy (its departure would claim everything after the cursor for another
-            // window, so a client sending nothing but `HEAD`s with an old cursor could hold a
-            // stream nobody follows until it filled and ended), no acknowledgement, no subscriber.
-            // Taking no entry of the connection table, it is not refused when a cut connection
-            // still holds the last one, as a `GET` is.
+            // Only where `answer_head` could not read the window. The status and headers a `GET`
+            // would get, and nothing else: no connection of the retention policy (its departure
+            // would claim everything after the cursor for another window, so a client sending
+            // nothing but `HEAD`s with an old cursor could hold a stream nobody follows until it
+            // filled and ended), no acknowledgement, no subscriber. Taking no entry of the
+            // connection table, it is not refused when a cut connection still holds the last
+            // one, as a `GET` is.
             drop(tail);
             return match shared.backend.window().await {
                 Ok(w) => {
@@ -444,6 +451,47 @@ impl<B: Backend<Payload = Bytes>> SseStream<B> {
     }
 
     /// A refusal carrying the stream's window, or 503 when the backend cannot say what it is.
+    /// A `HEAD`'s answer from one read of the window: the status and headers the `GET` would
+    /// get, without opening a tail. A tail would take one of the backend's reader entries until
+    /// it is dropped, and a `GET` arriving meanwhile could be refused (503 `too_many_readers`)
+    /// for a table that `HEAD`s, not connections, filled. So a `HEAD` is never refused for a
+    /// full table. `None` when the window could not be read: the caller answers as for a `GET`,
+    /// which tells a lost stream (404) from an unreachable backend (503).
+    async fn answer_head(&self, cursor: Option<u64>) -> Option<Response> {
+        let shared = &self.shared;
+        let w = shared.backend.window().await.ok()?;
+        let state = StreamState {
+            identity: shared.identity,
+            floor: w.floor,
+            head: w.head,
+        };
+        let start = match cursor {
+            None => w.head,
+            Some(x) => match classify_resume(w.floor, w.head, x) {
+                Ok(_) => x,
+                Err(refused) => {
+                    return Some(self.refuse(&Refused {
+                        decision: ResumeDecision::from(refused),
+                        state: Some(state),
+                    }))
+                }
+            },
+        };
+        // As the `GET` advertises it: a replay starts at `start + 1`, which the floor is never
+        // above.
+        let state = StreamState {
+            floor: w.floor.min(start + 1),
+            ..state
+        };
+        // A body of unknown length, as the `GET`'s: an empty body of known size would add
+        // `Content-Length: 0`, which a `HEAD` must not claim for a stream.
+        let none = futures_util::stream::empty::<Result<Bytes, Infallible>>();
+        Some(to_axum(
+            &HttpResponse::stream(&state),
+            Body::from_stream(none),
+        ))
+    }
+
     async fn refuse_with_state(&self, decision: ResumeDecision) -> Response {
         match self.shared.backend.window().await {
             Ok(w) => self.refuse(&Refused {
@@ -536,7 +584,8 @@ fn add_query_cursors(
 /// from a [`LAST_EVENT_ID_QUERY`] query parameter (as `EventSource` polyfills send it). A `HEAD`
 /// (which axum routes to a `get` handler) is answered with the same status and headers and
 /// changes nothing: it never acknowledges its cursor ([`SseConfig::acknowledge_on_resume`]), nor
-/// holds the window as a connection does ([`Retention`]), nor counts as a subscriber.
+/// holds the window as a connection does ([`Retention`]), nor opens a reader (so it is not
+/// refused when every reader entry is taken), nor counts as a subscriber.
 ///
 /// # Cancel safety
 ///
