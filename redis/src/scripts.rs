@@ -49,6 +49,17 @@ local function head_of(v)
   return n
 end
 local function dec(n) return string.format('%d', n) end
+-- A stored floor, given the stored head: 1 <= floor <= head + 1, as every script keeps it (and
+-- as `RedisStream::state` checks). Anything else was written behind the crate's back: going on
+-- would disable the window check (a floor past the head) or answer resumes with a floor above
+-- the head.
+local function floor_of(v, head)
+  local n = num(v, 'floor')
+  if n < 1 or n > head + 1 then
+    corrupt('inconsistent window: floor ' .. dec(n) .. ', head ' .. dec(head))
+  end
+  return n
+end
 local function eid(n) return string.format('0-%d', n) end
 local function touch(ttl, ...)
   for _, k in ipairs({...}) do
@@ -181,8 +192,9 @@ if m[6] ~= ARGV[4] then return {'LOST', m[6] or ''} end
 local holder = redis.call('GET', KEYS[3])
 if holder ~= ARGV[1] then return {'FENCED', holder or ''} end
 local cap = num(m[1], 'cap')
+if cap < 1 then corrupt('field cap is 0') end
 local head = head_of(m[2])
-local floor = num(m[3], 'floor')
+local floor = floor_of(m[3], head)
 local ttl = num(m[5], 'ttl')
 local first = num(ARGV[2], 'id')
 local n = #ARGV - 4
@@ -229,7 +241,7 @@ if redis.call('EXISTS', KEYS[1]) == 0 then return {'NOSTREAM'} end
 local m = redis.call('HMGET', KEYS[1], 'head', 'floor', 'ttl', 'epoch')
 if m[4] ~= ARGV[2] then return {'LOST', m[4] or ''} end
 local head = head_of(m[1])
-local floor = num(m[2], 'floor')
+local floor = floor_of(m[2], head)
 local ttl = num(m[3], 'ttl')
 local x = num(ARGV[1], 'through')
 if x > head then return {'AHEAD', dec(floor), dec(head)} end
@@ -271,7 +283,7 @@ if redis.call('EXISTS', KEYS[1]) == 0 then return {'NOSTREAM'} end
 local m = redis.call('HMGET', KEYS[1], 'epoch', 'head', 'floor', 'closed')
 if m[1] ~= ARGV[1] then return {'LOST', m[1] or ''} end
 local head = head_of(m[2])
-local floor = num(m[3], 'floor')
+local floor = floor_of(m[3], head)
 local x = num(ARGV[2], 'after')
 local closed = m[4] or ''
 if x > head then return {'AHEAD', dec(floor), dec(head), closed} end

@@ -220,6 +220,37 @@ async fn garbage_meta_fields_are_corrupt() {
     }
 }
 
+/// A window written behind the backend's back that `state` calls corrupt (a floor of 0 or past
+/// `head + 1`, a capacity of 0) is corrupt for the scripts too: appended into with the window
+/// check off (a floor past the head), resumes answered `Gap` with a floor above the head, or
+/// every append `Full` for good (a capacity of 0, which `append_wait` would wait on) otherwise.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_inconsistent_window_is_corrupt_for_append_resume_and_release() {
+    let server = RedisServer::start();
+    let backend = server.backend().await;
+    for (field, value) in [("floor", "0"), ("floor", "100"), ("cap", "0")] {
+        let name = format!("window-{field}-{value}");
+        let stream = backend.create(&sid(&name), 4).await.unwrap();
+        let mut p = stream.acquire_producer().await.unwrap();
+        p.append(b"e1").await.unwrap();
+        p.append(b"e2").await.unwrap();
+        hset(&server, stream.key_names()[0], field, value);
+        let what = format!("{field}={value}");
+        assert_corrupt(&format!("state {what}"), stream.state().await);
+        assert_corrupt(&format!("append {what}"), p.append(b"e3").await);
+        if field == "floor" {
+            // Resumes and releases do not read the capacity.
+            assert_corrupt(
+                &format!("resume {what}"),
+                stream.resume(Some(1)).await.map(|_| ()),
+            );
+            assert_corrupt(&format!("release {what}"), stream.release_through(1).await);
+        }
+        let ids: Vec<u64> = server.log_entries(&stream).iter().map(|e| e.0).collect();
+        assert_eq!(ids, [1, 2], "{what}: nothing appended or trimmed");
+    }
+}
+
 /// A head of 2^53 (one past the last id the backend hands out) written behind its back is
 /// corrupt for every operation, so no cursor above the last id is taken for "at the head".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
