@@ -44,7 +44,10 @@ impl RedisStream {
     ///     stream = loop {
     ///         match stream.next_incarnation(&lost).await {
     ///             Ok(next) => break next,
-    ///             Err(_) => tokio::time::sleep(Duration::from_secs(1)).await, // Redis down: retry
+    ///             // Redis down or out of memory: retry; anything else (a `Corrupt` stream,
+    ///             // say) needs an operator (`RedisBackend::purge`)
+    ///             Err(e) if e.is_transient() => tokio::time::sleep(Duration::from_secs(1)).await,
+    ///             Err(e) => return Err(e),
     ///         }
     ///     };
     /// }
@@ -73,8 +76,8 @@ impl RedisStream {
     /// behind ids clients hold: continuing it would hand those ids out again with other events.
     /// (A newer incarnation that another replica created meanwhile is left alone.) It deletes
     /// nothing for any other error; a [`Corrupt`](Error::Corrupt) stream, whose keys hold foreign
-    /// data, is left to an operator (or to [`delete`](Self::delete)) and this fails with
-    /// `Corrupt` again. For an error that is not a loss at all, this opens the incarnation that
+    /// data, is left to an operator ([`RedisBackend::purge`](crate::RedisBackend::purge), or
+    /// [`delete`](Self::delete) on a handle) and this fails with `Corrupt` again. For an error that is not a loss at all, this opens the incarnation that
     /// is there, which may be this one.
     ///
     /// It opens whatever incarnation Redis has. A Redis restored from a snapshot taken before

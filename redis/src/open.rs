@@ -1,4 +1,5 @@
-//! Creating and opening a stream on a backend: the handles every replica starts from.
+//! Streams by name on a backend: creating and opening the handles every replica starts from, and
+//! an operator's purge of a stream no handle can open.
 
 use replay_ring_sse::{Epoch, StreamId};
 
@@ -84,5 +85,45 @@ impl RedisBackend {
             state.identity.epoch,
             state.capacity,
         ))
+    }
+
+    /// Deletes every key of stream `id`, whichever incarnation they belong to and whatever they
+    /// hold: the way back from a stream that is [`Error::Corrupt`] (keys holding data this crate
+    /// did not write), on which [`open`](Self::open) and [`create`](Self::create) fail, so that
+    /// no handle can delete it. Readers, producers and resumes of it then get "stream lost" (a
+    /// resuming SSE client a 404), and [`create`](Self::create) makes a new incarnation.
+    /// [`RedisStream::delete`] deletes only its own incarnation: prefer it where there is a
+    /// handle.
+    ///
+    /// ```no_run
+    /// # async fn f(backend: replay_ring_redis::RedisBackend) -> Result<(), replay_ring_redis::Error> {
+    /// use replay_ring_redis::{Error, StreamId};
+    /// let id = StreamId::new("events").unwrap();
+    /// let stream = match backend.create(&id, 1024).await {
+    ///     Err(Error::Corrupt { detail, .. }) => {
+    ///         eprintln!("stream {id} held foreign data ({detail}); purging it");
+    ///         backend.purge(&id).await?;
+    ///         backend.create(&id, 1024).await?
+    ///     }
+    ///     other => other?,
+    /// };
+    /// # drop(stream); Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Unavailable`], [`Error::Server`] (an ACL rule refusing `DEL`, say).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: one `DEL` of the four keys, which share a slot: all are deleted or none.
+    pub async fn purge(&self, id: &StreamId) -> Result<(), Error> {
+        let keys = Keys::new(&self.shared.config.key_prefix, id);
+        redis::cmd("DEL")
+            .arg(&keys.meta)
+            .arg(&keys.log)
+            .arg(&keys.ctl)
+            .arg(&keys.lease)
+            .query_async::<()>(&mut self.write_conn())
+            .await
+            .map_err(|e| Error::from_redis(id, e))
     }
 }

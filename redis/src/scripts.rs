@@ -113,12 +113,17 @@ return {'OK', m[1] or '', m[2] or '', m[3] or '', m[4] or '', m[5] or '', m[6] o
 
 /// KEYS: meta log ctl lease. ARGV: epoch.
 /// Deletes the stream's keys if they are still this incarnation's (a newer one is left alone).
-/// A meta key that is not a hash is no incarnation at all, only something in the stream's place
-/// (the stream is `Corrupt`): deleting it is the way back, so it is deleted too.
+/// A meta key that is not a hash, or whose epoch is not spelled as this crate spells one
+/// (`codec::decode_epoch`: lowercase hex, no leading zero, at most 16 digits), is no incarnation
+/// at all, only something in the stream's place (the stream is `Corrupt`): deleting it is the
+/// way back, so it is deleted too.
 const DELETE: &str = r#"
 local epoch = redis.pcall('HGET', KEYS[1], 'epoch')
 if type(epoch) == 'table' and epoch.err then epoch = false end
-if epoch and epoch ~= ARGV[1] then return {'LOST', epoch} end
+local function spelled(e)
+  return e == '0' or (#e <= 16 and string.match(e, '^[1-9a-f][0-9a-f]*$') ~= nil)
+end
+if epoch and epoch ~= ARGV[1] and spelled(epoch) then return {'LOST', epoch} end
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
 return {'OK'}
 "#;

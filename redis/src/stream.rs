@@ -290,8 +290,9 @@ impl RedisStream {
     /// Deletes every key of this incarnation of the stream. Readers and resumes then get "stream
     /// lost". If the stream was already deleted, or created again (another epoch), nothing is
     /// deleted: the newer incarnation is not this handle's to remove. A stream whose meta key
-    /// holds something other than a hash ([`Error::Corrupt`]) is deleted too: that is the way to
-    /// recover it.
+    /// holds something other than a hash, or a hash whose epoch is not spelled as an epoch
+    /// ([`Error::Corrupt`]), is deleted too: that is the way to recover it (without a handle:
+    /// [`RedisBackend::purge`](crate::RedisBackend::purge)).
     ///
     /// # Errors
     /// [`Error::Unavailable`].

@@ -251,6 +251,43 @@ async fn an_inconsistent_window_is_corrupt_for_append_resume_and_release() {
     }
 }
 
+/// A stream whose epoch is not spelled as an epoch is no incarnation: its handle's `delete`
+/// deletes it (a newer incarnation's keys would be left alone), and without a handle, which no
+/// `open` or `create` gives, the backend's `purge` does. Either way `create` works again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_with_a_garbage_epoch_is_deleted_by_delete_and_by_purge() {
+    let server = RedisServer::start();
+    let backend = server.backend().await;
+    let exists = |stream: &RedisStream| -> u64 {
+        redis::cmd("EXISTS")
+            .arg(stream.key_names().to_vec())
+            .query(&mut server.raw())
+            .unwrap()
+    };
+    for (name, garbage) in [("by-handle", "not-hex"), ("by-purge", "0a")] {
+        let stream = with_events(&backend, name, 2).await;
+        hset(&server, stream.key_names()[0], "epoch", garbage);
+        assert_corrupt("open", backend.open(&sid(name)).await.map(|_| ()));
+        assert_corrupt("create", backend.create(&sid(name), 64).await.map(|_| ()));
+        if name == "by-handle" {
+            stream.delete().await.unwrap();
+        } else {
+            backend.purge(&sid(name)).await.unwrap();
+        }
+        assert_eq!(exists(&stream), 0, "{name}: every key deleted");
+        let again = backend.create(&sid(name), 64).await.unwrap();
+        assert_eq!(again.state().await.unwrap().head, 0, "{name}");
+    }
+    // A newer incarnation (a well-spelled epoch) is not an old handle's to delete.
+    let old = with_events(&backend, "newer", 1).await;
+    hset(&server, old.key_names()[0], "epoch", "abc");
+    old.delete().await.unwrap();
+    assert!(
+        exists(&old) > 0,
+        "another incarnation's keys are left alone"
+    );
+}
+
 /// A head of 2^53 (one past the last id the backend hands out) written behind its back is
 /// corrupt for every operation, so no cursor above the last id is taken for "at the head".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
