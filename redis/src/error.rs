@@ -156,6 +156,18 @@ impl Error {
         if unreachable_for_now(&err) {
             return Error::Unavailable(err);
         }
+        if let Some((node, slot)) = err.redirect_node() {
+            // A Redis Cluster node redirecting to the node that serves the stream's slot. The
+            // backend is not a Cluster client: it sends every command to the node its URL
+            // names, so for this backend the stream is out of reach for good.
+            return Error::Server(redis::RedisError::from((
+                err.kind(),
+                "the stream's keys are in a Redis Cluster slot that another node serves; this \
+                 backend sends every command to the one node its URL names (docs/scaling.md, \
+                 Redis Cluster)",
+                format!("slot {slot} is served by {node}"),
+            )));
+        }
         match err.code() {
             Some("OOM") => Error::OutOfMemory(err.detail().unwrap_or("").to_owned()),
             Some("RRCORRUPT") => Error::Corrupt {
