@@ -44,7 +44,12 @@ pub struct RedisConfig {
     /// How long one blocked `XREAD` waits before the waiting readers re-check the stream (expiry,
     /// deletion). The blocking read's dedicated connection allows this plus `response_timeout`.
     pub block: Duration,
-    /// Response timeout of the shared connection (every command except a blocked read). Not zero.
+    /// Response timeout of the shared connection (every command except a blocked read), and the
+    /// margin a blocked read's reply has past `block`. Not zero. A reply later than this is
+    /// [`Error::Unavailable`]; for the readers waiting on a stream's blocked read, their reads end
+    /// with it (an SSE connection with its `backend_unavailable` frame, which the client resumes
+    /// from). So keep it well above Redis's latency on a loaded host: the default is 2 s, and a
+    /// margin of 100 ms ended idle readers on a healthy Redis beside a busy CPU.
     pub response_timeout: Duration,
     /// How long [`RedisBackend::connect`] may take in all, and each later reconnection attempt
     /// of a connection. Not zero.
