@@ -7,7 +7,7 @@
 //! without a copy. Redis holds the same events as the log of record for resumes that land
 //! elsewhere (`RingEventStore::remote_resume`, in `remote.rs`). A connection on the owning replica
 //! is never handed an event before Redis acknowledged it (the *durable* mark, `Gate` in
-//! `stream.rs`).
+//! `gate.rs`).
 //!
 //! Names: the store's stream `s7` of store epoch `9f3a2c1e` is the Redis stream `9f3a2c1e-s7`
 //! (keys `<prefix>:{9f3a2c1e-s7}:…`, one hash tag per stream). Wire ids keep the store's format

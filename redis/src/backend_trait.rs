@@ -42,9 +42,9 @@ impl Backend for RedisStream {
         })
     }
 
-    /// From the handle's shared blocking read (`tail.rs`), while its readers wait on it: the
-    /// newest id it read and the floor after the releases it saw. Spares each connection's writer
-    /// a state read per chunk.
+    /// From the handle's shared blocking read (`tail_task.rs`, its view in `tail.rs`), while its
+    /// readers wait on it: the newest id it read and the floor after the releases it saw. Spares
+    /// each connection's writer a state read per chunk.
     fn recent_window(&self) -> Option<Window> {
         let (floor, head) = self.tail.recent_window()?;
         Some(Window { floor, head })

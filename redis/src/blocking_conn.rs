@@ -1,5 +1,5 @@
 //! A connection of its own for one caller's blocking reads (`XREAD BLOCK`), whose read outlives a
-//! cancelled caller. The caller is a stream handle's shared tail (`tail.rs`) or a producer waiting
+//! cancelled caller. The caller is a stream handle's shared tail (`tail_task.rs`) or a producer waiting
 //! for room in the window.
 //!
 //! Redis answers a connection's commands in order, and a blocked `XREAD` holds its connection until

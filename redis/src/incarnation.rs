@@ -77,8 +77,9 @@ impl RedisStream {
     /// (A newer incarnation that another replica created meanwhile is left alone.) It deletes
     /// nothing for any other error; a [`Corrupt`](Error::Corrupt) stream, whose keys hold foreign
     /// data, is left to an operator ([`RedisBackend::purge`](crate::RedisBackend::purge), or
-    /// [`delete`](Self::delete) on a handle) and this fails with `Corrupt` again. For an error that is not a loss at all, this opens the incarnation that
-    /// is there, which may be this one.
+    /// [`delete`](Self::delete) on a handle) and this fails with `Corrupt` again. For an error
+    /// that is not a loss at all, this opens the incarnation that is there, which may be this
+    /// one.
     ///
     /// It opens whatever incarnation Redis has. A Redis restored from a snapshot taken before
     /// the stream was last created again brings back an older epoch with a short log, and this

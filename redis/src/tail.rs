@@ -539,7 +539,7 @@ impl Tail {
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct CtlNews {
     /// ctl's newest id.
-    pub(crate) newest: String,
+    newest: String,
     /// The highest id released, if every new entry is a release and the read saw them all.
     pub(crate) releases_only: Option<u64>,
 }

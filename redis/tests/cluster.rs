@@ -16,16 +16,21 @@ const DEADLINE: Duration = Duration::from_secs(30);
 /// Two cluster nodes, node 1 serving slots 0..=8191 and node 2 the rest, once both report the
 /// cluster healthy.
 async fn two_node_cluster() -> (RedisServer, RedisServer) {
-    let args = [
-        "--cluster-enabled",
-        "yes",
-        "--cluster-config-file",
-        "nodes.conf",
-    ];
-    let (n1, n2) = (
-        RedisServer::start_with(&args),
-        RedisServer::start_with(&args),
-    );
+    // The bus port is given: by default it is the client port + 10000, and a node whose
+    // (ephemeral) client port is above 55535 refuses to start.
+    let node = || {
+        let bus = common::free_port();
+        let server = RedisServer::start_with(&[
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+            "--cluster-port",
+            &bus.to_string(),
+        ]);
+        (server, bus)
+    };
+    let ((n1, _), (n2, n2_bus)) = (node(), node());
     for (node, first, last) in [(&n1, 0, 8191), (&n2, 8192, 16383)] {
         let _: () = redis::cmd("CLUSTER")
             .arg("ADDSLOTSRANGE")
@@ -38,6 +43,7 @@ async fn two_node_cluster() -> (RedisServer, RedisServer) {
         .arg("MEET")
         .arg("127.0.0.1")
         .arg(n2.port)
+        .arg(n2_bus)
         .query(&mut n1.raw())
         .unwrap();
     let started = Instant::now();

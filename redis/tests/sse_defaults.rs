@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use common::RedisServer;
 use futures_util::{FutureExt, StreamExt};
-use http::{HeaderMap, StatusCode};
+use http::{HeaderMap, Method, StatusCode, Uri};
 use replay_ring::CloseReason;
 use replay_ring_redis::RedisStream;
 use replay_ring_sse::axum::{SseConfig, SseProducer, SseStream};
@@ -126,6 +126,50 @@ async fn a_stream_gone_from_redis_is_answered_stream_lost() {
         assert!(text.contains(r#""error":"stream_lost""#), "{text}");
         // A request without a cursor is not told about a header it never sent.
         assert!(!text.contains("Last-Event-ID"), "{text}");
+        // A `HEAD` cannot read the window of a lost stream, and is answered as the `GET` is.
+        let head = sse
+            .respond_to_request_async(&Method::HEAD, &Uri::from_static("/events"), &headers)
+            .await;
+        assert_eq!(head.status(), StatusCode::NOT_FOUND);
+    }
+}
+
+/// A `HEAD` over Redis gets the status and `Replay-*` headers of its `GET`, decided from the
+/// stream's window, for a cursor inside it, below its floor and ahead of its head.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_head_over_redis_is_answered_as_its_get() {
+    let server = RedisServer::start();
+    let (identity, sse, mut publisher) = producing(&server, "headed").await;
+    for n in 1..=5 {
+        publisher.send(format!("{n}")).await.unwrap();
+    }
+    sse.backend().release_through(2).await.unwrap();
+    for (cursor, status) in [
+        (2, StatusCode::OK),
+        (5, StatusCode::OK),
+        (1, StatusCode::RANGE_NOT_SATISFIABLE),
+        (6, StatusCode::CONFLICT),
+    ] {
+        let mut headers = HeaderMap::new();
+        let id = identity.event_id(cursor).to_string();
+        headers.insert("last-event-id", id.parse().unwrap());
+        let uri = Uri::from_static("/events");
+        let head = sse
+            .respond_to_request_async(&Method::HEAD, &uri, &headers)
+            .await;
+        let get = sse.respond_async(&headers).await;
+        assert_eq!(
+            (head.status(), get.status()),
+            (status, status),
+            "after {cursor}"
+        );
+        for name in ["replay-floor", "replay-head", "replay-stream"] {
+            assert_eq!(
+                head.headers().get(name),
+                get.headers().get(name),
+                "after {cursor}: {name}"
+            );
+        }
     }
 }
 

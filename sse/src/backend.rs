@@ -566,10 +566,12 @@ pub trait Backend: Clone + Send + Sync + 'static {
         false
     }
 
-    /// Floor and head, read so that `floor <= head + 1`.
+    /// Floor and head, read so that `floor <= head + 1`. A stream the backend has lost (deleted,
+    /// expired, another incarnation, corrupt) is an error, never an empty window: the endpoint
+    /// answers a `HEAD` from this, and it must not say 200 where the `GET` gets 404.
     ///
     /// # Errors
-    /// [`Unavailable`] if the backend cannot answer.
+    /// [`Unavailable`] if the backend cannot answer, or has lost the stream.
     ///
     /// # Cancel safety
     /// Cancel safe: it only reads.

@@ -323,6 +323,11 @@ async fn an_unreachable_backend_is_a_503_before_the_stream_and_an_explicit_frame
         refused.text()
     );
 
+    // A `HEAD` too: it cannot read the window, and is then answered as the `GET` is.
+    let head = common::head(addr, "/events", &[("Last-Event-ID", "events.abc.1")]).await;
+    assert_eq!(head.status, 503);
+    assert_eq!(head.header("retry-after"), Some("1"));
+
     // Back: the client resumes from its cursor and gets exactly what followed.
     down.send_replace(false);
     producer.send("two").await.unwrap();
@@ -330,7 +335,7 @@ async fn an_unreachable_backend_is_a_503_before_the_stream_and_an_explicit_frame
     let reply = again.read_until(|r| !event_seqs(r).is_empty()).await;
     assert_eq!(reply.status, 200);
     assert_eq!(event_seqs(&reply), [2]);
-    assert_eq!(stream.stats().refused_503, 1);
+    assert_eq!(stream.stats().refused_503, 2);
 }
 
 /// A stream nobody follows here: over the ring, which serves every reader in this process, the

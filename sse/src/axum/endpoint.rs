@@ -106,8 +106,9 @@ impl SseStream {
     /// its own handler (to check a token first, or to pick the stream by path): the cursor from
     /// `Last-Event-ID` or, from a client that cannot set headers, from the
     /// [`LAST_EVENT_ID_QUERY`] parameter of `uri`'s query; a `HEAD` gets the status and headers
-    /// of the `GET` and changes nothing (axum routes a `HEAD` to a `get` handler). A `HEAD` opens
-    /// no reader: it is answered from the window, and not refused when every entry is taken.
+    /// of the `GET` and changes nothing (axum routes a `HEAD` to a `get` handler). A `HEAD` is
+    /// answered from the window and opens no reader (unless the window cannot be read), so it
+    /// gets what the `GET` would get with a free reader entry.
     ///
     /// ```
     /// use axum::extract::State;
@@ -450,13 +451,16 @@ impl<B: Backend<Payload = Bytes>> SseStream<B> {
         to_axum(&plan, Body::from_stream(body))
     }
 
-    /// A refusal carrying the stream's window, or 503 when the backend cannot say what it is.
     /// A `HEAD`'s answer from one read of the window: the status and headers the `GET` would
-    /// get, without opening a tail. A tail would take one of the backend's reader entries until
-    /// it is dropped, and a `GET` arriving meanwhile could be refused (503 `too_many_readers`)
-    /// for a table that `HEAD`s, not connections, filled. So a `HEAD` is never refused for a
-    /// full table. `None` when the window could not be read: the caller answers as for a `GET`,
+    /// get with a free reader entry, without opening a tail. A tail would take one of the
+    /// backend's reader entries until it is dropped, and a `GET` arriving meanwhile could be
+    /// refused (503 `too_many_readers`) for a table that `HEAD`s, not connections, filled.
+    /// `None` when the window could not be read: the caller then opens a tail as for a `GET`,
     /// which tells a lost stream (404) from an unreachable backend (503).
+    ///
+    /// The window decides what it can see: a backend whose `resume` finds more than its
+    /// window shows (Redis, reading a log that lost entries behind its meta key's back) answers
+    /// the `GET` 404 where this answers 200. A `HEAD` delivers nothing, so that is no gap.
     async fn answer_head(&self, cursor: Option<u64>) -> Option<Response> {
         let shared = &self.shared;
         let w = shared.backend.window().await.ok()?;
@@ -492,6 +496,7 @@ impl<B: Backend<Payload = Bytes>> SseStream<B> {
         ))
     }
 
+    /// A refusal carrying the stream's window, or 503 when the backend cannot say what it is.
     async fn refuse_with_state(&self, decision: ResumeDecision) -> Response {
         match self.shared.backend.window().await {
             Ok(w) => self.refuse(&Refused {
@@ -584,8 +589,8 @@ fn add_query_cursors(
 /// from a [`LAST_EVENT_ID_QUERY`] query parameter (as `EventSource` polyfills send it). A `HEAD`
 /// (which axum routes to a `get` handler) is answered with the same status and headers and
 /// changes nothing: it never acknowledges its cursor ([`SseConfig::acknowledge_on_resume`]), nor
-/// holds the window as a connection does ([`Retention`]), nor opens a reader (so it is not
-/// refused when every reader entry is taken), nor counts as a subscriber.
+/// holds the window as a connection does ([`Retention`]), nor opens a reader (it is answered
+/// from the window, as the `GET` would be with a free reader entry), nor counts as a subscriber.
 ///
 /// # Cancel safety
 ///

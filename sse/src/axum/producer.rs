@@ -1,6 +1,7 @@
 //! Publishing into an [`SseStream`]: the crate's [`Publisher`] (the one backpressure loop) over the
 //! stream's ring, with the stream's retention state (and so its slow-consumer policy) as the
-//! policy it consults while the window is full.
+//! policy it consults while the window is full; and the constructors that build a stream with its
+//! producer.
 
 use std::fmt;
 use std::future::Future;
