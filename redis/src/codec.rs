@@ -36,6 +36,11 @@ impl Keys {
             lease: format!("{prefix}:{{{s}}}:lease"),
         }
     }
+
+    /// The four names: meta, log, ctl, lease.
+    pub(crate) fn all(&self) -> [&str; 4] {
+        [&self.meta, &self.log, &self.ctl, &self.lease]
+    }
 }
 
 /// Spells a close reason for the meta hash.

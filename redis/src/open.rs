@@ -118,10 +118,7 @@ impl RedisBackend {
     pub async fn purge(&self, id: &StreamId) -> Result<(), Error> {
         let keys = Keys::new(&self.shared.config.key_prefix, id);
         redis::cmd("DEL")
-            .arg(&keys.meta)
-            .arg(&keys.log)
-            .arg(&keys.ctl)
-            .arg(&keys.lease)
+            .arg(&keys.all()[..])
             .query_async::<()>(&mut self.write_conn())
             .await
             .map_err(|e| Error::from_redis(id, e))

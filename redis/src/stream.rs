@@ -322,8 +322,7 @@ impl RedisStream {
     /// # }
     /// ```
     pub fn key_names(&self) -> [&str; 4] {
-        let k = &self.keys;
-        [&k.meta, &k.log, &k.ctl, &k.lease]
+        self.keys.all()
     }
 
     /// Maps the statuses every script may answer.

@@ -15,7 +15,7 @@ use super::background_release::{poke, BackgroundRelease};
 use super::config::SseConfig;
 use super::shared::{add, EndpointStats, Shared};
 use super::writer::Writer;
-use crate::backend::{Backend, OpenError, Tail};
+use crate::backend::{Backend, OpenError, Tail, Window};
 use crate::{
     encode_priming, last_event_id, EventId, HttpResponse, LastEventIdError, Refused,
     ResumeDecision, Retention, StreamIdentity, StreamState, LAST_EVENT_ID_HEADER,
@@ -367,17 +367,7 @@ impl<B: Backend<Payload = Bytes>> SseStream<B> {
             // one, as a `GET` is.
             drop(tail);
             return match shared.backend.window().await {
-                Ok(w) => {
-                    let state = StreamState {
-                        identity: shared.identity,
-                        floor: w.floor.min(start + 1),
-                        head: w.head,
-                    };
-                    // A body of unknown length, as the `GET`'s: an empty body of known size
-                    // would add `Content-Length: 0`, which a `HEAD` must not claim for a stream.
-                    let none = futures_util::stream::empty::<Result<Bytes, Infallible>>();
-                    to_axum(&HttpResponse::stream(&state), Body::from_stream(none))
-                }
+                Ok(w) => self.head_stream(w, start),
                 Err(_) => self.refuse(&unavailable(None)),
             };
         }
@@ -481,19 +471,23 @@ impl<B: Backend<Payload = Bytes>> SseStream<B> {
                 }
             },
         };
+        Some(self.head_stream(w, start))
+    }
+
+    /// A `HEAD`'s 200: the status and headers of the `GET` whose stream starts after `start`,
+    /// in window `w`, and no body.
+    fn head_stream(&self, w: Window, start: u64) -> Response {
         // As the `GET` advertises it: a replay starts at `start + 1`, which the floor is never
         // above.
         let state = StreamState {
+            identity: self.shared.identity,
             floor: w.floor.min(start + 1),
-            ..state
+            head: w.head,
         };
         // A body of unknown length, as the `GET`'s: an empty body of known size would add
         // `Content-Length: 0`, which a `HEAD` must not claim for a stream.
         let none = futures_util::stream::empty::<Result<Bytes, Infallible>>();
-        Some(to_axum(
-            &HttpResponse::stream(&state),
-            Body::from_stream(none),
-        ))
+        to_axum(&HttpResponse::stream(&state), Body::from_stream(none))
     }
 
     /// A refusal carrying the stream's window, or 503 when the backend cannot say what it is.
