@@ -41,7 +41,11 @@ pub const COALESCE_MAX_YIELDS: u32 = 4;
 /// unpinned again. A fixed number of steps, no retry loop: (after a park) the active-bit RMWs (leaf,
 /// summary, segment: up to three), one store, one fence, one load of the active bit, (if the
 /// producer deactivated the entry) those RMWs again and a second fence, and one load of the floor.
-pub(crate) fn pin_and_check<T>(
+///
+/// # Safety
+///
+/// The caller owns `index`: a claim handed it out to the caller and it was not freed since.
+pub(crate) unsafe fn pin_and_check<T>(
     shared: &Shared<T>,
     index: usize,
     active: &mut bool,
@@ -53,7 +57,8 @@ pub(crate) fn pin_and_check<T>(
         shared.readers.activate(index);
         *active = true;
     }
-    let entry = shared.readers.entry(index);
+    // SAFETY: the caller's claim handed `index` out (our contract).
+    let entry = unsafe { shared.readers.entry(index) };
     // Release: pairs with the producer's Acquire pin scan, so this reader's earlier reads of ids
     // below `next` happen-before the producer overwrites them.
     entry.pin.store(next, ord("pin_relaxed", Release, Relaxed));
@@ -239,7 +244,12 @@ impl<T> fmt::Debug for Reader<T> {
 
 impl<T> Reader<T> {
     /// A reader on entry `index`; `active` says whether `pin_and_check` set its active bit.
-    pub(crate) fn new(
+    ///
+    /// # Safety
+    ///
+    /// The caller owns `index` (a claim handed it out to the caller and it was not freed since)
+    /// and hands it over: the reader uses it as its own and frees it when dropped.
+    pub(crate) unsafe fn new(
         shared: Arc<Shared<T>>,
         index: usize,
         cursor: u64,
@@ -247,7 +257,8 @@ impl<T> Reader<T> {
         active: bool,
     ) -> Self {
         Reader {
-            entry: shared.readers.entry_ptr(index),
+            // SAFETY: the caller's claim handed `index` out (our contract).
+            entry: unsafe { shared.readers.entry_ptr(index) },
             shared,
             index,
             cursor,
@@ -394,7 +405,11 @@ impl<T> Reader<T> {
     fn pin_cursor(&mut self) -> Result<(), ReadError> {
         if !self.pinned {
             let shared = &*self.shared;
-            if let Err(floor) = pin_and_check(shared, self.index, &mut self.active, self.cursor) {
+            // SAFETY: `self.index` is this reader's own claim (`Reader::new`'s contract), freed only
+            // when the reader drops.
+            let pinned =
+                unsafe { pin_and_check(shared, self.index, &mut self.active, self.cursor) };
+            if let Err(floor) = pinned {
                 // Acquire: pairs with the producer's Release publish; for the error's content only.
                 let head = shared.head.load(Acquire);
                 let gap = ReadError::Gap {
@@ -784,8 +799,12 @@ impl<T> Drop for Reader<T> {
         impl<T> Drop for FreeEntry<'_, T> {
             fn drop(&mut self) {
                 let r = self.0;
-                r.shared
-                    .free_reader_entry(r.index, r.active, r.registered, r.blocked);
+                // SAFETY: `r.index` is this reader's own claim (`Reader::new`'s contract), given up
+                // here as the reader drops; the entry pointer is not used after.
+                unsafe {
+                    r.shared
+                        .free_reader_entry(r.index, r.active, r.registered, r.blocked)
+                };
             }
         }
         let _free = FreeEntry(self);
@@ -865,8 +884,10 @@ mod tests {
             .read_timeout(Duration::from_millis(1))
             .unwrap()
             .is_none());
-        assert!(shared.readers.entry(index).thread_waker.is_bound());
+        // SAFETY: `index` was handed out by the reader's claim; a freed entry stays initialised.
+        let entry = unsafe { shared.readers.entry(index) };
+        assert!(entry.thread_waker.is_bound());
         drop(reader);
-        assert!(!shared.readers.entry(index).thread_waker.is_bound());
+        assert!(!entry.thread_waker.is_bound());
     }
 }

@@ -259,28 +259,28 @@ impl<T> ReplayRing<T> {
             }
         };
         let index = shared.claim_reader_entry()?;
-        let entry = shared.readers.entry(index);
+        // SAFETY: `index` was just claimed, on this thread.
+        let entry = unsafe { shared.readers.entry(index) };
         let Some(first) = first else {
             entry.counters.count(&entry.counters.resumes_noop);
             // `last == head <= LAST_ID`: no overflow.
-            return Ok(Reader::new(
-                self.shared.clone(),
-                index,
-                last + 1,
-                false,
-                false,
-            ));
+            // SAFETY: the claim is ours, and the reader takes it over.
+            let reader = unsafe { Reader::new(self.shared.clone(), index, last + 1, false, false) };
+            return Ok(reader);
         };
         // The snapshot said `first` is retained; the pin makes it stay so, or finds that a release
         // overtook us.
         let mut active = false;
-        match crate::reader::pin_and_check(shared, index, &mut active, first) {
+        // SAFETY: the claim is ours.
+        match unsafe { crate::reader::pin_and_check(shared, index, &mut active, first) } {
             Ok(()) => {
                 entry.counters.count(&entry.counters.resumes_ok);
-                Ok(Reader::new(self.shared.clone(), index, first, true, active))
+                // SAFETY: the claim is ours, and the reader takes it over.
+                Ok(unsafe { Reader::new(self.shared.clone(), index, first, true, active) })
             }
             Err(floor) => {
-                shared.free_reader_entry(index, active, false, false);
+                // SAFETY: the claim is ours, and is given up here (nothing else holds `index`).
+                unsafe { shared.free_reader_entry(index, active, false, false) };
                 // Re-read the head: the floor came from a release of an id <= the head at that time,
                 // so this snapshot keeps `floor <= head + 1` (the head read above may predate it).
                 // Acquire: pairs with the producer's Release publish.
@@ -329,13 +329,8 @@ impl<T> ReplayRing<T> {
         // Acquire: pairs with the producer's Release publish.
         let head = self.shared.head.load(Acquire);
         // `head <= LAST_ID`: no overflow.
-        Ok(Reader::new(
-            self.shared.clone(),
-            index,
-            head + 1,
-            false,
-            false,
-        ))
+        // SAFETY: `index` was just claimed, on this thread, and the reader takes it over.
+        Ok(unsafe { Reader::new(self.shared.clone(), index, head + 1, false, false) })
     }
 
     /// A snapshot of the stream's counters.

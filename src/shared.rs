@@ -141,11 +141,22 @@ impl<T> Shared<T> {
     /// whether a blocking wait recorded its thread. The waker and the thread are released (a
     /// dropped reader keeps no task or thread handle alive); the entry may stay on the wait list
     /// until the next push, which then wakes nobody.
-    pub(crate) fn free_reader_entry(&self, index: usize, active: bool, waker: bool, thread: bool) {
+    ///
+    /// # Safety
+    ///
+    /// The caller owns `index` (a claim handed it out and it was not freed since) and gives it up.
+    pub(crate) unsafe fn free_reader_entry(
+        &self,
+        index: usize,
+        active: bool,
+        waker: bool,
+        thread: bool,
+    ) {
         if active {
             self.readers.deactivate(index);
         }
-        let entry = self.readers.entry(index);
+        // SAFETY: the claim that handed `index` out is the caller's (our contract).
+        let entry = unsafe { self.readers.entry(index) };
         // Dropped once the entry is free: a waker whose `drop` panics then leaks no entry.
         let waker = if waker { entry.waker.take() } else { None };
         // A blocking wait's thread: the owner is gone, and no wait of it is pending. Only a reader
@@ -156,7 +167,8 @@ impl<T> Shared<T> {
         }
         #[cfg(replay_ring_loom)]
         let _ = thread;
-        self.readers.free(index);
+        // SAFETY: the caller owns `index` and gives it up (our contract); nothing here uses it after.
+        unsafe { self.readers.free(index) };
         drop(waker);
     }
 

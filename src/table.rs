@@ -210,10 +210,16 @@ impl Segment {
             != 0
     }
 
-    /// Entry `offset`, which a claim has initialised and handed out (every caller reached the
-    /// index through an Acquire that follows the initialisation).
+    /// Entry `offset`.
+    ///
+    /// # Safety
+    ///
+    /// The entry is initialised, and its initialisation happens-before this call: the index was
+    /// handed out by a claim (at any time before: an entry is never de-initialised while its
+    /// segment lives), and reached the caller through its own claim or through an Acquire that
+    /// follows the initialisation. A debug assertion checks the first half.
     #[inline]
-    fn entry(&self, offset: usize) -> &ReaderEntry {
+    unsafe fn entry(&self, offset: usize) -> &ReaderEntry {
         // Relaxed: a check only, which must not add an edge that would hide a missing one. If the
         // initialisation happens-before this call, coherence makes its bit visible here.
         debug_assert!(
@@ -221,10 +227,9 @@ impl Segment {
             "entry {offset} used before its claim"
         );
         let _track = self.trackers.get(offset).read();
-        // SAFETY: every caller got `offset` from a claim, which initialised the entry before it
-        // handed the index out (this function's contract; the assertion above only checks it in
-        // debug builds); the entry is never written again while the segment lives, and the
-        // initialisation happens-before this read (the index came through an Acquire after it).
+        // SAFETY: the entry is initialised and its initialisation happens-before this read (this
+        // function's contract); it is never written again while the segment lives, so a shared
+        // reference to it never aliases a write.
         unsafe { (*self.entries[offset].get()).assume_init_ref() }
     }
 
@@ -281,7 +286,8 @@ impl Segment {
         if cfg!(replay_ring_loom) {
             return false;
         }
-        let touched = &self.entry(word * WORD_BITS + b).touched;
+        // SAFETY: the active bit of `b` was set, and so the entry initialised (see `pin_of`).
+        let touched = unsafe { &self.entry(word * WORD_BITS + b).touched };
         // Relaxed: a hint, read and cleared only here; its value orders nothing.
         touched.load(Relaxed) && {
             touched.store(false, Relaxed);
@@ -289,15 +295,17 @@ impl Segment {
         }
     }
 
-    /// The pin of entry `b` of leaf word `word`.
+    /// The pin of entry `b` of leaf word `word`, whose active bit `scan_word` found set.
     fn pin_of(&self, word: usize, b: usize) -> u64 {
+        // SAFETY: only a claim's owner sets its entry's active bit (`activate`, `reactivate`),
+        // after the claim initialised the entry, with a Release RMW that `scan_word`'s Acquire
+        // load of the word pairs with; so the initialisation happens-before this read.
+        let entry = unsafe { self.entry(word * WORD_BITS + b) };
         // Acquire: pairs with the Release pin and unpin stores in `reader.rs`, so the reader's
         // earlier slot reads happen-before we overwrite them.
-        self.entry(word * WORD_BITS + b).pin.load(crate::sync::ord(
-            "pin_scan_relaxed",
-            Acquire,
-            Relaxed,
-        ))
+        entry
+            .pin
+            .load(crate::sync::ord("pin_scan_relaxed", Acquire, Relaxed))
     }
 }
 
@@ -394,16 +402,30 @@ impl ReaderTable {
         (segment, offset)
     }
 
-    /// The entry at `index`, which must have been handed out by `claim`.
+    /// The entry at `index`.
+    ///
+    /// # Safety
+    ///
+    /// `index` was handed out by [`claim`](Self::claim) (at any time before: entries are never
+    /// de-initialised while the table lives), and that claim happens-before this call: the caller
+    /// made it, or reached the index through an Acquire that follows it (the wait list, the free
+    /// list).
     #[inline]
-    pub(crate) fn entry(&self, index: usize) -> &ReaderEntry {
+    pub(crate) unsafe fn entry(&self, index: usize) -> &ReaderEntry {
         let (segment, offset) = self.segment_of(index);
-        segment.entry(offset)
+        // SAFETY: the claim that handed `index` out initialised the entry first (`initialise`,
+        // or the table's constructor for segment 0), and happens-before this call (our contract).
+        unsafe { segment.entry(offset) }
     }
 
     /// A pointer to the entry at `index` that stays valid as long as the table lives.
-    pub(crate) fn entry_ptr(&self, index: usize) -> NonNull<ReaderEntry> {
-        NonNull::from(self.entry(index))
+    ///
+    /// # Safety
+    ///
+    /// As for [`entry`](Self::entry).
+    pub(crate) unsafe fn entry_ptr(&self, index: usize) -> NonNull<ReaderEntry> {
+        // SAFETY: our contract is `entry`'s.
+        NonNull::from(unsafe { self.entry(index) })
     }
 
     /// Claims an entry: the most recently freed one, or a fresh one (allocating its segment if
@@ -418,7 +440,9 @@ impl ReaderTable {
             let index = (head & INDEX_MASK) as usize - 1;
             // Relaxed: a stale `next` (the entry was popped and pushed again meanwhile) is caught by
             // the tag in the CAS below.
-            let next = self.entry(index).free_next.load(Relaxed);
+            // SAFETY: only `free` pushes an index, one its owner got from a claim; our Acquire
+            // load or failed CAS of `free` pairs with the Release CAS that pushed it.
+            let next = unsafe { self.entry(index) }.free_next.load(Relaxed);
             let new = (((head >> INDEX_BITS) + 1) << INDEX_BITS) | next;
             let take = crate::sync::ord("free_take_relaxed", Acquire, Relaxed);
             match self.free.compare_exchange(head, new, take, take) {
@@ -465,8 +489,10 @@ impl ReaderTable {
                 crate::sync::ord("grown_raise_relaxed", Release, Relaxed),
             );
         }
+        // SAFETY: `index` is this claim's: popped from the free list or fresh and initialised.
+        let entry = unsafe { self.entry(index) };
         // Relaxed: only metrics read it.
-        self.entry(index).claimed.store(true, Relaxed);
+        entry.claimed.store(true, Relaxed);
         index
     }
 
@@ -512,8 +538,14 @@ impl ReaderTable {
 
     /// Returns entry `index` to the free list. Its owner must have unpinned it and cleared its
     /// active bit; it may still be on the wait list (the producer's next wake takes it off).
-    pub(crate) fn free(&self, index: usize) {
-        let entry = self.entry(index);
+    ///
+    /// # Safety
+    ///
+    /// The caller owns `index` (its claim handed it out and it was not freed since), and gives it
+    /// up: a second `free` of it would let two claims hand it out at once.
+    pub(crate) unsafe fn free(&self, index: usize) {
+        // SAFETY: the caller's claim handed `index` out (our contract).
+        let entry = unsafe { self.entry(index) };
         // Relaxed: only metrics read it.
         entry.claimed.store(false, Relaxed);
         // Relaxed: only a first guess for the CAS below, which fails and reloads on a stale one.
@@ -671,7 +703,11 @@ impl ReaderTable {
         for index in 0..fresh {
             let (seg, offset) = self.locate(index);
             match self.segment(seg) {
-                Some(segment) if segment.is_initialised(offset) => f(segment.entry(offset)),
+                Some(segment) if segment.is_initialised(offset) => {
+                    // SAFETY: `is_initialised`'s Acquire load saw the bit that `initialise` set
+                    // with Release after writing the entry.
+                    f(unsafe { segment.entry(offset) })
+                }
                 _ => {}
             }
         }
@@ -749,6 +785,12 @@ mod tests {
         }
     }
 
+    /// The entry of `index`, which this test claimed from `table` on this thread.
+    fn claimed(table: &ReaderTable, index: usize) -> &ReaderEntry {
+        // SAFETY: every caller passes an index that `claim` returned on this thread.
+        unsafe { table.entry(index) }
+    }
+
     /// Segments are written entry by entry as claims reach them.
     #[test]
     fn claims_initialise_their_entries_not_their_segments() {
@@ -789,8 +831,8 @@ mod tests {
         let (pinned_a, pinned_b) = (indices[7], indices[4_321]);
         // Relaxed (every store in this test): one thread does the stores and the scans, in
         // program order.
-        table.entry(pinned_a).pin.store(40, Relaxed);
-        table.entry(pinned_b).pin.store(30, Relaxed);
+        claimed(&table, pinned_a).pin.store(40, Relaxed);
+        claimed(&table, pinned_b).pin.store(30, Relaxed);
 
         assert_eq!(table.min_pin(100), 30);
         let active: Vec<usize> = indices
@@ -804,11 +846,11 @@ mod tests {
 
         // An unpinned entry leaves at the next scan; one that pins again after setting its bit
         // (as `reader::pin_and_check` does when it finds the bit cleared) is visited again.
-        table.entry(pinned_b).pin.store(UNPINNED, Relaxed);
+        claimed(&table, pinned_b).pin.store(UNPINNED, Relaxed);
         assert_eq!(table.min_pin(100), 40);
         assert!(!table.is_active(pinned_b));
         table.activate(indices[99]);
-        table.entry(indices[99]).pin.store(20, Relaxed);
+        claimed(&table, indices[99]).pin.store(20, Relaxed);
         assert_eq!(table.min_pin(100), 20);
         assert!(table.is_active(indices[99]) && table.is_active(pinned_a));
     }
@@ -829,17 +871,17 @@ mod tests {
         // loads, in program order.
         assert_eq!(table.active_segments.load(Relaxed), every_later_segment);
 
-        table.entry(last).pin.store(30, Relaxed);
+        claimed(&table, last).pin.store(30, Relaxed);
         assert_eq!(table.min_pin(100), 30);
         assert_eq!(table.active_segments.load(Relaxed), segment_bit(last));
 
-        table.entry(last).pin.store(UNPINNED, Relaxed);
+        claimed(&table, last).pin.store(UNPINNED, Relaxed);
         assert_eq!(table.min_pin(100), 100);
         assert_eq!(table.active_segments.load(Relaxed), 0);
 
         let middle = indices[1_000];
         table.activate(middle);
-        table.entry(middle).pin.store(20, Relaxed);
+        claimed(&table, middle).pin.store(20, Relaxed);
         assert_eq!(table.min_pin(100), 20);
         assert_eq!(table.active_segments.load(Relaxed), segment_bit(middle));
     }
@@ -851,7 +893,7 @@ mod tests {
         let table = ReaderTable::new(1);
         let i = table.claim().unwrap();
         table.activate(i);
-        let entry = table.entry(i);
+        let entry = claimed(&table, i);
         // Between two reads at every scan: pinned (and touched) since the previous scan.
         for _ in 0..3 {
             // Relaxed: one thread does the store and the scan, in program order.

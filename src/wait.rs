@@ -86,7 +86,9 @@ impl WaitList {
             .swap(0, crate::sync::ord("wake_take_relaxed", Acquire, Relaxed));
         let mut panic = None;
         while next != 0 {
-            let entry = table.entry(next as usize - 1);
+            // SAFETY: only a claim's owner lists its entry (`enqueue`), after the claim, with the
+            // Release CAS our Acquire swap pairs with (through the list's release sequence).
+            let entry = unsafe { table.entry(next as usize - 1) };
             let clear_first = crate::sync::mutant("clear_queued_before_next");
             if clear_first {
                 // The mutant's step, with the real one's ordering (see below): only its place moves.
