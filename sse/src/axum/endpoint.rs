@@ -1,5 +1,6 @@
 //! The event-stream responder: one GET in, one response out (a 200 stream or an explicit refusal).
 
+use std::borrow::Cow;
 use std::convert::Infallible;
 use std::sync::Arc;
 
@@ -129,7 +130,7 @@ impl SseStream {
     /// }
     /// ```
     pub fn respond_to_request(&self, method: &Method, uri: &Uri, headers: &HeaderMap) -> Response {
-        let headers = with_query_cursor(headers.clone(), uri.query());
+        let headers = with_query_cursor(Cow::Borrowed(headers), uri.query());
         self.respond_as(&headers, Request::of(method))
     }
 
@@ -303,7 +304,7 @@ impl<B: Backend<Payload = Bytes>> SseStream<B> {
         uri: &Uri,
         headers: &HeaderMap,
     ) -> Response {
-        let headers = with_query_cursor(headers.clone(), uri.query());
+        let headers = with_query_cursor(Cow::Borrowed(headers), uri.query());
         self.respond_to(&headers, Request::of(method)).await
     }
 
@@ -536,7 +537,9 @@ pub const LAST_EVENT_ID_QUERY: &str = "lastEventId";
 /// parameters too (an old form-encoding convention some clients still use; otherwise
 /// `?a=1;lastEventId=…` hides the cursor inside `a`'s value, and no event id contains a `;`).
 /// So a query the exact rule reads is read as it always was.
-fn with_query_cursor(headers: HeaderMap, query: Option<&str>) -> HeaderMap {
+///
+/// Borrowed headers are copied only when a cursor is added to them.
+fn with_query_cursor<'h>(headers: Cow<'h, HeaderMap>, query: Option<&str>) -> Cow<'h, HeaderMap> {
     let Some(query) = query else {
         return headers;
     };
@@ -556,11 +559,11 @@ fn with_query_cursor(headers: HeaderMap, query: Option<&str>) -> HeaderMap {
 }
 
 /// [`with_query_cursor`] for the parameters of `query` whose name `is_cursor` accepts.
-fn add_query_cursors(
-    mut headers: HeaderMap,
+fn add_query_cursors<'h>(
+    mut headers: Cow<'h, HeaderMap>,
     query: &str,
     is_cursor: impl Fn(&str) -> bool,
-) -> HeaderMap {
+) -> Cow<'h, HeaderMap> {
     for (key, value) in form_urlencoded::parse(query.as_bytes()) {
         if !is_cursor(&key) || value.is_empty() {
             continue;
@@ -573,7 +576,7 @@ fn add_query_cursors(
             .collect();
         let value =
             HeaderValue::from_bytes(&bytes).unwrap_or(HeaderValue::from_static("malformed"));
-        headers.append(LAST_EVENT_ID_HEADER, value);
+        headers.to_mut().append(LAST_EVENT_ID_HEADER, value);
     }
     headers
 }
@@ -605,7 +608,7 @@ pub async fn events(
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Response {
-    let headers = with_query_cursor(headers, query.as_deref());
+    let headers = with_query_cursor(Cow::Owned(headers), query.as_deref());
     stream.respond_as(&headers, Request::of(&method))
 }
 
@@ -664,7 +667,7 @@ pub async fn backend_events<B: Backend<Payload = Bytes>>(
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Response {
-    let headers = with_query_cursor(headers, query.as_deref());
+    let headers = with_query_cursor(Cow::Owned(headers), query.as_deref());
     stream.respond_to(&headers, Request::of(&method)).await
 }
 
