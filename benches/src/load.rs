@@ -1,7 +1,9 @@
 //! The SSE load client: C connections to `GET /events`, every frame counted and checked.
 //!
 //! Each connection follows its stream until the server ends it (`event: end`) and checks that its
-//! ids are gap-free from the first event it got (`replay_ring_sse::client::ContinuityVerifier`),
+//! ids are gap-free from the first event it got, or from id 1 with [`LoadSpec::from_first`]
+//! (`replay_ring_sse::client::ContinuityVerifier`; the example server's wire ids are checked for
+//! their stream and epoch too),
 //! that the payload names the same id, and that it got every id up to the last one published. A
 //! server that lags a connection (tokio broadcast's `Lagged`) shows up as a gap: counted in
 //! `dropped`, never hidden.
@@ -52,6 +54,10 @@ pub struct LoadSpec {
     pub events: u64,
     /// Give up (and report the unfinished connections) after this long.
     pub timeout: Duration,
+    /// Every connection was open before the server published its first event (a server started
+    /// with `--start-after C`): each must get id 1 first, so ids missed before a connection's
+    /// first event count as dropped too.
+    pub from_first: bool,
 }
 
 /// What one run measured. Serialized as one JSON line by the `sse-load` bin.
@@ -141,8 +147,9 @@ pub async fn run(spec: &LoadSpec) -> io::Result<LoadReport> {
         .map(|i| {
             let (shared, connects) = (shared.clone(), connects.clone());
             let (addr, events, sample) = (spec.addr, spec.events, i % stride == 0);
+            let from_first = spec.from_first;
             tokio::spawn(async move {
-                let work = connection(addr, events, sample, &shared, &connects);
+                let work = connection(addr, events, from_first, sample, &shared, &connects);
                 match tokio::time::timeout_at(deadline, work).await {
                     Ok(tally) => tally,
                     Err(_) => ConnTally {
@@ -245,6 +252,7 @@ pub async fn run(spec: &LoadSpec) -> io::Result<LoadReport> {
 async fn connection(
     addr: SocketAddr,
     events: u64,
+    from_first: bool,
     sample: bool,
     shared: &Shared,
     connects: &Semaphore,
@@ -268,7 +276,11 @@ async fn connection(
         }
     };
     shared.all_connected.notify_one();
-    let mut verifier = ContinuityVerifier::new();
+    let mut verifier = if from_first {
+        ContinuityVerifier::with_cursor(0)
+    } else {
+        ContinuityVerifier::new()
+    };
     let mut stream = BodyDataStream::new(body).eventsource();
     while let Some(event) = stream.next().await {
         let event = match event {
@@ -295,11 +307,12 @@ async fn connection(
             }
         }
         let received = Instant::now();
-        // The example server's ids are `stream.epoch.seq`; the baseline's are plain numbers.
-        let id = match EventId::parse(&event.id) {
-            Ok(id) => id.seq,
+        // The example server's ids are `stream.epoch.seq` (whose stream and epoch must not change
+        // within the connection); the baseline's are plain numbers.
+        let (id, wire) = match EventId::parse(&event.id) {
+            Ok(wire) => (wire.seq, Some(wire)),
             Err(_) => match event.id.parse::<u64>() {
-                Ok(id) => id,
+                Ok(id) => (id, None),
                 Err(_) => {
                     tally.error = Some(format!("unparsable id {:?}", event.id));
                     break;
@@ -309,13 +322,21 @@ async fn connection(
         if event.data.is_empty() {
             // A priming event (the example server's first frame: an id and no data) sets the
             // cursor, so the first real event is checked too.
-            if let Err(e) = verifier.on_priming(id) {
+            let primed = match &wire {
+                Some(wire) => verifier.on_priming_id(wire),
+                None => verifier.on_priming(id),
+            };
+            if let Err(e) = primed {
                 tally.error = Some(e.to_string());
                 break;
             }
             continue;
         }
-        match verifier.on_event(id) {
+        let checked = match &wire {
+            Some(wire) => verifier.on_event_id(wire),
+            None => verifier.on_event(id),
+        };
+        match checked {
             Ok(()) => {}
             Err(ContinuityError::Gap { expected, got, .. }) => tally.dropped += got - expected,
             Err(ContinuityError::Duplicate { .. }) => tally.duplicates += 1,

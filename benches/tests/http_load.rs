@@ -35,6 +35,7 @@ fn load(spec: ServerSpec) -> LoadReport {
         connections: spec.connections,
         events: spec.events,
         timeout: Duration::from_secs(120),
+        from_first: spec.start_after.is_some(),
     };
     let report = tokio::runtime::Runtime::new()
         .unwrap()
@@ -137,4 +138,30 @@ fn keep_alive_events_are_passed_over_and_every_stream_stays_whole() {
     assert_eq!((report.dropped, report.duplicates), (0, 0), "{report:?}");
     assert_eq!(report.frames, CONNECTIONS as u64 * EVENTS, "{report:?}");
     assert!(report.keep_alive_events > 0, "{report:?}");
+}
+
+/// A baseline whose channel holds one event, publishing as fast as it can to connections that
+/// were all open before its first event: connections lag, and every id a connection missed is
+/// counted as dropped, those before its first event included (every connection was owed id 1).
+#[test]
+fn a_lagging_baseline_has_every_missed_id_counted_as_dropped() {
+    const EVENTS: u64 = 3_000;
+    let report = load(ServerSpec {
+        kind: ServerKind::Baseline,
+        bin: PathBuf::from(env!("CARGO_BIN_EXE_sse-baseline")),
+        rate: 0.0,
+        events: EVENTS,
+        capacity: 1,
+        connections: CONNECTIONS,
+        start_after: Some(CONNECTIONS),
+        extra_args: Vec::new(),
+    });
+    assert_eq!(report.connected, CONNECTIONS, "{report:?}");
+    assert_eq!(report.duplicates, 0, "{report:?}");
+    assert!(report.dropped > 0, "the baseline did not lag: {report:?}");
+    assert_eq!(
+        report.frames + report.dropped,
+        CONNECTIONS as u64 * EVENTS,
+        "every id either delivered or counted as dropped: {report:?}"
+    );
 }

@@ -94,6 +94,7 @@ fn main() -> ExitCode {
                 connections: args.connections,
                 events: args.events,
                 timeout: Duration::from_secs(args.timeout_s),
+                from_first: args.start_after_connected,
             };
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
