@@ -76,6 +76,17 @@ const WORD_BITS: usize = if cfg!(replay_ring_loom) { 2 } else { 64 };
 const INDEX_BITS: u32 = 32;
 const INDEX_MASK: u64 = (1 << INDEX_BITS) - 1;
 
+/// The tag half of a new free-list word: `head`'s tag plus one (wrapping). The `free_list_untagged`
+/// mutant keeps the tag, so a pop that raced with a pop-and-push of the same entry succeeds with a
+/// stale link (model 8b, `race8_entry_reuse`).
+#[inline]
+fn next_tag(head: u64) -> u64 {
+    if crate::sync::mutant("free_list_untagged") {
+        return head & !INDEX_MASK;
+    }
+    ((head >> INDEX_BITS) + 1) << INDEX_BITS
+}
+
 /// One reader's entry. Cache-padded (128 bytes on x86-64 and aarch64) so readers never share a line.
 pub(crate) struct ReaderEntry {
     /// `UNPINNED`, or the lowest id this reader may be borrowing. While `pin = p`, the producer does
@@ -443,7 +454,7 @@ impl ReaderTable {
             // SAFETY: only `free` pushes an index, one its owner got from a claim; our Acquire
             // load or failed CAS of `free` pairs with the Release CAS that pushed it.
             let next = unsafe { self.entry(index) }.free_next.load(Relaxed);
-            let new = (((head >> INDEX_BITS) + 1) << INDEX_BITS) | next;
+            let new = next_tag(head) | next;
             let take = crate::sync::ord("free_take_relaxed", Acquire, Relaxed);
             match self.free.compare_exchange(head, new, take, take) {
                 Ok(_) => return Ok(self.hand_out(index)),
@@ -553,7 +564,7 @@ impl ReaderTable {
         loop {
             // Relaxed: published by the Release CAS below.
             entry.free_next.store(head & INDEX_MASK, Relaxed);
-            let new = (((head >> INDEX_BITS) + 1) << INDEX_BITS) | (index as u64 + 1);
+            let new = next_tag(head) | (index as u64 + 1);
             // Release: pairs with the Acquire CAS in `claim`; our use of the entry happens-before
             // the next owner's.
             let give = crate::sync::ord("free_give_relaxed", Release, Relaxed);

@@ -1,11 +1,13 @@
 //! Race 8: a reader-table entry freed on one thread and claimed on another. The free list's
 //! Release push and Acquire pop order the first owner's use of the entry before the second's:
 //! here, the per-entry resume counters, which only their owner writes (a load and a store, no
-//! RMW), so a second owner that did not see the first's store would lose a count.
+//! RMW), so a second owner that did not see the first's store would lose a count. Model 8b: the
+//! free list's generation tag, which makes a pop that raced with a pop-and-push of the same entry
+//! fail its CAS (the ABA problem of a Treiber stack).
 #![cfg(replay_ring_loom)]
 
 use loom::thread;
-use replay_ring::{ReplayRing, ResumeError};
+use replay_ring::{ReplayRing, ResumeError, TooManyReaders};
 use replay_ring_loom_tests::{drop_and_check_ledger, model, ring_with, Bound, Ledger};
 
 /// Resumes at head 1 and drops the reader: 1 if the resume succeeded, 0 if the entry was taken.
@@ -43,6 +45,47 @@ fn an_entry_freed_on_one_thread_is_claimed_on_another() {
                 "lost count: {succeeded} resumes at the head, {counted} counted"
             );
             drop_and_check_ledger(&ledger, 1, Some(producer), ring);
+        },
+    );
+}
+
+/// Two reader entries, both on the free list (entry 1 on top, linked to entry 0). The other thread
+/// registers one reader: its claim loads the list's head (entry 1) and its link (entry 0), then
+/// CASes. Meanwhile this thread registers two readers (popping entries 1 and 0) and drops the
+/// first (pushing entry 1 back, now linked to nothing). The list's head word then names entry 1
+/// again, as when the other claim loaded it; only the tag tells the two words apart. Were that
+/// CAS to succeed, it would install the stale link to entry 0, which a live reader holds, and a
+/// third registration would get entry 0 a second time. So whenever two readers are live on the
+/// table of two, a third registration must be refused.
+#[test]
+fn a_pop_that_raced_with_a_pop_and_push_of_its_entry_fails() {
+    model(
+        "a_pop_that_raced_with_a_pop_and_push_of_its_entry_fails",
+        Bound::Exhaustive,
+        || {
+            let ledger = Ledger::new(0);
+            let (producer, ring) = ring_with(&ledger, 2, 2, 0);
+            // Entries 0 and 1 claimed fresh, then freed in that order: the list is 1 -> 0.
+            let (first, second) = (ring.reader().unwrap(), ring.reader().unwrap());
+            drop(first);
+            drop(second);
+            let other = {
+                let ring = ring.clone();
+                // Refused when this thread holds both entries at that moment.
+                thread::spawn(move || ring.reader().ok())
+            };
+            let popped = ring.reader().ok();
+            let kept = ring.reader().ok();
+            drop(popped);
+            let theirs = other.join().unwrap();
+            let live = usize::from(kept.is_some()) + usize::from(theirs.is_some());
+            let third = ring.reader();
+            assert!(
+                live < 2 || matches!(third, Err(TooManyReaders { .. })),
+                "free list corrupted: a third reader registered beside {live} live on a table of two"
+            );
+            drop((third, kept, theirs));
+            drop_and_check_ledger(&ledger, 0, Some(producer), ring);
         },
     );
 }
