@@ -173,8 +173,10 @@ impl<T> ReplayRing<T> {
         // `floor()`), so a reader that sees this floor also sees a `head` of at least `id` (read
         // above): `floor <= head + 1` in every snapshot (the `floor_relaxed` and
         // `pin_floor_relaxed` mutants). The producer's Acquire load in `refresh_limit` pairs with
-        // it too, as belt and braces (docs/verification.md). Acquire: the returned floor is used
-        // by the caller.
+        // it too, as belt and braces (docs/verification.md). Acquire: pairs with the Release
+        // half of an earlier releaser's `fetch_max`, whose floor we may return; that releaser's
+        // `head` load then happens-before any `head` our caller loads next, so the returned floor
+        // is at most that `head + 1` too.
         let previous = self
             .shared
             .floor

@@ -46,8 +46,11 @@ pub(crate) struct ReaderCounters {
 impl ReaderCounters {
     /// Single-writer increment: a load and a store, no RMW.
     pub(crate) fn count(&self, counter: &AtomicU64) {
-        // Relaxed: statistics only; the entry's owner is the only writer, and snapshots tolerate a
-        // value that is one behind.
+        // Relaxed: the entry's owner is the only writer, and a snapshot (`Metrics::collect`)
+        // tolerates a value that is one behind. The counters outlive their owner, though: the next
+        // owner's load must see the previous owner's last store, or a count is lost. That is
+        // ordered by the free list, not here: the previous owner's Release CAS in `free` pairs with
+        // the Acquire pop in `claim` (model 8, mutants `free_give_relaxed`/`free_take_relaxed`).
         counter.store(counter.load(Relaxed) + 1, Relaxed);
     }
 }
@@ -533,7 +536,9 @@ impl ReaderTable {
         let len = self.segment_bounds(seg).1;
         let new = Box::into_raw(Box::new(Segment::new(len)));
         // Release: pairs with the Acquire load in `segment`, publishing the segment's bitmaps (its
-        // entries are initialised later, one by one, by their claims).
+        // entries are initialised later, one by one, by their claims). Relaxed on failure: the
+        // loser only frees its own copy, and reaches the winner's segment through that Acquire load
+        // (`initialise`, via `segment_of`).
         let publish = crate::sync::ord("segment_install_relaxed", Release, Relaxed);
         match self.more[seg - 1].compare_exchange(ptr::null_mut(), new, publish, Relaxed) {
             Ok(_) => {

@@ -129,6 +129,7 @@ impl Watchdog {
         stopping: watch::Receiver<bool>,
     ) -> Self {
         Watchdog {
+            // Relaxed: a counter compared between checks; see the note on `impl Activity`.
             seen_moves: activity.moves.load(Ordering::Relaxed),
             active_at: Instant::now(),
             activity,
@@ -143,6 +144,8 @@ impl Watchdog {
     pub(crate) async fn next_action(&mut self) -> Action {
         loop {
             let now = Instant::now();
+            // Relaxed: only compared with the count of the last check; it publishes no other
+            // data (see the note on `impl Activity`).
             let moves = self.activity.moves.load(Ordering::Relaxed);
             if moves != self.seen_moves {
                 self.seen_moves = moves;
