@@ -606,14 +606,24 @@ impl ReaderTable {
         // Leaf first, then summary, then segment.
         let set = crate::sync::ord("leaf_set_relaxed", Release, Relaxed);
         segment.active[word].fetch_or(1 << (offset % WORD_BITS), set);
+        // The `set_only_if_clear` mutant skips an upper-level set when a load finds the bit set
+        // already (by another reader), so no take synchronizes with this reader's set.
+        let set_if_clear = |word: &AtomicU64, bit: u64| {
+            !(crate::sync::mutant("set_only_if_clear") && word.load(Relaxed) & bit != 0)
+        };
         if summary && !segment.summary.is_empty() {
             let set = crate::sync::ord("summary_set_relaxed", Release, Relaxed);
-            segment.summary[word / WORD_BITS].fetch_or(1 << (word % WORD_BITS), set);
+            let (summary, bit) = (&segment.summary[word / WORD_BITS], 1 << (word % WORD_BITS));
+            if set_if_clear(summary, bit) {
+                summary.fetch_or(bit, set);
+            }
         }
         let seg = self.locate(index).0;
         if segment_bit && seg > 0 && !crate::sync::mutant("skip_segment_bit") {
             let set = crate::sync::ord("segment_set_relaxed", Release, Relaxed);
-            self.active_segments.fetch_or(1 << seg, set);
+            if set_if_clear(&self.active_segments, 1 << seg) {
+                self.active_segments.fetch_or(1 << seg, set);
+            }
         }
     }
 
