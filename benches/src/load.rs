@@ -6,7 +6,8 @@
 //! their stream and epoch too),
 //! that the payload names the same id, and that it got every id up to the last one published. A
 //! server that lags a connection (tokio broadcast's `Lagged`) shows up as a gap: counted in
-//! `dropped`, never hidden.
+//! `dropped`, never hidden. With [`LoadSpec::reconnect_at`] each connection also leaves mid-stream
+//! and resumes with `Last-Event-ID`, and must continue from the next id.
 //!
 //! The measurement window opens once all C connections have their response headers: delivered
 //! events/s = frames received in the window / window length; CPU per delivered event = the
@@ -58,6 +59,12 @@ pub struct LoadSpec {
     /// with `--start-after C`): each must get id 1 first, so ids missed before a connection's
     /// first event count as dropped too.
     pub from_first: bool,
+    /// Each connection leaves once it has the event with this id and comes back at once with
+    /// `Last-Event-ID` (the wire id of that event), as a client whose network dropped: it must get
+    /// the rest of the stream from the next id, gap-free (`None`: stay connected). The server must
+    /// accept a resume (the example server; the baseline has none) and have room for the
+    /// reconnection while the old connection is still being closed.
+    pub reconnect_at: Option<u64>,
 }
 
 /// What one run measured. Serialized as one JSON line by the `sse-load` bin.
@@ -83,6 +90,8 @@ pub struct LoadReport {
     pub dropped: u64,
     /// Ids received twice or out of order.
     pub duplicates: u64,
+    /// Connections that left and resumed ([`LoadSpec::reconnect_at`]).
+    pub reconnects: usize,
     /// Keep-alive events (`event: keep-alive`, a server's `--keep-alive-event`) received: skipped,
     /// like keep-alive comments, which are not counted.
     pub keep_alive_events: u64,
@@ -129,6 +138,7 @@ struct ConnTally {
     last_id: Option<u64>,
     dropped: u64,
     duplicates: u64,
+    reconnected: bool,
     keep_alive_events: u64,
     ended: bool,
     latencies: Vec<u64>,
@@ -146,10 +156,15 @@ pub async fn run(spec: &LoadSpec) -> io::Result<LoadReport> {
     let tasks: Vec<_> = (0..spec.connections)
         .map(|i| {
             let (shared, connects) = (shared.clone(), connects.clone());
-            let (addr, events, sample) = (spec.addr, spec.events, i % stride == 0);
-            let from_first = spec.from_first;
+            let conn = ConnSpec {
+                addr: spec.addr,
+                events: spec.events,
+                from_first: spec.from_first,
+                reconnect_at: spec.reconnect_at,
+                sample: i % stride == 0,
+            };
             tokio::spawn(async move {
-                let work = connection(addr, events, from_first, sample, &shared, &connects);
+                let work = connection(conn, &shared, &connects);
                 match tokio::time::timeout_at(deadline, work).await {
                     Ok(tally) => tally,
                     Err(_) => ConnTally {
@@ -202,11 +217,15 @@ pub async fn run(spec: &LoadSpec) -> io::Result<LoadReport> {
         report.window_frames += t.window_frames;
         report.dropped += t.dropped;
         report.duplicates += t.duplicates;
+        report.reconnects += usize::from(t.reconnected);
         report.keep_alive_events += t.keep_alive_events;
         if let Some(at) = t.last_received {
             window_end = window_end.max(at);
         }
-        let complete = t.ended && t.last_id == Some(spec.events) && t.duplicates == 0;
+        let complete = t.ended
+            && t.last_id == Some(spec.events)
+            && t.duplicates == 0
+            && (spec.reconnect_at.is_none() || t.reconnected);
         if t.error.is_none() && complete && t.dropped == 0 {
             report.complete += 1;
         }
@@ -248,21 +267,26 @@ pub async fn run(spec: &LoadSpec) -> io::Result<LoadReport> {
     Ok(report)
 }
 
-/// One connection, from connect to the end of its stream.
-async fn connection(
+/// What one connection task does.
+#[derive(Debug, Clone, Copy)]
+struct ConnSpec {
     addr: SocketAddr,
+    /// The last id of the stream.
     events: u64,
     from_first: bool,
+    reconnect_at: Option<u64>,
+    /// Records latency samples.
     sample: bool,
-    shared: &Shared,
-    connects: &Semaphore,
-) -> ConnTally {
+}
+
+/// One connection, from connect to the end of its stream (with one reconnection, if asked).
+async fn connection(spec: ConnSpec, shared: &Shared, connects: &Semaphore) -> ConnTally {
     let mut tally = ConnTally::default();
     let response = {
         let _permit = connects.acquire().await.expect("semaphore never closed");
-        open(addr).await
+        open(spec.addr, None).await
     };
-    let body = match response {
+    let mut body = match response {
         Ok(body) => {
             // Release: pairs with the coordinator's Acquire count.
             shared.connected.fetch_add(1, Release);
@@ -276,11 +300,42 @@ async fn connection(
         }
     };
     shared.all_connected.notify_one();
-    let mut verifier = if from_first {
+    let mut verifier = if spec.from_first {
         ContinuityVerifier::with_cursor(0)
     } else {
         ContinuityVerifier::new()
     };
+    while let Some(cursor) = follow(body, &spec, shared, &mut verifier, &mut tally).await {
+        // The old connection is closed with its body, dropped in `follow`.
+        verifier.on_reconnect();
+        tally.reconnected = true;
+        body = match open(spec.addr, Some(&cursor)).await {
+            Ok(body) => body,
+            Err(e) => {
+                tally.error = Some(format!("resume from {cursor}: {e}"));
+                return tally;
+            }
+        };
+    }
+    if !tally.ended && tally.error.is_none() {
+        tally.error = Some(format!(
+            "stream closed at id {:?} of {} without an end event",
+            tally.last_id, spec.events
+        ));
+    }
+    tally
+}
+
+/// Reads one response's event stream into `tally` until it ends, fails, or reaches
+/// `spec.reconnect_at` (on this connection's first visit), where it returns the wire id to resume
+/// from.
+async fn follow(
+    body: hyper::body::Incoming,
+    spec: &ConnSpec,
+    shared: &Shared,
+    verifier: &mut ContinuityVerifier,
+    tally: &mut ConnTally,
+) -> Option<String> {
     let mut stream = BodyDataStream::new(body).eventsource();
     while let Some(event) = stream.next().await {
         let event = match event {
@@ -358,24 +413,22 @@ async fn connection(
         // Acquire: pairs with the coordinator's Release store; the window start is then visible.
         if shared.measuring.load(Acquire) {
             tally.window_frames += 1;
-            if let (true, Some(t)) = (sample, payload.t) {
+            if let (true, Some(t)) = (spec.sample, payload.t) {
                 if t >= shared.window_start_unix.load(Relaxed) {
                     tally.latencies.push(unix_ns().saturating_sub(t));
                 }
             }
         }
+        if spec.reconnect_at == Some(id) && !tally.reconnected {
+            return Some(event.id);
+        }
     }
-    if !tally.ended && tally.error.is_none() {
-        tally.error = Some(format!(
-            "stream closed at id {:?} of {events} without an end event",
-            tally.last_id
-        ));
-    }
-    tally
+    None
 }
 
-/// Connects, sends `GET /events`, and returns the body of a `200 text/event-stream` response.
-async fn open(addr: SocketAddr) -> Result<hyper::body::Incoming, String> {
+/// Connects, sends `GET /events` (with `Last-Event-ID: cursor`, if given), and returns the body of
+/// a `200 text/event-stream` response.
+async fn open(addr: SocketAddr, cursor: Option<&str>) -> Result<hyper::body::Incoming, String> {
     let tcp = TcpStream::connect(addr)
         .await
         .map_err(|e| format!("connect {addr}: {e}"))?;
@@ -384,9 +437,13 @@ async fn open(addr: SocketAddr) -> Result<hyper::body::Incoming, String> {
         .await
         .map_err(|e| format!("handshake: {e}"))?;
     tokio::spawn(conn);
-    let request = hyper::Request::get("/events")
+    let mut request = hyper::Request::get("/events")
         .header(hyper::header::HOST, addr.to_string())
-        .header(hyper::header::ACCEPT, "text/event-stream")
+        .header(hyper::header::ACCEPT, "text/event-stream");
+    if let Some(cursor) = cursor {
+        request = request.header("last-event-id", cursor);
+    }
+    let request = request
         .body(Empty::<Bytes>::new())
         .map_err(|e| e.to_string())?;
     let response = sender

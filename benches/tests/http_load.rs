@@ -2,7 +2,9 @@
 //! demo server, every connection must get every event of its stream with gap-free ids and the
 //! payload's id matching the frame's; and the same harness against the tokio-broadcast baseline with
 //! a channel larger than the whole stream (so it cannot lag), which checks the harness itself on
-//! both servers. The stream lasts ~3 s, so all connections join while it flows.
+//! both servers. The stream lasts ~3 s, so all connections join while it flows. Two more checks
+//! of the harness and the contract: a lagging baseline has every id it dropped counted, and every
+//! connection to the replay-ring server that leaves mid-stream resumes with nothing lost.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -28,14 +30,21 @@ fn run(kind: ServerKind, bin: PathBuf, start_after: Option<usize>) -> LoadReport
 }
 
 fn load(spec: ServerSpec) -> LoadReport {
+    load_with(spec, CONNECTIONS, None)
+}
+
+/// `connections` clients (the server may be told to take more) that each leave and resume at
+/// `reconnect_at`, if given.
+fn load_with(spec: ServerSpec, connections: usize, reconnect_at: Option<u64>) -> LoadReport {
     let server = Server::spawn(&spec).unwrap();
     let load = LoadSpec {
         addr: server.addr,
         server_pid: Some(server.pid()),
-        connections: spec.connections,
+        connections,
         events: spec.events,
         timeout: Duration::from_secs(120),
         from_first: spec.start_after.is_some(),
+        reconnect_at,
     };
     let report = tokio::runtime::Runtime::new()
         .unwrap()
@@ -164,4 +173,32 @@ fn a_lagging_baseline_has_every_missed_id_counted_as_dropped() {
         CONNECTIONS as u64 * EVENTS,
         "every id either delivered or counted as dropped: {report:?}"
     );
+}
+
+/// Resumable under load: every one of the 100 connections leaves mid-stream, as a client whose
+/// network dropped, and comes back at once with `Last-Event-ID`; each gets the rest of the stream
+/// from the next id, with no gap and no duplicate, and reaches the end. The server's reader table
+/// has room for the reconnections while the old connections are being closed.
+#[test]
+fn every_connection_that_leaves_mid_stream_resumes_gap_free() {
+    const RECONNECT_AT: u64 = EVENTS / 2;
+    let report = load_with(
+        ServerSpec {
+            kind: ServerKind::ReplayRing,
+            bin: replay_ring_e2e::server::server_binary().expect("build the demo sse_server"),
+            rate: RATE,
+            events: EVENTS,
+            capacity: 4096,
+            connections: 2 * CONNECTIONS,
+            start_after: Some(CONNECTIONS),
+            extra_args: Vec::new(),
+        },
+        CONNECTIONS,
+        Some(RECONNECT_AT),
+    );
+    assert!(report.errors.is_empty(), "{report:?}");
+    assert_eq!(report.reconnects, CONNECTIONS, "{report:?}");
+    assert_eq!(report.complete, CONNECTIONS, "{report:?}");
+    assert_eq!((report.dropped, report.duplicates), (0, 0), "{report:?}");
+    assert_eq!(report.frames, CONNECTIONS as u64 * EVENTS, "{report:?}");
 }

@@ -95,6 +95,7 @@ fn main() -> ExitCode {
                 events: args.events,
                 timeout: Duration::from_secs(args.timeout_s),
                 from_first: args.start_after_connected,
+                reconnect_at: None,
             };
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
