@@ -169,6 +169,14 @@ impl<B: Backend<Payload = Bytes>> SseProducer<B> {
     /// Waits until the first event-stream response opens (to start producing only once someone
     /// listens: a subscriber without `Last-Event-ID` starts at the head).
     ///
+    /// Only event streams this [`SseStream`] opens count, that is, this process's: a client of
+    /// another replica serving the same network stream (a Redis stream served by
+    /// [`SseStream::without_producer`] elsewhere) does not wake it. A client whose first
+    /// request reaches a replica that does not produce sees the priming event and keep-alives until
+    /// one reaches this replica (a standby replica, which waits for the lease this producer holds,
+    /// does not start it either). Where a load balancer may send a first request to any replica,
+    /// produce at once instead, and size the window for the longest time with no client.
+    ///
     /// # Cancel safety
     ///
     /// Cancel safe; the wake-up stays stored for the next call.
