@@ -118,6 +118,9 @@ pub async fn serve(listener: TcpListener, router: Router, config: ServeConfig) -
 /// connections to their tasks; dropping it during the shutdown stops waiting for them (they still
 /// close by the grace deadline).
 ///
+/// The example's `tokio::signal` needs tokio's `signal` feature, besides those the crate's README
+/// lists.
+///
 /// ```no_run
 /// use axum::{routing::get, Router};
 /// use replay_ring_sse::axum::{serve_with_shutdown, ServeConfig};
