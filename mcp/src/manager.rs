@@ -155,7 +155,7 @@ impl Stream for ManagerStream {
 
 /// rmcp's [`LocalSessionManager`] with replay-ring behind every SSE connection.
 ///
-/// ```no_run
+/// ```
 /// use std::sync::Arc;
 /// use replay_ring_mcp::{ReplayRingSessionManager, RingEventStore, StoreConfig};
 /// use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
