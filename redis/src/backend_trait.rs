@@ -110,6 +110,18 @@ impl Backend for RedisStream {
         c.capacity = self.capacity();
         Ok(c)
     }
+
+    /// Sets field `subscribed` of this incarnation's meta hash (`subscriber.rs`).
+    async fn announce_subscriber(&self) -> Result<(), Unavailable> {
+        self.record_subscriber()
+            .await
+            .map_err(|e| unavailable("announce subscriber", e))
+    }
+
+    /// Reads that field every 250 ms until it is set (`subscriber.rs`).
+    async fn subscriber_announced(&self) {
+        RedisStream::subscriber_announced(self).await;
+    }
 }
 
 impl BackendProducer for RedisProducer {

@@ -15,7 +15,8 @@ use crate::error::Error;
 /// in one slot and every script can touch all of them.
 #[derive(Debug, Clone)]
 pub(crate) struct Keys {
-    /// HASH: epoch, cap, head, floor, fence, ttl, closed.
+    /// HASH: epoch, cap, head, floor, fence, ttl, closed; `subscribed` once an endpoint recorded a
+    /// subscriber (`subscriber.rs`).
     pub meta: String,
     /// STREAM: the events, entry id `0-<seq>`, one field `d` = payload.
     pub log: String,

@@ -73,6 +73,7 @@ mod reader;
 mod scripts;
 mod sse;
 mod stream;
+mod subscriber;
 mod tail;
 mod tail_task;
 

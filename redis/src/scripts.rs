@@ -303,6 +303,19 @@ if #c > 0 then ctl = c[1][1] end
 return {'OK', dec(floor), dec(head), closed, ctl, entries}
 "#;
 
+/// KEYS: meta. ARGV: epoch.
+/// Records in this incarnation's meta hash that a client subscribed somewhere (field
+/// `subscribed`), for a producer that waits for its first subscriber; a stream that is gone, or
+/// another incarnation, is left alone (an `HSET` alone would create a meta hash without a
+/// stream).
+const SUBSCRIBED: &str = r#"
+if redis.call('EXISTS', KEYS[1]) == 0 then return {'NOSTREAM'} end
+local epoch = redis.call('HGET', KEYS[1], 'epoch')
+if epoch ~= ARGV[1] then return {'LOST', epoch or ''} end
+redis.call('HSET', KEYS[1], 'subscribed', '1')
+return {'OK'}
+"#;
+
 fn write_script(body: &str) -> Script {
     Script::new(&format!("#!lua\n{PRELUDE}{body}"))
 }
@@ -343,6 +356,7 @@ pub(crate) static RELEASE_SCRIPT: LazyLock<Script> = LazyLock::new(|| oom_exempt
 pub(crate) static CLOSE_SCRIPT: LazyLock<Script> = LazyLock::new(|| oom_exempt_script(CLOSE));
 pub(crate) static READ_SCRIPT: LazyLock<ReadScript> = LazyLock::new(|| ReadScript::new(READ));
 pub(crate) static DELETE_SCRIPT: LazyLock<Script> = LazyLock::new(|| oom_exempt_script(DELETE));
+pub(crate) static SUBSCRIBED_SCRIPT: LazyLock<Script> = LazyLock::new(|| write_script(SUBSCRIBED));
 
 /// Runs `script` by `EVALSHA` with `keys` then `args`, each written once into the command buffer
 /// (a `ScriptInvocation` copies every argument into its own vector first: for a batch append,

@@ -579,3 +579,55 @@ async fn an_event_past_the_payload_limit_is_too_large_and_the_stream_goes_on() {
     let state = stream.state().await.unwrap();
     assert_eq!((state.head, state.closed), (2, None));
 }
+
+/// A producer that starts on its first subscriber starts for a client of another replica: the
+/// endpoint the client reached records the subscriber in Redis, and the producing replica, which
+/// has no client of its own, reads it. The client then gets the events.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriber_of_another_replica_starts_a_producer_waiting_for_its_first() {
+    let server = RedisServer::start();
+    let name = StreamId::new("first-elsewhere").unwrap();
+    let (identity, _producing_endpoint, mut publisher) = producing(&server, name.as_str()).await;
+    // Another replica: a connection of its own, serving the stream without producing it.
+    let elsewhere = server.backend().await.open(&name).await.unwrap();
+    let serving = SseStream::without_producer(elsewhere, identity, SseConfig::default());
+
+    assert!(
+        publisher.first_subscriber().now_or_never().is_none(),
+        "no subscriber anywhere yet"
+    );
+    let first_chunk = next_chunk_after_priming(&serving).await;
+    tokio::time::timeout(LIMIT, publisher.first_subscriber())
+        .await
+        .expect("the producer learns of the other replica's subscriber");
+    let id = publisher.send("hello").await.unwrap();
+    let text = String::from_utf8(first_chunk.await.unwrap().to_vec()).unwrap();
+    assert!(text.contains(&format!(".{id}\n")), "{text:?}");
+    assert!(text.contains("data: hello\n"), "{text:?}");
+    // Once started, it stays started.
+    assert!(publisher.first_subscriber().now_or_never().is_some());
+}
+
+/// A subscriber recorded for one incarnation of a stream does not start the producer of the
+/// next one: the record is the meta hash's, which a new incarnation starts without.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriber_of_a_deleted_incarnation_does_not_start_the_next_one() {
+    let server = RedisServer::start();
+    let name = StreamId::new("first-again").unwrap();
+    let (identity, _endpoint, publisher) = producing(&server, name.as_str()).await;
+    let elsewhere = server.backend().await.open(&name).await.unwrap();
+    let serving = SseStream::without_producer(elsewhere.clone(), identity, SseConfig::default());
+    let _waiting = next_chunk_after_priming(&serving).await;
+    tokio::time::timeout(LIMIT, publisher.first_subscriber())
+        .await
+        .expect("the first incarnation's producer starts");
+    drop(publisher);
+    elsewhere.delete().await.unwrap();
+
+    let (_identity, _endpoint, publisher) = producing(&server, name.as_str()).await;
+    let waited = tokio::time::timeout(Duration::from_secs(1), publisher.first_subscriber()).await;
+    assert!(
+        waited.is_err(),
+        "started by the old incarnation's subscriber"
+    );
+}

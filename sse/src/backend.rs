@@ -646,6 +646,33 @@ pub trait Backend: Clone + Send + Sync + 'static {
     /// # Cancel safety
     /// Cancel safe: it only reads.
     fn counters(&self) -> impl Future<Output = Result<Counters, Unavailable>> + Send;
+
+    /// Records, where every process serving the stream can see it, that a client opened an event
+    /// stream of it here, so that a producer in another process waiting for its first subscriber
+    /// ([`subscriber_announced`](Self::subscriber_announced)) starts. The SSE endpoint calls it
+    /// once, when its first event stream opens, unless [`readers_are_local`](Self::readers_are_local)
+    /// (then the producer's own endpoint sees every subscriber). The default does nothing.
+    ///
+    /// # Errors
+    /// [`Unavailable`] if the backend cannot record it (the endpoint tries again at its next
+    /// event stream).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: recording twice is recording once.
+    fn announce_subscriber(&self) -> impl Future<Output = Result<(), Unavailable>> + Send {
+        async { Ok(()) }
+    }
+
+    /// Completes once some process has [announced](Self::announce_subscriber) a subscriber of this
+    /// stream (at once if one did before). A backend that cannot tell waits forever, which is the
+    /// default: `SseProducer::first_subscriber` (feature `axum`) then waits for a subscriber of its
+    /// own endpoint only. While the backend cannot be reached it keeps asking.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    fn subscriber_announced(&self) -> impl Future<Output = ()> + Send {
+        std::future::pending()
+    }
 }
 
 /// The single producer of a stream.

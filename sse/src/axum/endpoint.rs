@@ -2,6 +2,7 @@
 
 use std::borrow::Cow;
 use std::convert::Infallible;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use ::axum::body::Body;
@@ -434,6 +435,7 @@ impl<B: Backend<Payload = Bytes>> SseStream<B> {
         add(&shared.counters.streams_opened, 1);
         // Stores a permit if the producer is not waiting yet: first_subscriber() then returns at once.
         shared.subscribed.notify_one();
+        announce_subscriber(shared);
         let plan = HttpResponse::stream(&state);
         let body = futures_util::stream::unfold(writer, |mut w| async move {
             let chunk = w.next_chunk().await?;
@@ -511,6 +513,24 @@ impl<B: Backend<Payload = Bytes>> SseStream<B> {
         self.shared.counters.refused(plan.status);
         to_axum(&plan, Body::from(plan.body.clone()))
     }
+}
+
+/// Tells the other processes serving a shared stream that it has a subscriber here, once (see
+/// [`Backend::announce_subscriber`]): a producer elsewhere that waits for its first subscriber
+/// starts. On a task of its own, so that no response waits for it; if it fails, the next stream
+/// to open tries again.
+fn announce_subscriber<B: Backend<Payload = Bytes>>(shared: &Arc<Shared<B>>) {
+    // Relaxed: a flag that only keeps the announcement from being repeated; it orders nothing.
+    if shared.backend.readers_are_local() || shared.announced.swap(true, Relaxed) {
+        return;
+    }
+    let shared = shared.clone();
+    tokio::spawn(async move {
+        if shared.backend.announce_subscriber().await.is_err() {
+            // Relaxed: as above.
+            shared.announced.store(false, Relaxed);
+        }
+    });
 }
 
 /// The query parameter that `EventSource` polyfills send the cursor in on a reconnect when they

@@ -169,13 +169,13 @@ impl<B: Backend<Payload = Bytes>> SseProducer<B> {
     /// Waits until the first event-stream response opens (to start producing only once someone
     /// listens: a subscriber without `Last-Event-ID` starts at the head).
     ///
-    /// Only event streams this [`SseStream`] opens count, that is, this process's: a client of
-    /// another replica serving the same network stream (a Redis stream served by
-    /// [`SseStream::without_producer`] elsewhere) does not wake it. A client whose first
-    /// request reaches a replica that does not produce sees the priming event and keep-alives until
-    /// one reaches this replica (a standby replica, which waits for the lease this producer holds,
-    /// does not start it either). Where a load balancer may send a first request to any replica,
-    /// produce at once instead, and size the window for the longest time with no client.
+    /// On a stream shared between processes (a Redis stream, served elsewhere by
+    /// [`SseStream::without_producer`] or a standby replica's endpoint), a subscriber of another
+    /// process counts too: each endpoint records its first subscriber in the backend
+    /// ([`Backend::announce_subscriber`]), and this waits for that as well
+    /// ([`Backend::subscriber_announced`]; on Redis, a read of the stream's meta hash every
+    /// 250 ms while it waits). A client whose first request reaches a replica that does not
+    /// produce sees the priming event, then the events once this producer has started.
     ///
     /// # Cancel safety
     ///
@@ -192,9 +192,13 @@ impl<B: Backend<Payload = Bytes>> SseProducer<B> {
     /// # });
     /// ```
     pub async fn first_subscriber(&self) {
-        self.stream.shared.subscribed.notified().await;
-        // Keep the permit for a later call.
-        self.stream.shared.subscribed.notify_one();
+        let shared = &self.stream.shared;
+        tokio::select! {
+            () = shared.subscribed.notified() => {}
+            () = shared.backend.subscriber_announced() => {}
+        }
+        // Keep a permit for a later call (at most one is stored).
+        shared.subscribed.notify_one();
     }
 
     /// Ends the stream: readers get every retained event, then the terminal frame for `reason`.

@@ -104,6 +104,9 @@ pub(crate) struct Shared<B> {
     pub(crate) counters: Counters,
     /// Notified when the first stream opens (see [`SseProducer::first_subscriber`]).
     pub(crate) subscribed: Notify,
+    /// The backend was told of a subscriber ([`Backend::announce_subscriber`]), or is being told;
+    /// cleared again if that failed, so that the next stream tries again.
+    pub(crate) announced: AtomicBool,
     /// Notified when a writer reported progress while the publisher waits for it: the publisher
     /// then recomputes its wake-up.
     pub(crate) progress: Notify,
@@ -129,6 +132,7 @@ impl<B> Shared<B> {
             config,
             counters: Counters::default(),
             subscribed: Notify::new(),
+            announced: AtomicBool::new(false),
             progress: Notify::new(),
             publisher_waiting: AtomicBool::new(false),
         }

@@ -1,0 +1,67 @@
+//! A stream's first subscriber, told across replicas: the SSE endpoint of any replica records in
+//! the stream's meta hash that a client subscribed (field `subscribed`, written by a script that
+//! checks the incarnation), and a producer waiting to start on its first subscriber
+//! (`SseProducer::first_subscriber`) reads it. Without it, a producing replica would start only
+//! on a client of its own, and a client that a load balancer sent to another replica would wait
+//! on keep-alives.
+
+use std::time::Duration;
+
+use crate::codec;
+use crate::error::Error;
+use crate::scripts;
+use crate::stream::RedisStream;
+
+/// How often a waiting producer reads whether a subscriber was recorded: a first subscriber on
+/// another replica waits at most this long (plus a round trip) for the first event to be
+/// produced. One `HMGET` per interval, only while a producer waits.
+pub(crate) const SUBSCRIBER_POLL: Duration = Duration::from_millis(250);
+
+impl RedisStream {
+    /// Records that a client subscribed to this incarnation of the stream.
+    ///
+    /// # Errors
+    /// [`Error::Unavailable`], [`Error::OutOfMemory`]; a stream that is gone or of another
+    /// incarnation is left alone, and reported as lost.
+    pub(crate) async fn record_subscriber(&self) -> Result<(), Error> {
+        let value: redis::Value = scripts::SUBSCRIBED_SCRIPT
+            .key(&self.keys.meta)
+            .arg(codec::encode_epoch(self.epoch))
+            .invoke_async(&mut self.backend.write_conn())
+            .await
+            .map_err(|e| Error::from_redis(&self.id, e))?;
+        let (mut reply, status) = codec::Reply::new(&self.id, value)?;
+        match status.as_str() {
+            "OK" => Ok(()),
+            other => Err(self.common_status(other, &mut reply)),
+        }
+    }
+
+    /// Whether a client subscribed to this incarnation of the stream, on any replica.
+    ///
+    /// # Errors
+    /// [`Error::Unavailable`].
+    pub(crate) async fn subscriber_recorded(&self) -> Result<bool, Error> {
+        let (epoch, subscribed): (Option<String>, Option<String>) = redis::cmd("HMGET")
+            .arg(&self.keys.meta)
+            .arg("epoch")
+            .arg("subscribed")
+            .query_async(&mut self.backend.connection())
+            .await
+            .map_err(|e| Error::from_redis(&self.id, e))?;
+        Ok(subscribed.is_some() && epoch.as_deref() == Some(&*codec::encode_epoch(self.epoch)))
+    }
+
+    /// Completes once a client subscribed to this incarnation of the stream, on any replica;
+    /// reads every [`SUBSCRIBER_POLL`], also while Redis cannot be reached.
+    pub(crate) async fn subscriber_announced(&self) {
+        let mut poll = tokio::time::interval(SUBSCRIBER_POLL);
+        poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            poll.tick().await;
+            if let Ok(true) = self.subscriber_recorded().await {
+                return;
+            }
+        }
+    }
+}
