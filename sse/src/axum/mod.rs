@@ -55,6 +55,66 @@
 //! A resumable endpoint in an existing axum app (`run` serves it on a bound listener; the same
 //! code is driven over real HTTP by the crate's tests):
 #![doc = concat!("```\n", include_str!("snippet.rs"), "```")]
+//!
+//! # When a stream ends
+//!
+//! An end is final for the stream's identity: its clients get the terminal frame with the reason
+//! (`end`, or `stream-error` with `backpressure_timeout`, `producer_dropped`, …), and every later
+//! request for it gets that end again, so that no client takes a new stream for the old one. To go
+//! on serving under the same route, start the next stream (a new epoch) and answer from whichever
+//! is current. A client still holding a cursor of the old epoch gets 404 `unknown_epoch` and starts
+//! over without `Last-Event-ID`, as after a server restart.
+//!
+//! ```
+//! use std::sync::{Arc, RwLock};
+//!
+//! use axum::extract::State;
+//! use axum::http::{HeaderMap, Method, StatusCode, Uri};
+//! use axum::response::Response;
+//! use axum::{routing::get, Router};
+//! use replay_ring_sse::axum::{SseConfig, SseProducer, SseStream};
+//! use replay_ring_sse::{Epoch, StreamId, StreamIdentity};
+//!
+//! /// The stream that `/events` answers from now.
+//! type Current = Arc<RwLock<SseStream>>;
+//!
+//! async fn events(State(current): State<Current>, method: Method, uri: Uri, headers: HeaderMap)
+//!     -> Response
+//! {
+//!     let stream = current.read().unwrap().clone();
+//!     stream.respond_to_request(&method, &uri, &headers)
+//! }
+//!
+//! /// A new incarnation of the stream, in place of the one that ended.
+//! fn start_over(current: &Current) -> SseProducer {
+//!     let me = StreamIdentity::new(StreamId::new("events").unwrap(), Epoch::generate());
+//!     let (stream, producer) = SseStream::new(me, SseConfig::default()).unwrap();
+//!     *current.write().unwrap() = stream;
+//!     producer
+//! }
+//!
+//! # tokio::runtime::Runtime::new().unwrap().block_on(async {
+//! let me = StreamIdentity::new(StreamId::new("events").unwrap(), Epoch::generate());
+//! let (first, producer) = SseStream::new(me, SseConfig::default()).unwrap();
+//! let current: Current = Arc::new(RwLock::new(first));
+//! let _app: Router = Router::new().route("/events", get(events)).with_state(current.clone());
+//!
+//! drop(producer); // the first stream ends (`producer_dropped`)
+//! let mut producer = start_over(&current);
+//! producer.send("first of the next stream").await.unwrap();
+//!
+//! let status_of = |cursor: Option<String>| {
+//!     let mut headers = HeaderMap::new();
+//!     if let Some(cursor) = cursor {
+//!         headers.insert("last-event-id", cursor.parse().unwrap());
+//!     }
+//!     let stream = current.read().unwrap().clone();
+//!     stream.respond_to_request(&Method::GET, &Uri::from_static("/events"), &headers).status()
+//! };
+//! assert_eq!(status_of(None), StatusCode::OK);
+//! assert_eq!(status_of(Some(me.event_id(0).to_string())), StatusCode::NOT_FOUND); // old epoch
+//! # });
+//! ```
 
 mod background_release;
 mod body_deadline;
