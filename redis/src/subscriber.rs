@@ -12,10 +12,14 @@ use crate::error::Error;
 use crate::scripts;
 use crate::stream::RedisStream;
 
-/// How often a waiting producer reads whether a subscriber was recorded: a first subscriber on
-/// another replica waits at most this long (plus a round trip) for the first event to be
-/// produced. One `HMGET` per interval, only while a producer waits.
+/// The first interval between a waiting producer's reads of whether a subscriber was recorded.
+/// It doubles after each read that finds none, up to [`SUBSCRIBER_POLL_MAX`].
 pub(crate) const SUBSCRIBER_POLL: Duration = Duration::from_millis(250);
+
+/// The longest interval between those reads: a first subscriber on another replica waits at most
+/// this long (plus a round trip) for the producer to start, and a producer that waits long for one
+/// costs Redis one `HMGET` per interval (a process with many such streams, one per stream).
+pub(crate) const SUBSCRIBER_POLL_MAX: Duration = Duration::from_secs(2);
 
 impl RedisStream {
     /// Records that a client subscribed to this incarnation of the stream.
@@ -53,15 +57,16 @@ impl RedisStream {
     }
 
     /// Completes once a client subscribed to this incarnation of the stream, on any replica;
-    /// reads every [`SUBSCRIBER_POLL`], also while Redis cannot be reached.
+    /// reads at once, then after [`SUBSCRIBER_POLL`], doubling up to [`SUBSCRIBER_POLL_MAX`],
+    /// also while Redis cannot be reached.
     pub(crate) async fn subscriber_announced(&self) {
-        let mut poll = tokio::time::interval(SUBSCRIBER_POLL);
-        poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut pause = SUBSCRIBER_POLL;
         loop {
-            poll.tick().await;
             if let Ok(true) = self.subscriber_recorded().await {
                 return;
             }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(SUBSCRIBER_POLL_MAX);
         }
     }
 }

@@ -173,9 +173,10 @@ impl<B: Backend<Payload = Bytes>> SseProducer<B> {
     /// [`SseStream::without_producer`] or a standby replica's endpoint), a subscriber of another
     /// process counts too: each endpoint records its first subscriber in the backend
     /// ([`Backend::announce_subscriber`]), and this waits for that as well
-    /// ([`Backend::subscriber_announced`]; on Redis, a read of the stream's meta hash every
-    /// 250 ms while it waits). A client whose first request reaches a replica that does not
-    /// produce sees the priming event, then the events once this producer has started.
+    /// ([`Backend::subscriber_announced`]; on Redis, reads of the stream's meta hash while it
+    /// waits, 250 ms apart at first and at most 2 s apart later). A client whose first request
+    /// reaches a replica that does not produce sees the priming event, then the events once this
+    /// producer has started.
     ///
     /// # Cancel safety
     ///
