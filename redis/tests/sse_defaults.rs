@@ -631,3 +631,50 @@ async fn a_subscriber_of_a_deleted_incarnation_does_not_start_the_next_one() {
         "started by the old incarnation's subscriber"
     );
 }
+
+/// Sets Redis's `maxmemory` (bytes; 0 is no limit).
+fn set_maxmemory(server: &RedisServer, bytes: &str) {
+    let _: () = redis::cmd("CONFIG")
+        .arg(&["SET", "maxmemory", bytes])
+        .query(&mut server.raw())
+        .unwrap();
+}
+
+/// How many commands Redis refused for being over `maxmemory` (`INFO errorstats`).
+fn refused_for_memory(server: &RedisServer) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("errorstats")
+        .query(&mut server.raw())
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("errorstat_OOM:count="))
+        .map_or(0, |n| n.trim().parse().unwrap())
+}
+
+/// An announcement Redis refused (here: over `maxmemory`, which a read-only resume is not) is
+/// tried again while its client waits, not only when another client arrives: a serving replica
+/// whose only client came while Redis refused writes would otherwise leave the producer waiting
+/// for its first subscriber for good, and that client on keep-alives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_announcement_is_tried_again_while_its_client_waits() {
+    let server = RedisServer::start();
+    let name = StreamId::new("first-refused").unwrap();
+    let (identity, _producing_endpoint, mut publisher) = producing(&server, name.as_str()).await;
+    let elsewhere = server.backend().await.open(&name).await.unwrap();
+    let serving = SseStream::without_producer(elsewhere, identity, SseConfig::default());
+
+    set_maxmemory(&server, "1");
+    let first_chunk = next_chunk_after_priming(&serving).await;
+    common::eventually(LIMIT, "the announcement refused", || async {
+        refused_for_memory(&server) > 0
+    })
+    .await;
+    set_maxmemory(&server, "0");
+
+    tokio::time::timeout(LIMIT, publisher.first_subscriber())
+        .await
+        .expect("the producer learns of the subscriber whose announcement was refused once");
+    let id = publisher.send("hello").await.unwrap();
+    let text = String::from_utf8(first_chunk.await.unwrap().to_vec()).unwrap();
+    assert!(text.contains(&format!(".{id}\n")), "{text:?}");
+}

@@ -654,8 +654,8 @@ pub trait Backend: Clone + Send + Sync + 'static {
     /// (then the producer's own endpoint sees every subscriber). The default does nothing.
     ///
     /// # Errors
-    /// [`Unavailable`] if the backend cannot record it (the endpoint tries again at its next
-    /// event stream).
+    /// [`Unavailable`] if the backend cannot record it (the endpoint tries again while one of its
+    /// event streams is open, and at its next one once none is).
     ///
     /// # Cancel safety
     /// Cancel safe: recording twice is recording once.

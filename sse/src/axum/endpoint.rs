@@ -4,6 +4,7 @@ use std::borrow::Cow;
 use std::convert::Infallible;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
+use std::time::Duration;
 
 use ::axum::body::Body;
 use ::axum::extract::{RawQuery, State};
@@ -517,21 +518,48 @@ impl<B: Backend<Payload = Bytes>> SseStream<B> {
 
 /// Tells the other processes serving a shared stream that it has a subscriber here, once (see
 /// [`Backend::announce_subscriber`]): a producer elsewhere that waits for its first subscriber
-/// starts. On a task of its own, so that no response waits for it; if it fails, the next stream
-/// to open tries again.
+/// starts. On a task of its own, so that no response waits for it. If it fails, it is tried again
+/// while a connection of this endpoint is live: one client may be all there is (a producer that
+/// waits for it would otherwise wait for good, and the client on keep-alives). Once none is, the
+/// next stream to open tries again.
 fn announce_subscriber<B: Backend<Payload = Bytes>>(shared: &Arc<Shared<B>>) {
-    // Relaxed: a flag that only keeps the announcement from being repeated; it orders nothing.
+    // Relaxed: a flag that only keeps the announcement from being repeated; the retention lock
+    // orders its clearing against a stream's connect (below).
     if shared.backend.readers_are_local() || shared.announced.swap(true, Relaxed) {
         return;
     }
-    let shared = shared.clone();
+    // Weak: a retry must not keep an endpoint nobody serves any more alive.
+    let weak = Arc::downgrade(shared);
     tokio::spawn(async move {
-        if shared.backend.announce_subscriber().await.is_err() {
-            // Relaxed: as above.
-            shared.announced.store(false, Relaxed);
+        let mut backoff = ANNOUNCE_RETRY_FIRST;
+        loop {
+            let Some(shared) = weak.upgrade() else { return };
+            if shared.backend.announce_subscriber().await.is_ok() {
+                return;
+            }
+            {
+                // Under the retention lock, where streams connect (before they swap the flag):
+                // a stream that connects after this check finds the flag clear and announces
+                // itself; one that connected before keeps this task retrying.
+                let retention = shared.retention();
+                if retention.live_connections() == 0 {
+                    // Relaxed: as above.
+                    shared.announced.store(false, Relaxed);
+                    return;
+                }
+            }
+            drop(shared);
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(ANNOUNCE_RETRY_MAX);
         }
     });
 }
+
+/// The first wait before a failed announcement is tried again; it doubles up to
+/// [`ANNOUNCE_RETRY_MAX`], which bounds how long a first subscriber waits for the producer once
+/// the backend is back.
+const ANNOUNCE_RETRY_FIRST: Duration = Duration::from_millis(100);
+const ANNOUNCE_RETRY_MAX: Duration = Duration::from_secs(2);
 
 /// The query parameter that `EventSource` polyfills send the cursor in on a reconnect when they
 /// cannot set headers: `/events?lastEventId=<id>`. [`events`] and [`backend_events`] read it

@@ -105,7 +105,8 @@ pub(crate) struct Shared<B> {
     /// Notified when the first stream opens (see [`SseProducer::first_subscriber`]).
     pub(crate) subscribed: Notify,
     /// The backend was told of a subscriber ([`Backend::announce_subscriber`]), or is being told;
-    /// cleared again if that failed, so that the next stream tries again.
+    /// cleared again if that failed with no connection live, so that the next stream tries again
+    /// (while one is live, the announcing task retries: `endpoint::announce_subscriber`).
     pub(crate) announced: AtomicBool,
     /// Notified when a writer reported progress while the publisher waits for it: the publisher
     /// then recomputes its wake-up.
