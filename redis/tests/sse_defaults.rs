@@ -678,3 +678,39 @@ async fn a_refused_announcement_is_tried_again_while_its_client_waits() {
     let text = String::from_utf8(first_chunk.await.unwrap().to_vec()).unwrap();
     assert!(text.contains(&format!(".{id}\n")), "{text:?}");
 }
+
+/// The field `subscribed` of the stream's meta hash (`None`: not recorded; the hash may be gone).
+fn subscribed_field(server: &RedisServer, stream: &RedisStream) -> Option<String> {
+    let [meta, ..] = stream.key_names();
+    redis::cmd("HGET")
+        .arg(meta)
+        .arg("subscribed")
+        .query(&mut server.raw())
+        .unwrap()
+}
+
+/// An announcement through a handle of a deleted incarnation records nothing: not a stray meta
+/// hash while the stream is gone, and not a subscriber of the next incarnation (whose producer
+/// would then start for a client of the old one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_announcement_through_a_deleted_incarnation_records_nothing() {
+    use replay_ring_sse::backend::Backend;
+    let server = RedisServer::start();
+    let old = create(&server, "announce-old").await;
+    old.delete().await.unwrap();
+    assert!(Backend::announce_subscriber(&old).await.is_err());
+    let exists: bool = redis::cmd("EXISTS")
+        .arg(old.key_names()[0])
+        .query(&mut server.raw())
+        .unwrap();
+    assert!(!exists, "a meta hash was created for a stream that is gone");
+
+    let new = create(&server, "announce-old").await;
+    assert!(Backend::announce_subscriber(&old).await.is_err());
+    assert_eq!(subscribed_field(&server, &new), None);
+    Backend::announce_subscriber(&new).await.unwrap();
+    assert_eq!(subscribed_field(&server, &new).as_deref(), Some("1"));
+    tokio::time::timeout(LIMIT, Backend::subscriber_announced(&new))
+        .await
+        .expect("the new incarnation's own announcement is read");
+}
