@@ -311,9 +311,11 @@ impl Segment {
 
     /// The pin of entry `b` of leaf word `word`, whose active bit `scan_word` found set.
     fn pin_of(&self, word: usize, b: usize) -> u64 {
-        // SAFETY: only a claim's owner sets its entry's active bit (`activate`, `reactivate`),
-        // after the claim initialised the entry, with a Release RMW that `scan_word`'s Acquire
-        // load of the word pairs with; so the initialisation happens-before this read.
+        // SAFETY: a claim's owner sets its entry's active bit (`activate`, `reactivate`) after
+        // the claim initialised the entry, with a Release RMW that `scan_word`'s Acquire load of
+        // the word pairs with; so the initialisation happens-before this read. The only other
+        // set is the scan's own restore of a bit it found pinned (`back` in `scan_word`), on this
+        // thread, after a read of the same entry that was already ordered so.
         let entry = unsafe { self.entry(word * WORD_BITS + b) };
         // Acquire: pairs with the Release pin and unpin stores in `reader.rs`, so the reader's
         // earlier slot reads happen-before we overwrite them.
