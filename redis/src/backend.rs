@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::{ConnectionManagerConfig, MultiplexedConnection};
+use redis::cluster::ClusterClientBuilder;
 use redis::AsyncConnectionConfig;
 
 use crate::connection::SharedConnection;
@@ -219,7 +220,11 @@ impl Counters {
 }
 
 pub(crate) struct Shared {
+    /// The URL's node.
     pub client: redis::Client,
+    /// The URL's node is part of a Redis Cluster (`INFO cluster`): the shared connections are a
+    /// cluster client's, and blocking reads follow `MOVED` to the node that serves their slot.
+    pub cluster: bool,
     pub conn: SharedConnection,
     /// Scripts that write (appends, leases, releases, closes, creation), on a connection of their
     /// own: Redis runs a connection's commands in order, so reads must not queue behind a write
@@ -232,7 +237,7 @@ pub(crate) struct Shared {
 /// A process's handle on Redis: creates and opens streams. Cheap to clone.
 ///
 /// Two multiplexed connections (reconnecting, and sending a command again when Redis had closed
-/// the connection under it) carry the short commands: one the reads, one the scripts that write,
+/// the connection under it; on a Redis Cluster, each a cluster client's) carry the short commands: one the reads, one the scripts that write,
 /// so that a write Redis holds back (`CLIENT PAUSE WRITE` during a failover) does not hold up the
 /// reads queued behind it. The readers of a stream handle (and its clones) that wait for events
 /// share one blocking read on a dedicated connection, for the same reason; a producer waiting
@@ -252,6 +257,12 @@ impl std::fmt::Debug for RedisBackend {
 
 impl RedisBackend {
     /// Connects to `url` (`redis://host:port/db`).
+    ///
+    /// If that node is part of a Redis Cluster (its `INFO cluster` says so), the backend learns
+    /// the other nodes from it and sends each stream's commands to the node that serves the
+    /// stream's slot, following `MOVED` and `ASK` when slots move; a command that keeps being
+    /// redirected for longer than a moment fails as [`Error::Unavailable`]. Give any node's URL
+    /// (database 0, the only one a cluster has).
     ///
     /// Gives up after [`RedisConfig::connect_timeout`] in all, however many connection attempts
     /// that left time for.
@@ -308,10 +319,6 @@ impl RedisBackend {
             .get_connection_manager_with_config(manager_config.clone())
             .await
             .map_err(Error::from_connect)?;
-        let writes = client
-            .get_connection_manager_with_config(manager_config.clone())
-            .await
-            .map_err(Error::from_connect)?;
         let mut conn = SharedConnection::new(client.clone(), manager_config.clone(), conn);
         // Connecting sends no command when the URL has no credentials: a Redis that requires
         // them would refuse every later call instead (`NOAUTH`). One round trip says so now.
@@ -319,15 +326,54 @@ impl RedisBackend {
             .query_async::<()>(&mut conn)
             .await
             .map_err(Error::from_connect)?;
+        let (conn, writes, cluster) = if cluster_enabled(&mut conn).await {
+            let (conn, writes) = Self::connect_cluster(&client, &config).await?;
+            (conn, writes, true)
+        } else {
+            let writes = client
+                .get_connection_manager_with_config(manager_config.clone())
+                .await
+                .map_err(Error::from_connect)?;
+            let writes = SharedConnection::new(client.clone(), manager_config, writes);
+            (conn, writes, false)
+        };
         Ok(RedisBackend {
             shared: Arc::new(Shared {
-                client: client.clone(),
+                client,
+                cluster,
                 conn,
-                writes: SharedConnection::new(client, manager_config, writes),
+                writes,
                 config,
                 counters: Counters::default(),
             }),
         })
+    }
+
+    /// The two shared connections through a Redis Cluster client that starts from the URL's
+    /// node and learns the others from it.
+    async fn connect_cluster(
+        client: &redis::Client,
+        config: &RedisConfig,
+    ) -> Result<(SharedConnection, SharedConnection), Error> {
+        let cluster = ClusterClientBuilder::new([client.get_connection_info().clone()])
+            // No resends of its own: `SharedConnection` resends, and must know when it did.
+            .retries(0)
+            .connection_timeout(config.connect_timeout)
+            .response_timeout(config.response_timeout)
+            .build()
+            .map_err(|_| Error::InvalidArgument("not a valid Redis Cluster configuration"))?;
+        let conn = cluster
+            .get_async_connection()
+            .await
+            .map_err(Error::from_connect)?;
+        let writes = cluster
+            .get_async_connection()
+            .await
+            .map_err(Error::from_connect)?;
+        Ok((
+            SharedConnection::cluster(conn),
+            SharedConnection::cluster(writes),
+        ))
     }
 
     /// The configuration.
@@ -388,14 +434,55 @@ impl RedisBackend {
     }
 
     /// A new dedicated connection for blocking reads: its response timeout covers the block time.
-    pub(crate) async fn dedicated(&self) -> Result<MultiplexedConnection, redis::RedisError> {
+    /// It goes to the URL's node, or on a Redis Cluster to `node` (`host:port`) once a `MOVED`
+    /// named the node that serves the stream's slot.
+    pub(crate) async fn dedicated(
+        &self,
+        node: Option<&str>,
+    ) -> Result<MultiplexedConnection, redis::RedisError> {
         let c = &self.shared.config;
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(c.connect_timeout))
             .set_response_timeout(Some(c.block.saturating_add(c.response_timeout)));
-        self.shared
+        let Some(node) = node.filter(|_| self.shared.cluster) else {
+            return self
+                .shared
+                .client
+                .get_multiplexed_async_connection_with_config(&config)
+                .await;
+        };
+        let addr = node
+            .rsplit_once(':')
+            .and_then(|(host, port)| Some((host.to_owned(), port.parse::<u16>().ok()?)))
+            .ok_or_else(|| {
+                redis::RedisError::from((
+                    redis::ErrorKind::Client,
+                    "a Redis Cluster node redirected to an address that is not host:port",
+                    node.to_owned(),
+                ))
+            })?;
+        // The same credentials and settings as the URL's node, at the node that serves the slot.
+        let info = self
+            .shared
             .client
+            .get_connection_info()
+            .clone()
+            .set_addr(redis::ConnectionAddr::Tcp(addr.0, addr.1));
+        redis::Client::open(info)?
             .get_multiplexed_async_connection_with_config(&config)
             .await
     }
+
+    /// Whether this backend is connected to a Redis Cluster.
+    pub(crate) fn is_cluster(&self) -> bool {
+        self.shared.cluster
+    }
+}
+
+/// Whether the node `conn` talks to runs in cluster mode (`INFO cluster` says `cluster_enabled:1`).
+/// A Redis that refuses `INFO` (an ACL rule) is taken for a single one: a stream another node
+/// would serve is then refused with an error that names that node (`Error::from_redis`).
+async fn cluster_enabled(conn: &mut SharedConnection) -> bool {
+    let info: Result<String, _> = redis::cmd("INFO").arg("cluster").query_async(conn).await;
+    info.is_ok_and(|info| info.lines().any(|line| line.trim() == "cluster_enabled:1"))
 }

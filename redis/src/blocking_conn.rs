@@ -13,7 +13,7 @@
 //! something else leaves the busy connection to finish on its own and opens another.
 
 use redis::aio::MultiplexedConnection;
-use redis::{Cmd, RedisError, Value};
+use redis::{Cmd, ErrorKind, RedisError, ServerErrorKind, Value};
 use tokio::task::JoinHandle;
 
 use crate::backend::RedisBackend;
@@ -38,20 +38,50 @@ impl Drop for InFlight {
 pub(crate) struct BlockingConn {
     conn: Option<MultiplexedConnection>,
     in_flight: Option<InFlight>,
+    /// On a Redis Cluster, the node (`host:port`) that the last `MOVED` named as serving the
+    /// stream's slot; until one did, the URL's node.
+    node: Option<String>,
 }
+
+/// How many times one call follows a cluster node's `MOVED` to the node it names.
+const REDIRECTS: u32 = 3;
 
 impl BlockingConn {
     /// Sends `cmd` on this connection (calling `on_send` as it goes out) and returns Redis's
     /// reply; if an earlier call sent the same command and was cancelled before its reply came,
     /// returns that read's reply instead of sending another. After an error the next call
-    /// connects again.
+    /// connects again. On a Redis Cluster a `MOVED` (the command did not run) is followed to
+    /// the node it names, which later calls keep using.
     ///
     /// Cancel safe: the read goes on, and the next call with the same command takes its reply.
     pub(crate) async fn query(
         &mut self,
         backend: &RedisBackend,
         cmd: &Cmd,
-        on_send: impl FnOnce(),
+        mut on_send: impl FnMut(),
+    ) -> Result<Value, RedisError> {
+        let mut redirects = 0;
+        loop {
+            let reply = self.query_once(backend, cmd, &mut on_send).await;
+            let Err(e) = &reply else { return reply };
+            let Some((node, _slot)) = e.redirect_node().filter(|_| backend.is_cluster()) else {
+                return reply;
+            };
+            if e.kind() != ErrorKind::Server(ServerErrorKind::Moved) || redirects == REDIRECTS {
+                // `ASK`: the slot's keys are being migrated, and are served again once that
+                // ends; or the slot keeps moving. Either is worth a later try, like `TRYAGAIN`.
+                return Err(crate::connection::still_redirected(reply.unwrap_err()));
+            }
+            self.node = Some(node.to_owned());
+            redirects += 1;
+        }
+    }
+
+    async fn query_once(
+        &mut self,
+        backend: &RedisBackend,
+        cmd: &Cmd,
+        on_send: &mut impl FnMut(),
     ) -> Result<Value, RedisError> {
         let packed = cmd.get_packed_command();
         if self.in_flight.as_ref().is_some_and(|f| f.packed != packed) {
@@ -61,7 +91,7 @@ impl BlockingConn {
         }
         if self.in_flight.is_none() {
             if self.conn.is_none() {
-                self.conn = Some(backend.dedicated().await?);
+                self.conn = Some(backend.dedicated(self.node.as_deref()).await?);
             }
             let mut conn = self.conn.clone().expect("connected above");
             let cmd = cmd.clone();

@@ -31,7 +31,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
-use redis::{Client, Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, Value};
+use redis::cluster_async::ClusterConnection;
+use redis::{Client, Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, ServerErrorKind, Value};
 
 /// The least time between two replacements of a manager whose reconnection failed to
 /// authenticate: a Redis that keeps refusing the credentials costs one connection attempt (and
@@ -45,6 +46,11 @@ const REPLACE_PAUSE: Duration = Duration::from_secs(1);
 /// Redis came back, or because Redis is still down). Send only commands that may run twice
 /// (reads, `SET` of a fixed value, `DEL`): when the reply is lost the first attempt may have run.
 /// Cheap to clone.
+///
+/// On a Redis Cluster it is a cluster client: each command goes to the node that serves its
+/// keys' slot, and a command a node redirected (`MOVED`, `ASK`, `TRYAGAIN`: it did not run) is
+/// sent again, a few times within a moment. A command of your own that names keys of several
+/// slots is refused by Redis (`CROSSSLOT`); give such keys a common `{hash tag}`.
 ///
 /// If a reconnection is refused at authentication (the credentials were changed, or the user
 /// disabled), commands fail with that error until Redis accepts the credentials again; the
@@ -60,17 +66,29 @@ const REPLACE_PAUSE: Duration = Duration::from_secs(1);
 ///
 /// [`RedisBackend::connection`]: crate::RedisBackend::connection
 pub struct SharedConnection {
-    managed: Arc<Managed>,
+    link: Link,
     /// A command sent through this handle went out again after its connection closed under it:
     /// its first attempt may have run, whatever the second was told.
     cut_off: bool,
+}
+
+/// What the commands go out on.
+#[derive(Clone)]
+enum Link {
+    /// One Redis (or one node of a cluster that is not in cluster mode).
+    Single(Arc<Managed>),
+    /// A Redis Cluster: each command goes to the node that serves its keys' slot. Built with no
+    /// retries of its own (`RedisBackend::connect`), because redis-rs's cluster client resends a
+    /// command after its connection dropped without saying so, and a resend must set
+    /// [`SharedConnection::was_cut_off`]; redirections are followed here instead.
+    Cluster(ClusterConnection),
 }
 
 impl Clone for SharedConnection {
     /// A handle on the same connection that has sent nothing yet.
     fn clone(&self) -> Self {
         SharedConnection {
-            managed: self.managed.clone(),
+            link: self.link.clone(),
             cut_off: false,
         }
     }
@@ -104,7 +122,7 @@ impl SharedConnection {
         manager: ConnectionManager,
     ) -> Self {
         SharedConnection {
-            managed: Arc::new(Managed {
+            link: Link::Single(Arc::new(Managed {
                 client,
                 config,
                 current: Mutex::new(Current {
@@ -112,7 +130,15 @@ impl SharedConnection {
                     generation: 0,
                     replaced_at: None,
                 }),
-            }),
+            })),
+            cut_off: false,
+        }
+    }
+
+    /// A connection to a Redis Cluster, whose client was built without retries of its own.
+    pub(crate) fn cluster(conn: ClusterConnection) -> Self {
+        SharedConnection {
+            link: Link::Cluster(conn),
             cut_off: false,
         }
     }
@@ -187,22 +213,124 @@ pub(crate) fn may_have_run(answer: String) -> RedisError {
     ))
 }
 
+/// How many times a command is sent again after a cluster node redirected it (`MOVED`, `ASK`,
+/// `TRYAGAIN`: it did not run there). redis-rs refreshes its slot map in the background after a
+/// `MOVED`, so each resend waits a little longer; a slot being migrated (`ASK`, `TRYAGAIN`) is
+/// served again once the migration of its keys ends.
+const REDIRECTS: u32 = 4;
+
+/// The pause before the `n`th resend of a redirected command: 10, 20, 40, 80 ms.
+fn redirect_pause(n: u32) -> Duration {
+    Duration::from_millis(10 << n.saturating_sub(1).min(6))
+}
+
+/// A cluster node answered that another node serves the command's slot, or that the slot's
+/// keys are being migrated (`TRYAGAIN`: some of a multi-key command's keys have left): it did
+/// not run.
+fn redirected(e: &RedisError) -> bool {
+    e.redirect_node().is_some() || e.kind() == ErrorKind::Server(ServerErrorKind::TryAgain)
+}
+
+/// A command still redirected after [`REDIRECTS`] resends: the cluster's slot map is changing
+/// (a failover or a resharding under way), which is worth trying again later, like `TRYAGAIN`.
+pub(crate) fn still_redirected(e: RedisError) -> RedisError {
+    RedisError::from((
+        ErrorKind::Server(ServerErrorKind::TryAgain),
+        "the Redis Cluster kept redirecting the command (its slot map is changing)",
+        e.to_string(),
+    ))
+}
+
+/// What a failed attempt allows.
+enum Next {
+    /// Send the command again, after this pause.
+    Resend(Duration),
+    /// Give this answer.
+    Answer(RedisError),
+}
+
+async fn pause_before_resend(pause: Duration) {
+    if !pause.is_zero() {
+        tokio::time::sleep(pause).await;
+    }
+}
+
+/// Counts a handle's attempts at one command and decides after each failure whether to send it
+/// again: once after its connection closed under it (then it may have run: `cut_off`) or was
+/// refused, and on a cluster up to [`REDIRECTS`] times after a redirection.
+struct Attempts {
+    /// Only a cluster client sends a redirected command to the node it was redirected to; on a
+    /// single connection the redirection is the answer (`Error::from_redis` explains it).
+    follow_redirects: bool,
+    resent: bool,
+    redirects: u32,
+}
+
+impl Attempts {
+    fn new(link: &Link) -> Self {
+        Attempts {
+            follow_redirects: matches!(link, Link::Cluster(_)),
+            resent: false,
+            redirects: 0,
+        }
+    }
+
+    fn after(&mut self, error: RedisError, cut_off: &mut bool) -> Next {
+        if self.follow_redirects && redirected(&error) {
+            if self.redirects == REDIRECTS {
+                return Next::Answer(still_redirected(error));
+            }
+            self.redirects += 1;
+            return Next::Resend(redirect_pause(self.redirects));
+        }
+        if self.resent {
+            return Next::Answer(error);
+        }
+        if closed_under_it(&error) {
+            *cut_off = true;
+        } else if !refused(&error) {
+            return Next::Answer(error);
+        }
+        self.resent = true;
+        Next::Resend(Duration::ZERO)
+    }
+}
+
 impl ConnectionLike for SharedConnection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         Box::pin(async move {
-            let (mut manager, generation) = self.managed.current();
-            let result = match manager.req_packed_command(cmd).await {
-                Err(first) if closed_under_it(&first) => {
-                    self.cut_off = true;
-                    manager.req_packed_command(cmd).await
+            match &self.link {
+                Link::Single(managed) => {
+                    let (mut manager, generation) = managed.current();
+                    let mut attempts = Attempts::new(&self.link);
+                    let result = loop {
+                        match manager.req_packed_command(cmd).await {
+                            Err(e) => match attempts.after(e, &mut self.cut_off) {
+                                Next::Resend(pause) => pause_before_resend(pause).await,
+                                Next::Answer(e) => break Err(e),
+                            },
+                            ok => break ok,
+                        }
+                    };
+                    if let Err(e) = &result {
+                        managed.after_failure(e, generation);
+                    }
+                    result
                 }
-                Err(first) if refused(&first) => manager.req_packed_command(cmd).await,
-                other => other,
-            };
-            if let Err(e) = &result {
-                self.managed.after_failure(e, generation);
+                Link::Cluster(conn) => {
+                    let mut conn = conn.clone();
+                    let mut attempts = Attempts::new(&self.link);
+                    loop {
+                        match conn.req_packed_command(cmd).await {
+                            Err(e) => match attempts.after(e, &mut self.cut_off) {
+                                Next::Resend(pause) => pause_before_resend(pause).await,
+                                Next::Answer(e) => return Err(e),
+                            },
+                            ok => return ok,
+                        }
+                    }
+                }
             }
-            result
         })
     }
 
@@ -213,25 +341,46 @@ impl ConnectionLike for SharedConnection {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         Box::pin(async move {
-            let (mut manager, generation) = self.managed.current();
-            let result = match manager.req_packed_commands(pipeline, offset, count).await {
-                Err(first) if closed_under_it(&first) => {
-                    self.cut_off = true;
-                    manager.req_packed_commands(pipeline, offset, count).await
+            match &self.link {
+                Link::Single(managed) => {
+                    let (mut manager, generation) = managed.current();
+                    let mut attempts = Attempts::new(&self.link);
+                    let result = loop {
+                        match manager.req_packed_commands(pipeline, offset, count).await {
+                            Err(e) => match attempts.after(e, &mut self.cut_off) {
+                                Next::Resend(pause) => pause_before_resend(pause).await,
+                                Next::Answer(e) => break Err(e),
+                            },
+                            ok => break ok,
+                        }
+                    };
+                    if let Err(e) = &result {
+                        managed.after_failure(e, generation);
+                    }
+                    result
                 }
-                Err(first) if refused(&first) => {
-                    manager.req_packed_commands(pipeline, offset, count).await
+                Link::Cluster(conn) => {
+                    let mut conn = conn.clone();
+                    let mut attempts = Attempts::new(&self.link);
+                    loop {
+                        match conn.req_packed_commands(pipeline, offset, count).await {
+                            Err(e) => match attempts.after(e, &mut self.cut_off) {
+                                Next::Resend(pause) => pause_before_resend(pause).await,
+                                Next::Answer(e) => return Err(e),
+                            },
+                            ok => return ok,
+                        }
+                    }
                 }
-                other => other,
-            };
-            if let Err(e) = &result {
-                self.managed.after_failure(e, generation);
             }
-            result
         })
     }
 
     fn get_db(&self) -> i64 {
-        self.managed.current().0.get_db()
+        match &self.link {
+            Link::Single(managed) => managed.current().0.get_db(),
+            // Redis Cluster has database 0 only.
+            Link::Cluster(_) => 0,
+        }
     }
 }

@@ -157,14 +157,15 @@ impl Error {
             return Error::Unavailable(err);
         }
         if let Some((node, slot)) = err.redirect_node() {
-            // A Redis Cluster node redirecting to the node that serves the stream's slot. The
-            // backend is not a Cluster client: it sends every command to the node its URL
-            // names, so for this backend the stream is out of reach for good.
+            // A Redis Cluster node redirecting to the node that serves the stream's slot, on a
+            // backend that took its URL's node for a single Redis (a cluster client follows
+            // redirections, and turns the ones that do not end into `TRYAGAIN`): the node
+            // refused `INFO cluster`. For this backend the stream is out of reach for good.
             return Error::Server(redis::RedisError::from((
                 err.kind(),
-                "the stream's keys are in a Redis Cluster slot that another node serves; this \
-                 backend sends every command to the one node its URL names (docs/scaling.md, \
-                 Redis Cluster)",
+                "the stream's keys are in a Redis Cluster slot that another node serves, and \
+                 this backend talks to its URL's node alone: that node refused `INFO cluster`, \
+                 which tells it a cluster (docs/scaling.md, Redis Cluster)",
                 format!("slot {slot} is served by {node}"),
             )));
         }

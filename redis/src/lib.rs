@@ -17,8 +17,9 @@
 //!   skipped.
 //! - **Close** stores a reason; readers get every event, then [`ReadItem::Closed`].
 //! - **Cluster**: all keys of a stream share the `{stream}` hash tag, so a stream lives whole on
-//!   one node; the backend talks to the one node its URL names (it is not a Cluster client), and
-//!   a stream another node serves is an [`Error::Server`] naming that node. **Expiry**: an abandoned
+//!   one node. Connected to any node of a Redis Cluster, the backend serves streams on every
+//!   node: it routes each command to the node that serves the stream's slot and follows the
+//!   cluster when slots move (a resharding, a failover). **Expiry**: an abandoned
 //!   stream expires after [`RedisConfig::stream_ttl`]; that is "stream lost", and the epoch in
 //!   every event id keeps a recreated stream's ids from being mistaken for the old ones.
 //! - **A lost stream** (deleted, expired, or rolled back behind ids a handle saw:

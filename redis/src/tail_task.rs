@@ -169,7 +169,10 @@ async fn run(stream: RedisStream, task: u64) {
             // `timeout`) but accepted it: connect again, at once the first time, then backing
             // off, so that a Redis that closes every connection costs one attempt a second. A
             // Redis that refuses connections fails the next connect, which ends the read.
-            Err(e) if closed_under_it(&e) => {
+            // On a Redis Cluster, the stream's slot is being migrated to another node (`ASK`,
+            // `TRYAGAIN`) or kept moving: the keys are served again once it ends, so the read
+            // is retried the same way instead of failing every waiting reader.
+            Err(e) if closed_under_it(&e) || e.code() == Some("TRYAGAIN") => {
                 if closed_in_a_row > 0 {
                     let pause = Duration::from_millis(10) * (1 << closed_in_a_row.min(7));
                     tokio::time::sleep(pause.min(MAX_RECONNECT_PAUSE)).await;

@@ -1,121 +1,518 @@
-//! Redis Cluster: every key of a stream shares one slot, so a stream lives whole on one node.
-//! The backend is not a Cluster client: it sends every command to the node its URL names. A
-//! stream whose slot that node serves works as on a single Redis; one whose slot another node
-//! serves is refused with an `Error::Server` that names the node, never a retry loop.
+//! Redis Cluster: every key of a stream shares one slot, so a stream lives whole on one node, and
+//! a backend connected to any node of a cluster serves streams on every node. Its shared
+//! connections route each command to the node that serves its slot; blocking reads follow
+//! `MOVED` to that node, also when a slot moves while a stream is in use.
 
 mod common;
 
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::sse_client::{get_events, producer_args, Replica, ResumingClient};
 use common::RedisServer;
-use replay_ring_redis::{Error, ReadItem};
-use replay_ring_sse::StreamId;
+use replay_ring_e2e::{ChaosProxy, ProxyConfig};
+use replay_ring_redis::{CloseReason, Error, ReadItem, RedisBackend, RedisConfig, RedisProducer};
+use replay_ring_sse::{contract, StreamId};
 
 const DEADLINE: Duration = Duration::from_secs(30);
 
-/// Two cluster nodes, node 1 serving slots 0..=8191 and node 2 the rest, once both report the
-/// cluster healthy.
-async fn two_node_cluster() -> (RedisServer, RedisServer) {
-    // The bus port is given: by default it is the client port + 10000, and a node whose
-    // (ephemeral) client port is above 55535 refuses to start.
-    let node = || {
-        let bus = common::free_port();
-        let server = RedisServer::start_with(&[
-            "--cluster-enabled",
-            "yes",
-            "--cluster-config-file",
-            "nodes.conf",
-            "--cluster-port",
-            &bus.to_string(),
-        ]);
-        (server, bus)
-    };
-    let ((n1, _), (n2, n2_bus)) = (node(), node());
-    for (node, first, last) in [(&n1, 0, 8191), (&n2, 8192, 16383)] {
-        let _: () = redis::cmd("CLUSTER")
-            .arg("ADDSLOTSRANGE")
-            .arg(first)
-            .arg(last)
-            .query(&mut node.raw())
-            .unwrap();
-    }
-    let _: () = redis::cmd("CLUSTER")
-        .arg("MEET")
-        .arg("127.0.0.1")
-        .arg(n2.port)
-        .arg(n2_bus)
-        .query(&mut n1.raw())
-        .unwrap();
-    let started = Instant::now();
-    loop {
-        let healthy = [&n1, &n2].iter().all(|node| {
-            let info: String = redis::cmd("CLUSTER")
-                .arg("INFO")
+/// A cluster of nodes, each serving an equal share of the 16,384 slots.
+struct Cluster {
+    nodes: Vec<RedisServer>,
+}
+
+impl Cluster {
+    /// Starts `n` nodes, splits the slots between them, and waits until every node reports the
+    /// cluster healthy.
+    async fn start(n: usize) -> Cluster {
+        // The bus port is given: by default it is the client port + 10000, and a node whose
+        // (ephemeral) client port is above 55535 refuses to start.
+        let mut nodes = Vec::new();
+        let mut buses = Vec::new();
+        for _ in 0..n {
+            let bus = common::free_port();
+            nodes.push(RedisServer::start_with(&[
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+                "--cluster-port",
+                &bus.to_string(),
+            ]));
+            buses.push(bus);
+        }
+        let share = 16384 / n;
+        for (i, node) in nodes.iter().enumerate() {
+            let first = i * share;
+            let last = if i + 1 == n { 16383 } else { first + share - 1 };
+            let _: () = redis::cmd("CLUSTER")
+                .arg("ADDSLOTSRANGE")
+                .arg(first)
+                .arg(last)
                 .query(&mut node.raw())
                 .unwrap();
-            info.contains("cluster_state:ok") && info.contains("cluster_known_nodes:2")
-        });
-        if healthy {
-            return (n1, n2);
         }
-        assert!(started.elapsed() < DEADLINE, "the cluster never formed");
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        for (node, bus) in nodes.iter().zip(&buses).skip(1) {
+            let _: () = redis::cmd("CLUSTER")
+                .arg("MEET")
+                .arg("127.0.0.1")
+                .arg(node.port)
+                .arg(bus)
+                .query(&mut nodes[0].raw())
+                .unwrap();
+        }
+        let cluster = Cluster { nodes };
+        let known = format!("cluster_known_nodes:{n}");
+        let started = Instant::now();
+        loop {
+            let healthy = cluster.nodes.iter().all(|node| {
+                let info: String = redis::cmd("CLUSTER")
+                    .arg("INFO")
+                    .query(&mut node.raw())
+                    .unwrap();
+                info.contains("cluster_state:ok") && info.contains(&known)
+            });
+            if healthy {
+                return cluster;
+            }
+            assert!(started.elapsed() < DEADLINE, "the cluster never formed");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    fn slot_of(&self, stream: &str) -> u16 {
+        redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(format!("{{{stream}}}"))
+            .query(&mut self.nodes[0].raw())
+            .unwrap()
+    }
+
+    /// The index of the node that serves `slot`, as node 0 sees it.
+    fn owner_of(&self, slot: u16) -> usize {
+        let addr = self.node_for(slot);
+        self.nodes
+            .iter()
+            .position(|n| n.port == addr)
+            .expect("a node of this cluster")
+    }
+
+    /// The port of the node that serves `slot`, from `CLUSTER SHARDS`' slot ranges as node 0
+    /// sees them.
+    fn node_for(&self, slot: u16) -> u16 {
+        let nodes: String = redis::cmd("CLUSTER")
+            .arg("NODES")
+            .query(&mut self.nodes[0].raw())
+            .unwrap();
+        for line in nodes.lines() {
+            let fields: Vec<&str> = line.split(' ').collect();
+            // <id> <ip:port@bus> <flags> <master> <ping> <pong> <epoch> <state> <slot ranges…>
+            let port: u16 = fields[1]
+                .split('@')
+                .next()
+                .and_then(|a| a.rsplit_once(':'))
+                .map(|(_, p)| p.parse().unwrap())
+                .unwrap();
+            for range in &fields[8..] {
+                if range.starts_with('[') {
+                    continue; // a migration in progress, not an assignment
+                }
+                let (first, last) = range.split_once('-').unwrap_or((range, range));
+                let (first, last): (u16, u16) = (first.parse().unwrap(), last.parse().unwrap());
+                if (first..=last).contains(&slot) {
+                    return port;
+                }
+            }
+        }
+        panic!("slot {slot} is not served");
+    }
+
+    fn id_of(&self, node: usize) -> String {
+        redis::cmd("CLUSTER")
+            .arg("MYID")
+            .query(&mut self.nodes[node].raw())
+            .unwrap()
+    }
+
+    /// Moves `slot` with its keys from node `from` to node `to`, the way `redis-cli --cluster
+    /// reshard` does: mark it importing and migrating, `MIGRATE` its keys, then assign it.
+    fn move_slot(&self, slot: u16, from: usize, to: usize) {
+        let (from_id, to_id) = (self.id_of(from), self.id_of(to));
+        let setslot = |node: usize, how: &str, id: &str| {
+            let _: () = redis::cmd("CLUSTER")
+                .arg("SETSLOT")
+                .arg(slot)
+                .arg(how)
+                .arg(id)
+                .query(&mut self.nodes[node].raw())
+                .unwrap();
+        };
+        setslot(to, "IMPORTING", &from_id);
+        setslot(from, "MIGRATING", &to_id);
+        let keys: Vec<String> = redis::cmd("CLUSTER")
+            .arg("GETKEYSINSLOT")
+            .arg(slot)
+            .arg(100)
+            .query(&mut self.nodes[from].raw())
+            .unwrap();
+        assert!(!keys.is_empty(), "slot {slot} holds the stream's keys");
+        let _: () = redis::cmd("MIGRATE")
+            .arg("127.0.0.1")
+            .arg(self.nodes[to].port)
+            .arg("")
+            .arg(0)
+            .arg(5000)
+            .arg("KEYS")
+            .arg(&keys)
+            .query(&mut self.nodes[from].raw())
+            .unwrap();
+        // The new owner first, then the old one, then the rest (the order redis-cli uses).
+        let mut order = vec![to, from];
+        order.extend((0..self.nodes.len()).filter(|n| *n != from && *n != to));
+        for node in order {
+            setslot(node, "NODE", &to_id);
+        }
+    }
+
+    async fn backend(&self, node: usize) -> RedisBackend {
+        self.nodes[node].backend().await
     }
 }
 
-fn slot_of(node: &RedisServer, stream: &str) -> u16 {
-    redis::cmd("CLUSTER")
-        .arg("KEYSLOT")
-        .arg(format!("{{{stream}}}"))
-        .query(&mut node.raw())
-        .unwrap()
+fn sid(name: &str) -> StreamId {
+    StreamId::new(name).unwrap()
+}
+
+fn payload(id: u64) -> Vec<u8> {
+    format!("event-{id}").into_bytes()
+}
+
+/// Names whose streams, together, live on every node of `cluster`: one name per node.
+fn one_name_per_node(cluster: &Cluster) -> Vec<String> {
+    let mut found: Vec<Option<String>> = vec![None; cluster.nodes.len()];
+    for i in 0.. {
+        let name = format!("s{i}");
+        let node = cluster.owner_of(cluster.slot_of(&name));
+        found[node].get_or_insert(name);
+        if found.iter().all(Option::is_some) {
+            break;
+        }
+    }
+    found.into_iter().map(Option::unwrap).collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stream_on_the_urls_node_works_and_one_on_another_node_is_a_clear_error() {
-    let (n1, n2) = two_node_cluster().await;
-    let backend = n1.backend().await;
-    let names = ["a", "b", "c", "d", "events", "x1", "x2", "x3"];
-    let (here, there): (Vec<&str>, Vec<&str>) =
-        names.iter().partition(|name| slot_of(&n1, name) <= 8191);
-    assert!(
-        !here.is_empty() && !there.is_empty(),
-        "{names:?} on both nodes"
-    );
-
-    for name in here {
-        let id = StreamId::new(name).unwrap();
-        let stream = tokio::time::timeout(DEADLINE, backend.create(&id, 8))
+async fn a_backend_connected_to_one_node_serves_streams_on_every_node() {
+    let cluster = Cluster::start(3).await;
+    let names = one_name_per_node(&cluster);
+    // Connected to the last node: most streams live elsewhere.
+    let backend = cluster.backend(2).await;
+    for name in &names {
+        let stream = tokio::time::timeout(DEADLINE, backend.create(&sid(name), 8))
             .await
             .unwrap()
             .unwrap();
         let mut producer = stream.acquire_producer().await.unwrap();
-        assert_eq!(producer.append(b"one").await.unwrap(), 1);
-        assert_eq!(producer.append(b"two").await.unwrap(), 2);
-        let mut reader = stream.resume(Some(0)).await.unwrap();
-        let read = tokio::time::timeout(DEADLINE, reader.recv())
-            .await
-            .unwrap()
-            .unwrap();
-        let ReadItem::Events(events) = read else {
-            panic!("{name}: {read:?}");
-        };
-        assert_eq!(events[0].0, 1, "{name}");
-    }
+        assert_eq!(producer.append(b"one").await.unwrap(), 1, "{name}");
 
-    let node2 = format!("127.0.0.1:{}", n2.port);
-    for name in there {
-        let id = StreamId::new(name).unwrap();
-        let err = tokio::time::timeout(DEADLINE, backend.create(&id, 8))
-            .await
-            .unwrap()
-            .unwrap_err();
-        assert!(matches!(err, Error::Server(_)), "{name}: {err:?}");
-        assert!(!err.is_transient(), "{name}: retrying cannot help");
-        let text = err.to_string();
-        assert!(
-            text.contains("Redis Cluster") && text.contains(&node2),
-            "{name}: the error names Cluster and the node that serves the slot: {text}"
+        // A reader that waits on the live tail before the next append: its blocking read has
+        // to reach the node that serves the stream.
+        let mut reader = stream.resume(Some(1)).await.unwrap();
+        let waiting = tokio::spawn(async move {
+            let mut ids = Vec::new();
+            loop {
+                match tokio::time::timeout(DEADLINE, reader.recv()).await.unwrap() {
+                    Ok(ReadItem::Events(events)) => ids.extend(events.iter().map(|e| e.0)),
+                    Ok(ReadItem::Closed(reason)) => return (ids, reason),
+                    Err(e) => panic!("reader: {e}"),
+                }
+            }
+        });
+        // The blocking read is in Redis once the backend has counted it.
+        let blocked_before = backend.stats().blocked_reads;
+        common::eventually(DEADLINE, "the reader's blocking read", || {
+            let now = backend.stats().blocked_reads;
+            async move { now > blocked_before }
+        })
+        .await;
+        assert_eq!(producer.append(b"two").await.unwrap(), 2, "{name}");
+        assert_eq!(producer.append(b"three").await.unwrap(), 3, "{name}");
+        producer.close(CloseReason::Completed).await.unwrap();
+        let (ids, reason) = waiting.await.unwrap();
+        assert_eq!(ids, vec![2, 3], "{name}");
+        assert_eq!(reason, CloseReason::Completed, "{name}");
+
+        // Every row of the resume table holds on this node too.
+        stream.release_through(1).await.unwrap();
+        assert!(matches!(
+            stream.resume(Some(0)).await,
+            Err(Error::Gap { .. })
+        ));
+        assert!(matches!(
+            stream.resume(Some(4)).await,
+            Err(Error::AheadOfHead { .. })
+        ));
+        let mut reader = stream.resume(Some(1)).await.unwrap();
+        assert_eq!(
+            reader.recv().await.unwrap(),
+            ReadItem::Events(vec![(2, "two".into()), (3, "three".into())])
         );
     }
+}
+
+/// The SSE layer's generic backend contract, every check, with its streams spread over a
+/// three-node cluster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_backend_contract_holds_on_a_cluster() {
+    let cluster = Cluster::start(3).await;
+    let backend = cluster.backend(0).await;
+    let names = Arc::new(Mutex::new(Vec::new()));
+    let open = |capacity: usize| {
+        let (backend, names) = (backend.clone(), names.clone());
+        async move {
+            // Relaxed: only distinct names are needed.
+            static N: AtomicU64 = AtomicU64::new(0);
+            let name = format!("contract-{}", N.fetch_add(1, Ordering::Relaxed));
+            names.lock().unwrap().push(name.clone());
+            let stream = backend
+                .create(&sid(&name), capacity as u64)
+                .await
+                .unwrap()
+                .with_max_readers(8);
+            let producer: RedisProducer = stream.acquire_producer().await.unwrap();
+            (producer, stream)
+        }
+    };
+    contract::run_all(open).await;
+    let nodes: BTreeSet<usize> = names
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|name| cluster.owner_of(cluster.slot_of(name)))
+        .collect();
+    assert_eq!(nodes.len(), 3, "the suite's streams lived on every node");
+}
+
+/// A stream's slot moves to another node while a producer appends and a reader follows the
+/// live tail: the reader gets every id exactly once, in order, and the producer goes on; while
+/// the keys are in transit commands may fail as unavailable, never with a wrong answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_keeps_its_ids_while_its_slot_moves_to_another_node() {
+    const N: u64 = 400;
+    let cluster = Cluster::start(3).await;
+    let backend = cluster.backend(0).await;
+    let name = "moving";
+    let slot = cluster.slot_of(name);
+    let from = cluster.owner_of(slot);
+    let to = (from + 1) % 3;
+    let stream = backend.create(&sid(name), 64).await.unwrap();
+
+    // The reader resumes after an error, as an SSE client reconnecting with its last id.
+    let reader_stream = stream.clone();
+    let reader = tokio::spawn(async move {
+        let mut ids = Vec::new();
+        let mut resumes = Vec::new();
+        let mut reader = reader_stream.resume(Some(0)).await.unwrap();
+        loop {
+            match tokio::time::timeout(DEADLINE, reader.recv()).await.unwrap() {
+                Ok(ReadItem::Events(events)) => {
+                    for (id, data) in events {
+                        assert_eq!(data, payload(id).as_slice());
+                        ids.push(id);
+                    }
+                    reader_stream.release_through(reader.last_id()).await.ok();
+                }
+                Ok(ReadItem::Closed(reason)) => return (ids, reason, resumes),
+                Err(e) if e.is_transient() => {
+                    resumes.push(e.to_string());
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    let last = ids.last().copied().unwrap_or(0);
+                    reader = loop {
+                        match reader_stream.resume(Some(last)).await {
+                            Ok(r) => break r,
+                            Err(e) if e.is_transient() => {
+                                tokio::time::sleep(Duration::from_millis(20)).await;
+                            }
+                            Err(e) => panic!("resume: {e}"),
+                        }
+                    };
+                }
+                Err(e) => panic!("reader: {e}"),
+            }
+        }
+    });
+
+    let appended = Arc::new(AtomicU64::new(0));
+    let producer_appended = appended.clone();
+    let producer_stream = stream.clone();
+    let producer = tokio::spawn(async move {
+        let mut p = producer_stream.acquire_producer().await.unwrap();
+        let mut transient = 0;
+        while p.next_id() <= N {
+            let id = p.next_id();
+            // After an unknown outcome the producer resends the event itself (same id).
+            let result = if p.has_pending() {
+                p.resolve_pending().await.map(|got| got.expect("pending"))
+            } else {
+                p.append_wait(&payload(id), DEADLINE).await
+            };
+            match result {
+                Ok(got) => {
+                    assert_eq!(got, id);
+                    // Relaxed: a progress counter polled by the test driver.
+                    producer_appended.store(got, Ordering::Relaxed);
+                }
+                Err(e) if e.is_transient() => {
+                    transient += 1;
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Err(e) => panic!("producer: {e:?}"),
+            }
+        }
+        p.close(CloseReason::Completed).await.unwrap();
+        transient
+    });
+
+    // Relaxed: a progress counter read for its own value.
+    common::eventually(DEADLINE, "the first half", || {
+        let n = appended.load(Ordering::Relaxed);
+        async move { n >= N / 2 }
+    })
+    .await;
+    cluster.move_slot(slot, from, to);
+    assert_eq!(cluster.owner_of(slot), to, "the slot moved");
+
+    let transient = tokio::time::timeout(DEADLINE, producer)
+        .await
+        .unwrap()
+        .unwrap();
+    let (ids, reason, resumes) = tokio::time::timeout(DEADLINE, reader)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(ids, (1..=N).collect::<Vec<_>>(), "every id once, in order");
+    assert_eq!(reason, CloseReason::Completed);
+    // The keys are on the new node, and the old one has none of them.
+    let keys: u64 = redis::cmd("CLUSTER")
+        .arg("COUNTKEYSINSLOT")
+        .arg(slot)
+        .query(&mut cluster.nodes[to].raw())
+        .unwrap();
+    assert!(keys >= 2, "the new node holds the stream's keys ({keys})");
+    eprintln!(
+        "during the move: {transient} transient producer errors, reader resumes: {resumes:?}"
+    );
+}
+
+/// A backend that cannot tell it is on a cluster (its user may not run `INFO`) talks to its
+/// URL's node only: a stream another node serves is refused with an error that names the node,
+/// never a retry loop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_info_a_stream_on_another_node_is_a_clear_error() {
+    let cluster = Cluster::start(2).await;
+    for node in &cluster.nodes {
+        let _: () = redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg("app")
+            .arg("on")
+            .arg(">secret")
+            .arg("~*")
+            .arg("+@all")
+            .arg("-info")
+            .query(&mut node.raw())
+            .unwrap();
+    }
+    let url = format!("redis://app:secret@127.0.0.1:{}/", cluster.nodes[0].port);
+    let backend = RedisBackend::connect(&url, RedisConfig::default())
+        .await
+        .unwrap();
+    let names = one_name_per_node(&cluster);
+
+    let stream = backend.create(&sid(&names[0]), 8).await.unwrap();
+    let mut producer = stream.acquire_producer().await.unwrap();
+    assert_eq!(producer.append(b"one").await.unwrap(), 1);
+
+    let err = tokio::time::timeout(DEADLINE, backend.create(&sid(&names[1]), 8))
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert!(matches!(err, Error::Server(_)), "{err:?}");
+    assert!(!err.is_transient(), "retrying cannot help");
+    let text = err.to_string();
+    let node2 = format!("127.0.0.1:{}", cluster.nodes[1].port);
+    assert!(
+        text.contains("Redis Cluster") && text.contains(&node2) && text.contains("INFO"),
+        "the error names Cluster, the node that serves the slot and why: {text}"
+    );
+}
+
+/// The connection is to a cluster node, but the cluster is down (a slot without a node): an
+/// explicit transient error, not a hang.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_with_an_unserved_slot_is_unavailable_for_its_streams() {
+    let cluster = Cluster::start(2).await;
+    let backend = cluster.backend(0).await;
+    let names = one_name_per_node(&cluster);
+    let slot = cluster.slot_of(&names[1]);
+    for node in &cluster.nodes {
+        let _: redis::Value = redis::cmd("CLUSTER")
+            .arg("DELSLOTS")
+            .arg(slot)
+            .query(&mut node.raw())
+            .unwrap();
+    }
+    let err = tokio::time::timeout(DEADLINE, backend.create(&sid(&names[1]), 8))
+        .await
+        .expect("an answer, not a hang")
+        .unwrap_err();
+    assert!(err.is_transient(), "{err:?}");
+}
+
+/// Two replicas of the demo SSE server on one cluster, each connected to a different node (and
+/// neither, perhaps, to the node that serves the stream): a client cut again and again, each
+/// reconnect going to the other replica, gets every id exactly once, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_on_different_nodes_serve_one_stream_gap_free() {
+    const N: u64 = 300;
+    let cluster = Cluster::start(3).await;
+    let a = Replica::start(&producer_args(&cluster.nodes[0].url(), Some(N))).await;
+    let b = Replica::start(&["--redis", &cluster.nodes[1].url(), "--serve-only"]).await;
+    let mut config_a = ProxyConfig::new(a.addr);
+    config_a.cut_after_frames = Some(9);
+    let mut config_b = ProxyConfig::new(b.addr);
+    config_b.cut_after_frames = Some(13);
+    let proxies = [
+        ChaosProxy::start(config_a).await.unwrap(),
+        ChaosProxy::start(config_b).await.unwrap(),
+    ];
+
+    let mut client = ResumingClient::new();
+    let mut attempts = 0;
+    while !client.ended {
+        attempts += 1;
+        assert!(attempts < 500, "no end after {attempts} attempts");
+        let proxy = &proxies[attempts % 2];
+        if attempts > 1 {
+            client.verifier.on_reconnect();
+        }
+        let last = client.last_event_id.clone();
+        let attempt = get_events(proxy.addr(), last.as_deref(), DEADLINE * 2, |f| {
+            client.on_frame(f)
+        })
+        .await
+        .expect("attempt");
+        assert_eq!(attempt.status, 200, "attempt {attempts} after {last:?}");
+    }
+    client.assert_complete(N, "every id exactly once, in order");
+    for (i, proxy) in proxies.iter().enumerate() {
+        let resumes = proxy
+            .requests()
+            .iter()
+            .filter(|r| r.last_event_id.is_some() && r.status == Some(200))
+            .count();
+        assert!(resumes >= 5, "replica {i} served {resumes} resumes");
+    }
+    drop((a, b));
 }

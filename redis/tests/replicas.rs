@@ -7,81 +7,10 @@ mod common;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use common::sse_client::{get_events, producer_args, Replica, SseFrame};
+use common::sse_client::{get_events, producer_args, Replica, ResumingClient as Client};
 use common::RedisServer;
 use replay_ring_e2e::{ChaosProxy, ProxyConfig};
-use replay_ring_sse::client::ContinuityVerifier;
 use replay_ring_sse::EventId;
-
-/// What a client has seen across reconnects.
-struct Client {
-    verifier: ContinuityVerifier,
-    last_event_id: Option<String>,
-    ids: Vec<u64>,
-    /// The cursor of the very first priming event: a new subscription starts live at the head.
-    start: Option<u64>,
-    ended: bool,
-    stream_errors: Vec<String>,
-}
-
-impl Client {
-    fn new() -> Client {
-        Client {
-            verifier: ContinuityVerifier::new(),
-            last_event_id: None,
-            ids: Vec::new(),
-            start: None,
-            ended: false,
-            stream_errors: Vec::new(),
-        }
-    }
-
-    /// Checks one frame: priming carries the cursor, events continue it with the right payload.
-    /// The ids a client that subscribed at `start` must have seen by the end.
-    fn expected(&self, n: u64) -> Vec<u64> {
-        let start = self.start.expect("a priming event");
-        assert!(
-            start < n / 2,
-            "subscribed too late to test much: head was {start}"
-        );
-        (start + 1..=n).collect()
-    }
-
-    /// The stream ended with every id from the subscription on, exactly once and in order, and
-    /// no error frame.
-    fn assert_complete(&self, n: u64, what: &str) {
-        assert_eq!(self.ids, self.expected(n), "{what}");
-        assert!(self.stream_errors.is_empty(), "{:?}", self.stream_errors);
-    }
-
-    fn on_frame(&mut self, frame: &SseFrame) {
-        match (&frame.event, &frame.id) {
-            (Some(e), _) if e == "end" => self.ended = true,
-            (Some(e), _) if e == "stream-error" => self.stream_errors.push(frame.data.clone()),
-            (None, Some(id)) => {
-                let parsed = EventId::parse(id).expect("server sent a valid id");
-                if frame.data.is_empty() {
-                    self.verifier
-                        .on_priming_id(&parsed)
-                        .expect("priming id is the cursor");
-                    self.start.get_or_insert(parsed.seq);
-                } else {
-                    self.verifier
-                        .on_event_id(&parsed)
-                        .expect("gap-free, in order, same epoch");
-                    assert_eq!(
-                        frame.data,
-                        format!("{{\"n\":{}}}", parsed.seq),
-                        "payload of {id}"
-                    );
-                    self.ids.push(parsed.seq);
-                    self.last_event_id = Some(id.clone());
-                }
-            }
-            other => panic!("unexpected frame {other:?}"),
-        }
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reconnects_alternate_between_two_replicas_through_the_chaos_proxy() {

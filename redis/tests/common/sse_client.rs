@@ -10,6 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use replay_ring_e2e::http::{Buffered, ChunkedDecoder};
+use replay_ring_sse::client::ContinuityVerifier;
+use replay_ring_sse::EventId;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
@@ -126,6 +128,76 @@ fn parse_frame(raw: &[u8]) -> Option<SseFrame> {
     }
     frame.data = data.join("\n");
     any.then_some(frame)
+}
+
+/// What a client of the demo server has seen across reconnects.
+pub struct ResumingClient {
+    pub verifier: ContinuityVerifier,
+    pub last_event_id: Option<String>,
+    pub ids: Vec<u64>,
+    /// The cursor of the very first priming event: a new subscription starts live at the head.
+    pub start: Option<u64>,
+    pub ended: bool,
+    pub stream_errors: Vec<String>,
+}
+
+impl ResumingClient {
+    pub fn new() -> ResumingClient {
+        ResumingClient {
+            verifier: ContinuityVerifier::new(),
+            last_event_id: None,
+            ids: Vec::new(),
+            start: None,
+            ended: false,
+            stream_errors: Vec::new(),
+        }
+    }
+
+    /// Checks one frame: priming carries the cursor, events continue it with the right payload.
+    /// The ids a client that subscribed at `start` must have seen by the end.
+    pub fn expected(&self, n: u64) -> Vec<u64> {
+        let start = self.start.expect("a priming event");
+        assert!(
+            start < n / 2,
+            "subscribed too late to test much: head was {start}"
+        );
+        (start + 1..=n).collect()
+    }
+
+    /// The stream ended with every id from the subscription on, exactly once and in order, and
+    /// no error frame.
+    pub fn assert_complete(&self, n: u64, what: &str) {
+        assert_eq!(self.ids, self.expected(n), "{what}");
+        assert!(self.stream_errors.is_empty(), "{:?}", self.stream_errors);
+    }
+
+    pub fn on_frame(&mut self, frame: &SseFrame) {
+        match (&frame.event, &frame.id) {
+            (Some(e), _) if e == "end" => self.ended = true,
+            (Some(e), _) if e == "stream-error" => self.stream_errors.push(frame.data.clone()),
+            (None, Some(id)) => {
+                let parsed = EventId::parse(id).expect("server sent a valid id");
+                if frame.data.is_empty() {
+                    self.verifier
+                        .on_priming_id(&parsed)
+                        .expect("priming id is the cursor");
+                    self.start.get_or_insert(parsed.seq);
+                } else {
+                    self.verifier
+                        .on_event_id(&parsed)
+                        .expect("gap-free, in order, same epoch");
+                    assert_eq!(
+                        frame.data,
+                        format!("{{\"n\":{}}}", parsed.seq),
+                        "payload of {id}"
+                    );
+                    self.ids.push(parsed.seq);
+                    self.last_event_id = Some(id.clone());
+                }
+            }
+            other => panic!("unexpected frame {other:?}"),
+        }
+    }
 }
 
 /// A producing replica's flags: creates the stream (window 8,192) or takes it over, produces at

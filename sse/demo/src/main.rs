@@ -41,7 +41,8 @@ type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 struct DemoArgs {
     #[command(flatten)]
     example: app::Args,
-    /// Keep the stream in Redis (`redis://host:port/db`), so that any replica can serve it
+    /// Keep the stream in Redis (`redis://host:port/db`; of a Redis Cluster, any node), so that
+    /// any replica can serve it
     #[arg(long, value_name = "URL", conflicts_with = "epoch")]
     redis: Option<String>,
     /// Serve the stream without producing into it (another replica produces). Without it, a
