@@ -56,8 +56,10 @@ pub struct LoadSpec {
     /// Give up (and report the unfinished connections) after this long.
     pub timeout: Duration,
     /// Every connection was open before the server published its first event (a server started
-    /// with `--start-after C`): each must get id 1 first, so ids missed before a connection's
-    /// first event count as dropped too.
+    /// with `--start-after C`): each must get id 1 first. Ids a server without priming events
+    /// (the baseline) skipped before a connection's first event count as dropped; a connection
+    /// of the example server whose priming event names a cursor other than 0 (it joined after
+    /// the first publish) fails with that mismatch as its error.
     pub from_first: bool,
     /// Each connection leaves once it has the event with this id and comes back at once with
     /// `Last-Event-ID` (the wire id of that event), as a client whose network dropped: it must get
