@@ -473,6 +473,41 @@ impl RedisBackend {
             .await
     }
 
+    /// On a Redis Cluster, the node (`host:port`) that serves `key`'s slot in the slot map of a
+    /// node that answers (`CLUSTER KEYSLOT`, `CLUSTER SLOTS`: the shared connection sends them to
+    /// any node it reaches). `None` if no node answered, or none serves the slot.
+    pub(crate) async fn serving_node(&self, key: &str) -> Option<String> {
+        use redis::Value;
+        let mut conn = self.connection();
+        let slot: i64 = redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(key)
+            .query_async(&mut conn)
+            .await
+            .ok()?;
+        let ranges: Vec<Value> = redis::cmd("CLUSTER")
+            .arg("SLOTS")
+            .query_async(&mut conn)
+            .await
+            .ok()?;
+        // Each range: first slot, last slot, then the primary's [host, port, id, …] and its
+        // replicas'.
+        ranges.into_iter().find_map(|range| {
+            let Value::Array(range) = range else {
+                return None;
+            };
+            let [Value::Int(first), Value::Int(last), Value::Array(primary), ..] = &range[..]
+            else {
+                return None;
+            };
+            let [Value::BulkString(host), Value::Int(port), ..] = &primary[..] else {
+                return None;
+            };
+            let host = std::str::from_utf8(host).ok()?;
+            ((*first..=*last).contains(&slot)).then(|| format!("{host}:{port}"))
+        })
+    }
+
     /// Whether this backend is connected to a Redis Cluster.
     pub(crate) fn is_cluster(&self) -> bool {
         self.shared.cluster

@@ -38,8 +38,9 @@ impl Drop for InFlight {
 pub(crate) struct BlockingConn {
     conn: Option<MultiplexedConnection>,
     in_flight: Option<InFlight>,
-    /// On a Redis Cluster, the node (`host:port`) that the last `MOVED` named as serving the
-    /// stream's slot; until one did, the URL's node.
+    /// On a Redis Cluster, the node (`host:port`) that the last `MOVED` (or the cluster's slot
+    /// map, when the node before could not be reached) named as serving the stream's slot; until
+    /// one did, the URL's node.
     node: Option<String>,
 }
 
@@ -51,18 +52,20 @@ impl BlockingConn {
     /// reply; if an earlier call sent the same command and was cancelled before its reply came,
     /// returns that read's reply instead of sending another. After an error the next call
     /// connects again. On a Redis Cluster a `MOVED` (the command did not run) is followed to
-    /// the node it names, which later calls keep using.
+    /// the node it names, which later calls keep using; `key` (one of the command's keys) names
+    /// the slot when that node cannot be reached.
     ///
     /// Cancel safe: the read goes on, and the next call with the same command takes its reply.
     pub(crate) async fn query(
         &mut self,
         backend: &RedisBackend,
+        key: &str,
         cmd: &Cmd,
         mut on_send: impl FnMut(),
     ) -> Result<Value, RedisError> {
         let mut redirects = 0;
         loop {
-            let reply = self.query_once(backend, cmd, &mut on_send).await;
+            let reply = self.query_once(backend, key, cmd, &mut on_send).await;
             let Err(e) = &reply else { return reply };
             let Some((node, _slot)) = e.redirect_node().filter(|_| backend.is_cluster()) else {
                 return reply;
@@ -80,6 +83,7 @@ impl BlockingConn {
     async fn query_once(
         &mut self,
         backend: &RedisBackend,
+        key: &str,
         cmd: &Cmd,
         on_send: &mut impl FnMut(),
     ) -> Result<Value, RedisError> {
@@ -91,7 +95,7 @@ impl BlockingConn {
         }
         if self.in_flight.is_none() {
             if self.conn.is_none() {
-                self.conn = Some(backend.dedicated(self.node.as_deref()).await?);
+                self.conn = Some(self.connect(backend, key).await?);
             }
             let mut conn = self.conn.clone().expect("connected above");
             let cmd = cmd.clone();
@@ -107,5 +111,30 @@ impl BlockingConn {
             self.conn = None;
         }
         reply
+    }
+
+    /// A connection to the node that serves `key`'s slot, as far as this connection knows it.
+    ///
+    /// On a Redis Cluster that node (the URL's, or the one a `MOVED` named) may be gone for good:
+    /// a primary that failed, whose replica now serves its slots. No `MOVED` can come from a node
+    /// that does not answer, so the cluster's slot map, which the shared connection gets from
+    /// nodes that do, names the node to use instead.
+    async fn connect(
+        &mut self,
+        backend: &RedisBackend,
+        key: &str,
+    ) -> Result<MultiplexedConnection, RedisError> {
+        let first = backend.dedicated(self.node.as_deref()).await;
+        if first.is_ok() || !backend.is_cluster() {
+            return first;
+        }
+        match backend.serving_node(key).await {
+            Some(node) if self.node.as_ref() != Some(&node) => {
+                let conn = backend.dedicated(Some(&node)).await?;
+                self.node = Some(node);
+                Ok(conn)
+            }
+            _ => first,
+        }
     }
 }

@@ -524,7 +524,11 @@ impl RedisProducer {
         let s = &self.stream;
         let opts = StreamReadOptions::default().block(wait.as_millis().max(1) as usize);
         let xread = redis::Cmd::xread_options(&[&s.keys.ctl], &[mark], &opts);
-        match self.wait_conn.query(&s.backend, &xread, || ()).await {
+        match self
+            .wait_conn
+            .query(&s.backend, &s.keys.ctl, &xread, || ())
+            .await
+        {
             Ok(_) => Ok(()),
             Err(e) => Err(Error::from_redis(&s.id, e)),
         }

@@ -131,7 +131,7 @@ async fn run(stream: RedisStream, task: u64) {
                 }
                 continue;
             }
-            reply = conn.query(&stream.backend, &xread, counted) => reply,
+            reply = conn.query(&stream.backend, &stream.keys.log, &xread, counted) => reply,
         };
         match reply {
             Ok(value) => {

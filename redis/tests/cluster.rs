@@ -27,20 +27,33 @@ impl Cluster {
     /// Starts `n` nodes, splits the slots between them, and waits until every node reports the
     /// cluster healthy.
     async fn start(n: usize) -> Cluster {
+        Cluster::start_with(n, &[]).await
+    }
+
+    /// A node of its own: cluster mode, and `extra` arguments (`--cluster-node-timeout`, say).
+    fn spawn_node(extra: &[&str]) -> (RedisServer, u16) {
         // The bus port is given: by default it is the client port + 10000, and a node whose
         // (ephemeral) client port is above 55535 refuses to start.
+        let bus = common::free_port().to_string();
+        let mut args = vec![
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+            "--cluster-port",
+            &bus,
+        ];
+        args.extend_from_slice(extra);
+        (RedisServer::start_with(&args), bus.parse().unwrap())
+    }
+
+    /// As [`start`](Self::start), each node started with `extra` arguments too.
+    async fn start_with(n: usize, extra: &[&str]) -> Cluster {
         let mut nodes = Vec::new();
         let mut buses = Vec::new();
         for _ in 0..n {
-            let bus = common::free_port();
-            nodes.push(RedisServer::start_with(&[
-                "--cluster-enabled",
-                "yes",
-                "--cluster-config-file",
-                "nodes.conf",
-                "--cluster-port",
-                &bus.to_string(),
-            ]));
+            let (node, bus) = Cluster::spawn_node(extra);
+            nodes.push(node);
             buses.push(bus);
         }
         let share = 16384 / n;
@@ -134,6 +147,50 @@ impl Cluster {
             .arg("MYID")
             .query(&mut self.nodes[node].raw())
             .unwrap()
+    }
+
+    /// Adds a node (started with `extra` arguments) that replicates node `of`, and waits until
+    /// it is in sync with it. Returns its index.
+    async fn add_replica(&mut self, of: usize, extra: &[&str]) -> usize {
+        let (node, bus) = Cluster::spawn_node(extra);
+        let _: () = redis::cmd("CLUSTER")
+            .arg("MEET")
+            .arg("127.0.0.1")
+            .arg(node.port)
+            .arg(bus)
+            .query(&mut self.nodes[of].raw())
+            .unwrap();
+        let primary = self.id_of(of);
+        let started = Instant::now();
+        // The new node learns the primary by gossip; until then it refuses to replicate it.
+        while redis::cmd("CLUSTER")
+            .arg("REPLICATE")
+            .arg(&primary)
+            .query::<()>(&mut node.raw())
+            .is_err()
+        {
+            assert!(
+                started.elapsed() < DEADLINE,
+                "the replica never met its primary"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        loop {
+            let info: String = redis::cmd("INFO")
+                .arg("replication")
+                .query(&mut node.raw())
+                .unwrap();
+            if info.contains("master_link_status:up") {
+                break;
+            }
+            assert!(
+                started.elapsed() < DEADLINE,
+                "the replica never synchronised"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        self.nodes.push(node);
+        self.nodes.len() - 1
     }
 
     /// Moves `slot` with its keys from node `from` to node `to`, the way `redis-cli --cluster
@@ -515,4 +572,234 @@ async fn replicas_on_different_nodes_serve_one_stream_gap_free() {
         assert!(resumes >= 5, "replica {i} served {resumes} resumes");
     }
     drop((a, b));
+}
+
+/// Appends `payload(id)` as event `id`, through a failover: an unavailable cluster is tried again
+/// later, and an append whose reply was lost is resent by the producer itself (the same id).
+async fn append_through_failover(producer: &mut RedisProducer, id: u64) {
+    let started = Instant::now();
+    loop {
+        let result = if producer.has_pending() {
+            producer
+                .resolve_pending()
+                .await
+                .map(|got| got.expect("pending"))
+        } else {
+            producer.append(&payload(id)).await
+        };
+        match result {
+            Ok(got) => return assert_eq!(got, id, "the append's id"),
+            Err(e) if e.is_transient() || matches!(e, Error::Unknown { .. }) => {
+                assert!(started.elapsed() < DEADLINE, "append {id}: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("append {id}: {e:?}"),
+        }
+    }
+}
+
+/// The node a backend's URL names is a primary that fails, and its replica takes over its
+/// slots. The backend carries on (unavailable for a while): its appends continue the ids, and a
+/// reader waiting on the live tail of a stream of that shard gets the next event, so its blocking
+/// read finds the new primary although the URL's node is gone. Every id is stored once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_carries_on_when_its_urls_node_fails_over_to_a_replica() {
+    // A node that does not answer for a second is taken for failed: the failover takes seconds.
+    let timeout = ["--cluster-node-timeout", "1000"];
+    let mut cluster = Cluster::start_with(3, &timeout).await;
+    let name = one_name_per_node(&cluster)[1].clone();
+    let slot = cluster.slot_of(&name);
+    let replica = cluster.add_replica(1, &timeout).await;
+    let backend = cluster.backend(1).await;
+    let stream = backend.create(&sid(&name), 1024).await.unwrap();
+    let mut producer = stream.acquire_producer().await.unwrap();
+    for id in 1..=3 {
+        append_through_failover(&mut producer, id).await;
+    }
+    // The replica has every acknowledged write (a failover may lose the ones it lacks).
+    let synced: i64 = redis::cmd("WAIT")
+        .arg(1)
+        .arg(5000)
+        .query(&mut cluster.nodes[1].raw())
+        .unwrap();
+    assert_eq!(synced, 1, "the replica acknowledged the writes");
+
+    cluster.nodes[1].kill();
+    common::eventually(DEADLINE, "the replica's promotion", || {
+        let owner = cluster.owner_of(slot);
+        async move { owner == replica }
+    })
+    .await;
+    append_through_failover(&mut producer, 4).await;
+
+    // A reader at the head waits on the live tail; its blocking read is in Redis once the
+    // backend has counted it. A read that fails (the cluster still settling) is resumed.
+    let started = Instant::now();
+    let mut next = 5;
+    let mut failures = Vec::new();
+    loop {
+        assert!(
+            started.elapsed() < DEADLINE,
+            "no reader on the live tail got an event after the failover: {} failures, the \
+             last {:?}",
+            failures.len(),
+            failures.last()
+        );
+        let mut reader = match stream.resume(Some(next - 1)).await {
+            Ok(reader) => reader,
+            Err(e) if e.is_transient() => {
+                failures.push(e.to_string());
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+            Err(e) => panic!("resume: {e:?}"),
+        };
+        let blocked_before = backend.stats().blocked_reads;
+        let waiting = tokio::spawn(async move { reader.recv().await });
+        while !waiting.is_finished() && backend.stats().blocked_reads == blocked_before {
+            assert!(
+                started.elapsed() < DEADLINE,
+                "the reader neither waited nor failed"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        if waiting.is_finished() {
+            let failed = waiting.await.unwrap();
+            assert!(
+                matches!(&failed, Err(e) if e.is_transient()),
+                "a reader at the head: {failed:?}"
+            );
+            failures.push(failed.unwrap_err().to_string());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        }
+        append_through_failover(&mut producer, next).await;
+        next += 1;
+        match tokio::time::timeout(DEADLINE, waiting)
+            .await
+            .unwrap()
+            .unwrap()
+        {
+            Ok(ReadItem::Events(events)) => {
+                assert_eq!(events, vec![(next - 1, payload(next - 1).into())]);
+                break;
+            }
+            Err(e) if e.is_transient() => failures.push(e.to_string()),
+            other => panic!("the live tail: {other:?}"),
+        }
+    }
+
+    // Every acknowledged id, once, in order.
+    let mut reader = stream.resume(Some(0)).await.unwrap();
+    let mut ids = Vec::new();
+    while ids.len() < (next - 1) as usize {
+        match tokio::time::timeout(DEADLINE, reader.recv()).await.unwrap() {
+            Ok(ReadItem::Events(events)) => {
+                for (id, data) in events {
+                    assert_eq!(data, payload(id).as_slice());
+                    ids.push(id);
+                }
+            }
+            other => panic!("replay: {other:?}"),
+        }
+    }
+    assert_eq!(
+        ids,
+        (1..next).collect::<Vec<_>>(),
+        "every id once, in order"
+    );
+    eprintln!(
+        "after the failover: {} failures {failures:?}",
+        failures.len()
+    );
+}
+
+/// A producer waiting for room follows its stream to another node (`MOVED`), and that node then
+/// fails; its replica takes over the slot. The producer's next wait for room reaches the new
+/// primary instead of the failed node it last waited on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_producer_waiting_for_room_finds_the_replica_that_took_over() {
+    let timeout = ["--cluster-node-timeout", "1000"];
+    let mut cluster = Cluster::start_with(3, &timeout).await;
+    let name = one_name_per_node(&cluster)[1].clone();
+    let slot = cluster.slot_of(&name);
+    let replica = cluster.add_replica(1, &timeout).await;
+    // Connected to node 0: the stream's node is known from a `MOVED` only.
+    let backend = cluster.backend(0).await;
+    let stream = backend.create(&sid(&name), 2).await.unwrap();
+    let mut producer = stream.acquire_producer().await.unwrap();
+    // Refused appends do not renew the lease: a keeper does, while the producer waits.
+    let keeper = tokio::spawn(producer.lease_keeper().run());
+    for id in 1..=2 {
+        append_through_failover(&mut producer, id).await;
+    }
+    let wait = Duration::from_millis(300);
+    let full = producer.append_wait(&payload(3), wait).await;
+    assert!(matches!(full, Err(Error::Full { .. })), "{full:?}");
+    let synced: i64 = redis::cmd("WAIT")
+        .arg(1)
+        .arg(5000)
+        .query(&mut cluster.nodes[1].raw())
+        .unwrap();
+    assert_eq!(synced, 1, "the replica acknowledged the writes");
+
+    cluster.nodes[1].kill();
+    common::eventually(DEADLINE, "the replica's promotion", || {
+        let owner = cluster.owner_of(slot);
+        async move { owner == replica }
+    })
+    .await;
+    // A read and a lease renewal find the new primary, each on its shared connection (so that
+    // no append below goes out on a connection to the failed node, for an unknown outcome).
+    common::eventually(DEADLINE, "a state read on the new primary", || {
+        let stream = stream.clone();
+        async move {
+            match stream.state().await {
+                Ok(_) => true,
+                Err(e) if e.is_transient() => false,
+                Err(e) => panic!("state: {e:?}"),
+            }
+        }
+    })
+    .await;
+    let started = Instant::now();
+    loop {
+        match producer.renew().await {
+            Ok(()) => break,
+            Err(e) if e.is_transient() => {
+                assert!(started.elapsed() < DEADLINE, "renew: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("renew: {e:?}"),
+        }
+    }
+
+    // The window is still full: the wait for room must reach Redis and time out (`Full`).
+    let mut failures = Vec::new();
+    loop {
+        assert!(
+            started.elapsed() < DEADLINE,
+            "the producer never waited for room after the failover: {} failures, the last {:?}",
+            failures.len(),
+            failures.last()
+        );
+        match producer.append_wait(&payload(3), wait).await {
+            Err(Error::Full { .. }) => break,
+            Err(e) if e.is_transient() => {
+                failures.push(e.to_string());
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            other => panic!("append_wait: {other:?}"),
+        }
+    }
+    stream.release_through(1).await.unwrap();
+    assert_eq!(
+        producer.append_wait(&payload(3), DEADLINE).await.unwrap(),
+        3
+    );
+    keeper.abort();
+    eprintln!(
+        "after the failover: {} failures {failures:?}",
+        failures.len()
+    );
 }
