@@ -189,6 +189,27 @@ impl Cluster {
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+        // Every node knows it as the replica (a client learns the replicas from any of them).
+        let replica_id: String = redis::cmd("CLUSTER")
+            .arg("MYID")
+            .query(&mut node.raw())
+            .unwrap();
+        let known = format!("slave {primary}");
+        while !self.nodes.iter().all(|other| {
+            let nodes: String = redis::cmd("CLUSTER")
+                .arg("NODES")
+                .query(&mut other.raw())
+                .unwrap();
+            nodes
+                .lines()
+                .any(|line| line.starts_with(&replica_id) && line.contains(&known))
+        }) {
+            assert!(
+                started.elapsed() < DEADLINE,
+                "the nodes never learnt of the replica"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
         self.nodes.push(node);
         self.nodes.len() - 1
     }
