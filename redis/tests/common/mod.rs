@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+pub mod cluster;
 pub mod cut_proxy;
 pub mod sse_client;
 
