@@ -291,6 +291,9 @@ fn unreachable_for_now(err: &redis::RedisError) -> bool {
         || err.is_timeout()
         || err.is_connection_dropped()
         || err.is_connection_refusal()
+        // A Redis Cluster client with no connected node to send the command to (every node it
+        // knows is down or being reconnected): the command never went out.
+        || err.kind() == redis::ErrorKind::ClusterConnectionNotFound
         || matches!(
             err.code(),
             // `BUSY`: another client's script or function is running past the busy threshold;

@@ -583,3 +583,59 @@ async fn a_producer_waiting_for_room_finds_the_replica_that_took_over() {
         failures.len()
     );
 }
+
+/// Every node of the cluster is down for a while, then comes back on its data: while they are
+/// down, the backend's calls fail as `Unavailable` (an append: `Unknown`), as on a single Redis
+/// that is down, never as a server's answer; afterwards the producer carries on, gap-free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn while_every_node_is_down_calls_are_unavailable_and_then_carry_on() {
+    let mut cluster = Cluster::start(2).await;
+    let backend = cluster.backend(0).await;
+    let stream = backend.create(&sid("outage"), 64).await.unwrap();
+    let mut producer = stream.acquire_producer().await.unwrap();
+    append_through_failover(&mut producer, 1).await;
+
+    for node in &mut cluster.nodes {
+        node.kill();
+    }
+    // The first calls meet the closed connections, the later ones find no connected node.
+    for attempt in 0..5 {
+        match stream.state().await {
+            Err(Error::Unavailable(_)) => {}
+            other => panic!("state read {attempt} while the cluster is down: {other:?}"),
+        }
+    }
+    match producer.append(&payload(2)).await {
+        Err(Error::Unknown { id: 2, .. }) => {}
+        other => panic!("append while the cluster is down: {other:?}"),
+    }
+    for attempt in 0..5 {
+        let resend = producer.resolve_pending().await;
+        assert!(
+            matches!(resend, Err(Error::Unknown { id: 2, .. })),
+            "resend {attempt} while the cluster is down: {resend:?}"
+        );
+    }
+
+    for node in &mut cluster.nodes {
+        node.restart();
+    }
+    let started = Instant::now();
+    let got = loop {
+        match producer.resolve_pending().await {
+            Ok(got) => break got,
+            Err(e @ (Error::Unknown { .. } | Error::Unavailable(_))) => {
+                assert!(started.elapsed() < DEADLINE, "after the restart: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("after the restart: {e:?}"),
+        }
+    };
+    assert_eq!(got, Some(2));
+    append_through_failover(&mut producer, 3).await;
+    let mut reader = stream.resume(Some(0)).await.unwrap();
+    assert_eq!(
+        reader.recv().await.unwrap(),
+        ReadItem::Events((1..=3).map(|id| (id, payload(id).into())).collect())
+    );
+}
