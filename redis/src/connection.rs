@@ -32,7 +32,10 @@ use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
-use redis::{Client, Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, ServerErrorKind, Value};
+use redis::cluster_routing::SingleNodeRoutingInfo;
+use redis::{
+    Client, Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, RedisResult, ServerErrorKind, Value,
+};
 
 /// The least time between two replacements of a manager whose reconnection failed to
 /// authenticate: a Redis that keeps refusing the credentials costs one connection attempt (and
@@ -49,7 +52,8 @@ const REPLACE_PAUSE: Duration = Duration::from_secs(1);
 ///
 /// On a Redis Cluster it is a cluster client: each command goes to the node that serves its
 /// keys' slot, and a command a node redirected (`MOVED`, `ASK`, `TRYAGAIN`: it did not run) is
-/// sent again, a few times within a moment. A command of your own that names keys of several
+/// sent again, a few times within a moment (after an `ASK`, a command goes at once to the node
+/// it names, behind `ASKING`; a pipeline goes to its slot's node again). A command of your own that names keys of several
 /// slots is refused by Redis (`CROSSSLOT`); give such keys a common `{hash tag}`.
 ///
 /// If a reconnection is refused at authentication (the credentials were changed, or the user
@@ -231,6 +235,41 @@ fn redirected(e: &RedisError) -> bool {
     e.redirect_node().is_some() || e.kind() == ErrorKind::Server(ServerErrorKind::TryAgain)
 }
 
+/// The node (host, port) an `ASK` sends the command to: the slot is being migrated there, and
+/// the command's keys have left the node that still serves it. That node answers `ASK` until
+/// the migration ends, however often the command is sent to it, and redis-rs's cluster client
+/// (built without resends of its own) does not follow it.
+fn ask_target(e: &RedisError) -> Option<(String, u16)> {
+    if e.kind() != ErrorKind::Server(ServerErrorKind::Ask) {
+        return None;
+    }
+    let (node, _slot) = e.redirect_node()?;
+    let (host, port) = node.rsplit_once(':')?;
+    Some((host.to_owned(), port.parse().ok()?))
+}
+
+/// Sends `cmd` to the node an `ASK` named, right behind `ASKING` in one pipeline on that node's
+/// connection, so that no other command comes between: a node serves a slot it is importing
+/// only to the command that follows its client's `ASKING`.
+async fn asking(
+    conn: &mut ClusterConnection,
+    cmd: &Cmd,
+    (host, port): (String, u16),
+) -> RedisResult<Value> {
+    let mut pipe = redis::pipe();
+    pipe.cmd("ASKING").add_command(cmd.clone());
+    let route = SingleNodeRoutingInfo::ByAddress { host, port };
+    // Only the command's reply: the pipeline's first reply is `ASKING`'s.
+    match conn.route_pipeline(pipe, 1, 1, route).await?.pop() {
+        Some(Value::ServerError(e)) => Err(e.into()),
+        Some(value) => Ok(value),
+        None => Err(RedisError::from((
+            ErrorKind::Client,
+            "a Redis Cluster node sent no reply to a command behind ASKING",
+        ))),
+    }
+}
+
 /// A command still redirected after [`REDIRECTS`] resends: the cluster's slot map is changing
 /// (a failover or a resharding under way), which is worth trying again later, like `TRYAGAIN`.
 pub(crate) fn still_redirected(e: RedisError) -> RedisError {
@@ -320,12 +359,23 @@ impl ConnectionLike for SharedConnection {
                 Link::Cluster(conn) => {
                     let mut conn = conn.clone();
                     let mut attempts = Attempts::new(&self.link);
+                    let mut ask = None;
                     loop {
-                        match conn.req_packed_command(cmd).await {
-                            Err(e) => match attempts.after(e, &mut self.cut_off) {
-                                Next::Resend(pause) => pause_before_resend(pause).await,
-                                Next::Answer(e) => return Err(e),
-                            },
+                        let result = match ask.take() {
+                            Some(node) => asking(&mut conn, cmd, node).await,
+                            None => conn.req_packed_command(cmd).await,
+                        };
+                        match result {
+                            Err(e) => {
+                                let asked = ask_target(&e);
+                                match attempts.after(e, &mut self.cut_off) {
+                                    // Straight to the node that has the keys: waiting would
+                                    // not change the old node's answer before the slot moves.
+                                    Next::Resend(_) if asked.is_some() => ask = asked,
+                                    Next::Resend(pause) => pause_before_resend(pause).await,
+                                    Next::Answer(e) => return Err(e),
+                                }
+                            }
                             ok => return ok,
                         }
                     }

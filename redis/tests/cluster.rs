@@ -639,3 +639,37 @@ async fn while_every_node_is_down_calls_are_unavailable_and_then_carry_on() {
         ReadItem::Events((1..=3).map(|id| (id, payload(id).into())).collect())
     );
 }
+
+/// A stream whose keys have been migrated to another node while its slot is not yet assigned to
+/// that node (a resharding between its `MIGRATE` and its `SETSLOT NODE`): the old node answers
+/// `ASK`, and the backend follows it, so appends and reads go on during the migration.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_is_served_while_its_slot_is_migrating_after_its_keys_moved() {
+    let cluster = Cluster::start(2).await;
+    let name = one_name_per_node(&cluster)[0].clone();
+    let slot = cluster.slot_of(&name);
+    let backend = cluster.backend(0).await;
+    let stream = backend.create(&sid(&name), 64).await.unwrap();
+    let mut producer = stream.acquire_producer().await.unwrap();
+    assert_eq!(producer.append(&payload(1)).await.unwrap(), 1);
+
+    cluster.migrate_keys(slot, 0, 1);
+    // Sent to node 0, which still serves the slot but no longer has the keys.
+    assert_eq!(producer.append(&payload(2)).await.unwrap(), 2);
+    let state = stream.state().await.unwrap();
+    assert_eq!((state.floor, state.head), (1, 2));
+    let mut reader = stream.resume(Some(0)).await.unwrap();
+    assert_eq!(
+        reader.recv().await.unwrap(),
+        ReadItem::Events((1..=2).map(|id| (id, payload(id).into())).collect())
+    );
+
+    cluster.assign_slot(slot, 0, 1);
+    assert_eq!(producer.append(&payload(3)).await.unwrap(), 3);
+    let keys: u64 = redis::cmd("CLUSTER")
+        .arg("COUNTKEYSINSLOT")
+        .arg(slot)
+        .query(&mut cluster.nodes[0].raw())
+        .unwrap();
+    assert_eq!(keys, 0, "the old node holds none of the stream's keys");
+}

@@ -208,18 +208,17 @@ impl Cluster {
     /// Moves `slot` with its keys from node `from` to node `to`, the way `redis-cli --cluster
     /// reshard` does: mark it importing and migrating, `MIGRATE` its keys, then assign it.
     pub fn move_slot(&self, slot: u16, from: usize, to: usize) {
+        self.migrate_keys(slot, from, to);
+        self.assign_slot(slot, from, to);
+    }
+
+    /// The first half of [`move_slot`](Self::move_slot): marks `slot` importing on `to` and
+    /// migrating on `from`, and `MIGRATE`s its keys. `from` still serves the slot, and answers
+    /// `ASK` for the keys that left it.
+    pub fn migrate_keys(&self, slot: u16, from: usize, to: usize) {
         let (from_id, to_id) = (self.id_of(from), self.id_of(to));
-        let setslot = |node: usize, how: &str, id: &str| {
-            let _: () = redis::cmd("CLUSTER")
-                .arg("SETSLOT")
-                .arg(slot)
-                .arg(how)
-                .arg(id)
-                .query(&mut self.nodes[node].raw())
-                .unwrap();
-        };
-        setslot(to, "IMPORTING", &from_id);
-        setslot(from, "MIGRATING", &to_id);
+        self.setslot(slot, to, "IMPORTING", &from_id);
+        self.setslot(slot, from, "MIGRATING", &to_id);
         let keys: Vec<String> = redis::cmd("CLUSTER")
             .arg("GETKEYSINSLOT")
             .arg(slot)
@@ -237,12 +236,27 @@ impl Cluster {
             .arg(&keys)
             .query(&mut self.nodes[from].raw())
             .unwrap();
+    }
+
+    /// The second half of [`move_slot`](Self::move_slot): assigns `slot` to `to` on every node.
+    pub fn assign_slot(&self, slot: u16, from: usize, to: usize) {
+        let to_id = self.id_of(to);
         // The new owner first, then the old one, then the rest (the order redis-cli uses).
         let mut order = vec![to, from];
         order.extend((0..self.nodes.len()).filter(|n| *n != from && *n != to));
         for node in order {
-            setslot(node, "NODE", &to_id);
+            self.setslot(slot, node, "NODE", &to_id);
         }
+    }
+
+    fn setslot(&self, slot: u16, node: usize, how: &str, id: &str) {
+        let _: () = redis::cmd("CLUSTER")
+            .arg("SETSLOT")
+            .arg(slot)
+            .arg(how)
+            .arg(id)
+            .query(&mut self.nodes[node].raw())
+            .unwrap();
     }
 
     pub async fn backend(&self, node: usize) -> RedisBackend {
