@@ -13,8 +13,11 @@ use std::time::{Duration, Instant};
 use common::cluster::Cluster;
 use common::sse_client::{get_events, producer_args, Replica, ResumingClient};
 use replay_ring_e2e::{ChaosProxy, ProxyConfig};
-use replay_ring_redis::{CloseReason, Error, ReadItem, RedisBackend, RedisConfig, RedisProducer};
+use replay_ring_redis::{
+    CloseReason, Error, ReadItem, RedisBackend, RedisConfig, RedisProducer, RedisStream,
+};
 use replay_ring_sse::{contract, StreamId};
+use tokio::task::JoinHandle;
 
 const DEADLINE: Duration = Duration::from_secs(30);
 
@@ -146,6 +149,47 @@ async fn a_stream_keeps_its_ids_while_its_slot_moves_to_another_node() {
     let to = (from + 1) % 3;
     let stream = backend.create(&sid(name), 64).await.unwrap();
 
+    let (appended, producer, reader) = traffic(&stream, N);
+
+    // Relaxed: a progress counter read for its own value.
+    common::eventually(DEADLINE, "the first half", || {
+        let n = appended.load(Ordering::Relaxed);
+        async move { n >= N / 2 }
+    })
+    .await;
+    cluster.move_slot(slot, from, to);
+    assert_eq!(cluster.owner_of(slot), to, "the slot moved");
+
+    let transient = tokio::time::timeout(DEADLINE, producer)
+        .await
+        .unwrap()
+        .unwrap();
+    let (ids, reason, resumes) = tokio::time::timeout(DEADLINE, reader)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(ids, (1..=N).collect::<Vec<_>>(), "every id once, in order");
+    assert_eq!(reason, CloseReason::Completed);
+    // The keys are on the new node, and the old one has none of them.
+    let keys: u64 = redis::cmd("CLUSTER")
+        .arg("COUNTKEYSINSLOT")
+        .arg(slot)
+        .query(&mut cluster.nodes[to].raw())
+        .unwrap();
+    assert!(keys >= 2, "the new node holds the stream's keys ({keys})");
+    eprintln!(
+        "during the move: {transient} transient producer errors, reader resumes: {resumes:?}"
+    );
+}
+
+/// What a reader of [`traffic`] read: the ids, the close reason, and the errors it resumed after.
+type Read = (Vec<u64>, CloseReason, Vec<String>);
+
+/// A producer that appends `payload(1..=n)` then closes the stream (its task returns how many
+/// calls failed for a while), and a reader of the live tail that releases what it read and
+/// resumes after an error (its task returns the ids, the close reason and its errors). The
+/// counter is the last id appended.
+fn traffic(stream: &RedisStream, n: u64) -> (Arc<AtomicU64>, JoinHandle<u32>, JoinHandle<Read>) {
     // The reader resumes after an error, as an SSE client reconnecting with its last id.
     let reader_stream = stream.clone();
     let reader = tokio::spawn(async move {
@@ -187,7 +231,7 @@ async fn a_stream_keeps_its_ids_while_its_slot_moves_to_another_node() {
     let producer = tokio::spawn(async move {
         let mut p = producer_stream.acquire_producer().await.unwrap();
         let mut transient = 0;
-        while p.next_id() <= N {
+        while p.next_id() <= n {
             let id = p.next_id();
             // After an unknown outcome the producer resends the event itself (same id).
             let result = if p.has_pending() {
@@ -201,7 +245,8 @@ async fn a_stream_keeps_its_ids_while_its_slot_moves_to_another_node() {
                     // Relaxed: a progress counter polled by the test driver.
                     producer_appended.store(got, Ordering::Relaxed);
                 }
-                Err(e) if e.is_transient() => {
+                // (Resent by the next round: `has_pending`.)
+                Err(e) if e.is_transient() || matches!(e, Error::Unknown { .. }) => {
                     transient += 1;
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
@@ -212,35 +257,7 @@ async fn a_stream_keeps_its_ids_while_its_slot_moves_to_another_node() {
         transient
     });
 
-    // Relaxed: a progress counter read for its own value.
-    common::eventually(DEADLINE, "the first half", || {
-        let n = appended.load(Ordering::Relaxed);
-        async move { n >= N / 2 }
-    })
-    .await;
-    cluster.move_slot(slot, from, to);
-    assert_eq!(cluster.owner_of(slot), to, "the slot moved");
-
-    let transient = tokio::time::timeout(DEADLINE, producer)
-        .await
-        .unwrap()
-        .unwrap();
-    let (ids, reason, resumes) = tokio::time::timeout(DEADLINE, reader)
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(ids, (1..=N).collect::<Vec<_>>(), "every id once, in order");
-    assert_eq!(reason, CloseReason::Completed);
-    // The keys are on the new node, and the old one has none of them.
-    let keys: u64 = redis::cmd("CLUSTER")
-        .arg("COUNTKEYSINSLOT")
-        .arg(slot)
-        .query(&mut cluster.nodes[to].raw())
-        .unwrap();
-    assert!(keys >= 2, "the new node holds the stream's keys ({keys})");
-    eprintln!(
-        "during the move: {transient} transient producer errors, reader resumes: {resumes:?}"
-    );
+    (appended, producer, reader)
 }
 
 /// A backend that cannot tell it is on a cluster (its user may not run `INFO`) talks to its
@@ -672,4 +689,50 @@ async fn a_stream_is_served_while_its_slot_is_migrating_after_its_keys_moved() {
         .query(&mut cluster.nodes[0].raw())
         .unwrap();
     assert_eq!(keys, 0, "the old node holds none of the stream's keys");
+}
+
+/// A stream's primary hands its slots to its replica (`CLUSTER FAILOVER`, as for maintenance)
+/// while a producer appends and a reader follows the live tail, each on a backend connected to
+/// another node: the reader gets every id exactly once, in order, and the producer goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_keeps_its_ids_through_a_manual_failover() {
+    const N: u64 = 400;
+    let timeout = ["--cluster-node-timeout", "1000"];
+    let mut cluster = Cluster::start_with(3, &timeout).await;
+    let name = one_name_per_node(&cluster)[1].clone();
+    let slot = cluster.slot_of(&name);
+    let replica = cluster.add_replica(1, &timeout).await;
+    let backend = cluster.backend(0).await;
+    let stream = backend.create(&sid(&name), 64).await.unwrap();
+    let (appended, producer, reader) = traffic(&stream, N);
+
+    // Relaxed: a progress counter read for its own value.
+    common::eventually(DEADLINE, "the first half", || {
+        let n = appended.load(Ordering::Relaxed);
+        async move { n >= N / 2 }
+    })
+    .await;
+    let _: () = redis::cmd("CLUSTER")
+        .arg("FAILOVER")
+        .query(&mut cluster.nodes[replica].raw())
+        .unwrap();
+    common::eventually(DEADLINE, "the replica's promotion", || {
+        let owner = cluster.owner_of(slot);
+        async move { owner == replica }
+    })
+    .await;
+
+    let transient = tokio::time::timeout(DEADLINE, producer)
+        .await
+        .unwrap()
+        .unwrap();
+    let (ids, reason, resumes) = tokio::time::timeout(DEADLINE, reader)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(ids, (1..=N).collect::<Vec<_>>(), "every id once, in order");
+    assert_eq!(reason, CloseReason::Completed);
+    eprintln!(
+        "through the failover: {transient} transient producer errors, reader resumes: {resumes:?}"
+    );
 }
