@@ -53,8 +53,10 @@ const REPLACE_PAUSE: Duration = Duration::from_secs(1);
 /// On a Redis Cluster it is a cluster client: each command goes to the node that serves its
 /// keys' slot, and a command a node redirected (`MOVED`, `ASK`, `TRYAGAIN`: it did not run) is
 /// sent again, a few times within a moment (after an `ASK`, a command goes at once to the node
-/// it names, behind `ASKING`; a pipeline goes to its slot's node again). A command of your own that names keys of several
-/// slots is refused by Redis (`CROSSSLOT`); give such keys a common `{hash tag}`.
+/// it names, behind `ASKING`; a pipeline goes to its slot's node again). A command of your own
+/// that names keys of several slots is refused (`CROSSSLOT`), except `MGET`, `MSET`, `DEL`,
+/// `EXISTS`, `UNLINK` and `TOUCH`, which redis-rs splits into one command per slot: those run
+/// on each node apart, not atomically. Give keys used together a common `{hash tag}`.
 ///
 /// If a reconnection is refused at authentication (the credentials were changed, or the user
 /// disabled), commands fail with that error until Redis accepts the credentials again; the
