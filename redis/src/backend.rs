@@ -261,8 +261,10 @@ impl RedisBackend {
     /// If that node is part of a Redis Cluster (its `INFO cluster` says so), the backend learns
     /// the other nodes from it and sends each stream's commands to the node that serves the
     /// stream's slot, following `MOVED` and `ASK` when slots move; a command that keeps being
-    /// redirected for longer than a moment fails as [`Error::Unavailable`]. Give any node's URL
-    /// (database 0, the only one a cluster has).
+    /// redirected for longer than a moment fails as [`Error::Unavailable`] (an append as
+    /// [`Error::Unknown`]: the producer cannot tell it from a lost reply, and resends it). Give
+    /// any node's URL (database 0, the only one a cluster has); that node must answer now, and
+    /// the backend carries on without it later.
     ///
     /// Gives up after [`RedisConfig::connect_timeout`] in all, however many connection attempts
     /// that left time for.
