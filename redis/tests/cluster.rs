@@ -736,3 +736,54 @@ async fn a_stream_keeps_its_ids_through_a_manual_failover() {
         "through the failover: {transient} transient producer errors, reader resumes: {resumes:?}"
     );
 }
+
+/// The backend's URL names a replica, which then fails for good, and every primary restarts on
+/// its data: once they are back, the backend serves the stream again (appends continue the ids,
+/// a reader on the live tail gets the next event) without the node its URL names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_outlives_its_urls_node_and_a_restart_of_every_other_node() {
+    let timeout = ["--cluster-node-timeout", "1000"];
+    let mut cluster = Cluster::start_with(2, &timeout).await;
+    let replica = cluster.add_replica(0, &timeout).await;
+    let backend = cluster.backend(replica).await;
+    let stream = backend.create(&sid("outlives"), 64).await.unwrap();
+    let mut producer = stream.acquire_producer().await.unwrap();
+    append_through_failover(&mut producer, 1).await;
+
+    cluster.nodes[replica].kill();
+    for node in 0..replica {
+        cluster.nodes[node].restart();
+    }
+    append_through_failover(&mut producer, 2).await;
+    let started = Instant::now();
+    loop {
+        assert!(
+            started.elapsed() < DEADLINE,
+            "no live tail after the restart"
+        );
+        let Ok(mut reader) = stream.resume(Some(2)).await else {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        let blocked_before = backend.stats().blocked_reads;
+        let waiting = tokio::spawn(async move { reader.recv().await });
+        while !waiting.is_finished() && backend.stats().blocked_reads == blocked_before {
+            assert!(
+                started.elapsed() < DEADLINE,
+                "the reader neither waited nor failed"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        if waiting.is_finished() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        }
+        append_through_failover(&mut producer, 3).await;
+        let got = tokio::time::timeout(DEADLINE, waiting)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(got.unwrap(), ReadItem::Events(vec![(3, payload(3).into())]));
+        break;
+    }
+}
