@@ -407,7 +407,7 @@ async fn a_backend_carries_on_when_its_urls_node_fails_over_to_a_replica() {
     let name = one_name_per_node(&cluster)[1].clone();
     let slot = cluster.slot_of(&name);
     let replica = cluster.add_replica(1, &timeout).await;
-    let backend = cluster.backend(1).await;
+    let backend = cluster.outage_backend(1).await;
     let stream = backend.create(&sid(&name), 1024).await.unwrap();
     let mut producer = stream.acquire_producer().await.unwrap();
     for id in 1..=3 {
@@ -522,7 +522,7 @@ async fn a_producer_waiting_for_room_finds_the_replica_that_took_over() {
     let slot = cluster.slot_of(&name);
     let replica = cluster.add_replica(1, &timeout).await;
     // Connected to node 0: the stream's node is known from a `MOVED` only.
-    let backend = cluster.backend(0).await;
+    let backend = cluster.outage_backend(0).await;
     let stream = backend.create(&sid(&name), 2).await.unwrap();
     let mut producer = stream.acquire_producer().await.unwrap();
     // Refused appends do not renew the lease: a keeper does, while the producer waits.
@@ -607,7 +607,7 @@ async fn a_producer_waiting_for_room_finds_the_replica_that_took_over() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn while_every_node_is_down_calls_are_unavailable_and_then_carry_on() {
     let mut cluster = Cluster::start(2).await;
-    let backend = cluster.backend(0).await;
+    let backend = cluster.outage_backend(0).await;
     let stream = backend.create(&sid("outage"), 64).await.unwrap();
     let mut producer = stream.acquire_producer().await.unwrap();
     append_through_failover(&mut producer, 1).await;
@@ -745,7 +745,7 @@ async fn a_backend_outlives_its_urls_node_and_a_restart_of_every_other_node() {
     let timeout = ["--cluster-node-timeout", "1000"];
     let mut cluster = Cluster::start_with(2, &timeout).await;
     let replica = cluster.add_replica(0, &timeout).await;
-    let backend = cluster.backend(replica).await;
+    let backend = cluster.outage_backend(replica).await;
     let stream = backend.create(&sid("outlives"), 64).await.unwrap();
     let mut producer = stream.acquire_producer().await.unwrap();
     append_through_failover(&mut producer, 1).await;

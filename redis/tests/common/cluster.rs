@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use replay_ring_redis::RedisBackend;
+use replay_ring_redis::{RedisBackend, RedisConfig};
 
 use super::RedisServer;
 
@@ -261,5 +261,17 @@ impl Cluster {
 
     pub async fn backend(&self, node: usize) -> RedisBackend {
         self.nodes[node].backend().await
+    }
+
+    /// A backend for tests that take nodes down: its producers' leases outlast an election on a
+    /// loaded machine. Those tests are about the backend carrying on; a lease that lapses during
+    /// a longer outage gets its producer `Fenced`, on a cluster as on one Redis.
+    pub async fn outage_backend(&self, node: usize) -> RedisBackend {
+        let config = RedisConfig {
+            lease: Duration::from_secs(120),
+            stream_ttl: Duration::from_secs(600),
+            ..RedisConfig::default()
+        };
+        self.nodes[node].backend_with(config).await
     }
 }
