@@ -337,95 +337,82 @@ impl Attempts {
     }
 }
 
+/// One attempt's connection: a clone of the link's current one.
+#[derive(Clone)]
+enum Target {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl SharedConnection {
+    /// Sends a command or pipeline through `send` (given the connection, and on a cluster the
+    /// node an `ASK` named when `follows_ask`) until [`Attempts`] accepts an answer; on a single
+    /// Redis, then replaces a manager that cannot recover.
+    async fn attempt<T, F, Fut>(&mut self, follows_ask: bool, mut send: F) -> RedisResult<T>
+    where
+        F: FnMut(Target, Option<(String, u16)>) -> Fut,
+        Fut: std::future::Future<Output = RedisResult<T>>,
+    {
+        let (target, generation) = match &self.link {
+            Link::Single(managed) => {
+                let (manager, generation) = managed.current();
+                (Target::Single(manager), generation)
+            }
+            Link::Cluster(conn) => (Target::Cluster(conn.clone()), 0),
+        };
+        let mut attempts = Attempts::new(&self.link);
+        let mut ask = None;
+        let result = loop {
+            match send(target.clone(), ask.take()).await {
+                Err(e) => {
+                    let asked = ask_target(&e).filter(|_| follows_ask);
+                    match attempts.after(e, &mut self.cut_off) {
+                        // Straight to the node that has the keys: waiting would not change the
+                        // old node's answer before the slot moves.
+                        Next::Resend(_) if asked.is_some() => ask = asked,
+                        Next::Resend(pause) => pause_before_resend(pause).await,
+                        Next::Answer(e) => break Err(e),
+                    }
+                }
+                ok => break ok,
+            }
+        };
+        if let (Err(e), Link::Single(managed)) = (&result, &self.link) {
+            managed.after_failure(e, generation);
+        }
+        result
+    }
+}
+
 impl ConnectionLike for SharedConnection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        Box::pin(async move {
-            match &self.link {
-                Link::Single(managed) => {
-                    let (mut manager, generation) = managed.current();
-                    let mut attempts = Attempts::new(&self.link);
-                    let result = loop {
-                        match manager.req_packed_command(cmd).await {
-                            Err(e) => match attempts.after(e, &mut self.cut_off) {
-                                Next::Resend(pause) => pause_before_resend(pause).await,
-                                Next::Answer(e) => break Err(e),
-                            },
-                            ok => break ok,
-                        }
-                    };
-                    if let Err(e) = &result {
-                        managed.after_failure(e, generation);
-                    }
-                    result
-                }
-                Link::Cluster(conn) => {
-                    let mut conn = conn.clone();
-                    let mut attempts = Attempts::new(&self.link);
-                    let mut ask = None;
-                    loop {
-                        let result = match ask.take() {
-                            Some(node) => asking(&mut conn, cmd, node).await,
-                            None => conn.req_packed_command(cmd).await,
-                        };
-                        match result {
-                            Err(e) => {
-                                let asked = ask_target(&e);
-                                match attempts.after(e, &mut self.cut_off) {
-                                    // Straight to the node that has the keys: waiting would
-                                    // not change the old node's answer before the slot moves.
-                                    Next::Resend(_) if asked.is_some() => ask = asked,
-                                    Next::Resend(pause) => pause_before_resend(pause).await,
-                                    Next::Answer(e) => return Err(e),
-                                }
-                            }
-                            ok => return ok,
-                        }
-                    }
-                }
+        Box::pin(self.attempt(true, move |target, ask| async move {
+            match (target, ask) {
+                (Target::Cluster(mut conn), Some(node)) => asking(&mut conn, cmd, node).await,
+                (Target::Cluster(mut conn), None) => conn.req_packed_command(cmd).await,
+                (Target::Single(mut manager), _) => manager.req_packed_command(cmd).await,
             }
-        })
+        }))
     }
 
+    /// A pipeline answered `ASK` goes to its slot's node again (behind a pause), as after a
+    /// `MOVED`: `ASKING` covers only the one command after it.
     fn req_packed_commands<'a>(
         &'a mut self,
         pipeline: &'a Pipeline,
         offset: usize,
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
-        Box::pin(async move {
-            match &self.link {
-                Link::Single(managed) => {
-                    let (mut manager, generation) = managed.current();
-                    let mut attempts = Attempts::new(&self.link);
-                    let result = loop {
-                        match manager.req_packed_commands(pipeline, offset, count).await {
-                            Err(e) => match attempts.after(e, &mut self.cut_off) {
-                                Next::Resend(pause) => pause_before_resend(pause).await,
-                                Next::Answer(e) => break Err(e),
-                            },
-                            ok => break ok,
-                        }
-                    };
-                    if let Err(e) = &result {
-                        managed.after_failure(e, generation);
-                    }
-                    result
+        Box::pin(self.attempt(false, move |target, _| async move {
+            match target {
+                Target::Cluster(mut conn) => {
+                    conn.req_packed_commands(pipeline, offset, count).await
                 }
-                Link::Cluster(conn) => {
-                    let mut conn = conn.clone();
-                    let mut attempts = Attempts::new(&self.link);
-                    loop {
-                        match conn.req_packed_commands(pipeline, offset, count).await {
-                            Err(e) => match attempts.after(e, &mut self.cut_off) {
-                                Next::Resend(pause) => pause_before_resend(pause).await,
-                                Next::Answer(e) => return Err(e),
-                            },
-                            ok => return ok,
-                        }
-                    }
+                Target::Single(mut manager) => {
+                    manager.req_packed_commands(pipeline, offset, count).await
                 }
             }
-        })
+        }))
     }
 
     fn get_db(&self) -> i64 {

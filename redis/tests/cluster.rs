@@ -413,20 +413,7 @@ async fn a_backend_carries_on_when_its_urls_node_fails_over_to_a_replica() {
     for id in 1..=3 {
         append_through_failover(&mut producer, id).await;
     }
-    // The replica has every acknowledged write (a failover may lose the ones it lacks).
-    let synced: i64 = redis::cmd("WAIT")
-        .arg(1)
-        .arg(5000)
-        .query(&mut cluster.nodes[1].raw())
-        .unwrap();
-    assert_eq!(synced, 1, "the replica acknowledged the writes");
-
-    cluster.nodes[1].kill();
-    common::eventually(DEADLINE, "the replica's promotion", || {
-        let owner = cluster.owner_of(slot);
-        async move { owner == replica }
-    })
-    .await;
+    cluster.fail_over(1, replica, slot).await;
     append_through_failover(&mut producer, 4).await;
 
     // A reader at the head waits on the live tail; its blocking read is in Redis once the
@@ -533,19 +520,7 @@ async fn a_producer_waiting_for_room_finds_the_replica_that_took_over() {
     let wait = Duration::from_millis(300);
     let full = producer.append_wait(&payload(3), wait).await;
     assert!(matches!(full, Err(Error::Full { .. })), "{full:?}");
-    let synced: i64 = redis::cmd("WAIT")
-        .arg(1)
-        .arg(5000)
-        .query(&mut cluster.nodes[1].raw())
-        .unwrap();
-    assert_eq!(synced, 1, "the replica acknowledged the writes");
-
-    cluster.nodes[1].kill();
-    common::eventually(DEADLINE, "the replica's promotion", || {
-        let owner = cluster.owner_of(slot);
-        async move { owner == replica }
-    })
-    .await;
+    cluster.fail_over(1, replica, slot).await;
     // A read and a lease renewal find the new primary, each on its shared connection (so that
     // no append below goes out on a connection to the failed node, for an unknown outcome).
     common::eventually(DEADLINE, "a state read on the new primary", || {
@@ -716,11 +691,7 @@ async fn a_stream_keeps_its_ids_through_a_manual_failover() {
         .arg("FAILOVER")
         .query(&mut cluster.nodes[replica].raw())
         .unwrap();
-    common::eventually(DEADLINE, "the replica's promotion", || {
-        let owner = cluster.owner_of(slot);
-        async move { owner == replica }
-    })
-    .await;
+    cluster.await_owner(slot, replica).await;
 
     let transient = tokio::time::timeout(DEADLINE, producer)
         .await

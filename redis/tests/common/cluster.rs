@@ -263,6 +263,29 @@ impl Cluster {
         self.nodes[node].backend().await
     }
 
+    /// Waits until node `node` serves `slot`, as node 0 sees it.
+    pub async fn await_owner(&self, slot: u16, node: usize) {
+        super::eventually(Duration::from_secs(30), "the slot's new owner", || {
+            let owner = self.owner_of(slot);
+            async move { owner == node }
+        })
+        .await;
+    }
+
+    /// Kills primary `primary` (SIGKILL) once `replica` has every write it acknowledged (a
+    /// failover loses the ones its replica lacks: `WAIT`), and waits until the replica has taken
+    /// over `slot`.
+    pub async fn fail_over(&mut self, primary: usize, replica: usize, slot: u16) {
+        let synced: i64 = redis::cmd("WAIT")
+            .arg(1)
+            .arg(5000)
+            .query(&mut self.nodes[primary].raw())
+            .unwrap();
+        assert_eq!(synced, 1, "the replica acknowledged the writes");
+        self.nodes[primary].kill();
+        self.await_owner(slot, replica).await;
+    }
+
     /// A backend for tests that take nodes down: its producers' leases outlast an election on a
     /// loaded machine. Those tests are about the backend carrying on; a lease that lapses during
     /// a longer outage gets its producer `Fenced`, on a cluster as on one Redis.
