@@ -237,11 +237,12 @@ pub(crate) struct Shared {
 /// A process's handle on Redis: creates and opens streams. Cheap to clone.
 ///
 /// Two multiplexed connections (reconnecting, and sending a command again when Redis had closed
-/// the connection under it; on a Redis Cluster, each a cluster client's) carry the short commands: one the reads, one the scripts that write,
-/// so that a write Redis holds back (`CLIENT PAUSE WRITE` during a failover) does not hold up the
-/// reads queued behind it. The readers of a stream handle (and its clones) that wait for events
-/// share one blocking read on a dedicated connection, for the same reason; a producer waiting
-/// for room in the window has one too.
+/// the connection under it; on a Redis Cluster, each a cluster client's) carry the short
+/// commands: one the reads, one the scripts that write, so that a write Redis holds back
+/// (`CLIENT PAUSE WRITE` during a failover) does not hold up the reads queued behind it. The
+/// readers of a stream handle (and its clones) that wait for events share one blocking read on a
+/// dedicated connection, for the same reason; a producer waiting for room in the window has one
+/// too.
 #[derive(Clone)]
 pub struct RedisBackend {
     pub(crate) shared: Arc<Shared>,
