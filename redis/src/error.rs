@@ -297,8 +297,12 @@ fn unreachable_for_now(err: &redis::RedisError) -> bool {
         || matches!(
             err.code(),
             // `BUSY`: another client's script or function is running past the busy threshold;
-            // Redis answers everyone else this way until it ends or is killed.
-            Some("LOADING" | "MASTERDOWN" | "TRYAGAIN" | "CLUSTERDOWN" | "READONLY" | "BUSY")
+            // Redis answers everyone else this way until it ends or is killed. `UNBLOCKED`: a
+            // primary that turned replica (a failover) ended a blocking read, which did nothing.
+            Some(
+                "LOADING" | "MASTERDOWN" | "TRYAGAIN" | "CLUSTERDOWN" | "READONLY" | "BUSY"
+                    | "UNBLOCKED"
+            )
         )
 }
 

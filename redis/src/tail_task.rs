@@ -171,8 +171,10 @@ async fn run(stream: RedisStream, task: u64) {
             // Redis that refuses connections fails the next connect, which ends the read.
             // On a Redis Cluster, the stream's slot is being migrated to another node (`ASK`,
             // `TRYAGAIN`) or kept moving: the keys are served again once it ends, so the read
-            // is retried the same way instead of failing every waiting reader.
-            Err(e) if closed_under_it(&e) || e.code() == Some("TRYAGAIN") => {
+            // is retried the same way instead of failing every waiting reader. A primary that
+            // turned replica (a failover: `CLUSTER FAILOVER`, Sentinel) ends its blocked reads
+            // with `UNBLOCKED`: read again, and the read finds the node that took over (`MOVED`).
+            Err(e) if closed_under_it(&e) || matches!(e.code(), Some("TRYAGAIN" | "UNBLOCKED")) => {
                 if closed_in_a_row > 0 {
                     let pause = Duration::from_millis(10) * (1 << closed_in_a_row.min(7));
                     tokio::time::sleep(pause.min(MAX_RECONNECT_PAUSE)).await;

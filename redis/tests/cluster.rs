@@ -758,3 +758,46 @@ async fn a_backend_outlives_its_urls_node_and_a_restart_of_every_other_node() {
         break;
     }
 }
+
+/// A stream's primary hands its slots to its replica (`CLUSTER FAILOVER`, as for maintenance)
+/// while a reader waits on the live tail. The demoted primary answers the blocked `XREAD` with
+/// `UNBLOCKED` (it is a replica now): the tail reads again, on the node that took over, so the
+/// waiting reader gets the next event instead of an error (an SSE client would otherwise get a
+/// `stream-error` frame for a failover that lost nothing).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_on_the_live_tail_waits_through_a_manual_failover() {
+    let timeout = ["--cluster-node-timeout", "1000"];
+    let mut cluster = Cluster::start_with(3, &timeout).await;
+    let name = one_name_per_node(&cluster)[1].clone();
+    let slot = cluster.slot_of(&name);
+    let replica = cluster.add_replica(1, &timeout).await;
+    let backend = cluster.backend(0).await;
+    let stream = backend.create(&sid(&name), 64).await.unwrap();
+    let mut producer = stream.acquire_producer().await.unwrap();
+    append_through_failover(&mut producer, 1).await;
+
+    let mut reader = stream.resume(Some(1)).await.unwrap();
+    let blocked_before = backend.stats().blocked_reads;
+    let waiting = tokio::spawn(async move { reader.recv().await });
+    // The tail's blocking read is in Redis once the backend has counted it.
+    common::eventually(DEADLINE, "the reader's blocking read", || {
+        let blocked = backend.stats().blocked_reads;
+        async move { blocked > blocked_before }
+    })
+    .await;
+    let _: () = redis::cmd("CLUSTER")
+        .arg("FAILOVER")
+        .query(&mut cluster.nodes[replica].raw())
+        .unwrap();
+    cluster.await_owner(slot, replica).await;
+    append_through_failover(&mut producer, 2).await;
+
+    match tokio::time::timeout(DEADLINE, waiting)
+        .await
+        .unwrap()
+        .unwrap()
+    {
+        Ok(ReadItem::Events(events)) => assert_eq!(events, vec![(2, payload(2).into())]),
+        other => panic!("the reader on the live tail, through the failover: {other:?}"),
+    }
+}
