@@ -371,6 +371,18 @@ async fn replicas_on_different_nodes_serve_one_stream_gap_free() {
     drop((a, b));
 }
 
+/// A three-node cluster in which node 1 has a replica, whose nodes take one that does not answer
+/// for a second for failed (so a failover takes seconds), and a stream name that node 1 serves:
+/// the cluster, the name, its slot and the replica's index.
+async fn cluster_with_a_replica_of_node_1() -> (Cluster, String, u16, usize) {
+    let timeout = ["--cluster-node-timeout", "1000"];
+    let mut cluster = Cluster::start_with(3, &timeout).await;
+    let name = one_name_per_node(&cluster)[1].clone();
+    let slot = cluster.slot_of(&name);
+    let replica = cluster.add_replica(1, &timeout).await;
+    (cluster, name, slot, replica)
+}
+
 /// Appends `payload(id)` as event `id`, through a failover: an unavailable cluster is tried again
 /// later, and an append whose reply was lost is resent by the producer itself (the same id).
 async fn append_through_failover(producer: &mut RedisProducer, id: u64) {
@@ -401,12 +413,7 @@ async fn append_through_failover(producer: &mut RedisProducer, id: u64) {
 /// read finds the new primary although the URL's node is gone. Every id is stored once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backend_carries_on_when_its_urls_node_fails_over_to_a_replica() {
-    // A node that does not answer for a second is taken for failed: the failover takes seconds.
-    let timeout = ["--cluster-node-timeout", "1000"];
-    let mut cluster = Cluster::start_with(3, &timeout).await;
-    let name = one_name_per_node(&cluster)[1].clone();
-    let slot = cluster.slot_of(&name);
-    let replica = cluster.add_replica(1, &timeout).await;
+    let (mut cluster, name, slot, replica) = cluster_with_a_replica_of_node_1().await;
     let backend = cluster.outage_backend(1).await;
     let stream = backend.create(&sid(&name), 1024).await.unwrap();
     let mut producer = stream.acquire_producer().await.unwrap();
@@ -503,11 +510,7 @@ async fn a_backend_carries_on_when_its_urls_node_fails_over_to_a_replica() {
 /// primary instead of the failed node it last waited on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_producer_waiting_for_room_finds_the_replica_that_took_over() {
-    let timeout = ["--cluster-node-timeout", "1000"];
-    let mut cluster = Cluster::start_with(3, &timeout).await;
-    let name = one_name_per_node(&cluster)[1].clone();
-    let slot = cluster.slot_of(&name);
-    let replica = cluster.add_replica(1, &timeout).await;
+    let (mut cluster, name, slot, replica) = cluster_with_a_replica_of_node_1().await;
     // Connected to node 0: the stream's node is known from a `MOVED` only.
     let backend = cluster.outage_backend(0).await;
     let stream = backend.create(&sid(&name), 2).await.unwrap();
@@ -672,11 +675,7 @@ async fn a_stream_is_served_while_its_slot_is_migrating_after_its_keys_moved() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_keeps_its_ids_through_a_manual_failover() {
     const N: u64 = 400;
-    let timeout = ["--cluster-node-timeout", "1000"];
-    let mut cluster = Cluster::start_with(3, &timeout).await;
-    let name = one_name_per_node(&cluster)[1].clone();
-    let slot = cluster.slot_of(&name);
-    let replica = cluster.add_replica(1, &timeout).await;
+    let (cluster, name, slot, replica) = cluster_with_a_replica_of_node_1().await;
     let backend = cluster.backend(0).await;
     let stream = backend.create(&sid(&name), 64).await.unwrap();
     let (appended, producer, reader) = traffic(&stream, N);
@@ -766,11 +765,7 @@ async fn a_backend_outlives_its_urls_node_and_a_restart_of_every_other_node() {
 /// `stream-error` frame for a failover that lost nothing).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reader_on_the_live_tail_waits_through_a_manual_failover() {
-    let timeout = ["--cluster-node-timeout", "1000"];
-    let mut cluster = Cluster::start_with(3, &timeout).await;
-    let name = one_name_per_node(&cluster)[1].clone();
-    let slot = cluster.slot_of(&name);
-    let replica = cluster.add_replica(1, &timeout).await;
+    let (cluster, name, slot, replica) = cluster_with_a_replica_of_node_1().await;
     let backend = cluster.backend(0).await;
     let stream = backend.create(&sid(&name), 64).await.unwrap();
     let mut producer = stream.acquire_producer().await.unwrap();

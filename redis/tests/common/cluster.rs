@@ -273,17 +273,35 @@ impl Cluster {
     }
 
     /// Kills primary `primary` (SIGKILL) once `replica` has every write it acknowledged (a
-    /// failover loses the ones its replica lacks: `WAIT`), and waits until the replica has taken
-    /// over `slot`.
+    /// failover loses the ones its replica lacks), and waits until the replica has taken over
+    /// `slot`.
+    ///
+    /// The replica's offset is compared with the primary's: `WAIT` would not do, since it counts
+    /// replicas that have the writes of the connection it is sent on, and a new connection has
+    /// written nothing (a replica still in its first sync, holding no data, would count).
     pub async fn fail_over(&mut self, primary: usize, replica: usize, slot: u16) {
-        let synced: i64 = redis::cmd("WAIT")
-            .arg(1)
-            .arg(5000)
-            .query(&mut self.nodes[primary].raw())
-            .unwrap();
-        assert_eq!(synced, 1, "the replica acknowledged the writes");
+        let written = self.repl_offset(primary, "master_repl_offset");
+        super::eventually(Duration::from_secs(30), "the replica's sync", || {
+            let info = self.replication(replica);
+            let linked = info.contains("master_link_status:up");
+            let copied = repl_field(&info, "slave_repl_offset");
+            async move { linked && copied >= written }
+        })
+        .await;
         self.nodes[primary].kill();
         self.await_owner(slot, replica).await;
+    }
+
+    /// A replication offset from node `node`'s `INFO replication`.
+    fn repl_offset(&self, node: usize, field: &str) -> i64 {
+        repl_field(&self.replication(node), field)
+    }
+
+    fn replication(&self, node: usize) -> String {
+        redis::cmd("INFO")
+            .arg("replication")
+            .query(&mut self.nodes[node].raw())
+            .unwrap()
     }
 
     /// A backend for tests that take nodes down: its producers' leases outlast an election on a
@@ -297,4 +315,12 @@ impl Cluster {
         };
         self.nodes[node].backend_with(config).await
     }
+}
+
+/// A numeric field of an `INFO replication` reply (-1 when it has none, as a replica before its
+/// first sync).
+fn repl_field(info: &str, field: &str) -> i64 {
+    info.lines()
+        .find_map(|line| line.trim().strip_prefix(field)?.strip_prefix(':'))
+        .map_or(-1, |offset| offset.parse().unwrap())
 }
