@@ -193,6 +193,13 @@ pub struct RedisStats {
     pub pages_read: u64,
     /// Times a reader blocked in `XREAD` waiting for events.
     pub blocked_reads: u64,
+    /// Records of a stream's first subscriber (for a producer on another replica that waits for
+    /// one) that failed: Redis could not be reached, refused the write, or the stream was gone.
+    /// The SSE endpoint tries again while its client waits.
+    pub subscriber_records_failed: u64,
+    /// Reads of whether a stream has a subscriber, by a producer waiting for its first one, that
+    /// failed (Redis could not be reached or refused the read). The producer reads again later.
+    pub subscriber_checks_failed: u64,
 }
 
 #[derive(Debug, Default)]
@@ -210,6 +217,8 @@ pub(crate) struct Counters {
     pub resumes_refused: AtomicU64,
     pub pages_read: AtomicU64,
     pub blocked_reads: AtomicU64,
+    pub subscriber_records_failed: AtomicU64,
+    pub subscriber_checks_failed: AtomicU64,
 }
 
 impl Counters {
@@ -416,6 +425,8 @@ impl RedisBackend {
             resumes_refused: get(&c.resumes_refused),
             pages_read: get(&c.pages_read),
             blocked_reads: get(&c.blocked_reads),
+            subscriber_records_failed: get(&c.subscriber_records_failed),
+            subscriber_checks_failed: get(&c.subscriber_checks_failed),
         }
     }
 

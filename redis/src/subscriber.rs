@@ -7,6 +7,7 @@
 
 use std::time::Duration;
 
+use crate::backend::Counters;
 use crate::codec;
 use crate::error::Error;
 use crate::scripts;
@@ -22,12 +23,21 @@ pub(crate) const SUBSCRIBER_POLL: Duration = Duration::from_millis(250);
 pub(crate) const SUBSCRIBER_POLL_MAX: Duration = Duration::from_secs(2);
 
 impl RedisStream {
-    /// Records that a client subscribed to this incarnation of the stream.
+    /// Records that a client subscribed to this incarnation of the stream; a failure is counted
+    /// (`RedisStats::subscriber_records_failed`), as the caller's retries are silent.
     ///
     /// # Errors
     /// [`Error::Unavailable`], [`Error::OutOfMemory`]; a stream that is gone or of another
     /// incarnation is left alone, and reported as lost.
     pub(crate) async fn record_subscriber(&self) -> Result<(), Error> {
+        let recorded = self.try_record_subscriber().await;
+        if recorded.is_err() {
+            Counters::bump(&self.backend.shared.counters.subscriber_records_failed);
+        }
+        recorded
+    }
+
+    async fn try_record_subscriber(&self) -> Result<(), Error> {
         let value: redis::Value = scripts::SUBSCRIBED_SCRIPT
             .key(&self.keys.meta)
             .arg(codec::encode_epoch(self.epoch))
@@ -58,12 +68,15 @@ impl RedisStream {
 
     /// Completes once a client subscribed to this incarnation of the stream, on any replica;
     /// reads at once, then after [`SUBSCRIBER_POLL`], doubling up to [`SUBSCRIBER_POLL_MAX`],
-    /// also while Redis cannot be reached.
+    /// also while Redis cannot be reached (each failed read counted in
+    /// `RedisStats::subscriber_checks_failed`).
     pub(crate) async fn subscriber_announced(&self) {
         let mut pause = SUBSCRIBER_POLL;
         loop {
-            if let Ok(true) = self.subscriber_recorded().await {
-                return;
+            match self.subscriber_recorded().await {
+                Ok(true) => return,
+                Ok(false) => {}
+                Err(_) => Counters::bump(&self.backend.shared.counters.subscriber_checks_failed),
             }
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(SUBSCRIBER_POLL_MAX);

@@ -660,13 +660,19 @@ async fn a_refused_announcement_is_tried_again_while_its_client_waits() {
     let server = RedisServer::start();
     let name = StreamId::new("first-refused").unwrap();
     let (identity, _producing_endpoint, mut publisher) = producing(&server, name.as_str()).await;
-    let elsewhere = server.backend().await.open(&name).await.unwrap();
+    let serving_backend = server.backend().await;
+    let elsewhere = serving_backend.open(&name).await.unwrap();
     let serving = SseStream::without_producer(elsewhere, identity, SseConfig::default());
 
     set_maxmemory(&server, "1");
     let first_chunk = next_chunk_after_priming(&serving).await;
     common::eventually(LIMIT, "the announcement refused", || async {
         refused_for_memory(&server) > 0
+    })
+    .await;
+    // The refusal is counted where the endpoint that retries it runs, not only in Redis's stats.
+    common::eventually(LIMIT, "the refused announcement counted", || async {
+        serving_backend.stats().subscriber_records_failed > 0
     })
     .await;
     set_maxmemory(&server, "0");
@@ -677,6 +683,43 @@ async fn a_refused_announcement_is_tried_again_while_its_client_waits() {
     let id = publisher.send("hello").await.unwrap();
     let text = String::from_utf8(first_chunk.await.unwrap().to_vec()).unwrap();
     assert!(text.contains(&format!(".{id}\n")), "{text:?}");
+}
+
+/// A producer waiting for its first subscriber keeps reading whether one was recorded while Redis
+/// is down, counts each read that fails (nothing else would tell an operator why it waits), and
+/// starts once Redis is back and a client of another replica subscribes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_producer_counts_the_checks_that_fail_while_redis_is_down() {
+    let mut server = RedisServer::start();
+    let name = StreamId::new("first-while-down").unwrap();
+    let stream = create(&server, name.as_str()).await;
+    let identity = stream.identity();
+    let producing_backend = server.backend().await;
+    let producer = producing_backend
+        .open(&name)
+        .await
+        .unwrap()
+        .acquire_producer()
+        .await
+        .unwrap();
+    let (_producing_endpoint, publisher) =
+        SseStream::with_backend(producer, identity, SseConfig::default());
+    let waiting = tokio::spawn(async move { publisher.first_subscriber().await });
+
+    server.kill();
+    common::eventually(LIMIT, "a failed check counted", || async {
+        producing_backend.stats().subscriber_checks_failed > 0
+    })
+    .await;
+    assert!(!waiting.is_finished(), "started with no subscriber");
+    server.restart();
+
+    let serving = SseStream::without_producer(stream, identity, SseConfig::default());
+    let _first_chunk = next_chunk_after_priming(&serving).await;
+    tokio::time::timeout(LIMIT, waiting)
+        .await
+        .expect("the producer starts once Redis is back and a client subscribed")
+        .unwrap();
 }
 
 /// The field `subscribed` of the stream's meta hash (`None`: not recorded; the hash may be gone).
