@@ -12,6 +12,7 @@ use redis::AsyncConnectionConfig;
 
 use crate::connection::SharedConnection;
 use crate::error::Error;
+use crate::slot_map::SlotMap;
 
 /// Settings of a [`RedisBackend`].
 ///
@@ -241,6 +242,9 @@ pub(crate) struct Shared {
     pub writes: SharedConnection,
     pub config: RedisConfig,
     pub counters: Counters,
+    /// On a Redis Cluster, which node serves each slot, as learned so far: where a stream's
+    /// blocking reads connect first.
+    pub slot_map: SlotMap,
 }
 
 /// A process's handle on Redis: creates and opens streams. Cheap to clone.
@@ -349,7 +353,7 @@ impl RedisBackend {
             let writes = SharedConnection::new(client.clone(), manager_config, writes);
             (conn, writes, false)
         };
-        Ok(RedisBackend {
+        let backend = RedisBackend {
             shared: Arc::new(Shared {
                 client,
                 cluster,
@@ -357,8 +361,15 @@ impl RedisBackend {
                 writes,
                 config,
                 counters: Counters::default(),
+                slot_map: SlotMap::new(),
             }),
-        })
+        };
+        if cluster {
+            // So that the first blocking read of each stream goes straight to its slot's node.
+            // Without an answer the map fills from redirections instead.
+            backend.read_slot_map().await;
+        }
+        Ok(backend)
     }
 
     /// The two shared connections through a Redis Cluster client that starts from the URL's
@@ -488,38 +499,57 @@ impl RedisBackend {
     }
 
     /// On a Redis Cluster, the node (`host:port`) that serves `key`'s slot in the slot map of a
-    /// node that answers (`CLUSTER KEYSLOT`, `CLUSTER SLOTS`: the shared connection sends them to
-    /// any node it reaches). `None` if no node answered, or none serves the slot.
+    /// node that answers (the shared connection sends `CLUSTER SLOTS` to any node it reaches),
+    /// which [`SlotMap`] keeps. `None` if no node answered, or none serves the slot.
     pub(crate) async fn serving_node(&self, key: &str) -> Option<String> {
+        self.read_slot_map().await;
+        self.shared.slot_map.node_for(key)
+    }
+
+    /// The node that serves `key`'s slot as far as this backend knows (a Redis Cluster's slot map,
+    /// and the redirections since): where a blocking read of the key connects first.
+    pub(crate) fn known_node(&self, key: &str) -> Option<String> {
+        self.shared.slot_map.node_for(key)
+    }
+
+    /// Records that `node` serves `slot`, as a `MOVED` said.
+    pub(crate) fn learn_node(&self, slot: u16, node: &str) {
+        self.shared.slot_map.learn(slot, node);
+    }
+
+    /// Reads the cluster's slot map (`CLUSTER SLOTS`) into [`SlotMap`]; does nothing if no node
+    /// answers.
+    async fn read_slot_map(&self) {
         use redis::Value;
-        let mut conn = self.connection();
-        let slot: i64 = redis::cmd("CLUSTER")
-            .arg("KEYSLOT")
-            .arg(key)
-            .query_async(&mut conn)
-            .await
-            .ok()?;
-        let ranges: Vec<Value> = redis::cmd("CLUSTER")
+        let ranges: Vec<Value> = match redis::cmd("CLUSTER")
             .arg("SLOTS")
-            .query_async(&mut conn)
+            .query_async(&mut self.connection())
             .await
-            .ok()?;
+        {
+            Ok(ranges) => ranges,
+            Err(_) => return,
+        };
         // Each range: first slot, last slot, then the primary's [host, port, id, …] and its
         // replicas'.
-        ranges.into_iter().find_map(|range| {
-            let Value::Array(range) = range else {
-                return None;
-            };
-            let [Value::Int(first), Value::Int(last), Value::Array(primary), ..] = &range[..]
-            else {
-                return None;
-            };
-            let [Value::BulkString(host), Value::Int(port), ..] = &primary[..] else {
-                return None;
-            };
-            let host = std::str::from_utf8(host).ok()?;
-            ((*first..=*last).contains(&slot)).then(|| format!("{host}:{port}"))
-        })
+        let ranges: Vec<(u16, u16, String)> = ranges
+            .into_iter()
+            .filter_map(|range| {
+                let Value::Array(range) = range else {
+                    return None;
+                };
+                let [Value::Int(first), Value::Int(last), Value::Array(primary), ..] = &range[..]
+                else {
+                    return None;
+                };
+                let [Value::BulkString(host), Value::Int(port), ..] = &primary[..] else {
+                    return None;
+                };
+                let host = std::str::from_utf8(host).ok()?;
+                let (first, last) = (u16::try_from(*first).ok()?, u16::try_from(*last).ok()?);
+                Some((first, last, format!("{host}:{port}")))
+            })
+            .collect();
+        self.shared.slot_map.learn_ranges(&ranges);
     }
 
     /// Whether this backend is connected to a Redis Cluster.

@@ -38,9 +38,10 @@ impl Drop for InFlight {
 pub(crate) struct BlockingConn {
     conn: Option<MultiplexedConnection>,
     in_flight: Option<InFlight>,
-    /// On a Redis Cluster, the node (`host:port`) that the last `MOVED` (or the cluster's slot
-    /// map, when the node before could not be reached) named as serving the stream's slot; until
-    /// one did, the URL's node.
+    /// On a Redis Cluster, the node (`host:port`) that the backend's slot map named as serving
+    /// the stream's slot when this connection was first made, or that a `MOVED` (or the cluster's
+    /// slot map, when the node before could not be reached) named since; with none of these, the
+    /// URL's node.
     node: Option<String>,
 }
 
@@ -67,7 +68,7 @@ impl BlockingConn {
         loop {
             let reply = self.query_once(backend, key, cmd, &mut on_send).await;
             let Err(e) = &reply else { return reply };
-            let Some((node, _slot)) = e.redirect_node().filter(|_| backend.is_cluster()) else {
+            let Some((node, slot)) = e.redirect_node().filter(|_| backend.is_cluster()) else {
                 return reply;
             };
             if e.kind() != ErrorKind::Server(ServerErrorKind::Moved) || redirects == REDIRECTS {
@@ -76,6 +77,7 @@ impl BlockingConn {
                 return Err(crate::connection::still_redirected(reply.unwrap_err()));
             }
             self.node = Some(node.to_owned());
+            backend.learn_node(slot, node);
             redirects += 1;
         }
     }
@@ -113,17 +115,21 @@ impl BlockingConn {
         reply
     }
 
-    /// A connection to the node that serves `key`'s slot, as far as this connection knows it.
+    /// A connection to the node that serves `key`'s slot, as far as this connection knows it, or
+    /// else the backend (`slot_map.rs`; the URL's node if neither knows).
     ///
-    /// On a Redis Cluster that node (the URL's, or the one a `MOVED` named) may be gone for good:
-    /// a primary that failed, whose replica now serves its slots. No `MOVED` can come from a node
-    /// that does not answer, so the cluster's slot map, which the shared connection gets from
-    /// nodes that do, names the node to use instead.
+    /// On a Redis Cluster that node may be gone for good: a primary that failed, whose replica
+    /// now serves its slots. No `MOVED` can come from a node that does not answer, so the
+    /// cluster's slot map, which the shared connection gets from nodes that do, names the node
+    /// to use instead.
     async fn connect(
         &mut self,
         backend: &RedisBackend,
         key: &str,
     ) -> Result<MultiplexedConnection, RedisError> {
+        if self.node.is_none() && backend.is_cluster() {
+            self.node = backend.known_node(key);
+        }
         let first = backend.dedicated(self.node.as_deref()).await;
         if first.is_ok() || !backend.is_cluster() {
             return first;

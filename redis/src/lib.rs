@@ -72,6 +72,7 @@ mod page;
 mod producer;
 mod reader;
 mod scripts;
+mod slot_map;
 mod sse;
 mod stream;
 mod subscriber;

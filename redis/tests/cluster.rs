@@ -100,6 +100,9 @@ async fn a_backend_connected_to_one_node_serves_streams_on_every_node() {
             ReadItem::Events(vec![(2, "two".into()), (3, "three".into())])
         );
     }
+    // Every command went straight to the node that serves its stream, the blocking reads'
+    // dedicated connections included (the backend's slot map): none was redirected.
+    assert_eq!(cluster.moved_answers(2), 0);
 }
 
 /// The SSE layer's generic backend contract, every check, with its streams spread over a

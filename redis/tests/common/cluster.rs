@@ -133,6 +133,17 @@ impl Cluster {
         panic!("slot {slot} is not served");
     }
 
+    /// How many `MOVED` redirections `node` has answered (`INFO errorstats`).
+    pub fn moved_answers(&self, node: usize) -> u64 {
+        let info: String = redis::cmd("INFO")
+            .arg("errorstats")
+            .query(&mut self.nodes[node].raw())
+            .unwrap();
+        info.lines()
+            .find_map(|l| l.strip_prefix("errorstat_MOVED:count="))
+            .map_or(0, |n| n.trim().parse().unwrap())
+    }
+
     pub fn id_of(&self, node: usize) -> String {
         redis::cmd("CLUSTER")
             .arg("MYID")
