@@ -12,7 +12,7 @@
 //! cursor has not moved (a cursor moves only when a reply is delivered). A call that asks for
 //! something else leaves the busy connection to finish on its own and opens another.
 
-use redis::aio::MultiplexedConnection;
+use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::{Cmd, ErrorKind, RedisError, ServerErrorKind, Value};
 use tokio::task::JoinHandle;
 
@@ -43,6 +43,11 @@ pub(crate) struct BlockingConn {
     /// slot map, when the node before could not be reached) named since; with none of these, the
     /// URL's node.
     node: Option<String>,
+    /// `node` is the one an `ASK` named: it is importing the slot, whose keys it has, and serves
+    /// them only to a command right behind `ASKING`. Each read is sent that way until a `MOVED`
+    /// (the migration ended either way) or a fresh look at the slot map replaces the node; once
+    /// the node owns the slot, `ASKING` changes nothing.
+    asking: bool,
 }
 
 /// How many times one call follows a cluster node's `MOVED` to the node it names.
@@ -52,9 +57,10 @@ impl BlockingConn {
     /// Sends `cmd` on this connection (calling `on_send` as it goes out) and returns Redis's
     /// reply; if an earlier call sent the same command and was cancelled before its reply came,
     /// returns that read's reply instead of sending another. After an error the next call
-    /// connects again. On a Redis Cluster a `MOVED` (the command did not run) is followed to
-    /// the node it names, which later calls keep using; `key` (one of the command's keys) names
-    /// the slot when that node cannot be reached.
+    /// connects again. On a Redis Cluster a `MOVED` or an `ASK` (the command did not run) is
+    /// followed to the node it names, which later calls keep using (after an `ASK`, behind
+    /// `ASKING`); `key` (one of the command's keys) names the slot when that node cannot be
+    /// reached.
     ///
     /// Cancel safe: the read goes on, and the next call with the same command takes its reply.
     pub(crate) async fn query(
@@ -71,13 +77,17 @@ impl BlockingConn {
             let Some((node, slot)) = e.redirect_node().filter(|_| backend.is_cluster()) else {
                 return reply;
             };
-            if e.kind() != ErrorKind::Server(ServerErrorKind::Moved) || redirects == REDIRECTS {
-                // `ASK`: the slot's keys are being migrated, and are served again once that
-                // ends; or the slot keeps moving. Either is worth a later try, like `TRYAGAIN`.
+            if redirects == REDIRECTS {
+                // The slot keeps moving: worth a later try, like `TRYAGAIN`.
                 return Err(crate::connection::still_redirected(reply.unwrap_err()));
             }
+            let asked = e.kind() == ErrorKind::Server(ServerErrorKind::Ask);
+            if !asked {
+                // Only a `MOVED` says the slot's node changed; an `ASK` is for this command.
+                backend.learn_node(slot, node);
+            }
             self.node = Some(node.to_owned());
-            backend.learn_node(slot, node);
+            self.asking = asked;
             redirects += 1;
         }
     }
@@ -101,8 +111,15 @@ impl BlockingConn {
             }
             let mut conn = self.conn.clone().expect("connected above");
             let cmd = cmd.clone();
+            let asking = self.asking;
             on_send();
-            let task = tokio::spawn(async move { cmd.query_async::<Value>(&mut conn).await });
+            let task = tokio::spawn(async move {
+                if asking {
+                    behind_asking(&mut conn, &cmd).await
+                } else {
+                    cmd.query_async::<Value>(&mut conn).await
+                }
+            });
             self.in_flight = Some(InFlight { packed, task });
         }
         let in_flight = self.in_flight.as_mut().expect("sent above");
@@ -138,9 +155,27 @@ impl BlockingConn {
             Some(node) if self.node.as_ref() != Some(&node) => {
                 let conn = backend.dedicated(Some(&node)).await?;
                 self.node = Some(node);
+                self.asking = false;
                 Ok(conn)
             }
             _ => first,
         }
+    }
+}
+
+/// Sends `cmd` right behind `ASKING` in one pipeline, so that no other command comes between, and
+/// returns `cmd`'s reply. A blocked read sent this way to a node importing its slot is served
+/// when data arrives there (Redis 7.0), and answered `MOVED` if the migration is called off.
+async fn behind_asking(conn: &mut MultiplexedConnection, cmd: &Cmd) -> Result<Value, RedisError> {
+    let mut pipe = redis::pipe();
+    pipe.cmd("ASKING").add_command(cmd.clone());
+    // Only the command's reply: the pipeline's first reply is `ASKING`'s.
+    match conn.req_packed_commands(&pipe, 1, 1).await?.pop() {
+        Some(Value::ServerError(e)) => Err(e.into()),
+        Some(value) => Ok(value),
+        None => Err(RedisError::from((
+            ErrorKind::Client,
+            "a Redis Cluster node sent no reply to a command behind ASKING",
+        ))),
     }
 }

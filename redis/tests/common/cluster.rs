@@ -133,14 +133,27 @@ impl Cluster {
         panic!("slot {slot} is not served");
     }
 
-    /// How many `MOVED` redirections `node` has answered (`INFO errorstats`).
-    pub fn moved_answers(&self, node: usize) -> u64 {
+    /// How many clients wait in a blocking command on `node` (`INFO clients`).
+    pub fn blocked_clients(&self, node: usize) -> u64 {
+        let info: String = redis::cmd("INFO")
+            .arg("clients")
+            .query(&mut self.nodes[node].raw())
+            .unwrap();
+        info.lines()
+            .find_map(|l| l.strip_prefix("blocked_clients:"))
+            .map_or(0, |n| n.trim().parse().unwrap())
+    }
+
+    /// How many errors of kind `code` (`MOVED`, `ASK`, …) `node` has answered (`INFO
+    /// errorstats`).
+    pub fn error_answers(&self, node: usize, code: &str) -> u64 {
         let info: String = redis::cmd("INFO")
             .arg("errorstats")
             .query(&mut self.nodes[node].raw())
             .unwrap();
+        let prefix = format!("errorstat_{code}:count=");
         info.lines()
-            .find_map(|l| l.strip_prefix("errorstat_MOVED:count="))
+            .find_map(|l| l.strip_prefix(&prefix))
             .map_or(0, |n| n.trim().parse().unwrap())
     }
 
