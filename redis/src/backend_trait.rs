@@ -118,8 +118,8 @@ impl Backend for RedisStream {
             .map_err(|e| unavailable("announce subscriber", e))
     }
 
-    /// Reads that field until it is set: at once, then after 250 ms, doubling up to 2 s
-    /// (`subscriber.rs`).
+    /// Reads that field until it is set, or the incarnation is found gone: at once, then after
+    /// 250 ms, doubling up to 2 s (`subscriber.rs`).
     async fn subscriber_announced(&self) {
         RedisStream::subscriber_announced(self).await;
     }

@@ -51,11 +51,12 @@ impl RedisStream {
         }
     }
 
-    /// Whether a client subscribed to this incarnation of the stream, on any replica.
+    /// Whether a client subscribed to this incarnation of the stream, on any replica, or whether
+    /// the incarnation is gone.
     ///
     /// # Errors
     /// [`Error::Unavailable`].
-    pub(crate) async fn subscriber_recorded(&self) -> Result<bool, Error> {
+    async fn subscriber_recorded(&self) -> Result<Subscriber, Error> {
         let (epoch, subscribed): (Option<String>, Option<String>) = redis::cmd("HMGET")
             .arg(&self.keys.meta)
             .arg("epoch")
@@ -63,23 +64,39 @@ impl RedisStream {
             .query_async(&mut self.backend.connection())
             .await
             .map_err(|e| Error::from_redis(&self.id, e))?;
-        Ok(subscribed.is_some() && epoch.as_deref() == Some(&*codec::encode_epoch(self.epoch)))
+        if epoch.as_deref() != Some(&*codec::encode_epoch(self.epoch)) {
+            // No meta hash (deleted, expired, lost in a failover) or another incarnation's.
+            return Ok(Subscriber::StreamGone);
+        }
+        Ok(match subscribed {
+            Some(_) => Subscriber::Recorded,
+            None => Subscriber::NotYet,
+        })
     }
 
-    /// Completes once a client subscribed to this incarnation of the stream, on any replica;
-    /// reads at once, then after [`SUBSCRIBER_POLL`], doubling up to [`SUBSCRIBER_POLL_MAX`],
-    /// also while Redis cannot be reached (each failed read counted in
+    /// Completes once a client subscribed to this incarnation of the stream, on any replica, or
+    /// once the incarnation is found gone: no subscriber can come then, and the producer's next
+    /// append reports the loss. Reads at once, then after [`SUBSCRIBER_POLL`], doubling up to
+    /// [`SUBSCRIBER_POLL_MAX`], also while Redis cannot be reached (each failed read counted in
     /// `RedisStats::subscriber_checks_failed`).
     pub(crate) async fn subscriber_announced(&self) {
         let mut pause = SUBSCRIBER_POLL;
         loop {
             match self.subscriber_recorded().await {
-                Ok(true) => return,
-                Ok(false) => {}
+                Ok(Subscriber::Recorded | Subscriber::StreamGone) => return,
+                Ok(Subscriber::NotYet) => {}
                 Err(_) => Counters::bump(&self.backend.shared.counters.subscriber_checks_failed),
             }
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(SUBSCRIBER_POLL_MAX);
         }
     }
+}
+
+/// What the meta hash says of an incarnation's first subscriber.
+enum Subscriber {
+    Recorded,
+    NotYet,
+    /// The hash is gone or names another incarnation.
+    StreamGone,
 }

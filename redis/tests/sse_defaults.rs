@@ -632,6 +632,29 @@ async fn a_subscriber_of_a_deleted_incarnation_does_not_start_the_next_one() {
     );
 }
 
+/// A producer waiting for its first subscriber whose stream is deleted behind it stops waiting,
+/// and its next send reports the loss: no subscriber of that incarnation can come any more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_producer_whose_stream_is_deleted_stops_waiting_and_is_told() {
+    let server = RedisServer::start();
+    let name = StreamId::new("first-gone").unwrap();
+    let (_identity, _endpoint, mut publisher) = producing(&server, name.as_str()).await;
+    assert!(
+        publisher.first_subscriber().now_or_never().is_none(),
+        "no subscriber yet"
+    );
+    let other = server.backend().await.open(&name).await.unwrap();
+    other.delete().await.unwrap();
+
+    tokio::time::timeout(LIMIT, publisher.first_subscriber())
+        .await
+        .expect("the wait ends once the stream is gone");
+    match publisher.send("too late").await {
+        Err(PublishError::Closed(None)) => {}
+        other => panic!("a send to a deleted stream: {other:?}"),
+    }
+}
+
 /// Sets Redis's `maxmemory` (bytes; 0 is no limit).
 fn set_maxmemory(server: &RedisServer, bytes: &str) {
     let _: () = redis::cmd("CONFIG")

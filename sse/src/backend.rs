@@ -666,7 +666,9 @@ pub trait Backend: Clone + Send + Sync + 'static {
     /// Completes once some process has [announced](Self::announce_subscriber) a subscriber of this
     /// stream (at once if one did before). A backend that cannot tell waits forever, which is the
     /// default: `SseProducer::first_subscriber` (feature `axum`) then waits for a subscriber of its
-    /// own endpoint only. While the backend cannot be reached it keeps asking.
+    /// own endpoint only. While the backend cannot be reached it keeps asking. A backend that
+    /// finds the stream gone (deleted, expired, replaced by another incarnation) may complete
+    /// too: no subscriber can come, and the producer's next send reports the loss.
     ///
     /// # Cancel safety
     /// Cancel safe: it only reads.

@@ -417,16 +417,9 @@ async fn publish<B>(
 where
     B: Backend<Payload = Bytes, Producer: Sync>,
 {
-    if !args.eager {
-        producer.first_subscriber().await;
-    }
-    let mut ticker = (args.rate > 0.0).then(|| {
-        let mut t = tokio::time::interval(Duration::from_secs_f64(1.0 / args.rate));
-        t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        t
-    });
     // A producer that took over an existing stream continues after its head: `--events` is the
-    // last id, not a count per process.
+    // last id, not a count per process. (Read before the wait below: only this producer appends,
+    // and a wait that ends because the stream is gone leaves the loss to the first send.)
     let mut last = loop {
         match producer.stream().backend().window().await {
             Ok(window) => break window.head,
@@ -436,6 +429,14 @@ where
             }
         }
     };
+    if !args.eager {
+        producer.first_subscriber().await;
+    }
+    let mut ticker = (args.rate > 0.0).then(|| {
+        let mut t = tokio::time::interval(Duration::from_secs_f64(1.0 / args.rate));
+        t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        t
+    });
     while last < args.events.unwrap_or(u64::MAX) {
         match &mut ticker {
             Some(t) => drop(t.tick().await),

@@ -176,7 +176,9 @@ impl<B: Backend<Payload = Bytes>> SseProducer<B> {
     /// ([`Backend::subscriber_announced`]; on Redis, reads of the stream's meta hash while it
     /// waits, 250 ms apart at first and at most 2 s apart later). A client whose first request
     /// reaches a replica that does not produce sees the priming event, then the events once this
-    /// producer has started.
+    /// producer has started. On Redis it also returns once the stream is found gone (deleted,
+    /// expired, or replaced by another incarnation): the next send then reports the loss,
+    /// instead of the producer waiting for a subscriber that cannot come.
     ///
     /// # Cancel safety
     ///
