@@ -343,7 +343,7 @@ impl Cluster {
 
 /// A numeric field of an `INFO replication` reply (-1 when it has none, as a replica before its
 /// first sync).
-fn repl_field(info: &str, field: &str) -> i64 {
+pub fn repl_field(info: &str, field: &str) -> i64 {
     info.lines()
         .find_map(|line| line.trim().strip_prefix(field)?.strip_prefix(':'))
         .map_or(-1, |offset| offset.parse().unwrap())

@@ -7,6 +7,7 @@
 pub mod cluster;
 pub mod cut_proxy;
 pub mod sse_client;
+pub mod switch_proxy;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
