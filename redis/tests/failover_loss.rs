@@ -17,7 +17,8 @@ use common::{eventually, RedisServer};
 use futures_util::StreamExt;
 use http::{HeaderMap, StatusCode};
 use replay_ring_redis::{
-    decision_for, Error, ReadItem, RedisBackend, RedisConfig, RedisReader, RedisStream,
+    decision_for, Error, ReadItem, RedisBackend, RedisConfig, RedisProducer, RedisReader,
+    RedisStream,
 };
 use replay_ring_sse::axum::{SseConfig, SseStream};
 use replay_ring_sse::{status_for, Epoch, StreamId, StreamIdentity};
@@ -35,20 +36,15 @@ fn payload(n: u64) -> Bytes {
     Bytes::from(format!("event-{n}"))
 }
 
-fn config() -> RedisConfig {
+/// `block`: how long a blocking read waits before its readers re-read the stream's state.
+fn config(block: Duration) -> RedisConfig {
     RedisConfig {
         // Longer than the test: the lease (replicated with its expiry) must still be the
         // producer's on the promoted replica, or the append would be `Fenced`, not a rollback.
         lease: Duration::from_secs(120),
-        // Also longer than LIMIT: a waiting reader must learn of the loss from the state read its
-        // shared tail makes when its connection is cut, not from a blocked read timing out.
-        block: Duration::from_secs(60),
+        block,
         ..RedisConfig::default()
     }
-}
-
-async fn backend(proxy: &SwitchProxy) -> RedisBackend {
-    RedisBackend::connect(&proxy.url(), config()).await.unwrap()
 }
 
 fn info(server: &RedisServer, section: &str) -> String {
@@ -139,41 +135,98 @@ where
     }
 }
 
+/// A primary, a replica that replicates it through `link`, and `front`, the address backends
+/// reach "the stream's Redis" at. `lagging` leaves a stream whose ids N+1..=M only the primary has.
+struct Staged {
+    primary: RedisServer,
+    replica: RedisServer,
+    link: SwitchProxy,
+    front: SwitchProxy,
+    block: Duration,
+}
+
+impl Staged {
+    async fn start(block: Duration) -> Staged {
+        // The primary sends its first sync without the 5 s wait for more replicas.
+        let primary = RedisServer::start_with(&["--repl-diskless-sync-delay", "0"]);
+        let replica = RedisServer::start();
+        let link = SwitchProxy::start(primary.port).await;
+        let _: () = redis::cmd("REPLICAOF")
+            .arg("127.0.0.1")
+            .arg(link.port())
+            .query(&mut replica.raw())
+            .unwrap();
+        let front = SwitchProxy::start(primary.port).await;
+        Staged {
+            primary,
+            replica,
+            link,
+            front,
+            block,
+        }
+    }
+
+    async fn backend(&self) -> RedisBackend {
+        RedisBackend::connect(&self.front.url(), config(self.block))
+            .await
+            .unwrap()
+    }
+
+    /// Creates stream `name` on `backend` and appends 1..=M, of which the replica gets 1..=N.
+    async fn lagging(
+        &self,
+        backend: &RedisBackend,
+        name: StreamId,
+    ) -> (RedisStream, RedisProducer) {
+        let stream = backend.create(&name, 64).await.unwrap();
+        let mut producer = stream.acquire_producer().await.unwrap();
+        for n in 1..=N {
+            assert_eq!(producer.append(&payload(n)).await.unwrap(), n);
+        }
+        synced(&self.primary, &self.replica).await;
+        // From here on the replica receives nothing; the primary acknowledges N+1..=M all the same.
+        self.link.hold(true);
+        for n in N + 1..=M {
+            assert_eq!(producer.append(&payload(n)).await.unwrap(), n);
+        }
+        assert_eq!(self.primary.log_entries(&stream), log(M));
+        assert_eq!(
+            self.replica.log_entries(&stream),
+            log(N),
+            "the replica lags"
+        );
+        (stream, producer)
+    }
+
+    /// The failover: new connections wait while the primary dies and the replica is promoted,
+    /// then reach the replica.
+    fn fail_over(&mut self) {
+        self.front.point_at(None);
+        self.primary.kill();
+        let _: () = redis::cmd("REPLICAOF")
+            .arg("NO")
+            .arg("ONE")
+            .query(&mut self.replica.raw())
+            .unwrap();
+        assert!(info(&self.replica, "replication").contains("role:master"));
+        self.front.point_at(Some(self.replica.port));
+    }
+}
+
+/// Events 1..=upto as Redis holds them.
+fn log(upto: u64) -> Vec<(u64, Vec<u8>)> {
+    (1..=upto).map(|n| (n, payload(n).to_vec())).collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failover_to_a_replica_without_the_last_appends_is_refused_and_starts_a_new_epoch() {
-    // The primary sends its first sync without the 5 s wait for more replicas.
-    let mut primary = RedisServer::start_with(&["--repl-diskless-sync-delay", "0"]);
-    let replica = RedisServer::start();
-    let link = SwitchProxy::start(primary.port).await;
-    let _: () = redis::cmd("REPLICAOF")
-        .arg("127.0.0.1")
-        .arg(link.port())
-        .query(&mut replica.raw())
-        .unwrap();
-    // Where both backends find the stream's Redis: the primary, until the failover.
-    let front = SwitchProxy::start(primary.port).await;
-    let (producing, serving) = (backend(&front).await, backend(&front).await);
-
+    // Longer than LIMIT: a waiting reader must learn of the loss from the state read its shared
+    // tail makes when its connection is cut, not from a blocked read timing out.
+    let mut staged = Staged::start(Duration::from_secs(60)).await;
+    let (producing, serving) = (staged.backend().await, staged.backend().await);
     let name = StreamId::new("failover").unwrap();
-    let stream = producing.create(&name, 64).await.unwrap();
+    let (stream, mut producer) = staged.lagging(&producing, name).await;
     let identity = stream.identity();
-    let mut producer = stream.acquire_producer().await.unwrap();
-    for n in 1..=N {
-        assert_eq!(producer.append(&payload(n)).await.unwrap(), n);
-    }
-    synced(&primary, &replica).await;
-    // From here on the replica receives nothing; the primary acknowledges N+1..=M all the same.
-    link.hold(true);
-    for n in N + 1..=M {
-        assert_eq!(producer.append(&payload(n)).await.unwrap(), n);
-    }
-    let log = |upto: u64| {
-        (1..=upto)
-            .map(|n| (n, payload(n).to_vec()))
-            .collect::<Vec<_>>()
-    };
-    assert_eq!(primary.log_entries(&stream), log(M));
-    assert_eq!(replica.log_entries(&stream), log(N), "the replica lags");
 
     // Another process serves the stream: a reader, and an SSE connection on a handle of its own
     // (so each has its own blocking read, and seen head), follow it to M.
@@ -198,22 +251,12 @@ async fn a_failover_to_a_replica_without_the_last_appends_is_refused_and_starts_
     // after the failover finds the replica's shorter log without reading the state: it learns of
     // the loss when it times out, `block` later; here the cut connections must tell.)
     eventually(LIMIT, "both blocking reads on the primary", || {
-        let blocked = repl_field(&info(&primary, "clients"), "blocked_clients");
+        let blocked = repl_field(&info(&staged.primary, "clients"), "blocked_clients");
         async move { blocked == 2 }
     })
     .await;
 
-    // The failover: new connections wait while the primary dies and the replica is promoted,
-    // then reach the replica.
-    front.point_at(None);
-    primary.kill();
-    let _: () = redis::cmd("REPLICAOF")
-        .arg("NO")
-        .arg("ONE")
-        .query(&mut replica.raw())
-        .unwrap();
-    assert!(info(&replica, "replication").contains("role:master"));
-    front.point_at(Some(replica.port));
+    staged.fail_over();
 
     // The waiting reader and SSE connection learn of the loss; neither gets an event.
     let (next, mut reader) = waiting.await.unwrap();
@@ -244,7 +287,7 @@ async fn a_failover_to_a_replica_without_the_last_appends_is_refused_and_starts_
         "a new lease",
     );
     assert_eq!(
-        replica.log_entries(&stream),
+        staged.replica.log_entries(&stream),
         log(N),
         "nothing written after the loss"
     );
@@ -256,6 +299,24 @@ async fn a_failover_to_a_replica_without_the_last_appends_is_refused_and_starts_
     );
     refused_as_lost(&sse, identity.event_id(K)).await;
     refused_as_lost(&sse, identity.event_id(M)).await;
+
+    // A process that starts after the loss has nothing to compare with (docs/scaling.md): it sees
+    // the shorter log; only the lease, still held, and a cursor past the new head tell.
+    let fresh = staged.replica.backend().await.open(&name).await.unwrap();
+    assert_eq!(fresh.state().await.unwrap().head, N);
+    let lease = fresh.acquire_producer().await.map(drop);
+    assert!(matches!(lease, Err(Error::LeaseHeld { .. })), "{lease:?}");
+    let ahead = fresh.resume(Some(M)).await.map(drop);
+    assert!(
+        matches!(
+            ahead,
+            Err(Error::AheadOfHead {
+                requested: M,
+                head: N
+            })
+        ),
+        "{ahead:?}"
+    );
 
     // The documented reaction (RedisStream::until_lost, next_incarnation): the producing process
     // deletes the rolled-back incarnation and creates the next; the serving one converges on it.
@@ -292,4 +353,24 @@ async fn a_failover_to_a_replica_without_the_last_appends_is_refused_and_starts_
     );
     refused_as_lost(&sse, identity.event_id(K)).await;
     refused_as_lost(&sse, identity.event_id(1)).await;
+}
+
+/// A reader that caught up before the failover but starts waiting only after it: its handle's
+/// blocking read begins on the promoted replica, whose log ends below the reader's cursor, so
+/// no cut connection tells it. It learns of the loss when that read times out and the state is
+/// read again (`block` later: short here), and gets no event in the meantime.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_that_waits_only_after_the_failover_learns_of_it_when_its_read_times_out() {
+    let block = Duration::from_millis(300);
+    let mut staged = Staged::start(block).await;
+    let (producing, serving) = (staged.backend().await, staged.backend().await);
+    let name = StreamId::new("late").unwrap();
+    let (_stream, _producer) = staged.lagging(&producing, name).await;
+    let served = serving.open(&name).await.unwrap();
+    let mut reader = served.resume(Some(0)).await.unwrap();
+    read_to(&mut reader, M).await; // the first page: no blocking read yet
+
+    staged.fail_over();
+    let next = tokio::time::timeout(LIMIT, reader.recv()).await;
+    rolled_back(next.expect("an answer in time"), name, "the late reader");
 }
