@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::cluster::repl_field;
-use common::switch_proxy::SwitchProxy;
+use common::failover::{info, Failover};
 use common::{eventually, RedisServer};
 use futures_util::StreamExt;
 use http::{HeaderMap, StatusCode};
@@ -46,26 +46,6 @@ fn config(block: Duration) -> RedisConfig {
         block,
         ..RedisConfig::default()
     }
-}
-
-fn info(server: &RedisServer, section: &str) -> String {
-    redis::cmd("INFO")
-        .arg(section)
-        .query(&mut server.raw())
-        .unwrap()
-}
-
-/// Waits until `replica` has processed everything `primary` has written so far. Compares
-/// offsets: `WAIT` on a fresh connection, which wrote nothing, would be satisfied at once.
-async fn synced(primary: &RedisServer, replica: &RedisServer) {
-    let written = repl_field(&info(primary, "replication"), "master_repl_offset");
-    eventually(LIMIT, "the replica's sync", || {
-        let info = info(replica, "replication");
-        let linked = info.contains("master_link_status:up");
-        let copied = repl_field(&info, "slave_repl_offset");
-        async move { linked && copied >= written }
-    })
-    .await;
 }
 
 /// Reads `reader` until its cursor reaches `last`: ids in order, each with its own payload.
@@ -136,41 +116,26 @@ where
     }
 }
 
-/// A primary, a replica that replicates it through `link`, and `front`, the address backends
-/// reach "the stream's Redis" at. `lagging` leaves a stream whose ids N+1..=M only the primary has.
+/// A failover staged as `common::failover` does, with backends whose blocking reads wait `block`.
 struct Staged {
-    primary: RedisServer,
-    replica: RedisServer,
-    link: SwitchProxy,
-    front: SwitchProxy,
+    failover: Failover,
     block: Duration,
 }
 
 impl Staged {
     async fn start(block: Duration) -> Staged {
-        // The primary sends its first sync without the 5 s wait for more replicas.
-        let primary = RedisServer::start_with(&["--repl-diskless-sync-delay", "0"]);
-        let replica = RedisServer::start();
-        let link = SwitchProxy::start(primary.port).await;
-        let _: () = redis::cmd("REPLICAOF")
-            .arg("127.0.0.1")
-            .arg(link.port())
-            .query(&mut replica.raw())
-            .unwrap();
-        let front = SwitchProxy::start(primary.port).await;
-        Staged {
-            primary,
-            replica,
-            link,
-            front,
-            block,
-        }
+        let failover = Failover::start().await;
+        Staged { failover, block }
     }
 
     async fn backend(&self) -> RedisBackend {
-        RedisBackend::connect(&self.front.url(), config(self.block))
+        RedisBackend::connect(&self.failover.front.url(), config(self.block))
             .await
             .unwrap()
+    }
+
+    fn replica(&self) -> &RedisServer {
+        &self.failover.replica
     }
 
     /// Creates stream `name` on `backend` and appends 1..=M, of which the replica gets 1..=N.
@@ -184,33 +149,21 @@ impl Staged {
         for n in 1..=N {
             assert_eq!(producer.append(&payload(n)).await.unwrap(), n);
         }
-        synced(&self.primary, &self.replica).await;
-        // From here on the replica receives nothing; the primary acknowledges N+1..=M all the same.
-        self.link.hold(true);
+        self.failover.sync_then_hold().await;
         for n in N + 1..=M {
             assert_eq!(producer.append(&payload(n)).await.unwrap(), n);
         }
-        assert_eq!(self.primary.log_entries(&stream), log(M));
+        assert_eq!(self.failover.primary.log_entries(&stream), log(M));
         assert_eq!(
-            self.replica.log_entries(&stream),
+            self.replica().log_entries(&stream),
             log(N),
             "the replica lags"
         );
         (stream, producer)
     }
 
-    /// The failover: new connections wait while the primary dies and the replica is promoted,
-    /// then reach the replica.
     fn fail_over(&mut self) {
-        self.front.point_at(None);
-        self.primary.kill();
-        let _: () = redis::cmd("REPLICAOF")
-            .arg("NO")
-            .arg("ONE")
-            .query(&mut self.replica.raw())
-            .unwrap();
-        assert!(info(&self.replica, "replication").contains("role:master"));
-        self.front.point_at(Some(self.replica.port));
+        self.failover.fail_over();
     }
 }
 
@@ -252,7 +205,10 @@ async fn a_failover_to_a_replica_without_the_last_appends_is_refused_and_starts_
     // after the failover finds the replica's shorter log without reading the state: it learns of
     // the loss when it times out, `block` later; here the cut connections must tell.)
     eventually(LIMIT, "both blocking reads on the primary", || {
-        let blocked = repl_field(&info(&staged.primary, "clients"), "blocked_clients");
+        let blocked = repl_field(
+            &info(&staged.failover.primary, "clients"),
+            "blocked_clients",
+        );
         async move { blocked == 2 }
     })
     .await;
@@ -288,7 +244,7 @@ async fn a_failover_to_a_replica_without_the_last_appends_is_refused_and_starts_
         "a new lease",
     );
     assert_eq!(
-        staged.replica.log_entries(&stream),
+        staged.replica().log_entries(&stream),
         log(N),
         "nothing written after the loss"
     );
@@ -303,7 +259,7 @@ async fn a_failover_to_a_replica_without_the_last_appends_is_refused_and_starts_
 
     // A process that starts after the loss has nothing to compare with (docs/scaling.md): it sees
     // the shorter log; only the lease, still held, and a cursor past the new head tell.
-    let fresh = staged.replica.backend().await.open(&name).await.unwrap();
+    let fresh = staged.replica().backend().await.open(&name).await.unwrap();
     assert_eq!(fresh.state().await.unwrap().head, N);
     let lease = fresh.acquire_producer().await.map(drop);
     assert!(matches!(lease, Err(Error::LeaseHeld { .. })), "{lease:?}");
@@ -392,6 +348,6 @@ async fn the_producer_that_saw_the_lost_ids_cannot_close_the_shortened_log() {
     let closed = producer.close(CloseReason::Completed).await;
     rolled_back(closed, name, "the close");
     // Nothing was closed: another process does not serve the shortened log as complete.
-    let elsewhere = staged.replica.backend().await.open(&name).await.unwrap();
+    let elsewhere = staged.replica().backend().await.open(&name).await.unwrap();
     assert_eq!(elsewhere.state().await.unwrap().closed, None);
 }

@@ -6,6 +6,7 @@
 
 pub mod cluster;
 pub mod cut_proxy;
+pub mod failover;
 pub mod sse_client;
 pub mod switch_proxy;
 
