@@ -341,7 +341,8 @@ impl RedisProducer {
     /// goes ahead without it, since a closing stream will not make room again.
     ///
     /// # Errors
-    /// [`Error::Closed`] (already closed, with the stored reason), [`Error::Fenced`], and the
+    /// [`Error::Closed`] (already closed, with the stored reason), [`Error::Fenced`],
+    /// [`Error::LogRolledBack`] (Redis lost events this handle saw: nothing is closed), and the
     /// backend errors of [`append`](Self::append) from resending a pending event.
     ///
     /// # Cancel safety
@@ -358,6 +359,9 @@ impl RedisProducer {
             }
         }
         let s = &self.stream;
+        // The script refuses to close a log shorter than this (`BEHIND`): the stream would end
+        // without events clients may have seen.
+        let seen = s.head_seen_before();
         let mut conn = s.backend.write_conn();
         let value: redis::Value = scripts::CLOSE_SCRIPT
             .key(&s.keys.meta)
@@ -367,6 +371,7 @@ impl RedisProducer {
             .arg(&self.token)
             .arg(codec::encode_reason(&reason))
             .arg(codec::encode_epoch(s.epoch))
+            .arg(seen.to_string())
             .invoke_async(&mut conn)
             .await
             .map_err(|e| Error::from_redis(&s.id, e))?;
@@ -385,6 +390,11 @@ impl RedisProducer {
                     .reason("closed")?
                     .unwrap_or_else(|| CloseReason::error("closed")),
             )),
+            "BEHIND" => Err(Error::LogRolledBack {
+                stream: s.id,
+                seen,
+                head: reply.id("head")?,
+            }),
             other => Err(s.common_status(other, &mut reply)),
         }
     }

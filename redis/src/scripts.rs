@@ -260,15 +260,19 @@ touch_no_shorter(ttl, KEYS[1], KEYS[2], KEYS[3])
 return {'OK', dec(floor), dec(head)}
 "#;
 
-/// KEYS: meta lease ctl log. ARGV: token reason epoch.
-/// Stores the close reason (once) and wakes every blocked reader through ctl.
+/// KEYS: meta lease ctl log. ARGV: token reason epoch seen.
+/// Stores the close reason (once) and wakes every blocked reader through ctl. `BEHIND` if the
+/// log is shorter than the caller saw (Redis lost events): closing it would end the stream
+/// without them.
 const CLOSE: &str = r#"
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'NOSTREAM'} end
-local m = redis.call('HMGET', KEYS[1], 'closed', 'ttl', 'epoch')
+local m = redis.call('HMGET', KEYS[1], 'closed', 'ttl', 'epoch', 'head')
 if m[3] ~= ARGV[3] then return {'LOST', m[3] or ''} end
 local holder = redis.call('GET', KEYS[2])
 if holder ~= ARGV[1] then return {'FENCED', holder or ''} end
 if m[1] then return {'CLOSED', m[1]} end
+local head = head_of(m[4])
+if head < num(ARGV[4], 'seen') then return {'BEHIND', dec(head)} end
 local ttl = num(m[2], 'ttl')
 redis.call('HSET', KEYS[1], 'closed', ARGV[2])
 redis.call('XADD', KEYS[3], 'MAXLEN', '16', '*', 'c', '1')

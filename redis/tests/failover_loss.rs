@@ -338,7 +338,6 @@ async fn a_reader_that_waits_only_after_the_failover_learns_of_it_when_its_read_
 /// N+1..=M. docs/scaling.md: "A process that saw the lost ids refuses to continue on the
 /// shortened log"; the CLOSE script, unlike APPEND and ACQUIRE, is not given the seen head.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "finding: RedisProducer::close does not check the head it saw (LogRolledBack)"]
 async fn the_producer_that_saw_the_lost_ids_cannot_close_the_shortened_log() {
     let mut staged = Staged::start(Duration::from_secs(5)).await;
     let producing = staged.backend().await;
