@@ -516,10 +516,18 @@ impl LogWriter {
     pub(crate) async fn close(&mut self, reason: CloseReason) -> Result<(), String> {
         self.lease.hold(None);
         match self.producer.take() {
-            Some(p) => p
-                .close(reason)
-                .await
-                .map_err(|e| format!("{EVENT_LOG}: {e}")),
+            Some(p) => match p.close(reason).await {
+                Ok(()) => Ok(()),
+                // Redis lost events this writer appended (a failover to a lagging replica), and
+                // refuses to end the shortened log as if it were the stream: it is deleted, as
+                // docs/scaling.md requires, so every replica answers its cursors 404
+                // `stream_lost` at once rather than serve part of it until the lease lapses.
+                Err(e @ RedisError::LogRolledBack { .. }) => {
+                    let _ = self.stream.delete_if_rolled_back(&e).await;
+                    Err(format!("{EVENT_LOG}: {e}"))
+                }
+                Err(e) => Err(format!("{EVENT_LOG}: {e}")),
+            },
             None => Ok(()),
         }
     }

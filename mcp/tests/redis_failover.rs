@@ -3,7 +3,8 @@
 //! `redis/tests/common/failover.rs`: the replica is promoted with events 1..=N of a stream whose
 //! 1..=M the primary had acknowledged (and the owning replica had sent). The store must not go on
 //! under the lost ids: its next event fails explicitly, naming the loss, and its connection
-//! ends after the last durable id; Redis never holds another event under one of those ids.
+//! ends after the last durable id; Redis never holds another event under one of those ids, and
+//! the shortened log is deleted rather than served in part.
 #![cfg(feature = "redis")]
 
 use std::time::Duration;
@@ -101,6 +102,9 @@ async fn a_failover_that_loses_the_last_events_ends_the_stream_explicitly_never_
         .await
         .unwrap()
         .is_none());
-    // Redis holds no event under an id past N, and the first N unchanged.
-    assert_eq!(failover.replica.log_entries(&stream), before[..N as usize]);
+    // The shortened log is deleted (its close was refused as a loss), so no replica serves part
+    // of it: Redis holds no event of the stream, and its cursors are "stream lost".
+    let gone = stream.state().await.map(drop).unwrap_err();
+    assert!(gone.is_stream_lost(), "{gone:?}");
+    assert_eq!(failover.replica.log_entries(&stream), []);
 }
