@@ -118,8 +118,8 @@ impl RedisProducer {
     /// [`Error::Fenced`], [`Error::Closed`], [`Error::Unknown`] (reply lost: resent on the next
     /// call), [`Error::Conflict`], [`Error::OutOfSequence`], [`Error::IdsExhausted`],
     /// [`Error::TooLarge`] (past [`RedisConfig::max_payload_bytes`](crate::RedisConfig)),
-    /// [`Error::NotFound`] / [`Error::EpochChanged`] (stream lost), [`Error::Corrupt`],
-    /// [`Error::OutOfMemory`], [`Error::Unavailable`]. If resending a pending event fails with
+    /// [`Error::NotFound`] / [`Error::EpochChanged`] / [`Error::LogRolledBack`] (stream lost),
+    /// [`Error::Corrupt`], [`Error::OutOfMemory`], [`Error::Unavailable`]. If resending a pending event fails with
     /// [`Error::Unknown`] (its reply was lost again), `payload` joins the pending events and the
     /// error names the id it will get; if the resend is refused (any other error), that error is
     /// returned and `payload` was not appended.

@@ -101,9 +101,9 @@ impl RedisReader {
     /// Never skips: if the next id was released meanwhile, returns [`Error::Gap`].
     ///
     /// # Errors
-    /// [`Error::Gap`], [`Error::NotFound`] / [`Error::EpochChanged`] (stream lost: deleted,
-    /// expired, recreated), [`Error::Corrupt`], [`Error::Unavailable`] (the cursor is kept; call
-    /// again to continue).
+    /// [`Error::Gap`], [`Error::NotFound`] / [`Error::EpochChanged`] / [`Error::LogRolledBack`]
+    /// (stream lost: deleted, expired, recreated, or Redis lost events this handle saw),
+    /// [`Error::Corrupt`], [`Error::Unavailable`] (the cursor is kept; call again to continue).
     ///
     /// # Cancel safety
     /// Cancel safe: the cursor only moves when events are returned, so a cancelled call loses
@@ -280,8 +280,9 @@ impl RedisStream {
     ///
     /// # Errors
     /// [`Error::Gap`] (`after < floor - 1`), [`Error::AheadOfHead`] (`after > head`),
-    /// [`Error::NotFound`] / [`Error::EpochChanged`] (stream lost), [`Error::Corrupt`],
-    /// [`Error::Unavailable`]; then (the cursor is judged first) [`Error::TooManyReaders`].
+    /// [`Error::NotFound`] / [`Error::EpochChanged`] / [`Error::LogRolledBack`] (stream lost),
+    /// [`Error::Corrupt`], [`Error::Unavailable`]; then (the cursor is judged first)
+    /// [`Error::TooManyReaders`].
     ///
     /// # Cancel safety
     /// Cancel safe: read only; a reader opened by a cancelled call gives its place back.

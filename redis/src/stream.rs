@@ -228,7 +228,8 @@ impl RedisStream {
     ///
     /// # Errors
     /// [`Error::NotFound`] (deleted or expired), [`Error::EpochChanged`] (recreated since this
-    /// handle was made), [`Error::Corrupt`], [`Error::Unavailable`].
+    /// handle was made), [`Error::LogRolledBack`] (Redis lost events this handle saw),
+    /// [`Error::Corrupt`], [`Error::Unavailable`].
     ///
     /// # Cancel safety
     /// Cancel safe: read only.
