@@ -22,6 +22,7 @@ use rmcp::transport::streamable_http_server::session::{EventStore, ServerSseMess
 use serde_json::{json, Value};
 
 mod in_process;
+mod messages;
 #[path = "../../redis/tests/common/mod.rs"]
 mod redis_support;
 
@@ -29,6 +30,7 @@ use in_process::{
     call, delete, events_from, get, initialize, json_body, long_task_paced, post, replayed_from,
     Sse,
 };
+use messages::{progress, progress_of};
 use redis_support::RedisServer;
 
 const LIMIT: Duration = Duration::from_secs(10);
@@ -51,20 +53,6 @@ async fn store_with(server: &RedisServer, epoch: Epoch, config: RedisConfig) -> 
         .await
         .expect("connect to redis");
     RingEventStore::with_redis_epoch(StoreConfig::default(), log, epoch)
-}
-
-fn progress(p: u64) -> ServerSseMessage {
-    let msg: ServerJsonRpcMessage = serde_json::from_value(json!({
-        "jsonrpc": "2.0", "method": "notifications/progress",
-        "params": {"progressToken": "t", "progress": p}
-    }))
-    .expect("progress notification");
-    ServerSseMessage::from_message(msg)
-}
-
-fn progress_of(m: &ServerSseMessage) -> Option<u64> {
-    let v = serde_json::to_value(m.message.as_deref()?).ok()?;
-    v["params"]["progress"].as_f64().map(|p| p as u64)
 }
 
 #[tokio::test]

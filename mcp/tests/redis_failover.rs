@@ -13,13 +13,13 @@ use futures::StreamExt;
 use replay_ring_mcp::{RedisEventLog, RingEventStore, StoreConfig};
 use replay_ring_redis::{RedisConfig, RedisStream};
 use replay_ring_sse::{Epoch, StreamId};
-use rmcp::model::ServerJsonRpcMessage;
-use rmcp::transport::streamable_http_server::session::{EventStore, ServerSseMessage};
-use serde_json::json;
+use rmcp::transport::streamable_http_server::session::EventStore;
 
+mod messages;
 #[path = "../../redis/tests/common/mod.rs"]
 mod redis_support;
 
+use messages::{progress, progress_of};
 use redis_support::failover::Failover;
 
 const LIMIT: Duration = Duration::from_secs(20);
@@ -27,20 +27,6 @@ const LIMIT: Duration = Duration::from_secs(20);
 const N: u64 = 6;
 /// Events the primary acknowledged (N+1..=M never reach the replica).
 const M: u64 = 9;
-
-fn progress(p: u64) -> ServerSseMessage {
-    let msg: ServerJsonRpcMessage = serde_json::from_value(json!({
-        "jsonrpc": "2.0", "method": "notifications/progress",
-        "params": {"progressToken": "t", "progress": p}
-    }))
-    .expect("progress notification");
-    ServerSseMessage::from_message(msg)
-}
-
-fn progress_of(m: &ServerSseMessage) -> Option<u64> {
-    let v = serde_json::to_value(m.message.as_deref()?).ok()?;
-    v["params"]["progress"].as_f64().map(|p| p as u64)
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failover_that_loses_the_last_events_ends_the_stream_explicitly_never_reuses_their_ids() {

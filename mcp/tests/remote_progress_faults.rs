@@ -16,25 +16,17 @@ use http::StatusCode;
 use replay_ring_mcp::{RedisEventLog, RingEventStore, StoreConfig};
 use replay_ring_redis::RedisConfig;
 use replay_ring_sse::{Epoch, RetentionConfig};
-use rmcp::model::ServerJsonRpcMessage;
 use rmcp::transport::streamable_http_server::session::{EventStore, ServerSseMessage};
 use serde_json::json;
 
 mod in_process;
+mod messages;
 #[path = "../../redis/tests/common/mod.rs"]
 mod redis_support;
 
 use in_process::{events_from, Sse};
+use messages::progress;
 use redis_support::RedisServer;
-
-fn progress(p: u64) -> ServerSseMessage {
-    let msg: ServerJsonRpcMessage = serde_json::from_value(json!({
-        "jsonrpc": "2.0", "method": "notifications/progress",
-        "params": {"progressToken": "t", "progress": p}
-    }))
-    .unwrap();
-    ServerSseMessage::from_message(msg)
-}
 
 /// The default ratios (lease 10 s = backpressure bound 10 s, window 30 s) scaled by 1/10.
 fn store_cfg() -> StoreConfig {

@@ -12,37 +12,17 @@ use replay_ring_mcp::{RedisEventLog, RefusalReason, RingEventStore, StoreConfig}
 use replay_ring_sse::{Epoch, ResumeDecision, RetentionConfig, SlowConsumerPolicy};
 use rmcp::model::ServerJsonRpcMessage;
 use rmcp::transport::streamable_http_server::session::{EventStore, ServerSseMessage};
-use serde_json::json;
 
+mod messages;
 #[path = "../../redis/tests/common/mod.rs"]
 mod redis_support;
 
+use messages::{progress, progress_of, response};
 use redis_support::RedisServer;
 
 use RefusalReason::Decision;
 
 const LIMIT: Duration = Duration::from_secs(5);
-
-fn progress(p: u64) -> ServerSseMessage {
-    let msg: ServerJsonRpcMessage = serde_json::from_value(json!({
-        "jsonrpc": "2.0", "method": "notifications/progress",
-        "params": {"progressToken": "t", "progress": p}
-    }))
-    .expect("progress notification");
-    ServerSseMessage::from_message(msg)
-}
-
-fn response(id: u64) -> ServerSseMessage {
-    let msg: ServerJsonRpcMessage =
-        serde_json::from_value(json!({"jsonrpc": "2.0", "id": id, "result": {}}))
-            .expect("response");
-    ServerSseMessage::from_message(msg)
-}
-
-fn progress_of(m: &ServerSseMessage) -> Option<u64> {
-    let v = serde_json::to_value(m.message.as_deref()?).ok()?;
-    v["params"]["progress"].as_f64().map(|p| p as u64)
-}
 
 /// Which event log a test's store runs on.
 #[derive(Debug, Clone, Copy)]
