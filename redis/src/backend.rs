@@ -545,6 +545,13 @@ impl RedisBackend {
                     return None;
                 };
                 let host = std::str::from_utf8(host).ok()?;
+                // An empty host (a node that never learnt its own address from a peer: a
+                // cluster of one node), `?` (an unknown hostname) or a wildcard address names
+                // no node to connect to: such slots stay unknown, and their blocking reads
+                // start at the URL's node and follow its `MOVED`.
+                if host.is_empty() || host == "?" || host == "0.0.0.0" || host == "::" {
+                    return None;
+                }
                 let (first, last) = (u16::try_from(*first).ok()?, u16::try_from(*last).ok()?);
                 Some((first, last, format!("{host}:{port}")))
             })
