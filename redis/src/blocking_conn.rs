@@ -50,7 +50,7 @@ pub(crate) struct BlockingConn {
     asking: bool,
 }
 
-/// How many times one call follows a cluster node's `MOVED` to the node it names.
+/// How many times one call follows a cluster node's `MOVED` or `ASK` to the node it names.
 const REDIRECTS: u32 = 3;
 
 impl BlockingConn {
@@ -71,9 +71,27 @@ impl BlockingConn {
         mut on_send: impl FnMut(),
     ) -> Result<Value, RedisError> {
         let mut redirects = 0;
+        let mut looked_up = false;
         loop {
             let reply = self.query_once(backend, key, cmd, &mut on_send).await;
             let Err(e) = &reply else { return reply };
+            if e.kind() == ErrorKind::Server(ServerErrorKind::ClusterDown)
+                && backend.is_cluster()
+                && !looked_up
+            {
+                // A node that no longer knows the slot (taken out of the cluster and reset, as
+                // `redis-cli --cluster del-node` leaves it, or restarted without its cluster
+                // config) answers `CLUSTERDOWN`, never `MOVED`; the backend's slot map may still
+                // name it. The cluster's own slot map names the node that serves the slot now.
+                looked_up = true;
+                let serving = backend.serving_node(key).await;
+                if let Some(node) = serving.filter(|n| self.node.as_ref() != Some(n)) {
+                    self.node = Some(node);
+                    self.asking = false;
+                    continue;
+                }
+                return reply;
+            }
             let Some((node, slot)) = e.redirect_node().filter(|_| backend.is_cluster()) else {
                 return reply;
             };
