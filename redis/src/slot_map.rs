@@ -6,8 +6,9 @@
 //! their own, which start at the node this map names for the stream's slot. Without it they
 //! started at the URL's node, and every stream handle whose slot another node serves paid one
 //! connection and one redirected read more. An entry that went stale costs what no entry costs:
-//! the node answers `MOVED` (followed, and learned here) or cannot be reached (the slot map is
-//! read again).
+//! the node answers `MOVED` (followed, and learned here), or cannot be reached or answers
+//! `CLUSTERDOWN` (a node taken out of the cluster and reset): the slot map is read again.
+//! Entries `CLUSTER SLOTS` gives no usable address for (an empty host, `?`) stay unknown.
 //!
 //! Memory: two bytes per slot (32 KiB) and one address per node, per backend.
 
