@@ -385,18 +385,13 @@ impl RedisBackend {
             .response_timeout(config.response_timeout)
             .build()
             .map_err(|_| Error::InvalidArgument("not a valid Redis Cluster configuration"))?;
-        let conn = cluster
-            .get_async_connection()
+        let conn = SharedConnection::cluster(cluster.clone())
             .await
             .map_err(Error::from_connect)?;
-        let writes = cluster
-            .get_async_connection()
+        let writes = SharedConnection::cluster(cluster)
             .await
             .map_err(Error::from_connect)?;
-        Ok((
-            SharedConnection::cluster(conn),
-            SharedConnection::cluster(writes),
-        ))
+        Ok((conn, writes))
     }
 
     /// The configuration.

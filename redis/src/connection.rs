@@ -31,6 +31,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::SingleNodeRoutingInfo;
 use redis::{
@@ -87,7 +88,7 @@ enum Link {
     /// retries of its own (`RedisBackend::connect`), because redis-rs's cluster client resends a
     /// command after its connection dropped without saying so, and a resend must set
     /// [`SharedConnection::was_cut_off`]; redirections are followed here instead.
-    Cluster(ClusterConnection),
+    Cluster(Arc<ClusterLink>),
 }
 
 impl Clone for SharedConnection {
@@ -121,6 +122,62 @@ struct Current {
     replaced_at: Option<Instant>,
 }
 
+/// A Redis Cluster client's connection in use, and what it takes to replace it.
+///
+/// redis-rs's cluster client refreshes its map of the slots only after a `MOVED`. A node that
+/// left the cluster (`redis-cli --cluster del-node` forgets it and resets it, and leaves it
+/// running) answers `CLUSTERDOWN` for every key instead, so a client whose map still named it for
+/// some slots (none of its commands met a `MOVED` for them while they moved away) would fail
+/// every command on those slots for as long as it runs. A new client learns the slots from the
+/// URL's node.
+struct ClusterLink {
+    client: ClusterClient,
+    current: Mutex<ClusterCurrent>,
+}
+
+struct ClusterCurrent {
+    conn: ClusterConnection,
+    /// Counts replacements, so that of the commands that saw one connection fail, only the
+    /// first replaces it.
+    generation: u64,
+    replaced_at: Option<Instant>,
+}
+
+impl ClusterLink {
+    fn current(&self) -> (ClusterConnection, u64) {
+        // Poisoning cannot leave `ClusterCurrent` half-updated: every update is a few stores.
+        let current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
+        (current.conn.clone(), current.generation)
+    }
+
+    /// After a `CLUSTERDOWN` from the connection of `generation`: replaces it with a new client's,
+    /// at most once per [`REPLACE_PAUSE`] (a cluster that is down answers every command so), and
+    /// returns the connection to send on now. A connection that cannot be made leaves the
+    /// current one in place.
+    async fn renew(&self, generation: u64) -> ClusterConnection {
+        {
+            let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
+            let now = Instant::now();
+            if current.generation != generation
+                || current
+                    .replaced_at
+                    .is_some_and(|at| now.duration_since(at) < REPLACE_PAUSE)
+            {
+                return current.conn.clone();
+            }
+            // Taken before connecting, so that the commands failing meanwhile do not connect too.
+            current.replaced_at = Some(now);
+        }
+        let renewed = self.client.get_async_connection().await;
+        let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
+        if let (Ok(conn), true) = (renewed, current.generation == generation) {
+            current.conn = conn;
+            current.generation += 1;
+        }
+        current.conn.clone()
+    }
+}
+
 impl SharedConnection {
     pub(crate) fn new(
         client: Client,
@@ -141,12 +198,21 @@ impl SharedConnection {
         }
     }
 
-    /// A connection to a Redis Cluster, whose client was built without retries of its own.
-    pub(crate) fn cluster(conn: ClusterConnection) -> Self {
-        SharedConnection {
-            link: Link::Cluster(conn),
+    /// A connection to a Redis Cluster through `client`, which was built without retries of its
+    /// own.
+    pub(crate) async fn cluster(client: ClusterClient) -> RedisResult<Self> {
+        let conn = client.get_async_connection().await?;
+        Ok(SharedConnection {
+            link: Link::Cluster(Arc::new(ClusterLink {
+                client,
+                current: Mutex::new(ClusterCurrent {
+                    conn,
+                    generation: 0,
+                    replaced_at: None,
+                }),
+            })),
             cut_off: false,
-        }
+        })
     }
 
     /// Whether a command sent through this handle was sent again because its connection closed
@@ -353,18 +419,31 @@ impl SharedConnection {
         F: FnMut(Target, Option<(String, u16)>) -> Fut,
         Fut: std::future::Future<Output = RedisResult<T>>,
     {
-        let (target, generation) = match &self.link {
+        let (mut target, generation) = match &self.link {
             Link::Single(managed) => {
                 let (manager, generation) = managed.current();
                 (Target::Single(manager), generation)
             }
-            Link::Cluster(conn) => (Target::Cluster(conn.clone()), 0),
+            Link::Cluster(link) => {
+                let (conn, generation) = link.current();
+                (Target::Cluster(conn), generation)
+            }
         };
         let mut attempts = Attempts::new(&self.link);
         let mut ask = None;
+        let mut renewed = false;
         let result = loop {
             match send(target.clone(), ask.take()).await {
                 Err(e) => {
+                    if let (Link::Cluster(link), false) = (&self.link, renewed) {
+                        if e.kind() == ErrorKind::Server(ServerErrorKind::ClusterDown) {
+                            // The command did not run; its node may have left the cluster
+                            // (`ClusterLink`): once more, on a client that knows the slots now.
+                            renewed = true;
+                            target = Target::Cluster(link.renew(generation).await);
+                            continue;
+                        }
+                    }
                     let asked = ask_target(&e).filter(|_| follows_ask);
                     match attempts.after(e, &mut self.cut_off) {
                         // Straight to the node that has the keys: waiting would not change the

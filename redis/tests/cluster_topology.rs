@@ -1,4 +1,5 @@
-//! Redis Cluster: the backend's slot map (where a stream's blocking reads connect first) in cluster
+//! Redis Cluster: what the backend knows of the cluster's slots (its own slot map, where a
+//! stream's blocking reads connect first, and its shared connections' cluster clients) in cluster
 //! states that a long-running process meets: a cluster of one node, a node taken out of the
 //! cluster after its slots left it.
 
@@ -97,6 +98,10 @@ async fn a_reader_on_the_live_tail_of_a_one_node_cluster_gets_its_events() {
     let stream = backend.create(&sid("alone"), 64).await.unwrap();
     let mut producer = stream.acquire_producer().await.unwrap();
     assert_eq!(producer.append(&payload(1)).await.unwrap(), 1);
+    // The backend's connection for reads has sent nothing since the slot moved back, so its
+    // cluster client still maps the slot to the node that left, which answers `CLUSTERDOWN`
+    // (never `MOVED`): the connection is renewed, and the read goes to the slot's node.
+    assert_eq!(stream.state().await.unwrap().head, 1);
     let (mut seen, reading) = follow(&stream, 1);
     for id in 2..=3 {
         assert_eq!(producer.append(&payload(id)).await.unwrap(), id);
@@ -113,8 +118,8 @@ async fn a_reader_on_the_live_tail_of_a_one_node_cluster_gets_its_events() {
 /// A node that served a stream's slot when the backend connected, then gave its slots away and
 /// left the cluster the way `redis-cli --cluster del-node` leaves it: forgotten by the others,
 /// reset (`CLUSTER RESET SOFT`), still running. It answers `CLUSTERDOWN` for every key, never
-/// `MOVED`. A reader that starts on the stream afterwards still gets its events from the node
-/// that serves the slot now.
+/// `MOVED`. A state read, and a reader that starts on the stream afterwards, still get their
+/// answers and events from the node that serves the slot now.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reader_finds_its_stream_after_the_node_it_was_mapped_to_left_the_cluster() {
     let mut cluster = Cluster::start(2).await;
@@ -147,10 +152,6 @@ async fn a_reader_finds_its_stream_after_the_node_it_was_mapped_to_left_the_clus
     let stream = backend.create(&sid(&name), 64).await.unwrap();
     let mut producer = stream.acquire_producer().await.unwrap();
     assert_eq!(producer.append(&payload(1)).await.unwrap(), 1);
-    // A read on the shared connection too, whose cluster client follows the third node's
-    // `MOVED` (as it does before the node leaves, for any stream in use): what follows is about
-    // the blocking reads' own connections.
-    assert_eq!(stream.state().await.unwrap().head, 1);
     let w_id = cluster.id_of(w);
     for node in 0..w {
         let _: () = redis::cmd("CLUSTER")
@@ -165,6 +166,10 @@ async fn a_reader_finds_its_stream_after_the_node_it_was_mapped_to_left_the_clus
         .query(&mut cluster.nodes[w].raw())
         .unwrap();
 
+    // The backend's connection for reads has sent nothing since the slot moved back, so its
+    // cluster client still maps the slot to the node that left, which answers `CLUSTERDOWN`
+    // (never `MOVED`): the connection is renewed, and the read goes to the slot's node.
+    assert_eq!(stream.state().await.unwrap().head, 1);
     let (mut seen, reading) = follow(&stream, 1);
     for id in 2..=3 {
         assert_eq!(producer.append(&payload(id)).await.unwrap(), id);
