@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionManagerConfig, MultiplexedConnection};
 use redis::cluster::ClusterClientBuilder;
-use redis::AsyncConnectionConfig;
+use redis::{AsyncConnectionConfig, ConnectionAddr};
 
 use crate::connection::SharedConnection;
 use crate::error::Error;
@@ -471,24 +471,10 @@ impl RedisBackend {
                 .get_multiplexed_async_connection_with_config(&config)
                 .await;
         };
-        let addr = node
-            .rsplit_once(':')
-            .and_then(|(host, port)| Some((host.to_owned(), port.parse::<u16>().ok()?)))
-            .ok_or_else(|| {
-                redis::RedisError::from((
-                    redis::ErrorKind::Client,
-                    "a Redis Cluster node redirected to an address that is not host:port",
-                    node.to_owned(),
-                ))
-            })?;
         // The same credentials and settings as the URL's node, at the node that serves the slot.
-        let info = self
-            .shared
-            .client
-            .get_connection_info()
-            .clone()
-            .set_addr(redis::ConnectionAddr::Tcp(addr.0, addr.1));
-        redis::Client::open(info)?
+        let info = self.shared.client.get_connection_info();
+        let addr = node_addr(info.addr(), node)?;
+        redis::Client::open(info.clone().set_addr(addr))?
             .get_multiplexed_async_connection_with_config(&config)
             .await
     }
@@ -560,10 +546,72 @@ impl RedisBackend {
     }
 }
 
+/// The address of cluster node `node` (`host:port`, as Redis names nodes in `MOVED` and
+/// `CLUSTER SLOTS`, IPv6 hosts without brackets), reached the way the URL's node is: over TLS
+/// with the URL's TLS settings if it is (`rediss://`), otherwise over TCP.
+fn node_addr(url: &ConnectionAddr, node: &str) -> Result<ConnectionAddr, redis::RedisError> {
+    let (host, port) = node
+        .rsplit_once(':')
+        .and_then(|(host, port)| Some((host.to_owned(), port.parse::<u16>().ok()?)))
+        .ok_or_else(|| {
+            redis::RedisError::from((
+                redis::ErrorKind::Client,
+                "a Redis Cluster node redirected to an address that is not host:port",
+                node.to_owned(),
+            ))
+        })?;
+    Ok(match url {
+        ConnectionAddr::TcpTls {
+            insecure,
+            tls_params,
+            ..
+        } => ConnectionAddr::TcpTls {
+            host,
+            port,
+            insecure: *insecure,
+            tls_params: tls_params.clone(),
+        },
+        _ => ConnectionAddr::Tcp(host, port),
+    })
+}
+
 /// Whether the node `conn` talks to runs in cluster mode (`INFO cluster` says `cluster_enabled:1`).
 /// A Redis that refuses `INFO` (an ACL rule) is taken for a single one: a stream another node
 /// would serve is then refused with an error that names that node (`Error::from_redis`).
 async fn cluster_enabled(conn: &mut SharedConnection) -> bool {
     let info: Result<String, _> = redis::cmd("INFO").arg("cluster").query_async(conn).await;
     info.is_ok_and(|info| info.lines().any(|line| line.trim() == "cluster_enabled:1"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A node a redirection or the slot map names is reached over TLS when the URL's node is,
+    /// with the same settings, and over TCP otherwise; IPv6 hosts come without brackets.
+    #[test]
+    fn node_addresses_keep_the_url_s_transport() {
+        let tls = ConnectionAddr::TcpTls {
+            host: "a".into(),
+            port: 1,
+            insecure: true,
+            tls_params: None,
+        };
+        match node_addr(&tls, "10.0.0.2:7001").unwrap() {
+            ConnectionAddr::TcpTls {
+                host,
+                port,
+                insecure,
+                ..
+            } => assert_eq!((host.as_str(), port, insecure), ("10.0.0.2", 7001, true)),
+            other => panic!("{other:?}"),
+        }
+        let tcp = ConnectionAddr::Tcp("a".into(), 1);
+        assert_eq!(
+            node_addr(&tcp, "::1:7002").unwrap(),
+            ConnectionAddr::Tcp("::1".into(), 7002)
+        );
+        assert!(node_addr(&tcp, "no-port").is_err());
+        assert!(node_addr(&tcp, "host:99999").is_err());
+    }
 }
