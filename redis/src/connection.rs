@@ -111,15 +111,7 @@ impl std::fmt::Debug for SharedConnection {
 struct Managed {
     client: Client,
     config: ConnectionManagerConfig,
-    current: Mutex<Current>,
-}
-
-struct Current {
-    manager: ConnectionManager,
-    /// Counts replacements, so that of the commands that saw one manager fail, only the first
-    /// replaces it.
-    generation: u64,
-    replaced_at: Option<Instant>,
+    current: Replaceable<ConnectionManager>,
 }
 
 /// A Redis Cluster client's connection in use, and what it takes to replace it.
@@ -132,49 +124,86 @@ struct Current {
 /// URL's node.
 struct ClusterLink {
     client: ClusterClient,
-    current: Mutex<ClusterCurrent>,
+    current: Replaceable<ClusterConnection>,
 }
 
-struct ClusterCurrent {
-    conn: ClusterConnection,
+/// A connection that commands clone to go out on, replaced when it cannot recover by itself: at
+/// most once per [`REPLACE_PAUSE`], and once for all the commands that saw the same one fail.
+struct Replaceable<C> {
+    state: Mutex<Generation<C>>,
+}
+
+struct Generation<C> {
+    conn: C,
     /// Counts replacements, so that of the commands that saw one connection fail, only the
     /// first replaces it.
-    generation: u64,
+    number: u64,
     replaced_at: Option<Instant>,
 }
 
-impl ClusterLink {
-    fn current(&self) -> (ClusterConnection, u64) {
-        // Poisoning cannot leave `ClusterCurrent` half-updated: every update is a few stores.
-        let current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
-        (current.conn.clone(), current.generation)
+impl<C: Clone> Replaceable<C> {
+    fn new(conn: C) -> Self {
+        Replaceable {
+            state: Mutex::new(Generation {
+                conn,
+                number: 0,
+                replaced_at: None,
+            }),
+        }
     }
 
-    /// After a `CLUSTERDOWN` from the connection of `generation`: replaces it with a new client's,
-    /// at most once per [`REPLACE_PAUSE`] (a cluster that is down answers every command so), and
-    /// returns the connection to send on now. A connection that cannot be made leaves the
-    /// current one in place.
-    async fn renew(&self, generation: u64) -> ClusterConnection {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Generation<C>> {
+        // Poisoning cannot leave `Generation` half-updated: every update is a few plain stores.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The connection in use, and its generation.
+    fn current(&self) -> (C, u64) {
+        let current = self.lock();
+        (current.conn.clone(), current.number)
+    }
+
+    /// Whether the connection of `generation` may be replaced now (it is still the one in use,
+    /// and none was replaced within [`REPLACE_PAUSE`]); if so, the pause starts now, so that the
+    /// commands failing meanwhile leave the replacement to this one.
+    fn claim(&self, generation: u64) -> bool {
+        let mut current = self.lock();
+        let now = Instant::now();
+        if current.number != generation
+            || current
+                .replaced_at
+                .is_some_and(|at| now.duration_since(at) < REPLACE_PAUSE)
         {
-            let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
-            let now = Instant::now();
-            if current.generation != generation
-                || current
-                    .replaced_at
-                    .is_some_and(|at| now.duration_since(at) < REPLACE_PAUSE)
-            {
-                return current.conn.clone();
-            }
-            // Taken before connecting, so that the commands failing meanwhile do not connect too.
-            current.replaced_at = Some(now);
+            return false;
         }
-        let renewed = self.client.get_async_connection().await;
-        let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
-        if let (Ok(conn), true) = (renewed, current.generation == generation) {
+        current.replaced_at = Some(now);
+        true
+    }
+
+    /// Puts `conn` in place of the connection of `generation`, unless another took its place
+    /// meanwhile, and returns the connection in use.
+    fn replace(&self, generation: u64, conn: C) -> C {
+        let mut current = self.lock();
+        if current.number == generation {
             current.conn = conn;
-            current.generation += 1;
+            current.number += 1;
         }
         current.conn.clone()
+    }
+}
+
+impl ClusterLink {
+    /// After a `CLUSTERDOWN` from the connection of `generation`: replaces it with a new client's
+    /// (a cluster that is down answers every command so: see [`Replaceable`]), and returns the
+    /// connection to send on now. A connection that cannot be made leaves the current one in
+    /// place.
+    async fn renew(&self, generation: u64) -> ClusterConnection {
+        if self.current.claim(generation) {
+            if let Ok(conn) = self.client.get_async_connection().await {
+                return self.current.replace(generation, conn);
+            }
+        }
+        self.current.current().0
     }
 }
 
@@ -188,11 +217,7 @@ impl SharedConnection {
             link: Link::Single(Arc::new(Managed {
                 client,
                 config,
-                current: Mutex::new(Current {
-                    manager,
-                    generation: 0,
-                    replaced_at: None,
-                }),
+                current: Replaceable::new(manager),
             })),
             cut_off: false,
         }
@@ -205,11 +230,7 @@ impl SharedConnection {
         Ok(SharedConnection {
             link: Link::Cluster(Arc::new(ClusterLink {
                 client,
-                current: Mutex::new(ClusterCurrent {
-                    conn,
-                    generation: 0,
-                    replaced_at: None,
-                }),
+                current: Replaceable::new(conn),
             })),
             cut_off: false,
         })
@@ -224,12 +245,6 @@ impl SharedConnection {
 }
 
 impl Managed {
-    fn current(&self) -> (ConnectionManager, u64) {
-        // Poisoning cannot leave `Current` half-updated: every update is a few plain stores.
-        let current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
-        (current.manager.clone(), current.generation)
-    }
-
     /// After `error` from the manager of `generation`: replaces a manager that cannot recover.
     ///
     /// redis-rs's manager connects again only after an I/O error. When that reconnection is
@@ -237,25 +252,14 @@ impl Managed {
     /// command with its error, for good, even once Redis accepts the credentials again; a new
     /// manager, connecting lazily on its first command, is the only way out.
     fn after_failure(&self, error: &RedisError, generation: u64) {
-        if error.kind() != ErrorKind::AuthenticationFailed {
-            return;
-        }
-        let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
-        let now = Instant::now();
-        if current.generation != generation
-            || current
-                .replaced_at
-                .is_some_and(|at| now.duration_since(at) < REPLACE_PAUSE)
-        {
+        if error.kind() != ErrorKind::AuthenticationFailed || !self.current.claim(generation) {
             return;
         }
         // Fails only for a push-sender setting this crate never makes.
         if let Ok(manager) =
             ConnectionManager::new_lazy_with_config(self.client.clone(), self.config.clone())
         {
-            current.manager = manager;
-            current.generation += 1;
-            current.replaced_at = Some(now);
+            self.current.replace(generation, manager);
         }
     }
 }
@@ -421,11 +425,11 @@ impl SharedConnection {
     {
         let (mut target, generation) = match &self.link {
             Link::Single(managed) => {
-                let (manager, generation) = managed.current();
+                let (manager, generation) = managed.current.current();
                 (Target::Single(manager), generation)
             }
             Link::Cluster(link) => {
-                let (conn, generation) = link.current();
+                let (conn, generation) = link.current.current();
                 (Target::Cluster(conn), generation)
             }
         };
@@ -496,7 +500,7 @@ impl ConnectionLike for SharedConnection {
 
     fn get_db(&self) -> i64 {
         match &self.link {
-            Link::Single(managed) => managed.current().0.get_db(),
+            Link::Single(managed) => managed.current.current().0.get_db(),
             // Redis Cluster has database 0 only.
             Link::Cluster(_) => 0,
         }
