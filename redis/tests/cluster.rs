@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::cluster::Cluster;
+use common::live_tail::{expect, follow};
 use common::sse_client::{get_events, producer_args, Replica, ResumingClient};
 use replay_ring_e2e::{ChaosProxy, ProxyConfig};
 use replay_ring_redis::{
@@ -691,31 +692,14 @@ async fn a_reader_follows_a_migration_left_half_done() {
     let stream = backend.create(&sid(&name), 64).await.unwrap();
     let mut producer = stream.acquire_producer().await.unwrap();
     assert_eq!(producer.append(&payload(1)).await.unwrap(), 1);
-    let mut reader = stream.resume(Some(1)).await.unwrap();
-    let (seen_tx, mut seen) = tokio::sync::mpsc::unbounded_channel();
-    let reading = tokio::spawn(async move {
-        loop {
-            match tokio::time::timeout(DEADLINE, reader.recv()).await.unwrap() {
-                Ok(ReadItem::Events(events)) => {
-                    for (id, payload) in events {
-                        seen_tx.send((id, payload)).unwrap();
-                    }
-                }
-                Ok(ReadItem::Closed(reason)) => return reason,
-                Err(e) => panic!("reader: {e}"),
-            }
-        }
-    });
+    let (mut seen, reading) = follow(&stream, 1);
 
     cluster.migrate_keys(slot, 0, 1);
     for id in 2..=3 {
         assert_eq!(producer.append(&payload(id)).await.unwrap(), id);
     }
-    for id in 2..=3 {
-        let got = tokio::time::timeout(DEADLINE, seen.recv()).await;
-        let got = got.expect("an event appended during the migration, before its end");
-        assert_eq!(got, Some((id, payload(id).into())));
-    }
+    // Before the migration ends.
+    expect(&mut seen, 2..=3, payload).await;
     assert!(
         cluster.owner_of(slot) == 0,
         "the slot is still the old node's"
@@ -740,8 +724,7 @@ async fn a_reader_follows_a_migration_left_half_done() {
         .unwrap()
         .unwrap();
     assert_eq!(reason, CloseReason::Completed);
-    let got = seen.recv().await;
-    assert_eq!(got, Some((4, payload(4).into())));
+    expect(&mut seen, 4..=4, payload).await;
     assert_eq!(seen.recv().await, None, "nothing after the last id");
 }
 

@@ -8,10 +8,9 @@ mod common;
 use std::time::Duration;
 
 use common::cluster::Cluster;
-use replay_ring_redis::{CloseReason, ReadItem, RedisStream};
+use common::live_tail::{expect, follow};
+use replay_ring_redis::{CloseReason, RedisProducer, RedisStream};
 use replay_ring_sse::StreamId;
-use tokio::sync::mpsc::UnboundedReceiver;
-use tokio::task::JoinHandle;
 
 const DEADLINE: Duration = Duration::from_secs(30);
 
@@ -31,44 +30,20 @@ fn name_on(cluster: &Cluster, node: usize) -> String {
         .unwrap()
 }
 
-/// A reader of `stream` from after id `after`, on the live tail: each id it gets goes to the
-/// channel; the task ends with the stream's close reason, and panics on an error.
-fn follow(
-    stream: &RedisStream,
-    after: u64,
-) -> (
-    UnboundedReceiver<(u64, bytes::Bytes)>,
-    JoinHandle<CloseReason>,
-) {
-    let stream = stream.clone();
-    let (seen_tx, seen) = tokio::sync::mpsc::unbounded_channel();
-    let reading = tokio::spawn(async move {
-        let mut reader = stream.resume(Some(after)).await.unwrap();
-        loop {
-            match tokio::time::timeout(DEADLINE, reader.recv()).await {
-                Err(_) => panic!("reader: no event and no close in {DEADLINE:?}"),
-                Ok(Ok(ReadItem::Events(events))) => {
-                    for event in events {
-                        seen_tx.send(event).unwrap();
-                    }
-                }
-                Ok(Ok(ReadItem::Closed(reason))) => return reason,
-                Ok(Err(e)) => panic!("reader: {e}"),
-            }
-        }
-    });
-    (seen, reading)
-}
-
-async fn expect(
-    seen: &mut UnboundedReceiver<(u64, bytes::Bytes)>,
-    ids: std::ops::RangeInclusive<u64>,
-) {
-    for id in ids {
-        let got = tokio::time::timeout(DEADLINE, seen.recv()).await;
-        let got = got.unwrap_or_else(|_| panic!("event {id} never reached the reader"));
-        assert_eq!(got, Some((id, payload(id).into())));
+/// A reader that starts on `stream` after its first event gets the two appended next, then the
+/// close.
+async fn a_new_reader_gets_the_next_events(stream: &RedisStream, mut producer: RedisProducer) {
+    let (mut seen, reading) = follow(stream, 1);
+    for id in 2..=3 {
+        assert_eq!(producer.append(&payload(id)).await.unwrap(), id);
     }
+    expect(&mut seen, 2..=3, payload).await;
+    producer.close(CloseReason::Completed).await.unwrap();
+    let reason = tokio::time::timeout(DEADLINE, reading)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(reason, CloseReason::Completed);
 }
 
 /// Waits until every node of `cluster` knows `nodes` nodes and reports the cluster healthy.
@@ -98,21 +73,7 @@ async fn a_reader_on_the_live_tail_of_a_one_node_cluster_gets_its_events() {
     let stream = backend.create(&sid("alone"), 64).await.unwrap();
     let mut producer = stream.acquire_producer().await.unwrap();
     assert_eq!(producer.append(&payload(1)).await.unwrap(), 1);
-    // The backend's connection for reads has sent nothing since the slot moved back, so its
-    // cluster client still maps the slot to the node that left, which answers `CLUSTERDOWN`
-    // (never `MOVED`): the connection is renewed, and the read goes to the slot's node.
-    assert_eq!(stream.state().await.unwrap().head, 1);
-    let (mut seen, reading) = follow(&stream, 1);
-    for id in 2..=3 {
-        assert_eq!(producer.append(&payload(id)).await.unwrap(), id);
-    }
-    expect(&mut seen, 2..=3).await;
-    producer.close(CloseReason::Completed).await.unwrap();
-    let reason = tokio::time::timeout(DEADLINE, reading)
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(reason, CloseReason::Completed);
+    a_new_reader_gets_the_next_events(&stream, producer).await;
 }
 
 /// A node that served a stream's slot when the backend connected, then gave its slots away and
@@ -170,15 +131,5 @@ async fn a_reader_finds_its_stream_after_the_node_it_was_mapped_to_left_the_clus
     // cluster client still maps the slot to the node that left, which answers `CLUSTERDOWN`
     // (never `MOVED`): the connection is renewed, and the read goes to the slot's node.
     assert_eq!(stream.state().await.unwrap().head, 1);
-    let (mut seen, reading) = follow(&stream, 1);
-    for id in 2..=3 {
-        assert_eq!(producer.append(&payload(id)).await.unwrap(), id);
-    }
-    expect(&mut seen, 2..=3).await;
-    producer.close(CloseReason::Completed).await.unwrap();
-    let reason = tokio::time::timeout(DEADLINE, reading)
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(reason, CloseReason::Completed);
+    a_new_reader_gets_the_next_events(&stream, producer).await;
 }

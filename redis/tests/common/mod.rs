@@ -7,6 +7,7 @@
 pub mod cluster;
 pub mod cut_proxy;
 pub mod failover;
+pub mod live_tail;
 pub mod sse_client;
 pub mod switch_proxy;
 
