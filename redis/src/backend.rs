@@ -479,9 +479,10 @@ impl RedisBackend {
             .await
     }
 
-    /// On a Redis Cluster, the node (`host:port`) that serves `key`'s slot in the slot map of a
-    /// node that answers (the shared connection sends `CLUSTER SLOTS` to any node it reaches),
-    /// which [`SlotMap`] keeps. `None` if no node answered, or none serves the slot.
+    /// On a Redis Cluster, the node (`host:port`) that serves `key`'s slot: the slot map is read
+    /// again first (the shared connection sends `CLUSTER SLOTS` to any node it reaches) into
+    /// [`SlotMap`], which answers. If no node answered, that is what the map knew before; `None`
+    /// if it knows no node for the slot.
     pub(crate) async fn serving_node(&self, key: &str) -> Option<String> {
         self.read_slot_map().await;
         self.shared.slot_map.node_for(key)
