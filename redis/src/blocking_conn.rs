@@ -84,10 +84,7 @@ impl BlockingConn {
                 // config) answers `CLUSTERDOWN`, never `MOVED`; the backend's slot map may still
                 // name it. The cluster's own slot map names the node that serves the slot now.
                 looked_up = true;
-                let serving = backend.serving_node(key).await;
-                if let Some(node) = serving.filter(|n| self.node.as_ref() != Some(n)) {
-                    self.node = Some(node);
-                    self.asking = false;
+                if self.move_to_serving_node(backend, key).await {
                     continue;
                 }
                 return reply;
@@ -169,14 +166,22 @@ impl BlockingConn {
         if first.is_ok() || !backend.is_cluster() {
             return first;
         }
+        if self.move_to_serving_node(backend, key).await {
+            return backend.dedicated(self.node.as_deref()).await;
+        }
+        first
+    }
+
+    /// Reads the cluster's slot map again and, if it names another node than this connection's
+    /// for `key`'s slot, takes that node (without `ASKING`: it serves the slot). Whether it did.
+    async fn move_to_serving_node(&mut self, backend: &RedisBackend, key: &str) -> bool {
         match backend.serving_node(key).await {
             Some(node) if self.node.as_ref() != Some(&node) => {
-                let conn = backend.dedicated(Some(&node)).await?;
                 self.node = Some(node);
                 self.asking = false;
-                Ok(conn)
+                true
             }
-            _ => first,
+            _ => false,
         }
     }
 }
