@@ -19,7 +19,7 @@ mod messages;
 #[path = "../../redis/tests/common/mod.rs"]
 mod redis_support;
 
-use messages::{progress, progress_of};
+use messages::{assert_ends_with_a_retry_hint, progress, progress_of};
 use redis_support::failover::Failover;
 
 const LIMIT: Duration = Duration::from_secs(20);
@@ -76,18 +76,7 @@ async fn a_failover_that_loses_the_last_events_ends_the_stream_explicitly_never_
     assert!(store.store_event("req-a", &progress(M + 2)).await.is_err());
     assert_eq!(store.metrics().event_log_failures, 1);
     // The connection never gets id M+1: it ends explicitly (a retry hint, no id), then closes.
-    let last = tokio::time::timeout(LIMIT, live.next())
-        .await
-        .unwrap()
-        .unwrap();
-    assert!(
-        last.message.is_none() && last.event_id.is_none() && last.retry.is_some(),
-        "an event past the last durable one was sent: {last:?}"
-    );
-    assert!(tokio::time::timeout(LIMIT, live.next())
-        .await
-        .unwrap()
-        .is_none());
+    assert_ends_with_a_retry_hint(&mut live, LIMIT).await;
     // The shortened log is deleted (its close was refused as a loss), so no replica serves part
     // of it: Redis holds no event of the stream, and its cursors are "stream lost".
     let gone = stream.state().await.map(drop).unwrap_err();

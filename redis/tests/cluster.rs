@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::cluster::Cluster;
-use common::live_tail::{expect, follow};
+use common::live_tail::{ended, expect, follow};
 use common::sse_client::{get_events, producer_args, Replica, ResumingClient};
 use replay_ring_e2e::{ChaosProxy, ProxyConfig};
 use replay_ring_redis::{
@@ -719,11 +719,7 @@ async fn a_reader_follows_a_migration_left_half_done() {
     cluster.assign_slot(slot, 0, 1);
     assert_eq!(producer.append(&payload(4)).await.unwrap(), 4);
     producer.close(CloseReason::Completed).await.unwrap();
-    let reason = tokio::time::timeout(DEADLINE, reading)
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(reason, CloseReason::Completed);
+    assert_eq!(ended(reading).await, CloseReason::Completed);
     expect(&mut seen, 4..=4, payload).await;
     assert_eq!(seen.recv().await, None, "nothing after the last id");
 }

@@ -8,7 +8,7 @@ mod common;
 use std::time::Duration;
 
 use common::cluster::Cluster;
-use common::live_tail::{expect, follow};
+use common::live_tail::{ended, expect, follow};
 use replay_ring_redis::{CloseReason, RedisProducer, RedisStream};
 use replay_ring_sse::StreamId;
 
@@ -39,11 +39,7 @@ async fn a_new_reader_gets_the_next_events(stream: &RedisStream, mut producer: R
     }
     expect(&mut seen, 2..=3, payload).await;
     producer.close(CloseReason::Completed).await.unwrap();
-    let reason = tokio::time::timeout(DEADLINE, reading)
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(reason, CloseReason::Completed);
+    assert_eq!(ended(reading).await, CloseReason::Completed);
 }
 
 /// Waits until every node of `cluster` knows `nodes` nodes and reports the cluster healthy.

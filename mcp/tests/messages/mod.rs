@@ -1,7 +1,10 @@
-//! The MCP messages the store tests put in event logs: progress notifications, whose `progress`
-//! number tells events apart, and responses.
+//! The MCP messages the store tests put in event logs (progress notifications, whose `progress`
+//! number tells events apart, and responses), and what a live connection ends with.
 #![allow(dead_code)]
 
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
 use rmcp::model::ServerJsonRpcMessage;
 use rmcp::transport::streamable_http_server::session::ServerSseMessage;
 use serde_json::json;
@@ -28,4 +31,26 @@ pub fn response(id: u64) -> ServerSseMessage {
         serde_json::from_value(json!({"jsonrpc": "2.0", "id": id, "result": {}}))
             .expect("response");
     ServerSseMessage::from_message(msg)
+}
+
+/// Asserts that the next message of a live connection ends it explicitly, a retry hint without
+/// an event or an id (what a stream that answers no request ends with when its event log fails),
+/// and that the connection closes after it, each within `limit`.
+pub async fn assert_ends_with_a_retry_hint(
+    live: &mut (impl Stream<Item = ServerSseMessage> + Unpin),
+    limit: Duration,
+) {
+    let last = tokio::time::timeout(limit, live.next())
+        .await
+        .expect("a last message in time")
+        .expect("a last message");
+    assert!(
+        last.message.is_none() && last.event_id.is_none() && last.retry.is_some(),
+        "an event past the last durable one was sent: {last:?}"
+    );
+    let after = tokio::time::timeout(limit, live.next()).await;
+    assert!(
+        after.expect("the end in time").is_none(),
+        "a message after the end"
+    );
 }

@@ -49,3 +49,11 @@ pub async fn expect(
         assert_eq!(got, Some((id, payload(id).into())));
     }
 }
+
+/// The close reason [`follow`]'s reader ended with, within 30 s.
+pub async fn ended(reading: JoinHandle<CloseReason>) -> CloseReason {
+    let reason = tokio::time::timeout(DEADLINE, reading).await;
+    reason
+        .expect("the reader ends in time")
+        .expect("the reader does not panic")
+}
