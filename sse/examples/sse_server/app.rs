@@ -419,14 +419,19 @@ where
 {
     // A producer that took over an existing stream continues after its head: `--events` is the
     // last id, not a count per process. (Read before the wait below: only this producer appends,
-    // and a wait that ends because the stream is gone leaves the loss to the first send.)
-    let mut last = loop {
-        match producer.stream().backend().window().await {
-            Ok(window) => break window.head,
-            Err(e) => {
-                eprintln!("producer: {}; retrying", with_causes(&e));
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
+    // and a wait that ends because the stream is gone leaves the loss to the first send.) If the
+    // head cannot be read, the first send's id takes its place: the send loop below retries while
+    // the backend is down, and reports a stream lost meanwhile, which a loop here could not tell
+    // from an outage. (Its one cost: a stream left unclosed at or past `--events` gets one event
+    // more before the close.)
+    let mut last = match producer.stream().backend().window().await {
+        Ok(window) => window.head,
+        Err(e) => {
+            eprintln!(
+                "producer: {}; the first send will find the head",
+                with_causes(&e)
+            );
+            0
         }
     };
     if !args.eager {
