@@ -741,11 +741,7 @@ async fn a_stream_keeps_its_ids_through_a_manual_failover() {
         async move { n >= N / 2 }
     })
     .await;
-    let _: () = redis::cmd("CLUSTER")
-        .arg("FAILOVER")
-        .query(&mut cluster.nodes[replica].raw())
-        .unwrap();
-    cluster.await_owner(slot, replica).await;
+    cluster.planned_failover(replica, slot).await;
 
     let transient = tokio::time::timeout(DEADLINE, producer)
         .await
@@ -835,11 +831,7 @@ async fn a_reader_on_the_live_tail_waits_through_a_manual_failover() {
         async move { blocked > blocked_before }
     })
     .await;
-    let _: () = redis::cmd("CLUSTER")
-        .arg("FAILOVER")
-        .query(&mut cluster.nodes[replica].raw())
-        .unwrap();
-    cluster.await_owner(slot, replica).await;
+    cluster.planned_failover(replica, slot).await;
     append_through_failover(&mut producer, 2).await;
 
     match tokio::time::timeout(DEADLINE, waiting)

@@ -296,6 +296,16 @@ impl Cluster {
         .await;
     }
 
+    /// A planned failover: `replica` takes over from its primary with `CLUSTER FAILOVER` (which
+    /// waits for it to have every write), and this waits until it serves `slot`.
+    pub async fn planned_failover(&self, replica: usize, slot: u16) {
+        let _: () = redis::cmd("CLUSTER")
+            .arg("FAILOVER")
+            .query(&mut self.nodes[replica].raw())
+            .unwrap();
+        self.await_owner(slot, replica).await;
+    }
+
     /// Kills primary `primary` (SIGKILL) once `replica` has every write it acknowledged (a
     /// failover loses the ones its replica lacks), and waits until the replica has taken over
     /// `slot`.
