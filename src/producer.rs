@@ -664,6 +664,9 @@ impl<T> Producer<T> {
     #[must_use = "the window may still be full when this returns false"]
     pub fn ready_timeout(&mut self, timeout: Duration) -> bool {
         let deadline = crate::blocking::deadline_after(timeout);
+        // A `ready()` dropped while pending leaves its wait open for a future polled again; a
+        // blocking call is a wait of its own (`Metrics::producer_waits` counts each one).
+        self.stop_waiting();
         // SAFETY: the waker goes only to this thread's stack and, through `poll_ready`, into
         // `producer_waker`; both it and `producer_thread_waker` are fields of the ring's shared
         // state, and every thread that wakes it (a releaser, an unpinning reader) holds a handle

@@ -11,6 +11,7 @@ use std::pin::pin;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
+use std::time::Duration;
 
 use replay_ring::ReplayRing;
 
@@ -128,6 +129,20 @@ fn a_ready_future_dropped_while_pending_releases_its_waker() {
     ring.release_through(2).unwrap();
     assert_eq!(again.wakes(), 1);
     assert!(poll(ready.as_mut(), &waker).is_ready());
+    assert_eq!(counter.wakes(), 0);
+}
+
+#[test]
+fn a_blocking_wait_after_a_dropped_ready_future_counts_as_a_wait_of_its_own() {
+    let (mut producer, ring) = ReplayRing::<u32>::new(1, 1).unwrap();
+    producer.try_push(1).unwrap();
+    let (counter, waker) = CountingWaker::new();
+    park_then_drop(producer.ready(), &counter, &waker);
+    assert_eq!(ring.metrics().producer_waits, 1);
+    assert!(!producer.ready_timeout(Duration::ZERO));
+    assert_eq!(ring.metrics().producer_waits, 2);
+    assert!(producer.push_timeout(2, Duration::ZERO).is_err());
+    assert_eq!(ring.metrics().producer_waits, 3);
     assert_eq!(counter.wakes(), 0);
 }
 
