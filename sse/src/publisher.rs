@@ -185,7 +185,9 @@ pub enum PublishError {
     /// could be read, as for a stream that is lost.
     Closed(Option<CloseReason>),
     /// This publisher gave the stream up without closing it: another producer took it over (a
-    /// network backend's lease moved on), or a close this publisher made (its own
+    /// network backend's lease moved on), its lease lapsed while the backend was out of reach
+    /// (then no producer may hold the stream until one takes the lease again: on Redis,
+    /// `acquire_producer_when_free`), or a close this publisher made (its own
     /// [`close`](Publisher::close), or one a publish had to make after the backpressure bound or
     /// with ids exhausted) was not confirmed and the backend did not show it landed. The backend
     /// consumed the producer: this publisher can never publish again, and the stream goes on
