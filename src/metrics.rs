@@ -59,7 +59,9 @@ impl Metrics {
             // `fetch_max`; a snapshot should not show a floor ahead of what it says was enqueued.
             // Floor first: it never exceeds the head + 1 it was released against, and the head only
             // grows, so the snapshot keeps `floor <= head + 1`.
-            floor: shared.floor.load(Acquire),
+            floor: shared
+                .floor
+                .load(crate::sync::ord("metrics_floor_relaxed", Acquire, Relaxed)),
             head: shared.head.load(Acquire),
             capacity: shared.capacity() as usize,
             // Relaxed: statistics written by the producer alone.

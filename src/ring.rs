@@ -11,7 +11,7 @@ use crate::resume::{classify_resume, Resumption};
 use crate::shared::Shared;
 use crate::sync::{
     ord, Arc,
-    Ordering::{AcqRel, Acquire, Relaxed},
+    Ordering::{AcqRel, Acquire, Relaxed, Release},
 };
 
 /// A cheap, cloneable handle on one stream's retained window: read the cursors, release
@@ -131,8 +131,9 @@ impl<T> ReplayRing<T> {
     }
 
     /// Acknowledges every event up to and including `id`: they leave the window and their slots may
-    /// be reused. Returns the new floor. Releasing below the floor is a no-op; releasing past the head
-    /// is an error (those events do not exist).
+    /// be reused. Returns the new floor, which may be higher when another thread released further,
+    /// and is at most `head() + 1` for a `head()` read after this call. Releasing below the floor
+    /// is a no-op; releasing past the head is an error (those events do not exist).
     ///
     /// This is the only way events leave the window: a full window backpressures the producer.
     ///
@@ -176,11 +177,13 @@ impl<T> ReplayRing<T> {
         // it too, as belt and braces (docs/verification.md). Acquire: pairs with the Release
         // half of an earlier releaser's `fetch_max`, whose floor we may return; that releaser's
         // `head` load then happens-before any `head` our caller loads next, so the returned floor
-        // is at most that `head + 1` too.
-        let previous = self
-            .shared
-            .floor
-            .fetch_max(new_floor, ord("floor_relaxed", AcqRel, Relaxed));
+        // is at most that `head + 1` too (the `floor_release_only` mutant).
+        let order = ord(
+            "floor_release_only",
+            ord("floor_relaxed", AcqRel, Relaxed),
+            Release,
+        );
+        let previous = self.shared.floor.fetch_max(new_floor, order);
         if new_floor > previous {
             self.shared.wake_producer();
         }

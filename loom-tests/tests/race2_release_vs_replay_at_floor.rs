@@ -128,7 +128,64 @@ fn resume_snapshot_after_a_release_by_another_thread() {
     );
 }
 
-/// Starts the two threads of models 2r and 2rs: a producer that pushes id 2 (no fence: the window
+/// A metrics snapshot taken while another thread releases is consistent too: `Metrics::collect`
+/// loads the floor, then the head, and its floor load synchronizes with the releaser, which saw
+/// id 2 before it raised the floor, so a snapshot with floor 3 has a head of at least 2. (An
+/// operator's dashboard computing `head + 1 - floor` would underflow otherwise.)
+#[test]
+fn metrics_snapshot_after_a_release_by_another_thread() {
+    model(
+        "metrics_snapshot_after_a_release_by_another_thread",
+        Bound::Exhaustive,
+        || {
+            let ledger = Ledger::new(2);
+            let (producer, ring) = ring_with(&ledger, 4, 1, 1);
+
+            let (producer_thread, releaser) = push_2_and_release_it(producer, &ring, &ledger);
+
+            let m = ring.metrics();
+            assert!(
+                m.floor <= m.head + 1,
+                "wrong snapshot: floor {}, head {}",
+                m.floor,
+                m.head
+            );
+            releaser.join().unwrap();
+            let producer = producer_thread.join().unwrap();
+            drop_and_check_ledger(&ledger, 2, Some(producer), ring);
+        },
+    );
+}
+
+/// A release that returns another thread's higher floor returns a consistent one: the caller's
+/// `fetch_max` reads the releaser's floor 3 and synchronizes with it (its Acquire half), and that
+/// releaser saw id 2 before it raised the floor, so the head the caller loads next is at least 2,
+/// as `release_through` documents.
+#[test]
+fn release_result_after_a_release_by_another_thread() {
+    model(
+        "release_result_after_a_release_by_another_thread",
+        Bound::Exhaustive,
+        || {
+            let ledger = Ledger::new(2);
+            let (producer, ring) = ring_with(&ledger, 4, 1, 1);
+
+            let (producer_thread, releaser) = push_2_and_release_it(producer, &ring, &ledger);
+
+            let floor = ring.release_through(1).unwrap();
+            let head = ring.head();
+            assert!(
+                floor <= head + 1,
+                "wrong release result: floor {floor}, head {head}"
+            );
+            releaser.join().unwrap();
+            let producer = producer_thread.join().unwrap();
+            drop_and_check_ledger(&ledger, 2, Some(producer), ring);
+        },
+    );
+}
+
+/// Starts the two threads of models 2r, 2rs, 2rm and 2rr: a producer that pushes id 2 (no fence: the window
 /// has room) and returns itself, and a releaser that releases through 2 once it sees id 2.
 fn push_2_and_release_it(
     mut producer: Producer<Ev>,
