@@ -18,8 +18,10 @@ use crate::sync::{
 /// memory fence per read. Obtained from [`Reader::gating`].
 ///
 /// While the guard lives, the producer does not reuse the slot of any id at or after the reader's
-/// cursor, even one the retention policy has released: the reader gates the producer, and a gating
-/// reader that stops reading fills the window and makes the producer wait (or refuse with `Full`).
+/// cursor, nor those of the batch [`try_read`](Self::try_read) lent last (until the next call
+/// moves the pin), even ids the retention policy has released: the reader gates the producer,
+/// and a gating reader that stops reading fills the window and makes the producer wait (or
+/// refuse with `Full`).
 /// Dropping the guard, or the thread unwinding past it, clears the pin. Leaking it
 /// (`mem::forget`) leaves the pin set until the reader's next read or wait, or its drop.
 ///
