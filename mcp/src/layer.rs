@@ -191,7 +191,22 @@ impl<S> ResumeGuard<S> {
                 }
             }
             match store.check_resume(session.as_deref(), &cursor) {
-                Ok(_) => inner.call(req).await,
+                Ok(_) => {
+                    let response = inner.call(req).await?;
+                    // A session deleted after the check above (a `DELETE` racing this resume):
+                    // rmcp answers 404, or 500 if it goes while rmcp serves the resume, as in
+                    // `in_session`.
+                    let status = response.status();
+                    if let Some(session) = &session {
+                        if (status == StatusCode::NOT_FOUND
+                            || status == StatusCode::INTERNAL_SERVER_ERROR)
+                            && !manager.has_session(session).await.unwrap_or(true)
+                        {
+                            return Ok(refusal_response(&store.session_lost()));
+                        }
+                    }
+                    Ok(response)
+                }
                 Err(refusal) => {
                     // A stream this process no longer holds may still be in Redis.
                     #[cfg(feature = "redis")]

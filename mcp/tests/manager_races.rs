@@ -1,21 +1,31 @@
 //! What rmcp gets from the session manager when a resume passed the guard's check and then the
 //! check no longer holds (another connection took the last reader slot, the window moved, the
-//! stream went away). The guard cannot be raced from a test, so these call the manager the way
-//! rmcp does once the guard has let a resume through. Every answer starts with the client's
-//! cursor, so that a client which tracks its last event id per connection (the TypeScript SDK)
-//! reconnects from it and is told what happened, instead of opening a new stream at the head.
+//! stream went away, the session was deleted). The race cannot be timed from a test, so these
+//! call the manager the way rmcp does once the guard has let a resume through, or put a service
+//! between the guard and rmcp that makes the check stale. Every answer from the manager starts
+//! with the client's cursor, so that a client which tracks its last event id per connection (the
+//! TypeScript SDK) reconnects from it and is told what happened, instead of opening a new stream
+//! at the head.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use futures::StreamExt;
-use replay_ring_mcp::{ReplayRingSessionManager, RingEventStore, StoreConfig};
+use replay_ring_mcp::{ReplayRingSessionManager, ResumeGuardLayer, RingEventStore, StoreConfig};
 use replay_ring_mcp_demo::{app, Storage};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::session::{
     ServerSseMessage, SessionId, SessionManager,
 };
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 
 mod in_process;
 
-use in_process::{call, events, events_from, get, initialize, long_task, post, replayed};
+use in_process::{
+    call, events, events_from, get, initialize, json_body, long_task, post, replayed,
+};
 
 fn ring_app(config: StoreConfig) -> (axum::Router, RingEventStore) {
     let (app, store) = app(Storage::ReplayRing(config));
@@ -78,7 +88,10 @@ async fn a_get_stream_resume_refused_after_the_check_names_its_cursor_before_the
     let session = initialize(&app).await;
     let mut live = call(&app, get(&session, None)).await.into_body();
     let got = events_from(&mut live, 2).await;
-    let cursor = got.iter().find_map(|e| e.id.clone()).expect("primed");
+    let cursor = got
+        .iter()
+        .find_map(|e| e.id.clone())
+        .unwrap_or_else(|| panic!("{got:?}"));
     drop(live);
     assert!(store
         .check_resume(Some(&session), cursor.as_bytes())
@@ -91,4 +104,85 @@ async fn a_get_stream_resume_refused_after_the_check_names_its_cursor_before_the
         frames[1].event_id.is_none() && frames[1].message.is_none() && frames[1].retry.is_some(),
         "{frames:?}"
     );
+}
+
+/// A server with no tools: the session's GET stream is all these tests resume.
+#[derive(Clone)]
+struct NoTools;
+
+impl rmcp::ServerHandler for NoTools {}
+
+/// Between the guard and rmcp: closes the session of every resume before rmcp sees it, as a
+/// `DELETE` that lands right after the guard's check does.
+#[derive(Clone)]
+struct DeleteBeforeRmcp<S> {
+    inner: S,
+    manager: Arc<ReplayRingSessionManager>,
+}
+
+impl<S, B> tower::Service<http::Request<B>> for DeleteBeforeRmcp<S>
+where
+    S: tower::Service<http::Request<B>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    B: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        let resume = req.headers().contains_key("last-event-id");
+        let session = req.headers().get("mcp-session-id").cloned();
+        let manager = self.manager.clone();
+        let call = self.inner.call(req);
+        Box::pin(async move {
+            if let (true, Some(session)) = (resume, session) {
+                let id = SessionId::from(session.to_str().unwrap());
+                manager.close_session(&id).await.unwrap();
+            }
+            call.await
+        })
+    }
+}
+
+/// A resume whose session is deleted after the guard found it, before rmcp serves it (a
+/// `DELETE` racing the resume): answered 404 `session_lost`, as a resume of a session already
+/// gone is, not rmcp's own 404.
+#[tokio::test]
+async fn a_resume_whose_session_is_deleted_after_the_check_is_404_session_lost() {
+    let store = RingEventStore::new(StoreConfig::default());
+    // Streams start with a priming event (its `retry:` hint), whose id the resume sends.
+    let retry = Some(store.config().retry);
+    let mut local = LocalSessionManager::default();
+    local.session_config.sse_retry = retry;
+    let manager = Arc::new(ReplayRingSessionManager::new(store, local));
+    let service = StreamableHttpService::new(
+        || Ok(NoTools),
+        manager.clone(),
+        StreamableHttpServerConfig::default().with_sse_retry(retry),
+    );
+    let racing = DeleteBeforeRmcp {
+        inner: service,
+        manager: manager.clone(),
+    };
+    let guarded = tower_layer::Layer::layer(&ResumeGuardLayer::new(manager), racing);
+    let app = axum::Router::new().nest_service("/mcp", guarded);
+
+    let session = initialize(&app).await;
+    let mut live = call(&app, get(&session, None)).await.into_body();
+    let got = events_from(&mut live, 2).await;
+    let cursor = got
+        .iter()
+        .find_map(|e| e.id.clone())
+        .unwrap_or_else(|| panic!("{got:?}"));
+    drop(live);
+    let resp = call(&app, get(&session, Some(&cursor))).await;
+    assert_eq!(resp.status(), http::StatusCode::NOT_FOUND);
+    let body = json_body(resp).await;
+    assert_eq!(body["error"]["data"]["error"], "session_lost", "{body}");
+    assert!(body["id"].is_null(), "{body}");
 }
