@@ -104,12 +104,7 @@ fn resume_snapshot_after_a_release_by_another_thread() {
         "resume_snapshot_after_a_release_by_another_thread",
         Bound::Exhaustive,
         || {
-            let ledger = Ledger::new(2);
-            let (producer, ring) = ring_with(&ledger, 4, 1, 1);
-
-            let (producer_thread, releaser) = push_2_and_release_it(producer, &ring, &ledger);
-
-            match ring.resume(Some(0)) {
+            beside_a_release_by_another_thread(|ring| match ring.resume(Some(0)) {
                 Ok(reader) => drop(reader),
                 Err(ResumeError::BelowFloor {
                     requested,
@@ -120,10 +115,7 @@ fn resume_snapshot_after_a_release_by_another_thread() {
                     "wrong refusal: requested {requested}, floor {floor}, head {head}"
                 ),
                 Err(e) => panic!("unexpected {e:?}"),
-            }
-            releaser.join().unwrap();
-            let producer = producer_thread.join().unwrap();
-            drop_and_check_ledger(&ledger, 2, Some(producer), ring);
+            })
         },
     );
 }
@@ -138,21 +130,15 @@ fn metrics_snapshot_after_a_release_by_another_thread() {
         "metrics_snapshot_after_a_release_by_another_thread",
         Bound::Exhaustive,
         || {
-            let ledger = Ledger::new(2);
-            let (producer, ring) = ring_with(&ledger, 4, 1, 1);
-
-            let (producer_thread, releaser) = push_2_and_release_it(producer, &ring, &ledger);
-
-            let m = ring.metrics();
-            assert!(
-                m.floor <= m.head + 1,
-                "wrong snapshot: floor {}, head {}",
-                m.floor,
-                m.head
-            );
-            releaser.join().unwrap();
-            let producer = producer_thread.join().unwrap();
-            drop_and_check_ledger(&ledger, 2, Some(producer), ring);
+            beside_a_release_by_another_thread(|ring| {
+                let m = ring.metrics();
+                assert!(
+                    m.floor <= m.head + 1,
+                    "wrong snapshot: floor {}, head {}",
+                    m.floor,
+                    m.head
+                );
+            })
         },
     );
 }
@@ -167,26 +153,34 @@ fn release_result_after_a_release_by_another_thread() {
         "release_result_after_a_release_by_another_thread",
         Bound::Exhaustive,
         || {
-            let ledger = Ledger::new(2);
-            let (producer, ring) = ring_with(&ledger, 4, 1, 1);
-
-            let (producer_thread, releaser) = push_2_and_release_it(producer, &ring, &ledger);
-
-            let floor = ring.release_through(1).unwrap();
-            let head = ring.head();
-            assert!(
-                floor <= head + 1,
-                "wrong release result: floor {floor}, head {head}"
-            );
-            releaser.join().unwrap();
-            let producer = producer_thread.join().unwrap();
-            drop_and_check_ledger(&ledger, 2, Some(producer), ring);
+            beside_a_release_by_another_thread(|ring| {
+                let floor = ring.release_through(1).unwrap();
+                let head = ring.head();
+                assert!(
+                    floor <= head + 1,
+                    "wrong release result: floor {floor}, head {head}"
+                );
+            })
         },
     );
 }
 
-/// Starts the two threads of models 2r, 2rs, 2rm and 2rr: a producer that pushes id 2 (no fence: the window
-/// has room) and returns itself, and a releaser that releases through 2 once it sees id 2.
+/// Models 2rs, 2rm and 2rr: a ring of capacity 4 holding id 1, the threads of
+/// [`push_2_and_release_it`], and `main` on this thread meanwhile; then every event is dropped
+/// exactly once.
+fn beside_a_release_by_another_thread(main: impl FnOnce(&ReplayRing<Ev>)) {
+    let ledger = Ledger::new(2);
+    let (producer, ring) = ring_with(&ledger, 4, 1, 1);
+    let (producer_thread, releaser) = push_2_and_release_it(producer, &ring, &ledger);
+    main(&ring);
+    releaser.join().unwrap();
+    let producer = producer_thread.join().unwrap();
+    drop_and_check_ledger(&ledger, 2, Some(producer), ring);
+}
+
+/// Starts the two threads of models 2r, 2rs, 2rm and 2rr: a producer that pushes id 2 (no fence:
+/// the window has room) and returns itself, and a releaser that releases through 2 once it sees
+/// id 2.
 fn push_2_and_release_it(
     mut producer: Producer<Ev>,
     ring: &ReplayRing<Ev>,

@@ -43,6 +43,18 @@ async fn resume(store: &RingEventStore, session: &str, cursor: &str) -> Vec<Serv
         .await
 }
 
+/// A new session, and the cursor of its GET stream's priming event (the stream opened, then left).
+async fn session_and_get_stream_cursor(app: &axum::Router) -> (String, String) {
+    let session = initialize(app).await;
+    let mut live = call(app, get(&session, None)).await.into_body();
+    let got = events_from(&mut live, 2).await;
+    let cursor = got.iter().find_map(|e| e.id.clone());
+    (
+        session,
+        cursor.unwrap_or_else(|| panic!("not primed: {got:?}")),
+    )
+}
+
 /// Asserts that `frame` is the priming event naming `cursor`: its id, no message, a retry hint.
 fn assert_names_the_cursor(frame: &ServerSseMessage, cursor: &str) {
     assert_eq!(frame.event_id.as_deref(), Some(cursor), "{frame:?}");
@@ -85,14 +97,7 @@ async fn a_resume_that_loses_the_last_reader_slot_after_the_check_is_told_to_ret
 #[tokio::test]
 async fn a_get_stream_resume_refused_after_the_check_names_its_cursor_before_the_retry_hint() {
     let (app, store) = ring_app(StoreConfig::default());
-    let session = initialize(&app).await;
-    let mut live = call(&app, get(&session, None)).await.into_body();
-    let got = events_from(&mut live, 2).await;
-    let cursor = got
-        .iter()
-        .find_map(|e| e.id.clone())
-        .unwrap_or_else(|| panic!("{got:?}"));
-    drop(live);
+    let (session, cursor) = session_and_get_stream_cursor(&app).await;
     assert!(store
         .check_resume(Some(&session), cursor.as_bytes())
         .is_ok());
@@ -172,14 +177,7 @@ async fn a_resume_whose_session_is_deleted_after_the_check_is_404_session_lost()
     let guarded = tower_layer::Layer::layer(&ResumeGuardLayer::new(manager), racing);
     let app = axum::Router::new().nest_service("/mcp", guarded);
 
-    let session = initialize(&app).await;
-    let mut live = call(&app, get(&session, None)).await.into_body();
-    let got = events_from(&mut live, 2).await;
-    let cursor = got
-        .iter()
-        .find_map(|e| e.id.clone())
-        .unwrap_or_else(|| panic!("{got:?}"));
-    drop(live);
+    let (session, cursor) = session_and_get_stream_cursor(&app).await;
     let resp = call(&app, get(&session, Some(&cursor))).await;
     assert_eq!(resp.status(), http::StatusCode::NOT_FOUND);
     let body = json_body(resp).await;
