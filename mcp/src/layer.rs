@@ -193,19 +193,13 @@ impl<S> ResumeGuard<S> {
             match store.check_resume(session.as_deref(), &cursor) {
                 Ok(_) => {
                     let response = inner.call(req).await?;
-                    // A session deleted after the check above (a `DELETE` racing this resume):
-                    // rmcp answers 404, or 500 if it goes while rmcp serves the resume, as in
-                    // `in_session`.
-                    let status = response.status();
-                    if let Some(session) = &session {
-                        if (status == StatusCode::NOT_FOUND
-                            || status == StatusCode::INTERNAL_SERVER_ERROR)
-                            && !manager.has_session(session).await.unwrap_or(true)
-                        {
-                            return Ok(refusal_response(&store.session_lost()));
+                    // A `DELETE` may have raced this resume since the check above.
+                    match &session {
+                        Some(session) if lost_under(&response, &manager, session).await => {
+                            Ok(refusal_response(&store.session_lost()))
                         }
+                        _ => Ok(response),
                     }
-                    Ok(response)
                 }
                 Err(refusal) => {
                     // A stream this process no longer holds may still be in Redis.
@@ -254,12 +248,7 @@ impl<S: Clone> ResumeGuard<S> {
         Box::pin(async move {
             let response = inner.call(req).await?;
             let response = answer_body_failure(response, body).await;
-            // rmcp's own 404 for a session it does not have is plain text; a 500 is a session
-            // deleted while rmcp served the request, or a stream the event log could not create.
-            let status = response.status();
-            if (status == StatusCode::NOT_FOUND || status == StatusCode::INTERNAL_SERVER_ERROR)
-                && !manager.has_session(&session).await.unwrap_or(true)
-            {
+            if lost_under(&response, &manager, &session).await {
                 return Ok(refusal_answer(&session_lost(), envelope));
             }
             Ok(answer_internal_failure(response, envelope).await)
@@ -478,6 +467,20 @@ fn resume_needs_a_session_revision(version: &str) -> Response<Body> {
 
 /// The refusal for a request, other than a resume, naming a session that is gone: built here
 /// rather than counted among the refused resumes.
+/// Whether rmcp's `response` to a request of `session` means the session went away under it:
+/// rmcp's own 404 for a session it does not have (plain text), or a 500 for a session deleted
+/// while rmcp served the request (a 500 for a session that still exists is something else, such
+/// as a stream the event log could not create).
+async fn lost_under(
+    response: &Response<Body>,
+    manager: &ReplayRingSessionManager,
+    session: &SessionId,
+) -> bool {
+    let status = response.status();
+    (status == StatusCode::NOT_FOUND || status == StatusCode::INTERNAL_SERVER_ERROR)
+        && !manager.has_session(session).await.unwrap_or(true)
+}
+
 fn session_lost() -> ResumeRefusal {
     ResumeRefusal {
         reason: RefusalReason::Decision(ResumeDecision::SessionLost),
