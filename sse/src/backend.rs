@@ -257,8 +257,8 @@ pub enum AppendError<F> {
     Closed(Option<F>),
     /// This producer may never append again, but the stream goes on: another producer took it
     /// over (a network backend's producer lease moved on while this one was paused or cut off),
-    /// or may (the lease lapsed with nobody holding it now: the next producer to take it
-    /// continues the stream). Nothing was stored. `None` when the closure had already been called.
+    /// or the next one to take the lease will (the lease lapsed and nobody holds it). Nothing was
+    /// stored. `None` when the closure had already been called.
     Superseded(Option<F>),
     /// The backend could not be reached. `make` is `Some` when the failure happened before the
     /// payload was built (nothing was sent: no id consumed). `None` means the append's outcome is

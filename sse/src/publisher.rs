@@ -186,7 +186,7 @@ pub enum PublishError {
     Closed(Option<CloseReason>),
     /// This publisher gave the stream up without closing it: another producer took it over (a
     /// network backend's lease moved on), its lease lapsed while the backend was out of reach
-    /// (then no producer may hold the stream until one takes the lease again: on Redis,
+    /// (then the stream has no producer until one takes the lease again: on Redis,
     /// `acquire_producer_when_free`), or a close this publisher made (its own
     /// [`close`](Publisher::close), or one a publish had to make after the backpressure bound or
     /// with ids exhausted) was not confirmed and the backend did not show it landed. The backend
