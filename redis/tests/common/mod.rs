@@ -90,11 +90,23 @@ impl RedisServer {
         self.wait_ready();
     }
 
-    /// Polls PING until the server answers (deadline 10 s).
-    fn wait_ready(&self) {
-        let deadline = Instant::now() + Duration::from_secs(10);
+    /// Polls PING until the server answers. The deadline is generous because CI runs many tests'
+    /// servers at once on two cores; a server that exits instead (its port taken, a bad option)
+    /// fails at once, its reason on stderr.
+    fn wait_ready(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
         let client = redis::Client::open(self.url()).expect("url");
         loop {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                panic!(
+                    "redis-server on port {} exited before it answered ({status})",
+                    self.port
+                );
+            }
             if let Ok(mut c) = client.get_connection_with_timeout(Duration::from_millis(200)) {
                 match redis::cmd("PING").query::<String>(&mut c) {
                     // Started with `--requirepass`: it answers, if only to refuse.
