@@ -139,8 +139,9 @@ impl BackendProducer for RedisProducer {
     /// it is sent). A stream that ended is `Closed`: closed, or lost in Redis (deleted, expired,
     /// rolled back by a restore, or holding entries this crate did not write), found before
     /// `make` runs (`Closed(Some(make))`) or by the append's own refusal (`Closed(None)`:
-    /// nothing was stored). A reply that never came is `Unavailable { make: None }`: the event
-    /// is kept and resent first on the next append.
+    /// nothing was stored). An append sent whose reply never came, or that Redis refused for a
+    /// reason that may pass (out of memory), is `Unavailable { make: None }`: the event is kept
+    /// and resent first (idempotently) on the next append or close.
     async fn try_append_with<F>(&mut self, make: F) -> Result<u64, AppendError<F>>
     where
         F: FnOnce(u64) -> Bytes + Send,
@@ -188,10 +189,22 @@ impl BackendProducer for RedisProducer {
             Err(e) if matches!(e, Error::Closed(_)) || e.is_stream_lost() => {
                 Err(AppendError::Closed(None))
             }
-            Err(e) => Err(AppendError::Unavailable {
+            // The reply was lost: the producer keeps the event and resends it first.
+            Err(e @ Error::Unknown { .. }) => Err(AppendError::Unavailable {
                 make: None,
                 error: unavailable("append", e),
             }),
+            // Refused, nothing stored (out of memory, an ACL denial, …). `make` has run, so the
+            // caller cannot publish the event again without building it again: the producer
+            // keeps it like a lost reply's, so that `make: None` always means "kept, stored
+            // before the next event".
+            Err(e) => {
+                self.keep_for_resend(payload);
+                Err(AppendError::Unavailable {
+                    make: None,
+                    error: unavailable("append", e),
+                })
+            }
         }
     }
 

@@ -98,6 +98,14 @@ impl RedisProducer {
         self.pending.iter().map(|batch| batch.len() as u64).sum()
     }
 
+    /// Keeps `payload`, which an append built and Redis refused, to be sent like a lost reply's
+    /// before the next append (see `BackendProducer::try_append_with`). Called with nothing
+    /// pending: a refused append leaves nothing pending.
+    pub(crate) fn keep_for_resend(&mut self, payload: Bytes) {
+        debug_assert!(self.pending.is_empty());
+        self.pending.push_back(Arc::new([payload]));
+    }
+
     /// Whether an append with an unknown outcome is waiting to be resent.
     ///
     /// ```no_run

@@ -48,17 +48,18 @@ async fn documented_replica(redis_url: &str) -> Result<axum::Router, Box<dyn std
             while n <= 1000 {
                 match publisher.send(format!(r#"{{"n":{n}}}"#)).await {
                     Ok(id) => n = id + 1,
-                    // Redis could not be reached (the event may have been stored: the next send
-                    // resends it first), or refused this one event as too large. The stream stays
-                    // open: publishing again retries.
-                    Err(PublishError::Unavailable(_) | PublishError::TooLarge { .. }) => {
+                    // Sent, and Redis's answer was lost: the producer stores the event (once) before
+                    // the next one, so go on with the next.
+                    Err(PublishError::Unconfirmed { id, .. }) => n = id + 1,
+                    // Redis could not be reached and nothing was sent: publish the event again.
+                    Err(PublishError::Unavailable(_)) => {
                         tokio::time::sleep(Duration::from_millis(100)).await;
                     }
                     // The lease moved to another replica, or lapsed while Redis was out of reach for
                     // longer than a lease: take it again when it is free. (Stopping here would leave
                     // the stream open with no producer, its clients waiting on keep-alives.)
                     Err(PublishError::Superseded) => break,
-                    Err(_) => return, // the stream ended
+                    Err(_) => return, // the stream ended (no `{"n":…}` is `TooLarge`)
                 }
             }
             if n > 1000 {

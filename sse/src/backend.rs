@@ -262,7 +262,12 @@ pub enum AppendError<F> {
     Superseded(Option<F>),
     /// The backend could not be reached. `make` is `Some` when the failure happened before the
     /// payload was built (nothing was sent: no id consumed). `None` means the append's outcome is
-    /// unknown: the event may have been stored with the id the closure was given.
+    /// unknown: the event may have been stored with the id the closure was given. A backend that
+    /// returns `None` keeps the event and stores it under that id, once, before its next append
+    /// or close (the Redis backend does), or documents what it does instead:
+    /// [`Publisher`](crate::Publisher) reports it as
+    /// [`PublishError::Unconfirmed`](crate::PublishError::Unconfirmed), an event not to be
+    /// published again.
     Unavailable {
         /// The closure, if it was not called.
         make: Option<F>,

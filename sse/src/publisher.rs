@@ -5,6 +5,7 @@
 use std::fmt;
 use std::future::Future;
 use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -195,9 +196,24 @@ pub enum PublishError {
     /// unconfirmed close was held up on its way and lands later, which the next producer's
     /// acquisition finds (see [`Publisher::close`]). Nothing of this publish was stored.
     Superseded,
-    /// The backend could not be reached. The stream stays open; publishing again retries. See
-    /// [`AppendError::Unavailable`] for whether the event may have been stored.
+    /// The backend could not be reached before anything of this event was sent: it was not
+    /// stored and consumed no id. The stream stays open; publish the event again.
     Unavailable(Unavailable),
+    /// The event was sent with `id`, and the backend's answer did not come back (the connection
+    /// dropped, or the answer took longer than the response timeout): it may be stored already.
+    /// The stream stays open, and the event is not to be published again: the backend's producer
+    /// keeps it and stores it under `id`, once, before the next event this publisher publishes
+    /// (or before its close), so the next successful publish returns an id after `id`. (The
+    /// Redis backend's producer does so; a backend that cannot keep an event must document what
+    /// it does instead.) Only if this publisher is superseded before that (its lease lapses while
+    /// the backend stays out of reach) may the event be lost, and then with no gap: the next
+    /// producer continues from what the stream holds.
+    Unconfirmed {
+        /// The id the event was sent with.
+        id: u64,
+        /// What failed.
+        error: Unavailable,
+    },
     /// The event is longer than the backend stores as one event (a network backend's payload
     /// limit, such as the Redis backend's `max_payload_bytes`). It was not stored and consumed no
     /// id; the stream stays open and a smaller event can follow.
@@ -227,6 +243,11 @@ impl fmt::Display for PublishError {
                  over, or its close failed); it publishes no more",
             ),
             PublishError::Unavailable(e) => write!(f, "{e}"),
+            PublishError::Unconfirmed { id, error } => write!(
+                f,
+                "{error}; event {id} was sent but not confirmed: the producer stores it, once, \
+                 before its next event"
+            ),
             PublishError::TooLarge { bytes, limit } => write!(
                 f,
                 "event of {bytes} bytes exceeds the backend's limit of {limit} bytes; not \
@@ -237,8 +258,9 @@ impl fmt::Display for PublishError {
 }
 
 impl std::error::Error for PublishError {
-    /// For [`Unavailable`](PublishError::Unavailable), what made the backend fail (its message
-    /// is this error's own): the chain then reads "backend unavailable: append", then the cause.
+    /// For [`Unavailable`](PublishError::Unavailable) and
+    /// [`Unconfirmed`](PublishError::Unconfirmed), what made the backend fail (its message is
+    /// this error's own): the chain then reads "backend unavailable: append", then the cause.
     ///
     /// ```
     /// use std::error::Error;
@@ -248,7 +270,7 @@ impl std::error::Error for PublishError {
     /// ```
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            PublishError::Unavailable(e) => e.source(),
+            PublishError::Unavailable(e) | PublishError::Unconfirmed { error: e, .. } => e.source(),
             _ => None,
         }
     }
@@ -436,8 +458,9 @@ where
     /// [`PublishError::BackpressureTimeout`] and [`PublishError::IdsExhausted`] (the stream is now
     /// closed), [`PublishError::Closed`] (it was already), [`PublishError::Superseded`] (another
     /// producer took the stream over, or the close this publish had to make did not reach the
-    /// backend), [`PublishError::Unavailable`], [`PublishError::TooLarge`] (this event only; the
-    /// stream stays open).
+    /// backend), [`PublishError::Unavailable`] (nothing sent: publish again),
+    /// [`PublishError::Unconfirmed`] (sent, answer lost: the producer stores it before the next
+    /// event), [`PublishError::TooLarge`] (this event only; the stream stays open).
     ///
     /// # Cancel safety
     /// With the in-process ring the append itself completes in the poll that starts it, so a
@@ -459,7 +482,14 @@ where
         // cooperative budget yields once it is used up; before the append, so a publish
         // cancelled there has appended nothing.
         tokio::task::coop::consume_budget().await;
-        let mut make = make;
+        // The id `make` was called with: an append whose outcome is unknown reports it
+        // (`Unconfirmed`). An atomic only because the closure must be `Send` while it borrows it.
+        let sent_as = AtomicU64::new(0);
+        let mut make = |id| {
+            // Relaxed: read back on this task after the append returns, nothing else.
+            sent_as.store(id, Relaxed);
+            make(id)
+        };
         loop {
             let Some(producer) = self.producer.as_mut() else {
                 return Err(self.ended().await);
@@ -488,8 +518,17 @@ where
                     self.superseded = true;
                     return Err(PublishError::Superseded);
                 }
-                Err(AppendError::Unavailable { error, .. }) => {
-                    return Err(PublishError::Unavailable(error))
+                Err(AppendError::Unavailable {
+                    make: Some(_),
+                    error,
+                }) => return Err(PublishError::Unavailable(error)),
+                // The payload was built, so it may have been sent: the producer keeps it.
+                Err(AppendError::Unavailable { make: None, error }) => {
+                    return Err(PublishError::Unconfirmed {
+                        // Relaxed: written by `make` on this task, before the append returned.
+                        id: sent_as.load(Relaxed),
+                        error,
+                    });
                 }
                 Err(AppendError::TooLarge { bytes, limit }) => {
                     return Err(PublishError::TooLarge { bytes, limit })

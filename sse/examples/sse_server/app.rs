@@ -450,6 +450,11 @@ where
         }
         match producer.send_with(payload).await {
             Ok(id) => last = id,
+            // Sent, its answer lost: the producer stores it before the next event.
+            Err(PublishError::Unconfirmed { id, error }) => {
+                eprintln!("producer: {}; event {id} is resent", with_causes(&error));
+                last = id;
+            }
             Err(PublishError::Unavailable(e)) => {
                 eprintln!("producer: {}; retrying", with_causes(&e));
                 tokio::time::sleep(Duration::from_millis(100)).await; // back off while it is down

@@ -11,9 +11,14 @@ async fn run(listener: tokio::net::TcpListener) -> Result<(), Box<dyn std::error
             let tick = format!(r#"{{"tick":{n}}}"#);
             match producer.send(tick).await {
                 Ok(_) => {}
-                // A network backend could not be reached, or refused this one event as too
-                // large: the stream stays open.
-                Err(PublishError::Unavailable(_) | PublishError::TooLarge { .. }) => {}
+                // A network backend could not be reached (this tick is skipped; one that was
+                // sent and whose answer was lost is `Unconfirmed`, and stored before the next),
+                // or refused this one event as too large: the stream stays open.
+                Err(
+                    PublishError::Unavailable(_)
+                    | PublishError::Unconfirmed { .. }
+                    | PublishError::TooLarge { .. },
+                ) => {}
                 // The stream ended: closed at the backpressure bound, or taken over.
                 Err(_) => break,
             }
