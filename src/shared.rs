@@ -86,8 +86,12 @@ impl<T> Shared<T> {
     /// The oldest retained id, for every handle's `floor()`.
     #[inline]
     pub(crate) fn floor(&self) -> u64 {
-        // Acquire: pairs with the Release half of `release_through`'s `fetch_max`.
-        self.floor.load(Acquire)
+        // Acquire: pairs with the Release half of `release_through`'s `fetch_max`, whose releaser
+        // read a `head` of at least the new floor - 1 first; so a `head()` called after this
+        // returns at least that, and a caller's `floor()`, then `head()` keeps `floor <= head + 1`
+        // (I2; the `floor_getter_relaxed` mutant, model 6's `check_cursors`).
+        self.floor
+            .load(crate::sync::ord("floor_getter_relaxed", Acquire, Relaxed))
     }
 
     /// The newest published id, for every handle's `head()`.
