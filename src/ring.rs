@@ -112,8 +112,12 @@ impl<T> ReplayRing<T> {
     /// assert!(ring.is_closed());
     /// ```
     pub fn is_closed(&self) -> bool {
-        // Acquire: pairs with the Release store in `Producer::close_inner`.
-        self.shared.closed.load(Acquire)
+        // Acquire: pairs with the Release store in `Producer::close_inner`, which follows the last
+        // publish, so a `head()` called after this returns true is final (what the SSE backend's
+        // `ended_after` relies on; the `is_closed_relaxed` mutant, model 5e).
+        self.shared
+            .closed
+            .load(crate::sync::ord("is_closed_relaxed", Acquire, Relaxed))
     }
 
     /// Why the stream ended, once it has.

@@ -10,7 +10,7 @@ use loom::thread;
 use replay_ring::{CloseReason, ReadError};
 use replay_ring_loom_tests::{
     check_batch, check_cursors, drop_and_check_ledger, empty_ring_with_live_reader, maker, model,
-    one_event_pinned, push_waiting, read_pinned, Bound, Ledger,
+    one_event_pinned, push_waiting, read_pinned, ring_with, Bound, Ledger,
 };
 
 /// Capacity 2, a live reader at the empty head. Producer thread: push 1, then close. Reader (main):
@@ -173,6 +173,39 @@ fn close_vs_polling_reader() {
 
         producer_thread.join().unwrap();
         drop(reader);
+        drop_and_check_ledger(&ledger, 1, None, ring);
+    });
+}
+
+/// Capacity 2, no reader; non-blocking, so it also runs with the light fence modelled as nothing.
+/// Producer thread: push 1, then close. Main: `ReplayRing::is_closed`, then `ReplayRing::head`,
+/// the check the SSE backend's `ended_after` makes before it ends a stream: once the ring says it
+/// is closed, the head it reports must be final (the `closed` Acquire in `is_closed` synchronizes
+/// with the Release store that follows the last publish), or a client at cursor 1 would be told
+/// the stream ended before id 1.
+#[test]
+fn is_closed_then_head_is_final() {
+    model("is_closed_then_head_is_final", Bound::Exhaustive, || {
+        let ledger = Ledger::new(1);
+        let (mut producer, ring) = ring_with(&ledger, 2, 1, 0);
+
+        let producer_thread = {
+            let ledger = ledger.clone();
+            thread::spawn(move || {
+                assert_eq!(producer.try_push_with(maker(&ledger)).ok(), Some(1));
+                producer.close(CloseReason::Completed);
+            })
+        };
+
+        if ring.is_closed() {
+            let head = ring.head();
+            assert_eq!(
+                head, 1,
+                "lost tail: is_closed() returned true with the head at {head}, before id 1"
+            );
+        }
+
+        producer_thread.join().unwrap();
         drop_and_check_ledger(&ledger, 1, None, ring);
     });
 }
