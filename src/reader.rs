@@ -352,7 +352,9 @@ impl<T> Reader<T> {
             .closed
             .load(ord("closed_load_relaxed", Acquire, Relaxed))
         {
-            // Acquire: as above.
+            // Acquire: pairs with the producer's Release publish. The final head is already
+            // ordered before us by the `closed` Acquire above (and coherence), so this value
+            // needs no more than that; `borrow_available` loads `head` again before it lends.
             if self.cursor <= self.shared.head.load(Acquire) {
                 return Ok(true);
             }

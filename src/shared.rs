@@ -177,8 +177,10 @@ impl<T> Shared<T> {
     }
 
     pub(crate) fn close_reason(&self) -> Option<CloseReason> {
-        // Acquire: pairs with the Release store of `closed` in `Producer::close_inner`, after which
-        // the reason is set.
+        // Acquire: pairs with the Release store of `closed` in `Producer::close_inner`, which
+        // follows the write of the reason. The reason itself is ordered by the lock as well: the
+        // producer unlocks before its `closed` store, so a lock taken after loading that store
+        // comes after the producer's.
         if self.closed.load(Acquire) {
             lock(&self.close_reason).clone()
         } else {
