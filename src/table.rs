@@ -269,8 +269,16 @@ impl Segment {
             return active != 0;
         }
         // Relaxed: ordered by the fence below. Returns the word as it is now, other readers'
-        // concurrent activations included.
-        let left = self.active[word].fetch_and(!idle, Relaxed) & !idle;
+        // concurrent activations included. An RMW, not a store of `active & !idle`: a store
+        // would erase the bit of a reader of this word that set it since our load (the
+        // `leaf_clear_store` mutant, model 2cd).
+        let left = if crate::sync::mutant("leaf_clear_store") {
+            let now = self.active[word].load(Relaxed);
+            self.active[word].store(now & !idle, Relaxed);
+            now & !idle
+        } else {
+            self.active[word].fetch_and(!idle, Relaxed) & !idle
+        };
         // SeqCst fence: pairs with the fence in `reader::pin_and_check` between the pin store and
         // the active-bit check. Either the re-load below sees that reader's pin (and the bit goes
         // back), or the reader sees its bit cleared and sets it again before it loads the floor.
@@ -684,7 +692,14 @@ impl ReaderTable {
                 }
                 if keep != 0 && !crate::sync::mutant("summary_not_restored") {
                     // Relaxed: only this producer reads summaries; its later Acquire swap sees it.
-                    summary.fetch_or(keep, Relaxed);
+                    // An RMW: a load and a store would erase a reader's bit set in between (the
+                    // `summary_put_back_store` mutant, model 2cp).
+                    if crate::sync::mutant("summary_put_back_store") {
+                        let now = summary.load(Relaxed);
+                        summary.store(now | keep, Relaxed);
+                    } else {
+                        summary.fetch_or(keep, Relaxed);
+                    }
                 }
                 non_empty |= keep != 0;
             }
@@ -719,7 +734,13 @@ impl ReaderTable {
         }
         if keep != 0 && !crate::sync::mutant("segment_bit_not_restored") {
             // Relaxed: only this producer takes segment bits; its later Acquire take sees them.
-            self.active_segments.fetch_or(keep, Relaxed);
+            // An RMW, as for a summary word (the `segment_put_back_store` mutant, model 2cq).
+            if crate::sync::mutant("segment_put_back_store") {
+                let now = self.active_segments.load(Relaxed);
+                self.active_segments.store(now | keep, Relaxed);
+            } else {
+                self.active_segments.fetch_or(keep, Relaxed);
+            }
         }
         limit
     }

@@ -100,3 +100,78 @@ fn first_read_while_the_producer_scans(other_active: bool) {
 
     read_against_a_release_and_reuse(producer, ring, &ledger, reader, idle);
 }
+
+/// The scan's put-backs and clears are RMWs (model 2cp, 2cq, 2cd): a reader's first read while
+/// the producer's first scan writes back a word the reader sets a bit in. Written as a load and a
+/// store, the scan's write could erase the reader's bit, set between the two, and the second scan
+/// would then skip the reader's pin. Capacity 4 for 2cp and 2cq, so that a replay can pin id 4
+/// and keep its word's bit set through the scans without holding back the pushes; ids 1 to 4
+/// pushed, id 1 released; the reader on entry 2 registered when the head was 1 and never read.
+///
+/// 2cp: the replay on entry 4 (leaf word 1 of the second segment, under the same summary word as
+/// the reader's leaf word 0): the first scan puts back the summary bit of word 1.
+#[test]
+fn first_read_while_the_scan_puts_back_a_summary_word() {
+    model(
+        "first_read_while_the_scan_puts_back_a_summary_word",
+        Bound::Preemptions(3),
+        || first_read_beside_a_replay_of_id_4(5, 4),
+    );
+}
+
+/// 2cq: the replay on entry 6, in the third segment: the first scan puts back the third
+/// segment's bit in `active_segments`, the word the reader sets its segment bit in.
+#[test]
+fn first_read_while_the_scan_puts_back_the_segment_bits() {
+    model(
+        "first_read_while_the_scan_puts_back_the_segment_bits",
+        Bound::Preemptions(3),
+        || first_read_beside_a_replay_of_id_4(7, 6),
+    );
+}
+
+/// 2cd: capacity 2, as model 2c, with a reader on entry 3 (the reader's own leaf word) that read
+/// id 1 before the threads start, so is active and unpinned: the first scan clears its bit in the
+/// word the reader sets its leaf bit in.
+#[test]
+fn first_read_while_the_scan_clears_its_leaf_word() {
+    model(
+        "first_read_while_the_scan_clears_its_leaf_word",
+        Bound::Preemptions(3),
+        || {
+            let ledger = Ledger::new(4);
+            let (mut producer, ring) = ring_with(&ledger, 2, 4, 1);
+            let mut others: Vec<_> = (0..2).map(|_| ring.reader().unwrap()).collect();
+            // Entry 2: registered at the head (id 1), never read, so not active.
+            let reader = ring.reader().unwrap();
+            // Entry 3: reads id 1 and stops: active, unpinned.
+            let mut idle = ring.resume(Some(0)).unwrap();
+            check_batch(&idle.try_read().unwrap().unwrap(), 1);
+            others.push(idle);
+            assert_eq!(ring.release_through(1), Ok(2));
+            assert_eq!(producer.try_push_with(maker(&ledger)).ok(), Some(2));
+            read_against_a_release_and_reuse(producer, ring, &ledger, reader, others);
+        },
+    );
+}
+
+/// Models 2cp and 2cq: a table of `entries`, every entry but the reader's (2) and the replay's
+/// (`replay_entry`, the last) held by a reader that never reads.
+fn first_read_beside_a_replay_of_id_4(entries: usize, replay_entry: usize) {
+    let ledger = Ledger::new(6);
+    let (mut producer, ring) = ring_with(&ledger, 4, entries, 1);
+    let mut others: Vec<_> = (0..2).map(|_| ring.reader().unwrap()).collect();
+    // Entry 2: registered at the head (id 1), never read, so not active.
+    let reader = ring.reader().unwrap();
+    for _ in 3..replay_entry {
+        others.push(ring.reader().unwrap());
+    }
+    for id in 2..=4 {
+        assert_eq!(producer.try_push_with(maker(&ledger)).ok(), Some(id));
+    }
+    // Pins id 4: its word keeps a bit set through every scan, and the pushes of 5 and 6 (into the
+    // slots of ids 1 and 2) stay below it.
+    others.push(ring.resume(Some(3)).unwrap());
+    assert_eq!(ring.release_through(1), Ok(2));
+    read_against_a_release_and_reuse(producer, ring, &ledger, reader, others);
+}
