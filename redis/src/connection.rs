@@ -116,12 +116,15 @@ struct Managed {
 
 /// A Redis Cluster client's connection in use, and what it takes to replace it.
 ///
-/// redis-rs's cluster client refreshes its map of the slots only after a `MOVED`. A node that
-/// left the cluster (`redis-cli --cluster del-node` forgets it and resets it, and leaves it
-/// running) answers `CLUSTERDOWN` for every key instead, so a client whose map still named it for
-/// some slots (none of its commands met a `MOVED` for them while they moved away) would fail
-/// every command on those slots for as long as it runs. A new client learns the slots from the
-/// URL's node.
+/// redis-rs's cluster client refreshes its map of the slots only after a `MOVED`. Two kinds of
+/// node never answer one, so a client whose map still names them for some slots would fail every
+/// command on those slots for as long as it runs:
+/// - a node that left the cluster (`redis-cli --cluster del-node` forgets it and resets it, and
+///   leaves it running) answers `CLUSTERDOWN` for every key;
+/// - a primary that stopped answering (a frozen process or VM, a partition that drops packets)
+///   while the cluster promoted its replica answers nothing, and every command to it times out.
+///
+/// A new client learns the slots from the URL's node.
 struct ClusterLink {
     client: ClusterClient,
     current: Replaceable<ClusterConnection>,
@@ -204,6 +207,21 @@ impl ClusterLink {
             }
         }
         self.current.current().0
+    }
+
+    /// After a command on the connection of `generation` timed out: its node may have stopped
+    /// answering while its replica took over ([`ClusterLink`]), so the connection is replaced as
+    /// for a `CLUSTERDOWN`, for the commands that come next. On a task of its own: the command
+    /// that timed out is answered now (it may have run, so it is not sent again), not after
+    /// the new client's connections, which take up to their own timeouts if the URL's node is
+    /// the one that stopped. A slow Redis costs a new client at most once per [`REPLACE_PAUSE`].
+    fn renew_after_timeout(self: &Arc<Self>, generation: u64) {
+        // Outside a runtime (a caller's own executor) nothing is spawned: the next `CLUSTERDOWN`
+        // or `MOVED` is then what renews the map.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let link = Arc::clone(self);
+            runtime.spawn(async move { link.renew(generation).await });
+        }
     }
 }
 
@@ -460,8 +478,10 @@ impl SharedConnection {
                 ok => break ok,
             }
         };
-        if let (Err(e), Link::Single(managed)) = (&result, &self.link) {
-            managed.after_failure(e, generation);
+        match (&result, &self.link) {
+            (Err(e), Link::Single(managed)) => managed.after_failure(e, generation),
+            (Err(e), Link::Cluster(link)) if e.is_timeout() => link.renew_after_timeout(generation),
+            _ => {}
         }
         result
     }

@@ -299,9 +299,12 @@ fn unreachable_for_now(err: &redis::RedisError) -> bool {
             // `BUSY`: another client's script or function is running past the busy threshold;
             // Redis answers everyone else this way until it ends or is killed. `UNBLOCKED`: a
             // primary that turned replica (a failover) ended a blocking read, which did nothing.
+            // `NOREPLICAS`: a primary set up with `min-replicas-to-write` that has too few
+            // replicas in reach refused a write (a replica restarting, or this primary cut off
+            // from them: docs/scaling.md, Replication and failover).
             Some(
                 "LOADING" | "MASTERDOWN" | "TRYAGAIN" | "CLUSTERDOWN" | "READONLY" | "BUSY"
-                    | "UNBLOCKED"
+                    | "UNBLOCKED" | "NOREPLICAS"
             )
         )
 }

@@ -502,6 +502,45 @@ async fn out_of_memory_is_a_typed_error_and_release_and_renewal_still_work() {
     p.close(CloseReason::Completed).await.unwrap();
 }
 
+/// A primary set up with `min-replicas-to-write` refuses writes while too few replicas are in
+/// reach (`NOREPLICAS`): a transient refusal, like a failover's. An append is kept and resent, and
+/// lands once the replicas are back; a lease is not renewed meanwhile, and reads still work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_refused_for_want_of_replicas_are_transient_and_land_later() {
+    let server = RedisServer::start();
+    let backend = server.backend().await;
+    let stream = with_events(&backend, "noreplicas", 1).await;
+    let mut p = stream.acquire_producer().await.unwrap();
+    let min_replicas = |n: &str| {
+        let _: () = redis::cmd("CONFIG")
+            .arg(&["SET", "min-replicas-to-write", n])
+            .query(&mut server.raw())
+            .unwrap();
+    };
+
+    min_replicas("1"); // and this Redis has none
+    match p.append(b"two").await {
+        Err(Error::Unknown { id: 2, source }) => {
+            assert!(source.to_string().contains("NOREPLICAS"), "{source}")
+        }
+        other => panic!("an append refused for want of replicas: {other:?}"),
+    }
+    assert!(p.has_pending());
+    let refused = p.renew().await.unwrap_err();
+    assert!(refused.is_transient(), "a lease renewal: {refused:?}");
+    assert_eq!(stream.state().await.unwrap().head, 1, "reads still work");
+
+    min_replicas("0");
+    assert_eq!(p.resolve_pending().await.unwrap(), Some(2));
+    assert_eq!(p.append(b"three").await.unwrap(), 3);
+    let stored: Vec<Vec<u8>> = server
+        .log_entries(&stream)
+        .into_iter()
+        .map(|(_, data)| data)
+        .collect();
+    assert_eq!(stored[1..], [b"two".to_vec(), b"three".to_vec()]);
+}
+
 /// A stream deleted and created again while a reader tails it: the new incarnation's ids restart
 /// at 1 and soon pass the reader's cursor, but the reader must report the lost stream, never
 /// deliver the new incarnation's events as the old one's.

@@ -758,6 +758,42 @@ async fn a_stream_keeps_its_ids_through_a_manual_failover() {
     );
 }
 
+/// A stream's primary stops answering (SIGSTOP), and the cluster promotes its replica, while a
+/// producer appends and a reader follows the live tail on a backend connected to another node.
+/// Commands sent to the frozen node time out, and redis-rs's cluster client would keep sending
+/// them there (it reads the slots again only after a `MOVED`); the backend's connections find
+/// the new primary, and the reader gets every id exactly once, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_keeps_its_ids_when_its_primary_stops_answering() {
+    const N: u64 = 400;
+    let (cluster, name, slot, replica) = cluster_with_a_replica_of_node_1().await;
+    let backend = cluster.outage_backend(0).await;
+    let stream = backend.create(&sid(&name), 64).await.unwrap();
+    let (appended, producer, reader) = traffic(&stream, N);
+
+    // Relaxed: a progress counter read for its own value.
+    common::eventually(DEADLINE, "the first half", || {
+        let n = appended.load(Ordering::Relaxed);
+        async move { n >= N / 2 }
+    })
+    .await;
+    cluster.freeze_over(1, replica, slot).await;
+
+    let transient = tokio::time::timeout(DEADLINE, producer)
+        .await
+        .expect("the producer reaches the new primary")
+        .unwrap();
+    let (ids, reason, resumes) = tokio::time::timeout(DEADLINE, reader)
+        .await
+        .expect("the reader reaches the new primary")
+        .unwrap();
+    assert_eq!(ids, (1..=N).collect::<Vec<_>>(), "every id once, in order");
+    assert_eq!(reason, CloseReason::Completed);
+    eprintln!(
+        "through the freeze: {transient} transient producer errors, reader resumes: {resumes:?}"
+    );
+}
+
 /// The backend's URL names a replica, which then fails for good, and every primary restarts on
 /// its data: once they are back, the backend serves the stream again (appends continue the ids,
 /// a reader on the live tail gets the next event) without the node its URL names.

@@ -314,6 +314,22 @@ impl Cluster {
     /// replicas that have the writes of the connection it is sent on, and a new connection has
     /// written nothing (a replica still in its first sync, holding no data, would count).
     pub async fn fail_over(&mut self, primary: usize, replica: usize, slot: u16) {
+        self.await_in_sync(primary, replica).await;
+        self.nodes[primary].kill();
+        self.await_owner(slot, replica).await;
+    }
+
+    /// As [`fail_over`](Self::fail_over), but primary `primary` stops answering instead
+    /// (SIGSTOP: a frozen process or VM, a partition that drops packets). It still accepts
+    /// connections, and is killed with the cluster.
+    pub async fn freeze_over(&self, primary: usize, replica: usize, slot: u16) {
+        self.await_in_sync(primary, replica).await;
+        self.nodes[primary].freeze();
+        self.await_owner(slot, replica).await;
+    }
+
+    /// Waits until `replica` has every write `primary` has taken so far.
+    async fn await_in_sync(&self, primary: usize, replica: usize) {
         let written = self.repl_offset(primary, "master_repl_offset");
         super::eventually(Duration::from_secs(30), "the replica's sync", || {
             let info = self.replication(replica);
@@ -322,8 +338,6 @@ impl Cluster {
             async move { linked && copied >= written }
         })
         .await;
-        self.nodes[primary].kill();
-        self.await_owner(slot, replica).await;
     }
 
     /// A replication offset from node `node`'s `INFO replication`.
