@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::{ConnectionManagerConfig, MultiplexedConnection};
-use redis::cluster::ClusterClientBuilder;
 use redis::{AsyncConnectionConfig, ConnectionAddr};
 
+use crate::cluster_seeds::ClusterSeeds;
 use crate::connection::SharedConnection;
 use crate::error::Error;
 use crate::slot_map::SlotMap;
@@ -243,8 +243,9 @@ pub(crate) struct Shared {
     pub config: RedisConfig,
     pub counters: Counters,
     /// On a Redis Cluster, which node serves each slot, as learned so far: where a stream's
-    /// blocking reads connect first.
-    pub slot_map: SlotMap,
+    /// blocking reads connect first, and where a replacement cluster client starts
+    /// (`cluster_seeds.rs`).
+    pub slot_map: Arc<SlotMap>,
 }
 
 /// A process's handle on Redis: creates and opens streams. Cheap to clone.
@@ -342,8 +343,9 @@ impl RedisBackend {
             .query_async::<()>(&mut conn)
             .await
             .map_err(Error::from_connect)?;
+        let slot_map = Arc::new(SlotMap::new());
         let (conn, writes, cluster) = if cluster_enabled(&mut conn).await {
-            let (conn, writes) = Self::connect_cluster(&client, &config).await?;
+            let (conn, writes) = Self::connect_cluster(&client, &config, &slot_map).await?;
             (conn, writes, true)
         } else {
             let writes = client
@@ -361,7 +363,7 @@ impl RedisBackend {
                 writes,
                 config,
                 counters: Counters::default(),
-                slot_map: SlotMap::new(),
+                slot_map,
             }),
         };
         if cluster {
@@ -373,22 +375,23 @@ impl RedisBackend {
     }
 
     /// The two shared connections through a Redis Cluster client that starts from the URL's
-    /// node and learns the others from it.
+    /// node and learns the others from it; a client that replaces one of them starts from the
+    /// other nodes the slot map knows by then if the URL's does not answer (`cluster_seeds.rs`).
     async fn connect_cluster(
         client: &redis::Client,
         config: &RedisConfig,
+        slot_map: &Arc<SlotMap>,
     ) -> Result<(SharedConnection, SharedConnection), Error> {
-        let cluster = ClusterClientBuilder::new([client.get_connection_info().clone()])
-            // No resends of its own: `SharedConnection` resends, and must know when it did.
-            .retries(0)
-            .connection_timeout(config.connect_timeout)
-            .response_timeout(config.response_timeout)
-            .build()
-            .map_err(|_| Error::InvalidArgument("not a valid Redis Cluster configuration"))?;
-        let conn = SharedConnection::cluster(cluster.clone())
+        let seeds = Arc::new(ClusterSeeds::new(
+            client.get_connection_info().clone(),
+            config.connect_timeout,
+            config.response_timeout,
+            Arc::clone(slot_map),
+        ));
+        let conn = SharedConnection::cluster(Arc::clone(&seeds))
             .await
             .map_err(Error::from_connect)?;
-        let writes = SharedConnection::cluster(cluster)
+        let writes = SharedConnection::cluster(seeds)
             .await
             .map_err(Error::from_connect)?;
         Ok((conn, writes))
@@ -550,7 +553,10 @@ impl RedisBackend {
 /// The address of cluster node `node` (`host:port`, as Redis names nodes in `MOVED` and
 /// `CLUSTER SLOTS`, IPv6 hosts without brackets), reached the way the URL's node is: over TLS
 /// with the URL's TLS settings if it is (`rediss://`), otherwise over TCP.
-fn node_addr(url: &ConnectionAddr, node: &str) -> Result<ConnectionAddr, redis::RedisError> {
+pub(crate) fn node_addr(
+    url: &ConnectionAddr,
+    node: &str,
+) -> Result<ConnectionAddr, redis::RedisError> {
     let (host, port) = node
         .rsplit_once(':')
         .and_then(|(host, port)| Some((host.to_owned(), port.parse::<u16>().ok()?)))

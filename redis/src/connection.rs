@@ -31,12 +31,13 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
-use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::SingleNodeRoutingInfo;
 use redis::{
     Client, Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, RedisResult, ServerErrorKind, Value,
 };
+
+use crate::cluster_seeds::ClusterSeeds;
 
 /// The least time between two replacements of a manager whose reconnection failed to
 /// authenticate: a Redis that keeps refusing the credentials costs one connection attempt (and
@@ -124,9 +125,10 @@ struct Managed {
 /// - a primary that stopped answering (a frozen process or VM, a partition that drops packets)
 ///   while the cluster promoted its replica answers nothing, and every command to it times out.
 ///
-/// A new client learns the slots from the URL's node.
+/// A new client learns the slots from the URL's node, or from another node the backend's slot
+/// map has learned if the URL's does not answer (`cluster_seeds.rs`).
 struct ClusterLink {
-    client: ClusterClient,
+    seeds: Arc<ClusterSeeds>,
     current: Replaceable<ClusterConnection>,
 }
 
@@ -202,7 +204,7 @@ impl ClusterLink {
     /// place.
     async fn renew(&self, generation: u64) -> ClusterConnection {
         if self.current.claim(generation) {
-            if let Ok(conn) = self.client.get_async_connection().await {
+            if let Ok(conn) = self.seeds.connect().await {
                 return self.current.replace(generation, conn);
             }
         }
@@ -241,13 +243,13 @@ impl SharedConnection {
         }
     }
 
-    /// A connection to a Redis Cluster through `client`, which was built without retries of its
+    /// A connection to a Redis Cluster through a client of `seeds`, which has no retries of its
     /// own.
-    pub(crate) async fn cluster(client: ClusterClient) -> RedisResult<Self> {
-        let conn = client.get_async_connection().await?;
+    pub(crate) async fn cluster(seeds: Arc<ClusterSeeds>) -> RedisResult<Self> {
+        let conn = seeds.connect().await?;
         Ok(SharedConnection {
             link: Link::Cluster(Arc::new(ClusterLink {
-                client,
+                seeds,
                 current: Replaceable::new(conn),
             })),
             cut_off: false,

@@ -58,6 +58,7 @@ mod backend;
 mod backend_trait;
 mod blocking_conn;
 mod claim;
+mod cluster_seeds;
 mod codec;
 mod connection;
 mod error;

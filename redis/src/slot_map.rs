@@ -86,6 +86,11 @@ impl SlotMap {
         known.nodes.get(usize::from(index)).cloned()
     }
 
+    /// Every node (`host:port`) a slot was learned at.
+    pub(crate) fn nodes(&self) -> Vec<String> {
+        self.known().nodes.clone()
+    }
+
     /// Records that `node` serves `slot` (a `MOVED` said so); slots out of range are ignored.
     pub(crate) fn learn(&self, slot: u16, node: &str) {
         if usize::from(slot) >= SLOTS {

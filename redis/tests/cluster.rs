@@ -765,9 +765,23 @@ async fn a_stream_keeps_its_ids_through_a_manual_failover() {
 /// the new primary, and the reader gets every id exactly once, in order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_keeps_its_ids_when_its_primary_stops_answering() {
+    through_a_frozen_primary(0).await;
+}
+
+/// As above, with the backend connected to the node that stops answering: the new client its
+/// connections are replaced with cannot learn the slots from the URL's node, and learns them from
+/// the other nodes the backend knows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_keeps_its_ids_when_the_urls_node_stops_answering() {
+    through_a_frozen_primary(1).await;
+}
+
+/// Node 1, which serves the stream, freezes halfway through its traffic on a backend connected to
+/// node `url_node`; its replica takes over.
+async fn through_a_frozen_primary(url_node: usize) {
     const N: u64 = 400;
     let (cluster, name, slot, replica) = cluster_with_a_replica_of_node_1().await;
-    let backend = cluster.outage_backend(0).await;
+    let backend = cluster.outage_backend(url_node).await;
     let stream = backend.create(&sid(&name), 64).await.unwrap();
     let (appended, producer, reader) = traffic(&stream, N);
 
