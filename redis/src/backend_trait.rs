@@ -139,9 +139,10 @@ impl BackendProducer for RedisProducer {
     /// it is sent). A stream that ended is `Closed`: closed, or lost in Redis (deleted, expired,
     /// rolled back by a restore, or holding entries this crate did not write), found before
     /// `make` runs (`Closed(Some(make))`) or by the append's own refusal (`Closed(None)`:
-    /// nothing was stored). An append sent whose reply never came, or that Redis refused for a
-    /// reason that may pass (out of memory), is `Unavailable { make: None }`: the event is kept
-    /// and resent first (idempotently) on the next append or close.
+    /// nothing was stored). An append sent whose reply never came is `Unavailable { make: None }`:
+    /// the event is kept and resent first (idempotently) on the next append or close. One Redis
+    /// refused after its payload was built (out of memory, an ACL rule) is `Refused`: nothing
+    /// stored, nothing kept.
     async fn try_append_with<F>(&mut self, make: F) -> Result<u64, AppendError<F>>
     where
         F: FnOnce(u64) -> Bytes + Send,
@@ -194,17 +195,10 @@ impl BackendProducer for RedisProducer {
                 make: None,
                 error: unavailable("append", e),
             }),
-            // Refused, nothing stored (out of memory, an ACL denial, …). `make` has run, so the
-            // caller cannot publish the event again without building it again: the producer
-            // keeps it like a lost reply's, so that `make: None` always means "kept, stored
-            // before the next event".
-            Err(e) => {
-                self.keep_for_resend(payload);
-                Err(AppendError::Unavailable {
-                    make: None,
-                    error: unavailable("append", e),
-                })
-            }
+            // Refused, nothing stored and nothing kept (out of memory, an ACL denial, …): the
+            // caller publishes the event again. (Not kept for a resend of the producer's own: a
+            // refusal that lasts would then hold up every later append and the close too.)
+            Err(e) => Err(AppendError::Refused(unavailable("append", e))),
         }
     }
 

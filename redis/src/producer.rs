@@ -98,14 +98,6 @@ impl RedisProducer {
         self.pending.iter().map(|batch| batch.len() as u64).sum()
     }
 
-    /// Keeps `payload`, which an append built and Redis refused, to be sent like a lost reply's
-    /// before the next append (see `BackendProducer::try_append_with`). Called with nothing
-    /// pending: a refused append leaves nothing pending.
-    pub(crate) fn keep_for_resend(&mut self, payload: Bytes) {
-        debug_assert!(self.pending.is_empty());
-        self.pending.push_back(Arc::new([payload]));
-    }
-
     /// Whether an append with an unknown outcome is waiting to be resent.
     ///
     /// ```no_run
@@ -408,14 +400,20 @@ impl RedisProducer {
     }
 
     /// Gives the lease up without closing the stream (e.g. a graceful hand-over to another
-    /// replica). Does nothing if the lease is no longer ours.
+    /// replica). Does nothing if the lease is no longer ours. Appends still pending (their
+    /// replies were lost: [`has_pending`](Self::has_pending)) are resent first, so that the
+    /// successor continues after them; if that fails, the lease is given up all the same, and
+    /// those events are stored or not as a crashed producer's are.
     ///
     /// # Errors
     /// [`Error::Unavailable`]; the lease then expires by itself.
     ///
     /// # Cancel safety
     /// Cancel safe: the lease expires by itself.
-    pub async fn release_lease(self) -> Result<(), Error> {
+    pub async fn release_lease(mut self) -> Result<(), Error> {
+        // Best effort: a Redis that cannot take the resend will not take the release either,
+        // and a fenced producer's release does nothing.
+        let _ = self.resolve_pending().await;
         let s = &self.stream;
         let _: redis::Value = scripts::UNLEASE_SCRIPT
             .key(&s.keys.lease)

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use common::cut_proxy::{CutProxy, Mode};
 use common::RedisServer;
-use replay_ring_redis::{RedisBackend, RedisConfig, RedisStream};
+use replay_ring_redis::{CloseReason, RedisBackend, RedisConfig, RedisStream};
 use replay_ring_sse::axum::{SseConfig, SseProducer, SseStream};
 use replay_ring_sse::{PublishError, StreamId};
 
@@ -97,40 +97,86 @@ async fn a_publish_whose_answer_is_lost_is_unconfirmed_and_stored_once() {
     );
 }
 
+/// Sets Redis's `maxmemory` (`"1"`: every write refused; `"0"`: no limit).
+fn set_maxmemory(server: &RedisServer, bytes: &str) {
+    let _: () = redis::cmd("CONFIG")
+        .arg(&["SET", "maxmemory", bytes])
+        .query(&mut server.raw())
+        .unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_publish_refused_for_memory_is_kept_and_stored_once_memory_is_back() {
+async fn a_publish_refused_for_memory_is_unavailable_and_published_again() {
     let server = RedisServer::start_with(&["--maxmemory-policy", "noeviction"]);
     let backend = server.backend().await;
     let (stream, mut publisher) = publisher_on(&backend, "out-of-memory").await;
-    let set_maxmemory = |bytes: &str| {
-        let _: () = redis::cmd("CONFIG")
-            .arg(&["SET", "maxmemory", bytes])
-            .query(&mut server.raw())
-            .unwrap();
-    };
 
     assert_eq!(publisher.send("e1").await.unwrap(), 1);
-    set_maxmemory("1");
-    // Refused, nothing stored; but its payload was built, so the producer keeps it.
+    set_maxmemory(&server, "1");
+    // Refused: nothing stored, nothing kept, no id used.
     let refused = publisher.send("e2").await.unwrap_err();
     assert!(
-        matches!(refused, PublishError::Unconfirmed { id: 2, .. }),
+        matches!(refused, PublishError::Unavailable(_)),
         "{refused:?}"
-    );
-    let text = refused.to_string();
-    assert!(
-        text.contains("event 2 was sent but not confirmed"),
-        "{text}"
     );
     let cause = std::error::Error::source(&refused).expect("Redis's refusal as the cause");
     assert!(cause.to_string().contains("out of memory"), "{cause}");
-    // Still refused: the kept event goes first and is refused again, so nothing of e3 is sent.
-    assert!(matches!(
-        publisher.send("e3").await,
-        Err(PublishError::Unavailable(_))
-    ));
-    set_maxmemory("0");
+    set_maxmemory(&server, "0");
+    assert_eq!(publisher.send("e2").await.unwrap(), 2);
     assert_eq!(publisher.send("e3").await.unwrap(), 3);
 
     assert_eq!(server.log_entries(&stream), expected(3));
+}
+
+/// A refusal holds nothing back: the stream still closes while Redis refuses appends (the close
+/// may use memory Redis has not got: it is how a stream ends when appends cannot succeed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_closes_after_a_publish_refused_for_memory() {
+    let server = RedisServer::start_with(&["--maxmemory-policy", "noeviction"]);
+    let backend = server.backend().await;
+    let (stream, mut publisher) = publisher_on(&backend, "closes").await;
+
+    assert_eq!(publisher.send("e1").await.unwrap(), 1);
+    set_maxmemory(&server, "1");
+    assert!(matches!(
+        publisher.send("e2").await,
+        Err(PublishError::Unavailable(_))
+    ));
+    publisher.close(CloseReason::Completed).await.unwrap();
+    let state = stream.state().await.unwrap();
+    assert_eq!(
+        (state.head, state.closed),
+        (1, Some(CloseReason::Completed))
+    );
+}
+
+/// A hand-over right after an `Unconfirmed` publish: the producer given back sends the kept event
+/// before it releases the lease, so the successor continues after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_over_after_an_unconfirmed_publish_keeps_the_event() {
+    let server = RedisServer::start();
+    let proxy = CutProxy::start(server.port).await;
+    let config = RedisConfig {
+        response_timeout: Duration::from_millis(500),
+        ..RedisConfig::default()
+    };
+    let backend = RedisBackend::connect(&proxy.url(), config).await.unwrap();
+    let (stream, mut publisher) = publisher_on(&backend, "hand-over").await;
+
+    assert_eq!(publisher.send("e1").await.unwrap(), 1);
+    // The append never reaches Redis (the connection drops under it, twice): only the producer
+    // has it.
+    proxy.set(Mode::LoseRequest);
+    let lost = publisher.send("e2").await.unwrap_err();
+    proxy.set(Mode::Pass);
+    assert!(
+        matches!(lost, PublishError::Unconfirmed { id: 2, .. }),
+        "{lost:?}"
+    );
+    let producer = publisher.into_backend_producer().expect("still producing");
+    assert!(producer.has_pending());
+    producer.release_lease().await.unwrap();
+    let successor = stream.acquire_producer().await.unwrap();
+    assert_eq!(successor.next_id(), 3, "the successor continues after e2");
+    assert_eq!(server.log_entries(&stream), expected(2));
 }

@@ -234,8 +234,9 @@ impl StdError for Unavailable {
 
 /// An append that was refused. Except for [`Unavailable`](AppendError::Unavailable) with
 /// `make: None`, no id was consumed. The closure comes back uncalled except in that case,
-/// [`Closed`](AppendError::Closed)`(None)`, [`Superseded`](AppendError::Superseded)`(None)` and
-/// [`TooLarge`](AppendError::TooLarge), where it had already been called.
+/// [`Closed`](AppendError::Closed)`(None)`, [`Superseded`](AppendError::Superseded)`(None)`,
+/// [`Refused`](AppendError::Refused) and [`TooLarge`](AppendError::TooLarge), where it had
+/// already been called.
 ///
 /// ```
 /// use replay_ring_sse::backend::AppendError;
@@ -267,13 +268,19 @@ pub enum AppendError<F> {
     /// or close (the Redis backend does), or documents what it does instead:
     /// [`Publisher`](crate::Publisher) reports it as
     /// [`PublishError::Unconfirmed`](crate::PublishError::Unconfirmed), an event not to be
-    /// published again.
+    /// published again. A backend that knows its refusal stored nothing returns
+    /// [`Refused`](AppendError::Refused) instead.
     Unavailable {
         /// The closure, if it was not called.
         make: Option<F>,
         /// What failed.
         error: Unavailable,
     },
+    /// The backend refused the payload the closure built for a reason that may pass (a network
+    /// store out of memory, or denying the write): nothing was stored, no id was consumed, and
+    /// the backend does not keep the event. The stream stays open; publishing the event again
+    /// (built again) retries.
+    Refused(Unavailable),
     /// The payload the closure built is longer than the backend stores as one event (a network
     /// backend's payload limit). Nothing was sent and no id consumed; the stream stays open and
     /// a smaller event can follow. The closure was called: only its payload tells the size.
@@ -298,7 +305,7 @@ impl<F> AppendError<F> {
             AppendError::Closed(make)
             | AppendError::Superseded(make)
             | AppendError::Unavailable { make, .. } => make,
-            AppendError::TooLarge { .. } => None,
+            AppendError::Refused(_) | AppendError::TooLarge { .. } => None,
         }
     }
 }
@@ -321,6 +328,7 @@ impl<F> fmt::Debug for AppendError<F> {
                 .field("closure_returned", &make.is_some())
                 .field("error", error)
                 .finish(),
+            AppendError::Refused(error) => f.debug_tuple("Refused").field(error).finish(),
             AppendError::TooLarge { bytes, limit } => f
                 .debug_struct("TooLarge")
                 .field("bytes", bytes)
@@ -352,6 +360,7 @@ impl<F> fmt::Display for AppendError<F> {
             AppendError::Unavailable { make: None, error } => {
                 write!(f, "{error} (append outcome unknown)")
             }
+            AppendError::Refused(error) => write!(f, "{error} (refused, nothing appended)"),
             AppendError::TooLarge { bytes, limit } => write!(
                 f,
                 "event of {bytes} bytes exceeds the backend's limit of {limit} bytes (nothing \

@@ -196,8 +196,9 @@ pub enum PublishError {
     /// unconfirmed close was held up on its way and lands later, which the next producer's
     /// acquisition finds (see [`Publisher::close`]). Nothing of this publish was stored.
     Superseded,
-    /// The backend could not be reached before anything of this event was sent: it was not
-    /// stored and consumed no id. The stream stays open; publish the event again.
+    /// The backend could not be reached before anything of this event was sent, or refused it
+    /// for a reason that may pass (a network store out of memory): it was not stored, consumed
+    /// no id, and is not kept. The stream stays open; publish the event again.
     Unavailable(Unavailable),
     /// The event was sent with `id`, and the backend's answer did not come back (the connection
     /// dropped, or the answer took longer than the response timeout): it may be stored already.
@@ -458,7 +459,7 @@ where
     /// [`PublishError::BackpressureTimeout`] and [`PublishError::IdsExhausted`] (the stream is now
     /// closed), [`PublishError::Closed`] (it was already), [`PublishError::Superseded`] (another
     /// producer took the stream over, or the close this publish had to make did not reach the
-    /// backend), [`PublishError::Unavailable`] (nothing sent: publish again),
+    /// backend), [`PublishError::Unavailable`] (nothing stored: publish again),
     /// [`PublishError::Unconfirmed`] (sent, answer lost: the producer stores it before the next
     /// event), [`PublishError::TooLarge`] (this event only; the stream stays open).
     ///
@@ -522,14 +523,17 @@ where
                     make: Some(_),
                     error,
                 }) => return Err(PublishError::Unavailable(error)),
-                // The payload was built, so it may have been sent: the producer keeps it.
+                // The payload was built and may have been sent: the producer keeps it. There
+                // was room for it, so the backpressure episode, if any, is over (as after `Ok`).
                 Err(AppendError::Unavailable { make: None, error }) => {
+                    self.clock.on_pushed();
                     return Err(PublishError::Unconfirmed {
                         // Relaxed: written by `make` on this task, before the append returned.
                         id: sent_as.load(Relaxed),
                         error,
                     });
                 }
+                Err(AppendError::Refused(error)) => return Err(PublishError::Unavailable(error)),
                 Err(AppendError::TooLarge { bytes, limit }) => {
                     return Err(PublishError::TooLarge { bytes, limit })
                 }
