@@ -9,7 +9,7 @@ mod common;
 
 use std::mem::ManuallyDrop;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -44,6 +44,9 @@ struct ViaProducer {
     release_after_resume: Arc<AtomicU64>,
     /// Each close lands, but its reply is lost: the caller gets `Unavailable`.
     close_reply_lost: bool,
+    /// The next append lands, but its reply is lost: the caller gets `Unavailable` with the
+    /// closure consumed (the outcome unknown), as from a network store.
+    append_reply_lost: Arc<AtomicBool>,
 }
 
 impl ViaProducer {
@@ -55,6 +58,7 @@ impl ViaProducer {
             down: down.clone(),
             release_after_resume: Arc::default(),
             close_reply_lost: false,
+            append_reply_lost: Arc::default(),
         };
         (producer, down)
     }
@@ -147,7 +151,15 @@ impl BackendProducer for ViaProducer {
     where
         F: FnOnce(u64) -> Bytes + Send,
     {
-        BackendProducer::try_append_with(&mut self.inner, make).await
+        let appended = BackendProducer::try_append_with(&mut self.inner, make).await;
+        // Relaxed: a one-shot switch the test sets before the publish that reads it.
+        if appended.is_ok() && self.append_reply_lost.swap(false, Ordering::Relaxed) {
+            return Err(AppendError::Unavailable {
+                make: None,
+                error: unreachable_store(),
+            });
+        }
+        appended
     }
 
     async fn ready(&mut self) -> Result<(), Unavailable> {
@@ -392,6 +404,7 @@ async fn a_release_racing_a_resume_does_not_raise_its_advertised_floor() {
         down: Arc::new(watch::Sender::new(false)),
         release_after_resume: release_after_resume.clone(),
         close_reply_lost: false,
+        append_reply_lost: Arc::default(),
     };
     let me = identity();
     let (stream, mut producer) = SseStream::with_backend(producer, me, SseConfig::default());
@@ -491,4 +504,46 @@ async fn a_backpressure_close_whose_reply_is_lost_is_found_to_have_landed() {
         ),
         "{after:?}"
     );
+}
+
+/// An append whose reply was lost (`Unconfirmed`) had room, so it ends the backpressure wait it
+/// came after: the next publish that finds the window full waits the whole bound again, instead of
+/// the remainder of the earlier wait.
+#[tokio::test(start_paused = true)]
+async fn an_unconfirmed_publish_ends_the_backpressure_wait_it_came_after() {
+    let (producer, ring) = ReplayRing::<Bytes>::new(1, 1).unwrap();
+    let (producer, _down) = ViaProducer::new(producer);
+    let lose_reply = producer.append_reply_lost.clone();
+    let config = SseConfig {
+        retention: RetentionConfig {
+            resumption_window: Duration::from_secs(60),
+            backpressure_timeout: Duration::from_secs(2),
+        },
+        ..SseConfig::default()
+    };
+    let (_stream, mut publisher) = SseStream::with_backend(producer, identity(), config);
+    assert_eq!(publisher.send("e1").await.unwrap(), 1);
+
+    // e2 waits for room; 1.9 s into the wait id 1 is released, and e2's reply is lost.
+    // Relaxed: read by the publish below, on this task.
+    lose_reply.store(true, Ordering::Relaxed);
+    let release = |id: u64, after: Duration| {
+        let ring = ring.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(after).await;
+            ring.release_through(id).unwrap();
+        })
+    };
+    let releasing = release(1, Duration::from_millis(1900));
+    let lost = publisher.send("e2").await.unwrap_err();
+    assert!(
+        matches!(lost, PublishError::Unconfirmed { id: 2, .. }),
+        "{lost:?}"
+    );
+    releasing.await.unwrap();
+
+    // e3 waits again, and gets room after 1 s: within its own bound, past the first wait's.
+    let releasing = release(2, Duration::from_secs(1));
+    assert_eq!(publisher.send("e3").await.unwrap(), 3);
+    releasing.await.unwrap();
 }
