@@ -729,33 +729,10 @@ async fn a_reader_follows_a_migration_left_half_done() {
 /// another node: the reader gets every id exactly once, in order, and the producer goes on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_keeps_its_ids_through_a_manual_failover() {
-    const N: u64 = 400;
     let (cluster, name, slot, replica) = cluster_with_a_replica_of_node_1().await;
     let backend = cluster.backend(0).await;
     let stream = backend.create(&sid(&name), 64).await.unwrap();
-    let (appended, producer, reader) = traffic(&stream, N);
-
-    // Relaxed: a progress counter read for its own value.
-    common::eventually(DEADLINE, "the first half", || {
-        let n = appended.load(Ordering::Relaxed);
-        async move { n >= N / 2 }
-    })
-    .await;
-    cluster.planned_failover(replica, slot).await;
-
-    let transient = tokio::time::timeout(DEADLINE, producer)
-        .await
-        .unwrap()
-        .unwrap();
-    let (ids, reason, resumes) = tokio::time::timeout(DEADLINE, reader)
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(ids, (1..=N).collect::<Vec<_>>(), "every id once, in order");
-    assert_eq!(reason, CloseReason::Completed);
-    eprintln!(
-        "through the failover: {transient} transient producer errors, reader resumes: {resumes:?}"
-    );
+    keeps_its_ids_through(&stream, cluster.planned_failover(replica, slot)).await;
 }
 
 /// A stream's primary stops answering (SIGSTOP), and the cluster promotes its replica, while a
@@ -779,11 +756,20 @@ async fn a_stream_keeps_its_ids_when_the_urls_node_stops_answering() {
 /// Node 1, which serves the stream, freezes halfway through its traffic on a backend connected to
 /// node `url_node`; its replica takes over.
 async fn through_a_frozen_primary(url_node: usize) {
-    const N: u64 = 400;
     let (cluster, name, slot, replica) = cluster_with_a_replica_of_node_1().await;
     let backend = cluster.outage_backend(url_node).await;
     let stream = backend.create(&sid(&name), 64).await.unwrap();
-    let (appended, producer, reader) = traffic(&stream, N);
+    keeps_its_ids_through(&stream, cluster.freeze_over(1, replica, slot)).await;
+}
+
+/// Runs [`traffic`] of 400 events on `stream`, with `change` (a failover) once half of them are
+/// appended: the producer reaches the end, and the reader gets every id once, in order.
+async fn keeps_its_ids_through(
+    stream: &RedisStream,
+    change: impl std::future::Future<Output = ()>,
+) {
+    const N: u64 = 400;
+    let (appended, producer, reader) = traffic(stream, N);
 
     // Relaxed: a progress counter read for its own value.
     common::eventually(DEADLINE, "the first half", || {
@@ -791,20 +777,20 @@ async fn through_a_frozen_primary(url_node: usize) {
         async move { n >= N / 2 }
     })
     .await;
-    cluster.freeze_over(1, replica, slot).await;
+    change.await;
 
     let transient = tokio::time::timeout(DEADLINE, producer)
         .await
-        .expect("the producer reaches the new primary")
+        .expect("the producer reaches the slot's node")
         .unwrap();
     let (ids, reason, resumes) = tokio::time::timeout(DEADLINE, reader)
         .await
-        .expect("the reader reaches the new primary")
+        .expect("the reader reaches the slot's node")
         .unwrap();
     assert_eq!(ids, (1..=N).collect::<Vec<_>>(), "every id once, in order");
     assert_eq!(reason, CloseReason::Completed);
     eprintln!(
-        "through the freeze: {transient} transient producer errors, reader resumes: {resumes:?}"
+        "through the change: {transient} transient producer errors, reader resumes: {resumes:?}"
     );
 }
 

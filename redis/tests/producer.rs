@@ -6,7 +6,7 @@ mod common;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::cut_proxy::{CutProxy, Mode};
+use common::cut_proxy::{backend_through, CutProxy, Mode};
 use common::RedisServer;
 use replay_ring::CloseReason;
 use replay_ring_redis::{Error, ReadItem, RedisConfig, RedisStream};
@@ -27,20 +27,6 @@ async fn lease_expired(server: &RedisServer, stream: &RedisStream) {
         std::future::ready(!exists)
     })
     .await;
-}
-
-/// A backend whose connections go through a proxy that can lose a request or a reply; a lost
-/// reply is an error after half a second.
-async fn through_cut_proxy(server: &RedisServer) -> (CutProxy, replay_ring_redis::RedisBackend) {
-    let proxy = CutProxy::start(server.port).await;
-    let config = RedisConfig {
-        response_timeout: Duration::from_millis(500),
-        ..RedisConfig::default()
-    };
-    let backend = replay_ring_redis::RedisBackend::connect(&proxy.url(), config)
-        .await
-        .unwrap();
-    (proxy, backend)
 }
 
 /// Resends the pending append until the connection is back (the manager reconnects after a drop).
@@ -348,7 +334,7 @@ async fn a_producer_of_an_earlier_incarnation_cannot_touch_the_new_one() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lost_replies_are_resent_without_duplicates_or_gaps() {
     let server = RedisServer::start();
-    let (proxy, backend) = through_cut_proxy(&server).await;
+    let (proxy, backend) = backend_through(&server).await;
     let stream = backend.create(&sid("retry"), 64).await.unwrap();
     let mut p = stream.acquire_producer().await.unwrap();
 
@@ -439,7 +425,7 @@ where
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acquisition_whose_reply_was_lost_gets_its_lease_on_the_next_call() {
     let server = RedisServer::start();
-    let (proxy, backend) = through_cut_proxy(&server).await;
+    let (proxy, backend) = backend_through(&server).await;
     // Cache the script first, so that the reply lost below is the script's, not a NOSCRIPT.
     let warm = backend.create(&sid("warm"), 8).await.unwrap();
     warm.acquire_producer()
@@ -601,7 +587,7 @@ async fn a_batch_whose_reply_was_lost_is_resent_as_a_whole_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_lost_under_a_lost_reply_leaves_the_append_unknown() {
     let server = RedisServer::start();
-    let (proxy, backend) = through_cut_proxy(&server).await;
+    let (proxy, backend) = backend_through(&server).await;
     let stream = backend.create(&sid("lapsed"), 64).await.unwrap();
     let mut p = stream.acquire_producer().await.unwrap();
     assert_eq!(p.append(b"e1").await.unwrap(), 1);
@@ -631,7 +617,7 @@ async fn a_lease_lost_under_a_lost_reply_leaves_the_append_unknown() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_close_whose_reply_was_lost_is_confirmed() {
     let server = RedisServer::start();
-    let (proxy, backend) = through_cut_proxy(&server).await;
+    let (proxy, backend) = backend_through(&server).await;
     // Loads the close script, so that the reply lost below is the close's own.
     let warm = backend.create(&sid("warm"), 64).await.unwrap();
     let warm = warm.acquire_producer().await.unwrap();
@@ -713,7 +699,7 @@ async fn read_to_close(stream: &RedisStream) -> (Vec<(u64, Bytes)>, CloseReason)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_close_goes_ahead_when_the_full_window_refuses_the_pending_event() {
     let server = RedisServer::start();
-    let (proxy, backend) = through_cut_proxy(&server).await;
+    let (proxy, backend) = backend_through(&server).await;
     let stream = backend.create(&sid("close-full"), 2).await.unwrap();
     let mut p = stream.acquire_producer().await.unwrap();
     p.append(b"e1").await.unwrap();

@@ -8,9 +8,9 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::cut_proxy::{CutProxy, Mode};
+use common::cut_proxy::{backend_through, Mode};
 use common::RedisServer;
-use replay_ring_redis::{CloseReason, RedisBackend, RedisConfig, RedisStream};
+use replay_ring_redis::{CloseReason, RedisBackend, RedisStream};
 use replay_ring_sse::axum::{SseConfig, SseProducer, SseStream};
 use replay_ring_sse::{PublishError, StreamId};
 
@@ -72,12 +72,7 @@ fn expected(last: u64) -> Vec<(u64, Vec<u8>)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_publish_whose_answer_is_lost_is_unconfirmed_and_stored_once() {
     let server = RedisServer::start();
-    let proxy = CutProxy::start(server.port).await;
-    let config = RedisConfig {
-        response_timeout: Duration::from_millis(500),
-        ..RedisConfig::default()
-    };
-    let backend = RedisBackend::connect(&proxy.url(), config).await.unwrap();
+    let (proxy, backend) = backend_through(&server).await;
     let (stream, mut publisher) = publisher_on(&backend, "lost-answer").await;
 
     // The third append reaches Redis and runs, and every answer is lost while it is attempted
@@ -155,12 +150,7 @@ async fn a_stream_closes_after_a_publish_refused_for_memory() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hand_over_after_an_unconfirmed_publish_keeps_the_event() {
     let server = RedisServer::start();
-    let proxy = CutProxy::start(server.port).await;
-    let config = RedisConfig {
-        response_timeout: Duration::from_millis(500),
-        ..RedisConfig::default()
-    };
-    let backend = RedisBackend::connect(&proxy.url(), config).await.unwrap();
+    let (proxy, backend) = backend_through(&server).await;
     let (stream, mut publisher) = publisher_on(&backend, "hand-over").await;
 
     assert_eq!(publisher.send("e1").await.unwrap(), 1);

@@ -37,6 +37,22 @@ pub struct CutProxy {
     hook: Arc<Mutex<Option<Hook>>>,
 }
 
+/// A backend whose connections go through a new proxy in front of `server` that can lose a
+/// request or a reply; a lost reply is an error after half a second.
+pub async fn backend_through(
+    server: &super::RedisServer,
+) -> (CutProxy, replay_ring_redis::RedisBackend) {
+    let proxy = CutProxy::start(server.port).await;
+    let config = replay_ring_redis::RedisConfig {
+        response_timeout: std::time::Duration::from_millis(500),
+        ..replay_ring_redis::RedisConfig::default()
+    };
+    let backend = replay_ring_redis::RedisBackend::connect(&proxy.url(), config)
+        .await
+        .unwrap();
+    (proxy, backend)
+}
+
 impl CutProxy {
     pub async fn start(upstream: u16) -> CutProxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
