@@ -9,7 +9,7 @@ use std::time::Duration;
 use redis::aio::{ConnectionManagerConfig, MultiplexedConnection};
 use redis::{AsyncConnectionConfig, ConnectionAddr};
 
-use crate::cluster_seeds::ClusterSeeds;
+use crate::cluster_clients::ClusterClients;
 use crate::connection::SharedConnection;
 use crate::error::Error;
 use crate::slot_map::SlotMap;
@@ -244,7 +244,7 @@ pub(crate) struct Shared {
     pub counters: Counters,
     /// On a Redis Cluster, which node serves each slot, as learned so far: where a stream's
     /// blocking reads connect first, and where a replacement cluster client starts
-    /// (`cluster_seeds.rs`).
+    /// (`cluster_clients.rs`).
     pub slot_map: Arc<SlotMap>,
 }
 
@@ -376,22 +376,22 @@ impl RedisBackend {
 
     /// The two shared connections through a Redis Cluster client that starts from the URL's
     /// node and learns the others from it; a client that replaces one of them starts from the
-    /// other nodes the slot map knows by then if the URL's does not answer (`cluster_seeds.rs`).
+    /// other nodes the slot map knows by then if the URL's does not answer (`cluster_clients.rs`).
     async fn connect_cluster(
         client: &redis::Client,
         config: &RedisConfig,
         slot_map: &Arc<SlotMap>,
     ) -> Result<(SharedConnection, SharedConnection), Error> {
-        let seeds = Arc::new(ClusterSeeds::new(
+        let clients = Arc::new(ClusterClients::new(
             client.get_connection_info().clone(),
             config.connect_timeout,
             config.response_timeout,
             Arc::clone(slot_map),
         ));
-        let conn = SharedConnection::cluster(Arc::clone(&seeds))
+        let conn = SharedConnection::cluster(Arc::clone(&clients))
             .await
             .map_err(Error::from_connect)?;
-        let writes = SharedConnection::cluster(seeds)
+        let writes = SharedConnection::cluster(clients)
             .await
             .map_err(Error::from_connect)?;
         Ok((conn, writes))

@@ -37,7 +37,7 @@ use redis::{
     Client, Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, RedisResult, ServerErrorKind, Value,
 };
 
-use crate::cluster_seeds::ClusterSeeds;
+use crate::cluster_clients::ClusterClients;
 
 /// The least time between two replacements of a manager whose reconnection failed to
 /// authenticate: a Redis that keeps refusing the credentials costs one connection attempt (and
@@ -126,9 +126,9 @@ struct Managed {
 ///   while the cluster promoted its replica answers nothing, and every command to it times out.
 ///
 /// A new client learns the slots from the URL's node, or from another node the backend's slot
-/// map has learned if the URL's does not answer (`cluster_seeds.rs`).
+/// map has learned if the URL's does not answer (`cluster_clients.rs`).
 struct ClusterLink {
-    seeds: Arc<ClusterSeeds>,
+    clients: Arc<ClusterClients>,
     current: Replaceable<ClusterConnection>,
 }
 
@@ -204,7 +204,7 @@ impl ClusterLink {
     /// place.
     async fn renew(&self, generation: u64) -> ClusterConnection {
         if self.current.claim(generation) {
-            if let Ok(conn) = self.seeds.connect().await {
+            if let Ok(conn) = self.clients.connect().await {
                 return self.current.replace(generation, conn);
             }
         }
@@ -243,13 +243,13 @@ impl SharedConnection {
         }
     }
 
-    /// A connection to a Redis Cluster through a client of `seeds`, which has no retries of its
-    /// own.
-    pub(crate) async fn cluster(seeds: Arc<ClusterSeeds>) -> RedisResult<Self> {
-        let conn = seeds.connect().await?;
+    /// A connection to a Redis Cluster through a client that `clients` builds (with no retries
+    /// of its own).
+    pub(crate) async fn cluster(clients: Arc<ClusterClients>) -> RedisResult<Self> {
+        let conn = clients.connect().await?;
         Ok(SharedConnection {
             link: Link::Cluster(Arc::new(ClusterLink {
-                seeds,
+                clients,
                 current: Replaceable::new(conn),
             })),
             cut_off: false,

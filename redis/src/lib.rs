@@ -58,7 +58,7 @@ mod backend;
 mod backend_trait;
 mod blocking_conn;
 mod claim;
-mod cluster_seeds;
+mod cluster_clients;
 mod codec;
 mod connection;
 mod error;

@@ -21,7 +21,7 @@ use crate::backend::node_addr;
 use crate::slot_map::SlotMap;
 
 /// What the backend's cluster clients are built from.
-pub(crate) struct ClusterSeeds {
+pub(crate) struct ClusterClients {
     /// The URL's node: its address, credentials and settings, which every node shares.
     url: ConnectionInfo,
     connect_timeout: Duration,
@@ -29,14 +29,14 @@ pub(crate) struct ClusterSeeds {
     known: Arc<SlotMap>,
 }
 
-impl ClusterSeeds {
+impl ClusterClients {
     pub(crate) fn new(
         url: ConnectionInfo,
         connect_timeout: Duration,
         response_timeout: Duration,
         known: Arc<SlotMap>,
     ) -> Self {
-        ClusterSeeds {
+        ClusterClients {
             url,
             connect_timeout,
             response_timeout,
