@@ -51,10 +51,12 @@ impl ClusterClients {
             .client(vec![self.url.clone()])?
             .get_async_connection()
             .await;
-        let others = self.other_nodes();
-        match from_url {
-            Err(_) if !others.is_empty() => self.client(others)?.get_async_connection().await,
-            result => result,
+        if from_url.is_ok() {
+            return from_url;
+        }
+        match self.other_nodes() {
+            others if others.is_empty() => from_url,
+            others => self.client(others)?.get_async_connection().await,
         }
     }
 

@@ -100,16 +100,29 @@ fn set_maxmemory(server: &RedisServer, bytes: &str) {
         .unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_publish_refused_for_memory_is_unavailable_and_published_again() {
+/// A stream on a Redis that refuses writes for want of memory once `e1` is stored, and its
+/// publisher, whose `e2` was just refused.
+async fn refused_for_memory(
+    name: &str,
+) -> (
+    RedisServer,
+    RedisStream,
+    SseProducer<RedisStream>,
+    PublishError,
+) {
     let server = RedisServer::start_with(&["--maxmemory-policy", "noeviction"]);
     let backend = server.backend().await;
-    let (stream, mut publisher) = publisher_on(&backend, "out-of-memory").await;
-
+    let (stream, mut publisher) = publisher_on(&backend, name).await;
     assert_eq!(publisher.send("e1").await.unwrap(), 1);
     set_maxmemory(&server, "1");
-    // Refused: nothing stored, nothing kept, no id used.
     let refused = publisher.send("e2").await.unwrap_err();
+    (server, stream, publisher, refused)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publish_refused_for_memory_is_unavailable_and_published_again() {
+    let (server, stream, mut publisher, refused) = refused_for_memory("out-of-memory").await;
+    // Refused: nothing stored, nothing kept, no id used.
     assert!(
         matches!(refused, PublishError::Unavailable(_)),
         "{refused:?}"
@@ -127,16 +140,11 @@ async fn a_publish_refused_for_memory_is_unavailable_and_published_again() {
 /// may use memory Redis has not got: it is how a stream ends when appends cannot succeed).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_closes_after_a_publish_refused_for_memory() {
-    let server = RedisServer::start_with(&["--maxmemory-policy", "noeviction"]);
-    let backend = server.backend().await;
-    let (stream, mut publisher) = publisher_on(&backend, "closes").await;
-
-    assert_eq!(publisher.send("e1").await.unwrap(), 1);
-    set_maxmemory(&server, "1");
-    assert!(matches!(
-        publisher.send("e2").await,
-        Err(PublishError::Unavailable(_))
-    ));
+    let (_server, stream, publisher, refused) = refused_for_memory("closes").await;
+    assert!(
+        matches!(refused, PublishError::Unavailable(_)),
+        "{refused:?}"
+    );
     publisher.close(CloseReason::Completed).await.unwrap();
     let state = stream.state().await.unwrap();
     assert_eq!(
