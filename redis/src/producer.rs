@@ -409,7 +409,8 @@ impl RedisProducer {
     /// [`Error::Unavailable`]; the lease then expires by itself.
     ///
     /// # Cancel safety
-    /// Cancel safe: the lease expires by itself.
+    /// Cancel safe: the lease expires by itself. A pending event whose resend is cancelled is
+    /// stored or not, as a crashed producer's is.
     pub async fn release_lease(mut self) -> Result<(), Error> {
         // Best effort: a Redis that cannot take the resend will not take the release either,
         // and a fenced producer's release does nothing.
