@@ -173,6 +173,9 @@ pub struct ReplayRingSessionManager {
     /// Held from the count of open sessions to the new one's creation, so concurrent `initialize`
     /// requests cannot all pass the cap (sessions are created rarely; this costs nothing else).
     creating: tokio::sync::Mutex<()>,
+    /// Counts the sessions closed (`close_session`, which every way a session ends goes
+    /// through): a call waiting on a session's worker watches it (`unless_closed`).
+    closed: tokio::sync::watch::Sender<u64>,
 }
 
 /// Default [`ReplayRingSessionManager::with_max_sessions`]: 10,000 sessions at once.
@@ -194,6 +197,7 @@ impl ReplayRingSessionManager {
             max_streams_per_session: DEFAULT_MAX_STREAMS_PER_SESSION,
             max_streams: DEFAULT_MAX_STREAMS,
             creating: tokio::sync::Mutex::new(()),
+            closed: tokio::sync::watch::Sender::new(0),
         }
     }
 
@@ -322,6 +326,40 @@ impl ReplayRingSessionManager {
     /// one leaves, it ends with a `retry:` hint: its client reconnects and takes over, instead of
     /// holding a stream that never carries anything. A shadow opened by a resume starts with its
     /// cursor (see [`cursor_priming`](Self::cursor_priming)), so that reconnect names it.
+    /// Runs `call`, which waits for session `id`'s worker to answer, unless the session is
+    /// closed first: then it is `SessionNotFound`, as if it had been closed before.
+    ///
+    /// rmcp's session handle sends its worker a request that carries a reply channel, and waits
+    /// for the reply. A worker that quits (a `DELETE`, an idle timeout) just as the request is
+    /// sent can leave the request in its closed queue, neither answered nor dropped while the
+    /// handle lives: tokio's mpsc keeps a value sent through a permit taken before the receiver
+    /// was dropped (tokio-rs/tokio#7714). The call would then wait forever, and with it the
+    /// client's `POST`. Every way a session ends goes through
+    /// [`close_session`](SessionManager::close_session), which removes it first and then counts
+    /// it in `closed`: watching that count, the call is abandoned once its session is gone.
+    /// Dropping it is safe: the handle it held goes with it, and the queue with the last one.
+    async fn unless_closed<T>(
+        &self,
+        id: &SessionId,
+        call: impl std::future::Future<Output = Result<T, ManagerError>>,
+    ) -> Result<T, ManagerError> {
+        // Subscribed before the first look: a close after it is seen as a change.
+        let mut closed = self.closed.subscribe();
+        let gone = async {
+            // `has_session` fails only if the manager is broken; then the call decides.
+            while self.inner.has_session(id).await.unwrap_or(true) {
+                // The sender lives in `self`, which outlives this borrow: never an error.
+                let _ = closed.changed().await;
+            }
+        };
+        tokio::select! {
+            // The call first: one that is ready is not refused for a close that came after it.
+            biased;
+            answered = call => answered,
+            () = gone => Err(LocalSessionManagerError::SessionNotFound(id.clone()).into()),
+        }
+    }
+
     fn shadow(&self, entry: Arc<StreamEntry>, cursor: Option<&str>) -> ManagerStream {
         let retry = self.store.config().retry;
         let priming = cursor.map(|c| self.cursor_priming(c));
@@ -407,7 +445,9 @@ impl SessionManager for ReplayRingSessionManager {
         id: &SessionId,
         message: ClientJsonRpcMessage,
     ) -> Result<ServerJsonRpcMessage, Self::Error> {
-        Ok(self.inner.initialize_session(id, message).await?)
+        // Answered by the worker, like `create_stream`: not waited for past a close.
+        let answer = async { Ok(self.inner.initialize_session(id, message).await?) };
+        self.unless_closed(id, answer).await
     }
 
     async fn has_session(&self, id: &SessionId) -> Result<bool, Self::Error> {
@@ -423,6 +463,8 @@ impl SessionManager for ReplayRingSessionManager {
         // by the first pass (`create_standalone_stream` checks for the session after creating
         // its stream, which covers one created after this).
         self.store.drop_session(id);
+        // After rmcp removed it: a call waiting on its worker now finds it gone.
+        self.closed.send_modify(|n| *n = n.wrapping_add(1));
         Ok(closed?)
     }
 
@@ -460,7 +502,8 @@ impl SessionManager for ReplayRingSessionManager {
         // Until the stream is bound below, it belongs to no session: this keeps the sweep from
         // taking it for an orphan, however long the awaits in between take.
         let binding = self.store.start_binding();
-        let mut local = Box::pin(self.inner.create_stream(id, message).await?);
+        let local = async { Ok(self.inner.create_stream(id, message).await?) };
+        let mut local = Box::pin(self.unless_closed(id, local).await?);
         // rmcp stores the priming event before it routes the request, so it is already queued.
         let priming = local.next().await.ok_or(ManagerError::NoPrimingEvent)?;
         // From here the ring serves the connection: dropping rmcp's receiver makes its own
@@ -636,6 +679,48 @@ mod tests {
     fn manager() -> ReplayRingSessionManager {
         let store = RingEventStore::new(crate::StoreConfig::default());
         ReplayRingSessionManager::new(store, LocalSessionManager::default())
+    }
+
+    /// A POST whose session's worker never answers is answered once the session is closed (a
+    /// `DELETE` racing it), not held open. rmcp's worker can leave a request unanswered for good
+    /// when it quits just as the request is sent (`unless_closed`); a worker that is never run
+    /// stands in for it here, since that race is a few instructions wide.
+    #[tokio::test]
+    async fn a_post_whose_worker_never_answers_ends_when_its_session_closes() {
+        use rmcp::transport::streamable_http_server::session::local::{
+            create_local_session, SessionConfig,
+        };
+        let manager = Arc::new(manager());
+        let id = SessionId::from("s1");
+        let (handle, _silent_worker) = create_local_session(id.clone(), SessionConfig::default());
+        manager
+            .inner
+            .sessions
+            .write()
+            .await
+            .insert(id.clone(), handle);
+        let ping: ClientJsonRpcMessage = serde_json::from_value(
+            serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}),
+        )
+        .unwrap();
+        let post = tokio::spawn({
+            let (manager, id) = (manager.clone(), id.clone());
+            async move { manager.create_stream(&id, ping).await.map(|_| ()) }
+        });
+        // The POST waits for the worker (time is not paused: rmcp's channels are real).
+        tokio::task::yield_now().await;
+        manager.close_session(&id).await.unwrap();
+        let answered = tokio::time::timeout(Duration::from_secs(10), post)
+            .await
+            .expect("the POST still waits for a worker of a closed session")
+            .unwrap();
+        assert!(
+            matches!(
+                answered,
+                Err(ManagerError::Local(LocalSessionManagerError::SessionNotFound(ref s))) if *s == id
+            ),
+            "{answered:?}"
+        );
     }
 
     /// Between its priming event and its POST binding it, a request stream belongs to no session.
