@@ -96,8 +96,17 @@ async fn fifty_readers_get_every_event_while_one_client_stalls() {
             slow_consumer: SlowConsumerPolicy::default(),
             ..SseConfig::default()
         },
-        // The socket-level write timeout (10 s) is left to close what the policy has cut.
-        ServeConfig::default(),
+        // The socket-level timeouts are raised out of the way. At the default write timeout
+        // (10 s), `serve` closes the stalled connection 10 s after its socket stopped taking
+        // bytes, and the kernel 20 s after its receive window closed, as the stream starts
+        // (`TCP_USER_TIMEOUT`). The policy cuts it 1 to 5 s after the stall, and the client then
+        // drains its backlog before the frame can go: on a loaded machine that margin ran out
+        // once, and the connection ended without the frame. The policy's cut is under test here,
+        // not the socket's.
+        ServeConfig {
+            write_timeout: Duration::from_secs(60),
+            ..ServeConfig::default()
+        },
     )
     .await;
     // The stalled client: sends its request, never reads, 4 KiB receive buffer.
@@ -116,8 +125,8 @@ async fn fifty_readers_get_every_event_while_one_client_stalls() {
     .await;
     // Once the policy has cut it, the stalled client reads what reached it, then the explicit
     // cut. It starts reading then rather than after the stream ends: `serve`'s write timeout
-    // (10 s) closes a connection whose bytes wait that long, and on a loaded machine the stream
-    // can take longer than that, so the cut frame would never reach a client that waited.
+    // closes a connection whose bytes wait that long, and on a loaded machine the stream can take
+    // longer than that, so the cut frame would never reach a client that waited.
     let stalled_reply = {
         let stream = stream.clone();
         tokio::spawn(async move {
