@@ -8,6 +8,7 @@
 //! live events come from one place, so there is no replay/live gap and no duplicate, and the
 //! retention policy sees what each connection was sent.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,6 +24,7 @@ use rmcp::transport::streamable_http_server::session::{
     SessionManager,
 };
 use sync_wrapper::SyncWrapper;
+use tokio::sync::watch;
 
 use crate::refusal::{RefusalReason, ResumeRefusal};
 use crate::store::{RingEventStore, StreamCap, StreamCaps};
@@ -173,9 +175,10 @@ pub struct ReplayRingSessionManager {
     /// Held from the count of open sessions to the new one's creation, so concurrent `initialize`
     /// requests cannot all pass the cap (sessions are created rarely; this costs nothing else).
     creating: tokio::sync::Mutex<()>,
-    /// Counts the sessions closed (`close_session`, which every way a session ends goes
-    /// through): a call waiting on a session's worker watches it (`unless_closed`).
-    closed: tokio::sync::watch::Sender<u64>,
+    /// One entry per open session, dropped when it closes (`close_session`, which every way a
+    /// session ends goes through): a call waiting on the session's worker watches it
+    /// (`unless_closed`).
+    open: parking_lot::Mutex<HashMap<SessionId, watch::Sender<()>>>,
 }
 
 /// Default [`ReplayRingSessionManager::with_max_sessions`]: 10,000 sessions at once.
@@ -197,7 +200,7 @@ impl ReplayRingSessionManager {
             max_streams_per_session: DEFAULT_MAX_STREAMS_PER_SESSION,
             max_streams: DEFAULT_MAX_STREAMS,
             creating: tokio::sync::Mutex::new(()),
-            closed: tokio::sync::watch::Sender::new(0),
+            open: parking_lot::Mutex::new(HashMap::new()),
         }
     }
 
@@ -321,11 +324,6 @@ impl ReplayRingSessionManager {
         &self.inner
     }
 
-    /// A second connection to a session's GET stream while one follows it live: keep-alives only,
-    /// so a message is never delivered twice (rmcp's "shadow" streams do the same). Once the live
-    /// one leaves, it ends with a `retry:` hint: its client reconnects and takes over, instead of
-    /// holding a stream that never carries anything. A shadow opened by a resume starts with its
-    /// cursor (see [`cursor_priming`](Self::cursor_priming)), so that reconnect names it.
     /// Runs `call`, which waits for session `id`'s worker to answer, unless the session is
     /// closed first: then it is `SessionNotFound`, as if it had been closed before.
     ///
@@ -334,32 +332,37 @@ impl ReplayRingSessionManager {
     /// sent can leave the request in its closed queue, neither answered nor dropped while the
     /// handle lives: tokio's mpsc keeps a value sent through a permit taken before the receiver
     /// was dropped (tokio-rs/tokio#7714). The call would then wait forever, and with it the
-    /// client's `POST`. Every way a session ends goes through
-    /// [`close_session`](SessionManager::close_session), which removes it first and then counts
-    /// it in `closed`: watching that count, the call is abandoned once its session is gone.
-    /// Dropping it is safe: the handle it held goes with it, and the queue with the last one.
+    /// client's request. Every way a session ends goes through
+    /// [`close_session`](SessionManager::close_session), which drops the session's entry in
+    /// `open`: the call is abandoned then. Dropping it is safe: the handle it held goes with it,
+    /// and the stuck request with the last handle.
+    ///
+    /// The entry is this session's, taken before the call starts: a session restored later
+    /// under the same id (rmcp's session store) has its own, and does not keep this call waiting.
     async fn unless_closed<T>(
         &self,
         id: &SessionId,
         call: impl std::future::Future<Output = Result<T, ManagerError>>,
     ) -> Result<T, ManagerError> {
-        // Subscribed before the first look: a close after it is seen as a change.
-        let mut closed = self.closed.subscribe();
-        let gone = async {
-            // `has_session` fails only if the manager is broken; then the call decides.
-            while self.inner.has_session(id).await.unwrap_or(true) {
-                // The sender lives in `self`, which outlives this borrow: never an error.
-                let _ = closed.changed().await;
-            }
+        let gone = || ManagerError::from(LocalSessionManagerError::SessionNotFound(id.clone()));
+        // No entry: the session was closed (rmcp had removed it before), or never opened.
+        let Some(mut open) = self.open.lock().get(id).map(watch::Sender::subscribe) else {
+            return Err(gone());
         };
         tokio::select! {
             // The call first: one that is ready is not refused for a close that came after it.
             biased;
             answered = call => answered,
-            () = gone => Err(LocalSessionManagerError::SessionNotFound(id.clone()).into()),
+            // Nothing is ever sent: `changed` returns only once the entry was dropped.
+            _ = open.changed() => Err(gone()),
         }
     }
 
+    /// A second connection to a session's GET stream while one follows it live: keep-alives only,
+    /// so a message is never delivered twice (rmcp's "shadow" streams do the same). Once the live
+    /// one leaves, it ends with a `retry:` hint: its client reconnects and takes over, instead of
+    /// holding a stream that never carries anything. A shadow opened by a resume starts with its
+    /// cursor (see [`cursor_priming`](Self::cursor_priming)), so that reconnect names it.
     fn shadow(&self, entry: Arc<StreamEntry>, cursor: Option<&str>) -> ManagerStream {
         let retry = self.store.config().retry;
         let priming = cursor.map(|c| self.cursor_priming(c));
@@ -437,7 +440,9 @@ impl SessionManager for ReplayRingSessionManager {
                 limit: self.max_sessions,
             });
         }
-        Ok(self.inner.create_session().await?)
+        let (id, transport) = self.inner.create_session().await?;
+        self.open.lock().insert(id.clone(), watch::Sender::new(()));
+        Ok((id, transport))
     }
 
     async fn initialize_session(
@@ -463,8 +468,8 @@ impl SessionManager for ReplayRingSessionManager {
         // by the first pass (`create_standalone_stream` checks for the session after creating
         // its stream, which covers one created after this).
         self.store.drop_session(id);
-        // After rmcp removed it: a call waiting on its worker now finds it gone.
-        self.closed.send_modify(|n| *n = n.wrapping_add(1));
+        // After rmcp removed it: a call waiting on its worker is abandoned.
+        self.open.lock().remove(id);
         Ok(closed?)
     }
 
@@ -637,7 +642,13 @@ impl SessionManager for ReplayRingSessionManager {
         &self,
         id: SessionId,
     ) -> Result<RestoreOutcome<Self::Transport>, Self::Error> {
-        Ok(self.inner.restore_session(id).await?)
+        let outcome = self.inner.restore_session(id.clone()).await?;
+        if let RestoreOutcome::Restored(_) = &outcome {
+            // A new entry: any call still waiting on the session's earlier worker watches the
+            // earlier one, which its close dropped.
+            self.open.lock().insert(id, watch::Sender::new(()));
+        }
+        Ok(outcome)
     }
 
     fn event_store(&self) -> Option<Arc<dyn EventStore>> {
@@ -681,35 +692,24 @@ mod tests {
         ReplayRingSessionManager::new(store, LocalSessionManager::default())
     }
 
-    /// A POST whose session's worker never answers is answered once the session is closed (a
-    /// `DELETE` racing it), not held open. rmcp's worker can leave a request unanswered for good
-    /// when it quits just as the request is sent (`unless_closed`); a worker that is never run
-    /// stands in for it here, since that race is a few instructions wide.
-    #[tokio::test]
-    async fn a_post_whose_worker_never_answers_ends_when_its_session_closes() {
-        use rmcp::transport::streamable_http_server::session::local::{
-            create_local_session, SessionConfig,
-        };
-        let manager = Arc::new(manager());
-        let id = SessionId::from("s1");
-        let (handle, _silent_worker) = create_local_session(id.clone(), SessionConfig::default());
-        manager
-            .inner
-            .sessions
-            .write()
-            .await
-            .insert(id.clone(), handle);
+    /// A `ping` POSTed in session `id`, on a task: the manager's `create_stream` as rmcp calls it.
+    fn post_ping(
+        manager: &Arc<ReplayRingSessionManager>,
+        id: &SessionId,
+    ) -> tokio::task::JoinHandle<Result<(), ManagerError>> {
         let ping: ClientJsonRpcMessage = serde_json::from_value(
             serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}),
         )
         .unwrap();
-        let post = tokio::spawn({
-            let (manager, id) = (manager.clone(), id.clone());
-            async move { manager.create_stream(&id, ping).await.map(|_| ()) }
-        });
-        // The POST waits for the worker (time is not paused: rmcp's channels are real).
-        tokio::task::yield_now().await;
-        manager.close_session(&id).await.unwrap();
+        let (manager, id) = (manager.clone(), id.clone());
+        tokio::spawn(async move { manager.create_stream(&id, ping).await.map(|_| ()) })
+    }
+
+    /// Waits for a POST that must be answered `SessionNotFound` for `id`.
+    async fn assert_session_not_found(
+        post: tokio::task::JoinHandle<Result<(), ManagerError>>,
+        id: &SessionId,
+    ) {
         let answered = tokio::time::timeout(Duration::from_secs(10), post)
             .await
             .expect("the POST still waits for a worker of a closed session")
@@ -717,10 +717,44 @@ mod tests {
         assert!(
             matches!(
                 answered,
-                Err(ManagerError::Local(LocalSessionManagerError::SessionNotFound(ref s))) if *s == id
+                Err(ManagerError::Local(LocalSessionManagerError::SessionNotFound(ref s))) if s == id
             ),
             "{answered:?}"
         );
+    }
+
+    /// A POST whose session's worker never answers is answered once the session is closed (a
+    /// `DELETE` racing it), not held open. rmcp's worker can leave a request unanswered for good
+    /// when it quits just as the request is sent (`unless_closed`). That race is a few
+    /// instructions wide; a worker that is never initialised stands in for it here: it quits on
+    /// the POST's request, keeping it (and its reply channel) in its exit status, which the
+    /// session's transport holds.
+    #[tokio::test]
+    async fn a_post_whose_worker_never_answers_ends_when_its_session_closes() {
+        let manager = Arc::new(manager());
+        let (id, _transport) = manager.create_session().await.unwrap();
+        let post = post_ping(&manager, &id);
+        // On this one-thread runtime the POST runs up to its wait for the worker's answer.
+        tokio::task::yield_now().await;
+        assert!(!post.is_finished(), "the POST did not reach the worker");
+        manager.close_session(&id).await.unwrap();
+        assert_session_not_found(post, &id).await;
+    }
+
+    /// A session closed and restored under the same id (rmcp's session store) while a POST waits
+    /// on its earlier worker: the POST is still answered, since it watched the earlier session.
+    #[tokio::test]
+    async fn a_post_waiting_on_a_closed_session_ends_though_its_id_was_restored() {
+        let manager = Arc::new(manager());
+        let (id, _transport) = manager.create_session().await.unwrap();
+        let post = post_ping(&manager, &id);
+        tokio::task::yield_now().await;
+        assert!(!post.is_finished(), "the POST did not reach the worker");
+        manager.close_session(&id).await.unwrap();
+        let restored = manager.restore_session(id.clone()).await.unwrap();
+        assert!(matches!(restored, RestoreOutcome::Restored(_)));
+        assert!(manager.has_session(&id).await.unwrap());
+        assert_session_not_found(post, &id).await;
     }
 
     /// Between its priming event and its POST binding it, a request stream belongs to no session.
