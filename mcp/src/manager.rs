@@ -692,24 +692,35 @@ mod tests {
         ReplayRingSessionManager::new(store, LocalSessionManager::default())
     }
 
-    /// A `ping` POSTed in session `id`, on a task: the manager's `create_stream` as rmcp calls it.
-    fn post_ping(
+    type Post = tokio::task::JoinHandle<Result<(), ManagerError>>;
+    type Transport = <ReplayRingSessionManager as SessionManager>::Transport;
+
+    /// A session opened as rmcp opens one, and a `ping` POSTed in it (the manager's
+    /// `create_stream`, on a task) that waits for the session's worker and will never be
+    /// answered. rmcp's worker can leave a request unanswered for good when it quits just as the
+    /// request is sent (`unless_closed`); that race is a few instructions wide, so a worker that
+    /// is never initialised stands in for it: it quits on the POST's request, keeping it (and its
+    /// reply channel) in its exit status, which the returned transport holds.
+    async fn a_post_the_worker_never_answers(
         manager: &Arc<ReplayRingSessionManager>,
-        id: &SessionId,
-    ) -> tokio::task::JoinHandle<Result<(), ManagerError>> {
+    ) -> (SessionId, Transport, Post) {
+        let (id, transport) = manager.create_session().await.unwrap();
         let ping: ClientJsonRpcMessage = serde_json::from_value(
             serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}),
         )
         .unwrap();
-        let (manager, id) = (manager.clone(), id.clone());
-        tokio::spawn(async move { manager.create_stream(&id, ping).await.map(|_| ()) })
+        let post = tokio::spawn({
+            let (manager, id) = (manager.clone(), id.clone());
+            async move { manager.create_stream(&id, ping).await.map(|_| ()) }
+        });
+        // On the tests' one-thread runtime the POST runs up to its wait for the worker's answer.
+        tokio::task::yield_now().await;
+        assert!(!post.is_finished(), "the POST did not reach the worker");
+        (id, transport, post)
     }
 
     /// Waits for a POST that must be answered `SessionNotFound` for `id`.
-    async fn assert_session_not_found(
-        post: tokio::task::JoinHandle<Result<(), ManagerError>>,
-        id: &SessionId,
-    ) {
+    async fn assert_session_not_found(post: Post, id: &SessionId) {
         let answered = tokio::time::timeout(Duration::from_secs(10), post)
             .await
             .expect("the POST still waits for a worker of a closed session")
@@ -724,19 +735,11 @@ mod tests {
     }
 
     /// A POST whose session's worker never answers is answered once the session is closed (a
-    /// `DELETE` racing it), not held open. rmcp's worker can leave a request unanswered for good
-    /// when it quits just as the request is sent (`unless_closed`). That race is a few
-    /// instructions wide; a worker that is never initialised stands in for it here: it quits on
-    /// the POST's request, keeping it (and its reply channel) in its exit status, which the
-    /// session's transport holds.
+    /// `DELETE` racing it), not held open.
     #[tokio::test]
     async fn a_post_whose_worker_never_answers_ends_when_its_session_closes() {
         let manager = Arc::new(manager());
-        let (id, _transport) = manager.create_session().await.unwrap();
-        let post = post_ping(&manager, &id);
-        // On this one-thread runtime the POST runs up to its wait for the worker's answer.
-        tokio::task::yield_now().await;
-        assert!(!post.is_finished(), "the POST did not reach the worker");
+        let (id, _transport, post) = a_post_the_worker_never_answers(&manager).await;
         manager.close_session(&id).await.unwrap();
         assert_session_not_found(post, &id).await;
     }
@@ -746,10 +749,7 @@ mod tests {
     #[tokio::test]
     async fn a_post_waiting_on_a_closed_session_ends_though_its_id_was_restored() {
         let manager = Arc::new(manager());
-        let (id, _transport) = manager.create_session().await.unwrap();
-        let post = post_ping(&manager, &id);
-        tokio::task::yield_now().await;
-        assert!(!post.is_finished(), "the POST did not reach the worker");
+        let (id, _transport, post) = a_post_the_worker_never_answers(&manager).await;
         manager.close_session(&id).await.unwrap();
         let restored = manager.restore_session(id.clone()).await.unwrap();
         assert!(matches!(restored, RestoreOutcome::Restored(_)));
