@@ -74,6 +74,18 @@ struct ViaTail {
     down: Arc<watch::Sender<bool>>,
 }
 
+/// The defaults, with a backpressure bound of `timeout` and a resumption window long enough that
+/// no event expires during a test.
+fn bounded_by(timeout: Duration) -> SseConfig {
+    SseConfig {
+        retention: RetentionConfig {
+            resumption_window: Duration::from_secs(60),
+            backpressure_timeout: timeout,
+        },
+        ..SseConfig::default()
+    }
+}
+
 fn unreachable_store() -> Unavailable {
     Unavailable::new("store unreachable (test switch)")
 }
@@ -446,13 +458,7 @@ async fn a_publish_cancelled_during_its_backpressure_close_claims_no_end() {
     let (inner, _ring) = ReplayRing::<Bytes>::new(4, 1).unwrap();
     let (producer, down) = ViaProducer::new(inner);
     let me = identity();
-    let config = SseConfig {
-        retention: RetentionConfig {
-            resumption_window: Duration::from_secs(60),
-            backpressure_timeout: Duration::from_millis(200),
-        },
-        ..SseConfig::default()
-    };
+    let config = bounded_by(Duration::from_millis(200));
     let (_stream, mut producer) = SseStream::with_backend(producer, me, config);
     for n in 1..=4 {
         assert_eq!(producer.send(format!("e{n}")).await.unwrap(), n);
@@ -476,13 +482,7 @@ async fn a_backpressure_close_whose_reply_is_lost_is_found_to_have_landed() {
     let (inner, ring) = ReplayRing::<Bytes>::new(4, 1).unwrap();
     let (mut producer, _down) = ViaProducer::new(inner);
     producer.close_reply_lost = true;
-    let config = SseConfig {
-        retention: RetentionConfig {
-            resumption_window: Duration::from_secs(60),
-            backpressure_timeout: Duration::from_millis(200),
-        },
-        ..SseConfig::default()
-    };
+    let config = bounded_by(Duration::from_millis(200));
     let (_stream, mut producer) = SseStream::with_backend(producer, identity(), config);
     for n in 1..=4 {
         assert_eq!(producer.send(format!("e{n}")).await.unwrap(), n);
@@ -514,13 +514,7 @@ async fn an_unconfirmed_publish_ends_the_backpressure_wait_it_came_after() {
     let (producer, ring) = ReplayRing::<Bytes>::new(1, 1).unwrap();
     let (producer, _down) = ViaProducer::new(producer);
     let lose_reply = producer.append_reply_lost.clone();
-    let config = SseConfig {
-        retention: RetentionConfig {
-            resumption_window: Duration::from_secs(60),
-            backpressure_timeout: Duration::from_secs(2),
-        },
-        ..SseConfig::default()
-    };
+    let config = bounded_by(Duration::from_secs(2));
     let (_stream, mut publisher) = SseStream::with_backend(producer, identity(), config);
     assert_eq!(publisher.send("e1").await.unwrap(), 1);
 

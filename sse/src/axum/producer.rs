@@ -112,9 +112,10 @@ impl<B: Backend<Payload = Bytes>> SseProducer<B> {
     /// backpressure bound (`BackpressureTimeout`: the stream is then closed with that reason,
     /// after every event already published), or was taken over (`Superseded`). With a network
     /// backend also `Unavailable` (the store could not be reached, or refused the event for now;
-    /// nothing stored, publish the event again), `Unconfirmed` (sent, but its answer was lost: the producer stores it before
-    /// the next event, so do not publish it again) and `TooLarge` (this event is longer than the
-    /// store takes; nothing stored, no id used): the stream stays open after all three.
+    /// nothing stored, publish the event again), `Unconfirmed` (sent, but its answer was lost:
+    /// the producer stores it before the next event, so do not publish it again) and `TooLarge`
+    /// (this event is longer than the store takes; nothing stored, no id used): the stream stays
+    /// open after all three.
     ///
     /// # Cancel safety
     ///
