@@ -354,7 +354,7 @@ impl<T> Producer<T> {
                 // of the run happens-before any read of it (as in `try_push_with`).
                 shared
                     .head
-                    .store(self.next - 1, ord("publish_relaxed", Release, Relaxed));
+                    .store(self.next - 1, ord("publish_many_relaxed", Release, Relaxed));
                 producer.next_id = self.next;
                 shared.wake_readers();
             }

@@ -1,5 +1,8 @@
-//! Race 1: the producer pushes (and the window wraps around) while a reader resumes and replays.
+//! Race 1: the producer pushes (and the window wraps around) while a reader resumes and replays;
+//! and the same for a run of events published at once (`try_push_many`).
 #![cfg(replay_ring_loom)]
+
+use std::ops::ControlFlow;
 
 use loom::thread;
 use replay_ring::ResumeError;
@@ -80,4 +83,138 @@ fn push_vs_replay_across_wraparound() {
             drop_and_check_ledger(&ledger, head, Some(producer), ring);
         },
     );
+}
+
+/// The batch publish of `try_push_many` against a replay that drains. Capacity 2. Before the
+/// threads start: ids 1 and 2 pushed, 1 released (floor 2, head 2). Producer thread: release 2,
+/// then one `try_push_many` of ids 3 and 4. Id 3 reuses id 1's slot, which no reader can pin (the
+/// reader pins 2 or higher); id 4 reuses id 2's, which the batch may take only once the reader's
+/// pin has moved past 2. So the batch asks for room for id 4 while id 3 is written and not yet
+/// published, and publishes one or both with a single `head` store. Reader (main thread): resume
+/// after id 1, then two drains. A drain lends the batches that follow its first under the same pin,
+/// without pinning again: with the light fence modelled as nothing, only the publish orders their
+/// slot writes before those reads (docs/verification.md, model 1m, says why the other
+/// configuration needs model 1g).
+#[test]
+fn push_many_vs_replay_across_wraparound() {
+    model(
+        "push_many_vs_replay_across_wraparound",
+        Bound::Preemptions(5),
+        || {
+            let ledger = Ledger::new(4);
+            let (mut producer, ring) = ring_with(&ledger, 2, 1, 2);
+            assert_eq!(ring.release_through(1), Ok(2));
+            let released_2 = Flag::default();
+
+            let producer_thread = {
+                let ledger = ledger.clone();
+                let ring = ring.clone();
+                let released_2 = released_2.clone();
+                thread::spawn(move || {
+                    assert_eq!(ring.release_through(2), Ok(3));
+                    released_2.set();
+                    // The values are made only as the batch takes them: one it cannot place is
+                    // never made, so the ledger counts exactly the ids pushed.
+                    let mut values = (3..=4).map(|id| maker(&ledger)(id));
+                    let pushed = producer.try_push_many(&mut values);
+                    assert!(
+                        (1..=2).contains(&pushed),
+                        "push mismatch: id 3's slot was free, yet the batch pushed {pushed}"
+                    );
+                    assert_eq!(producer.next_id(), 3 + pushed as u64);
+                    check_cursors(&ring);
+                    producer
+                })
+            };
+            let started_after_release = released_2.get();
+            match ring.resume(Some(1)) {
+                Ok(mut reader) => {
+                    let mut next = 2;
+                    for _ in 0..2 {
+                        let drained = reader.drain(|batch| {
+                            if next == 2 {
+                                assert!(
+                                    !started_after_release,
+                                    "released id returned: a resume started after \
+                                     release_through(2) completed replayed id 2"
+                                );
+                            }
+                            next = check_batch(batch, next) + 1;
+                            ControlFlow::Continue(())
+                        });
+                        drained.expect("no gap: the replay was pinned");
+                        check_cursors(&ring);
+                    }
+                    assert!(
+                        next > 2,
+                        "replay empty: resume(Some(1)) with head >= 2 lent nothing"
+                    );
+                }
+                Err(ResumeError::BelowFloor {
+                    requested, floor, ..
+                }) => {
+                    assert_eq!(
+                        (requested, floor),
+                        (1, 3),
+                        "replay mismatch: wrong BelowFloor"
+                    );
+                }
+                Err(e) => panic!("replay mismatch: unexpected {e:?}"),
+            }
+
+            let producer = producer_thread.join().unwrap();
+            check_cursors(&ring);
+            let head = ring.head();
+            drop_and_check_ledger(&ledger, head, Some(producer), ring);
+        },
+    );
+}
+
+/// The batch publish of `try_push_many` against a gating reader. Capacity 4. Before the threads
+/// start: id 1 pushed and released, and the reader, resumed at the head, gating from id 2.
+/// Producer thread: one `try_push_many` of ids 2 and 3, into slots that never held a value and
+/// below the write limit the producer already knows (ids up to 4), so it cannot be refused and
+/// needs no pin scan: no fence of the producer's comes between its slot writes and its `head`
+/// store. Reader (main thread): three polls of the gate, which lends what
+/// it finds with no fence of its own after the one that set its pin.
+#[test]
+fn push_many_vs_gate() {
+    model("push_many_vs_gate", Bound::Exhaustive, || {
+        let ledger = Ledger::new(3);
+        let (mut producer, ring) = ring_with(&ledger, 4, 1, 1);
+        assert_eq!(ring.release_through(1), Ok(2));
+        let mut reader = ring.resume(Some(1)).expect("a resume at the head");
+
+        let producer_thread = {
+            let ledger = ledger.clone();
+            let ring = ring.clone();
+            thread::spawn(move || {
+                let mut values = (2..=3).map(|id| maker(&ledger)(id));
+                assert_eq!(
+                    producer.try_push_many(&mut values),
+                    2,
+                    "push mismatch: the batch was refused fresh slots"
+                );
+                check_cursors(&ring);
+                producer
+            })
+        };
+
+        let mut next = 2;
+        {
+            let mut gate = reader.gating().expect("nothing was released past the head");
+            for _ in 0..3 {
+                if let Some(batch) = gate.try_read().expect("a gate never sees a gap") {
+                    next = check_batch(&batch, next) + 1;
+                }
+                check_cursors(&ring);
+            }
+        }
+        drop(reader);
+        let producer = producer_thread.join().unwrap();
+        check_cursors(&ring);
+        let head = ring.head();
+        assert_eq!(head, 3, "the batch published {head}, not its last id");
+        drop_and_check_ledger(&ledger, head, Some(producer), ring);
+    });
 }
