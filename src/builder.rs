@@ -53,7 +53,7 @@ pub enum WakeupFences {
     /// The push pays only a compiler fence; a reader that parks pays a
     /// `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)` system call (about a microsecond). For
     /// high-rate producers whose readers poll and rarely park. Falls back to `Symmetric` where the
-    /// system call is unavailable.
+    /// system call is unavailable ([`ReplayRing::wakeup_fences`] says which a ring runs with).
     Asymmetric,
 }
 
@@ -371,5 +371,35 @@ impl<T: Send> ReplayRing<T> {
             .capacity(capacity)
             .max_readers(max_readers)
             .build()
+    }
+}
+
+impl<T> ReplayRing<T> {
+    /// The wake-up fences this ring runs with: what
+    /// [`Builder::wakeup_fences`](crate::Builder::wakeup_fences) asked for, except that a ring
+    /// asked for [`WakeupFences::Asymmetric`] runs with [`WakeupFences::Symmetric`] where the
+    /// `membarrier` system call is unavailable (other systems than Linux, old kernels, a sandbox
+    /// that forbids it). Both are correct; log this at startup to know which cost you pay.
+    ///
+    /// ```
+    /// use replay_ring::{ReplayRing, WakeupFences};
+    ///
+    /// let (_p, ring) = ReplayRing::<u8>::new(16, 1).unwrap();
+    /// assert_eq!(ring.wakeup_fences(), WakeupFences::Symmetric);
+    ///
+    /// let (_p, ring) = ReplayRing::<u8>::builder()
+    ///     .wakeup_fences(WakeupFences::Asymmetric)
+    ///     .build()
+    ///     .unwrap();
+    /// if ring.wakeup_fences() == WakeupFences::Symmetric {
+    ///     eprintln!("membarrier unavailable: every push pays a full fence");
+    /// }
+    /// ```
+    pub fn wakeup_fences(&self) -> WakeupFences {
+        if self.shared.asymmetric_reader_wakeup {
+            WakeupFences::Asymmetric
+        } else {
+            WakeupFences::Symmetric
+        }
     }
 }
