@@ -1,7 +1,8 @@
 //! Asymmetric wake-up fences must never be left half-done. If `membarrier` stops working after a
 //! ring registered for it (here: a seccomp filter installed after the ring is built makes it fail
 //! with `EPERM`), the side that is about to sleep cannot complete the fence pair, and the process
-//! aborts with a message instead of silently losing wake-ups.
+//! aborts with a message instead of silently losing wake-ups. Forbidden before the first ring is
+//! built, it is never used: that ring runs, and reports, symmetric fences.
 //!
 //! Each case re-runs this test binary as a child process (selected by an environment variable),
 //! which builds a ring, installs the filter, and waits; the parent checks that the child died of
@@ -108,23 +109,43 @@ fn child(case: &str) {
             // Nothing to read: the reader parks, which needs the heavy fence.
             let _ = reader.read_timeout(Duration::from_millis(10));
         }
+        "denied_before_the_first_ring" => {
+            // Forbidden before any ring registers: the process runs symmetric fences, and says so.
+            deny_membarrier();
+            let (_producer, ring) = ReplayRing::<u8>::builder()
+                .wakeup_fences(WakeupFences::Asymmetric)
+                .build()
+                .unwrap();
+            assert_eq!(ring.wakeup_fences(), WakeupFences::Symmetric);
+            let mut reader = ring.reader().unwrap();
+            let _ = reader.read_timeout(Duration::from_millis(10));
+        }
         other => panic!("unknown case {other}"),
     }
     println!("the wait returned without aborting");
 }
 
-fn run_child(case: &str, test: &str) {
+/// Runs `test` again as a child process that takes `case`, and returns its output with its stdout
+/// and stderr as text; `None` in the child itself, after it ran the case.
+fn spawn_child(case: &str, test: &str) -> Option<(std::process::Output, String, String)> {
     if let Ok(case) = std::env::var(CHILD) {
         child(&case);
-        return;
+        return None;
     }
     let out = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", test, "--nocapture", "--test-threads=1"])
         .env(CHILD, case)
         .output()
         .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    Some((out, stdout, stderr))
+}
+
+fn run_child(case: &str, test: &str) {
+    let Some((out, stdout, stderr)) = spawn_child(case, test) else {
+        return;
+    };
     if !expedited_membarrier_supported() {
         // Without the system call, rings fall back to symmetric fences, whose waits need no
         // membarrier: the child's wait must return instead of aborting. The abort cannot be
@@ -164,5 +185,19 @@ fn asymmetric_reader_wait_aborts_when_membarrier_fails_after_registration() {
     run_child(
         "reader",
         "asymmetric_reader_wait_aborts_when_membarrier_fails_after_registration",
+    );
+}
+
+#[test]
+fn a_ring_built_after_membarrier_is_forbidden_runs_symmetric_fences() {
+    let test = "a_ring_built_after_membarrier_is_forbidden_runs_symmetric_fences";
+    let Some((out, stdout, stderr)) = spawn_child("denied_before_the_first_ring", test) else {
+        return;
+    };
+    assert!(
+        out.status.success() && stdout.contains("the wait returned without aborting"),
+        "a ring built under the filter must fall back, not abort; status {:?}\nstdout: {stdout}\n\
+         stderr: {stderr}",
+        out.status
     );
 }
