@@ -292,8 +292,15 @@ impl Segment {
             }
         }
         if back != 0 && !crate::sync::mutant("deactivated_not_restored") {
-            // Relaxed: only this producer scans; its next scan, on this thread, sees it.
-            self.active[word].fetch_or(back, Relaxed);
+            // Relaxed: only this producer scans; its next scan, on this thread, sees it. An RMW,
+            // not a store of the word with `back` added: a store would erase the bit of another
+            // reader of this word that set it since (the `restore_store` mutant, model 2cr).
+            if crate::sync::mutant("restore_store") {
+                let now = self.active[word].load(Relaxed);
+                self.active[word].store(now | back, Relaxed);
+            } else {
+                self.active[word].fetch_or(back, Relaxed);
+            }
         }
         if crate::sync::mutant("keep_ignores_back") {
             return left != 0;

@@ -208,11 +208,24 @@ pub fn release_and_check(ring: &ReplayRing<Ev>, id: u64) {
 /// which must lend id 2 intact, or nothing yet, or an explicit gap. Returns the producer, then
 /// checks the cursors and the drop ledger.
 pub fn read_against_a_release_and_reuse(
+    producer: Producer<Ev>,
+    ring: ReplayRing<Ev>,
+    ledger: &StdArc<Ledger>,
+    reader: Reader<Ev>,
+    others: Vec<Reader<Ev>>,
+) {
+    read_against_a_release_and_reuse_beside(producer, ring, ledger, reader, others, None);
+}
+
+/// As [`read_against_a_release_and_reuse`], with a third thread (`beside`, which returns its
+/// reader) joined, and its reader dropped, before the ledger is checked.
+pub fn read_against_a_release_and_reuse_beside(
     mut producer: Producer<Ev>,
     ring: ReplayRing<Ev>,
     ledger: &StdArc<Ledger>,
     mut reader: Reader<Ev>,
     others: Vec<Reader<Ev>>,
+    beside: Option<JoinHandle<Reader<Ev>>>,
 ) {
     let next = ring.head() + 1;
     let producer_thread = {
@@ -239,8 +252,9 @@ pub fn read_against_a_release_and_reuse(
     }
     check_cursors(&ring);
     let producer = producer_thread.join().unwrap();
+    let beside = beside.map(|thread| thread.join().unwrap());
     let head = ring.head();
-    drop((reader, others));
+    drop((reader, others, beside));
     drop_and_check_ledger(ledger, head, Some(producer), ring);
 }
 

@@ -14,9 +14,10 @@
 #![cfg(replay_ring_loom)]
 
 use loom::thread;
+use replay_ring::ReadError;
 use replay_ring_loom_tests::{
-    check_batch, drop_and_check_ledger, maker, model, read_against_a_release_and_reuse, ring_with,
-    Bound, Ledger,
+    check_batch, drop_and_check_ledger, maker, model, read_against_a_release_and_reuse,
+    read_against_a_release_and_reuse_beside, ring_with, Bound, Ledger,
 };
 
 /// The reader on table entry 2, in the table's second segment (loom builds put two entries in
@@ -174,4 +175,49 @@ fn first_read_beside_a_replay_of_id_4(entries: usize, replay_entry: usize) {
     others.push(ring.resume(Some(3)).unwrap());
     assert_eq!(ring.release_through(1), Ok(2));
     read_against_a_release_and_reuse(producer, ring, &ledger, reader, others);
+}
+
+/// 2cr: as 2cd, with the idle reader on entry 3 reading again, on a third thread, while the
+/// producer's first scan runs. That scan clears entry 3's bit, finds its reader pinned again, and
+/// puts the bit back while the reader on entry 2 may be setting its own bit in the same word:
+/// only a put-back that is a read-modify-write keeps both bits, and so lets the second scan find
+/// the reader on entry 2 pinned at id 2.
+#[test]
+fn first_read_while_the_scan_restores_a_pinned_bit() {
+    model(
+        "first_read_while_the_scan_restores_a_pinned_bit",
+        Bound::Preemptions(3),
+        || {
+            let ledger = Ledger::new(4);
+            let (mut producer, ring) = ring_with(&ledger, 2, 4, 1);
+            let others: Vec<_> = (0..2).map(|_| ring.reader().unwrap()).collect();
+            // Entry 2: registered at the head (id 1), never read, so not active.
+            let reader = ring.reader().unwrap();
+            // Entry 3: reads id 1 and stops: active, unpinned.
+            let mut again = ring.resume(Some(0)).unwrap();
+            check_batch(&again.try_read().unwrap().unwrap(), 1);
+            assert_eq!(ring.release_through(1), Ok(2));
+            assert_eq!(producer.try_push_with(maker(&ledger)).ok(), Some(2));
+            // Entry 3 reads id 2, pinning it again, while the producer's first scan runs.
+            let reading_again = thread::spawn(move || {
+                match again.try_read() {
+                    Ok(Some(batch)) => {
+                        check_batch(&batch, 2);
+                    }
+                    // Released before the pin was validated.
+                    Ok(None) | Err(ReadError::Gap { .. }) => {}
+                    Err(e) => panic!("read mismatch: unexpected {e:?}"),
+                }
+                again
+            });
+            read_against_a_release_and_reuse_beside(
+                producer,
+                ring,
+                &ledger,
+                reader,
+                others,
+                Some(reading_again),
+            );
+        },
+    );
 }
