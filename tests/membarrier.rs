@@ -19,19 +19,13 @@ use std::time::Duration;
 
 use replay_ring::{ReplayRing, WakeupFences};
 
+#[path = "support/membarrier_query.rs"]
+mod membarrier_query;
+use membarrier_query::expedited_membarrier_supported;
+
 const CHILD: &str = "REPLAY_RING_MEMBARRIER_CHILD";
 const MESSAGE: &str =
     "membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) failed with errno 1 after registration succeeded";
-
-/// Whether this kernel offers private expedited membarriers at all (otherwise rings use symmetric
-/// fences, and a wait never needs the system call).
-fn expedited_membarrier_supported() -> bool {
-    const MEMBARRIER_CMD_QUERY: libc::c_int = 0;
-    const MEMBARRIER_CMD_PRIVATE_EXPEDITED: libc::c_long = 1 << 3;
-    // SAFETY: the query command takes no pointer and only returns a bit mask (or -1).
-    let mask = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0) };
-    mask > 0 && mask & MEMBARRIER_CMD_PRIVATE_EXPEDITED != 0
-}
 
 /// Makes every later `membarrier` call of this thread fail with `EPERM`; everything else is allowed.
 fn deny_membarrier() {
