@@ -4,10 +4,13 @@
 
 use std::ops::ControlFlow;
 
+use std::sync::Arc;
+
 use loom::thread;
-use replay_ring::ResumeError;
+use replay_ring::{Batch, Producer, ReplayRing, ResumeError};
 use replay_ring_loom_tests::{
-    check_batch, check_cursors, drop_and_check_ledger, maker, model, ring_with, Bound, Flag, Ledger,
+    check_batch, check_cursors, drop_and_check_ledger, maker, model, ring_with, Bound, Ev, Flag,
+    Ledger,
 };
 
 /// Capacity 2. Before the threads start: ids 1 and 2 pushed, 1 released (floor 2, head 2).
@@ -20,154 +23,139 @@ fn push_vs_replay_across_wraparound() {
         "push_vs_replay_across_wraparound",
         Bound::Preemptions(5),
         || {
-            let ledger = Ledger::new(4);
-            let (mut producer, ring) = ring_with(&ledger, 2, 1, 2);
-            assert_eq!(ring.release_through(1), Ok(2));
-            let released_2 = Flag::default();
-
-            let producer_thread = {
-                let ledger = ledger.clone();
-                let ring = ring.clone();
-                let released_2 = released_2.clone();
-                thread::spawn(move || {
-                    // Slot of id 1: released before the threads started, and never pinned (the
-                    // reader pins 2 or higher), so this push cannot be refused.
-                    assert_eq!(producer.try_push_with(maker(&ledger)).ok(), Some(3));
-                    assert_eq!(ring.release_through(2), Ok(3));
-                    released_2.set();
-                    check_cursors(&ring);
-                    // Refused while the reader still pins id 2; either outcome is legal.
-                    let _ = producer.try_push_with(maker(&ledger));
-                    producer
-                })
-            };
-            let started_after_release = released_2.get();
-            match ring.resume(Some(1)) {
-                Ok(mut reader) => {
-                    let mut next = 2;
-                    for _ in 0..2 {
-                        check_cursors(&ring);
-                        if let Some(batch) =
-                            reader.try_read().expect("no gap: the replay was pinned")
-                        {
-                            if next == 2 {
-                                assert!(
-                                !started_after_release,
-                                "released id returned: a resume started after release_through(2) \
-                                 completed replayed id 2"
-                            );
-                            }
-                            next = check_batch(&batch, next) + 1;
-                        }
-                    }
-                    assert!(
-                        next > 2,
-                        "replay empty: resume(Some(1)) with head >= 2 lent nothing"
-                    );
-                }
-                Err(ResumeError::BelowFloor {
-                    requested, floor, ..
-                }) => {
-                    assert_eq!(
-                        (requested, floor),
-                        (1, 3),
-                        "replay mismatch: wrong BelowFloor"
-                    );
-                }
-                Err(e) => panic!("replay mismatch: unexpected {e:?}"),
-            }
-
-            let producer = producer_thread.join().unwrap();
-            check_cursors(&ring);
-            let head = ring.head();
-            drop_and_check_ledger(&ledger, head, Some(producer), ring);
+            replay_after_1_against(Reads::TwoTryReads, |producer, ring, ledger, released_2| {
+                // Slot of id 1: released before the threads started, and never pinned (the
+                // reader pins 2 or higher), so this push cannot be refused.
+                assert_eq!(producer.try_push_with(maker(ledger)).ok(), Some(3));
+                assert_eq!(ring.release_through(2), Ok(3));
+                released_2.set();
+                check_cursors(ring);
+                // Refused while the reader still pins id 2; either outcome is legal.
+                let _ = producer.try_push_with(maker(ledger));
+            })
         },
     );
 }
 
-/// The batch publish of `try_push_many` against a replay that drains. Capacity 2. Before the
-/// threads start: ids 1 and 2 pushed, 1 released (floor 2, head 2). Producer thread: release 2,
-/// then one `try_push_many` of ids 3 and 4. Id 3 reuses id 1's slot, which no reader can pin (the
-/// reader pins 2 or higher); id 4 reuses id 2's, which the batch may take only once the reader's
-/// pin has moved past 2. So the batch asks for room for id 4 while id 3 is written and not yet
-/// published, and publishes one or both with a single `head` store. Reader (main thread): resume
-/// after id 1, then two drains. A drain lends the batches that follow its first under the same pin,
-/// without pinning again: with the light fence modelled as nothing, only the publish orders their
-/// slot writes before those reads (docs/verification.md, model 1m, says why the other
-/// configuration needs model 1g).
+/// The batch publish of `try_push_many` against a replay that drains. As above, but the producer
+/// thread releases 2, then makes one `try_push_many` of ids 3 and 4. Id 3 reuses id 1's slot,
+/// which no reader can pin (the reader pins 2 or higher); id 4 reuses id 2's, which the batch may
+/// take only once the reader's pin has moved past 2. So the batch asks for room for id 4 while
+/// id 3 is written and not yet published, and publishes one or both with a single `head` store.
+/// Reader (main thread): resume after id 1, then two drains. A drain lends the batches that follow
+/// its first under the same pin, without pinning again: with the light fence modelled as nothing,
+/// only the publish orders their slot writes before those reads (docs/verification.md, model 1m,
+/// says why the other configuration needs model 1g).
 #[test]
 fn push_many_vs_replay_across_wraparound() {
     model(
         "push_many_vs_replay_across_wraparound",
         Bound::Preemptions(5),
         || {
-            let ledger = Ledger::new(4);
-            let (mut producer, ring) = ring_with(&ledger, 2, 1, 2);
-            assert_eq!(ring.release_through(1), Ok(2));
-            let released_2 = Flag::default();
+            replay_after_1_against(Reads::TwoDrains, |producer, ring, ledger, released_2| {
+                assert_eq!(ring.release_through(2), Ok(3));
+                released_2.set();
+                // The values are made only as the batch takes them: one it cannot place is never
+                // made, so the ledger counts exactly the ids pushed.
+                let mut values = (3..=4).map(|id| maker(ledger)(id));
+                let pushed = producer.try_push_many(&mut values);
+                assert!(
+                    (1..=2).contains(&pushed),
+                    "push mismatch: id 3's slot was free, yet the batch pushed {pushed}"
+                );
+                assert_eq!(producer.next_id(), 3 + pushed as u64);
+                check_cursors(ring);
+            })
+        },
+    );
+}
 
-            let producer_thread = {
-                let ledger = ledger.clone();
-                let ring = ring.clone();
-                let released_2 = released_2.clone();
-                thread::spawn(move || {
-                    assert_eq!(ring.release_through(2), Ok(3));
-                    released_2.set();
-                    // The values are made only as the batch takes them: one it cannot place is
-                    // never made, so the ledger counts exactly the ids pushed.
-                    let mut values = (3..=4).map(|id| maker(&ledger)(id));
-                    let pushed = producer.try_push_many(&mut values);
+/// How the reader of models 1 and 1m reads its replay.
+#[derive(Clone, Copy)]
+enum Reads {
+    /// Two `try_read`s, the cursors checked before each.
+    TwoTryReads,
+    /// Two `drain`s, the cursors checked after each.
+    TwoDrains,
+}
+
+/// Models 1 and 1m: capacity 2, ids 1 and 2 pushed and id 1 released before the threads start.
+/// `produce` runs on the producer thread and sets its flag once its `release_through(2)` has
+/// returned. The main thread resumes after id 1 and reads as `reads` says: every batch continues
+/// the replay from id 2, and none holds id 2 if the resume started after that release; or the
+/// resume is refused with the one legal `BelowFloor`. Then the producer is joined, and every value
+/// must have been dropped exactly once.
+fn replay_after_1_against(
+    reads: Reads,
+    produce: fn(&mut Producer<Ev>, &ReplayRing<Ev>, &Arc<Ledger>, &Flag),
+) {
+    let ledger = Ledger::new(4);
+    let (mut producer, ring) = ring_with(&ledger, 2, 1, 2);
+    assert_eq!(ring.release_through(1), Ok(2));
+    let released_2 = Flag::default();
+
+    let producer_thread = {
+        let (ledger, ring, released_2) = (ledger.clone(), ring.clone(), released_2.clone());
+        thread::spawn(move || {
+            produce(&mut producer, &ring, &ledger, &released_2);
+            producer
+        })
+    };
+    let started_after_release = released_2.get();
+    match ring.resume(Some(1)) {
+        Ok(mut reader) => {
+            let mut next = 2;
+            let mut lent = |batch: &Batch<'_, Ev>| {
+                if next == 2 {
                     assert!(
-                        (1..=2).contains(&pushed),
-                        "push mismatch: id 3's slot was free, yet the batch pushed {pushed}"
+                        !started_after_release,
+                        "released id returned: a resume started after release_through(2) \
+                         completed replayed id 2"
                     );
-                    assert_eq!(producer.next_id(), 3 + pushed as u64);
-                    check_cursors(&ring);
-                    producer
-                })
+                }
+                next = check_batch(batch, next) + 1;
             };
-            let started_after_release = released_2.get();
-            match ring.resume(Some(1)) {
-                Ok(mut reader) => {
-                    let mut next = 2;
-                    for _ in 0..2 {
+            for _ in 0..2 {
+                match reads {
+                    Reads::TwoTryReads => {
+                        check_cursors(&ring);
+                        if let Some(batch) =
+                            reader.try_read().expect("no gap: the replay was pinned")
+                        {
+                            lent(&batch);
+                        }
+                    }
+                    Reads::TwoDrains => {
                         let drained = reader.drain(|batch| {
-                            if next == 2 {
-                                assert!(
-                                    !started_after_release,
-                                    "released id returned: a resume started after \
-                                     release_through(2) completed replayed id 2"
-                                );
-                            }
-                            next = check_batch(batch, next) + 1;
+                            lent(batch);
                             ControlFlow::Continue(())
                         });
                         drained.expect("no gap: the replay was pinned");
                         check_cursors(&ring);
                     }
-                    assert!(
-                        next > 2,
-                        "replay empty: resume(Some(1)) with head >= 2 lent nothing"
-                    );
                 }
-                Err(ResumeError::BelowFloor {
-                    requested, floor, ..
-                }) => {
-                    assert_eq!(
-                        (requested, floor),
-                        (1, 3),
-                        "replay mismatch: wrong BelowFloor"
-                    );
-                }
-                Err(e) => panic!("replay mismatch: unexpected {e:?}"),
             }
+            assert!(
+                next > 2,
+                "replay empty: resume(Some(1)) with head >= 2 lent nothing"
+            );
+        }
+        Err(ResumeError::BelowFloor {
+            requested, floor, ..
+        }) => {
+            assert_eq!(
+                (requested, floor),
+                (1, 3),
+                "replay mismatch: wrong BelowFloor"
+            );
+        }
+        Err(e) => panic!("replay mismatch: unexpected {e:?}"),
+    }
 
-            let producer = producer_thread.join().unwrap();
-            check_cursors(&ring);
-            let head = ring.head();
-            drop_and_check_ledger(&ledger, head, Some(producer), ring);
-        },
-    );
+    let producer = producer_thread.join().unwrap();
+    check_cursors(&ring);
+    let head = ring.head();
+    drop_and_check_ledger(&ledger, head, Some(producer), ring);
 }
 
 /// The batch publish of `try_push_many` against a gating reader. Capacity 4. Before the threads
