@@ -40,12 +40,12 @@ fn push_vs_replay_across_wraparound() {
 /// The batch publish of `try_push_many` against a replay that drains. As above, but the producer
 /// thread releases 2, then makes one `try_push_many` of ids 3 and 4. Id 3 reuses id 1's slot,
 /// which no reader can pin (the reader pins 2 or higher); id 4 reuses id 2's, which the batch may
-/// take only once the reader's pin has moved past 2. So the batch asks for room for id 4 while
+/// take only once the reader's pin has moved past 2. So the batch may ask for room for id 4 while
 /// id 3 is written and not yet published, and publishes one or both with a single `head` store.
-/// Reader (main thread): resume after id 1, then two drains. A drain lends the batches that follow
-/// its first under the same pin, without pinning again: with the light fence modelled as nothing,
-/// only the publish orders their slot writes before those reads (docs/verification.md, model 1m,
-/// says why the other configuration needs model 1g).
+/// Reader (main thread): resume after id 1, then two drains. With the light fence modelled as
+/// nothing, the producer issues no fence after the run's writes, and only the publish orders them
+/// before a drain that pins again and lends the run (docs/verification.md, model 1m, says why the
+/// other configuration needs model 1g).
 #[test]
 fn push_many_vs_replay_across_wraparound() {
     model(
@@ -159,12 +159,12 @@ fn replay_after_1_against(
 }
 
 /// The batch publish of `try_push_many` against a gating reader. Capacity 4. Before the threads
-/// start: id 1 pushed and released, and the reader, resumed at the head, gating from id 2.
-/// Producer thread: one `try_push_many` of ids 2 and 3, into slots that never held a value and
-/// below the write limit the producer already knows (ids up to 4), so it cannot be refused and
-/// needs no pin scan: no fence of the producer's comes between its slot writes and its `head`
-/// store. Reader (main thread): three polls of the gate, which lends what
-/// it finds with no fence of its own after the one that set its pin.
+/// start: id 1 pushed and released, and the reader resumed at the head and gating (pinned) from
+/// id 2. Producer thread: one `try_push_many` of ids 2 and 3, into slots that never held a value
+/// and below the write limit the producer already knows (ids up to 4), so it cannot be refused
+/// and needs no pin scan: no fence of the producer's comes between its slot writes and its `head`
+/// store. Reader (main thread): three polls of the gate, which lends what it finds with no fence
+/// of its own after the one that set its pin.
 #[test]
 fn push_many_vs_gate() {
     model("push_many_vs_gate", Bound::Exhaustive, || {
@@ -172,6 +172,7 @@ fn push_many_vs_gate() {
         let (mut producer, ring) = ring_with(&ledger, 4, 1, 1);
         assert_eq!(ring.release_through(1), Ok(2));
         let mut reader = ring.resume(Some(1)).expect("a resume at the head");
+        let mut gate = reader.gating().expect("nothing was released past the head");
 
         let producer_thread = {
             let ledger = ledger.clone();
@@ -189,15 +190,13 @@ fn push_many_vs_gate() {
         };
 
         let mut next = 2;
-        {
-            let mut gate = reader.gating().expect("nothing was released past the head");
-            for _ in 0..3 {
-                if let Some(batch) = gate.try_read().expect("a gate never sees a gap") {
-                    next = check_batch(&batch, next) + 1;
-                }
-                check_cursors(&ring);
+        for _ in 0..3 {
+            if let Some(batch) = gate.try_read().expect("a gate never sees a gap") {
+                next = check_batch(&batch, next) + 1;
             }
+            check_cursors(&ring);
         }
+        drop(gate);
         drop(reader);
         let producer = producer_thread.join().unwrap();
         check_cursors(&ring);
