@@ -375,11 +375,13 @@ impl<T: Send> ReplayRing<T> {
 }
 
 impl<T> ReplayRing<T> {
-    /// The wake-up fences this ring runs with: what
+    /// The wake-up fences this ring's pushes and parked readers run with: what
     /// [`Builder::wakeup_fences`](crate::Builder::wakeup_fences) asked for, except that a ring
     /// asked for [`WakeupFences::Asymmetric`] runs with [`WakeupFences::Symmetric`] where the
-    /// `membarrier` system call is unavailable (other systems than Linux, old kernels, a sandbox
-    /// that forbids it). Both are correct; log this at startup to know which cost you pay.
+    /// `membarrier` system call was unavailable when the process built its first ring (other
+    /// systems than Linux, old kernels, a sandbox that forbids it, Miri). Both are correct; log
+    /// this at startup to know which cost the pushes pay. (The producer's own waits for space use
+    /// the system call whenever it is available, whatever this says: see [`WakeupFences`].)
     ///
     /// ```
     /// use replay_ring::{ReplayRing, WakeupFences};
