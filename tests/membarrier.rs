@@ -4,9 +4,10 @@
 //! aborts with a message instead of silently losing wake-ups. Forbidden before the first ring is
 //! built, it is never used: that ring runs, and reports, symmetric fences.
 //!
-//! Each case re-runs this test binary as a child process (selected by an environment variable),
-//! which builds a ring, installs the filter, and waits; the parent checks that the child died of
-//! `SIGABRT` with the documented message.
+//! Each case re-runs this test binary as a child process (selected by an environment variable).
+//! In the abort cases the child builds a ring, installs the filter, and waits, and the parent
+//! checks that it died of `SIGABRT` with the documented message; in the fallback case the child
+//! installs the filter first, and the parent checks that its waits returned.
 // Ordinary builds only: a `--cfg replay_ring_loom` build swaps in loom atomics and drops the
 // blocking API; its checks are the models in `loom-tests/`.
 #![cfg(not(replay_ring_loom))]
