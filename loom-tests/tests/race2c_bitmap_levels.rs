@@ -139,20 +139,7 @@ fn first_read_while_the_scan_clears_its_leaf_word() {
     model(
         "first_read_while_the_scan_clears_its_leaf_word",
         Bound::Preemptions(3),
-        || {
-            let ledger = Ledger::new(4);
-            let (mut producer, ring) = ring_with(&ledger, 2, 4, 1);
-            let mut others: Vec<_> = (0..2).map(|_| ring.reader().unwrap()).collect();
-            // Entry 2: registered at the head (id 1), never read, so not active.
-            let reader = ring.reader().unwrap();
-            // Entry 3: reads id 1 and stops: active, unpinned.
-            let mut idle = ring.resume(Some(0)).unwrap();
-            check_batch(&idle.try_read().unwrap().unwrap(), 1);
-            others.push(idle);
-            assert_eq!(ring.release_through(1), Ok(2));
-            assert_eq!(producer.try_push_with(maker(&ledger)).ok(), Some(2));
-            read_against_a_release_and_reuse(producer, ring, &ledger, reader, others);
-        },
+        || first_read_beside_an_idle_reader_on_entry_3(false),
     );
 }
 
@@ -187,37 +174,38 @@ fn first_read_while_the_scan_restores_a_pinned_bit() {
     model(
         "first_read_while_the_scan_restores_a_pinned_bit",
         Bound::Preemptions(3),
-        || {
-            let ledger = Ledger::new(4);
-            let (mut producer, ring) = ring_with(&ledger, 2, 4, 1);
-            let others: Vec<_> = (0..2).map(|_| ring.reader().unwrap()).collect();
-            // Entry 2: registered at the head (id 1), never read, so not active.
-            let reader = ring.reader().unwrap();
-            // Entry 3: reads id 1 and stops: active, unpinned.
-            let mut again = ring.resume(Some(0)).unwrap();
-            check_batch(&again.try_read().unwrap().unwrap(), 1);
-            assert_eq!(ring.release_through(1), Ok(2));
-            assert_eq!(producer.try_push_with(maker(&ledger)).ok(), Some(2));
-            // Entry 3 reads id 2, pinning it again, while the producer's first scan runs.
-            let reading_again = thread::spawn(move || {
-                match again.try_read() {
-                    Ok(Some(batch)) => {
-                        check_batch(&batch, 2);
-                    }
-                    // Released before the pin was validated.
-                    Ok(None) | Err(ReadError::Gap { .. }) => {}
-                    Err(e) => panic!("read mismatch: unexpected {e:?}"),
-                }
-                again
-            });
-            read_against_a_release_and_reuse_beside(
-                producer,
-                ring,
-                &ledger,
-                reader,
-                others,
-                Some(reading_again),
-            );
-        },
+        || first_read_beside_an_idle_reader_on_entry_3(true),
     );
+}
+
+/// Models 2cd and 2cr: capacity 2; entries 0 and 1 held by readers that never read; the reader
+/// on entry 2 registered at the head (id 1) and never read, so not active; the reader on entry 3
+/// read id 1 and stopped, so active and unpinned; then id 1 released and id 2 pushed. With
+/// `read_again`, the reader on entry 3 reads id 2 on a third thread while the producer scans.
+fn first_read_beside_an_idle_reader_on_entry_3(read_again: bool) {
+    let ledger = Ledger::new(4);
+    let (mut producer, ring) = ring_with(&ledger, 2, 4, 1);
+    let mut others: Vec<_> = (0..2).map(|_| ring.reader().unwrap()).collect();
+    let reader = ring.reader().unwrap();
+    let mut idle = ring.resume(Some(0)).unwrap();
+    check_batch(&idle.try_read().unwrap().unwrap(), 1);
+    assert_eq!(ring.release_through(1), Ok(2));
+    assert_eq!(producer.try_push_with(maker(&ledger)).ok(), Some(2));
+    let beside = if read_again {
+        Some(thread::spawn(move || {
+            match idle.try_read() {
+                Ok(Some(batch)) => {
+                    check_batch(&batch, 2);
+                }
+                // Released before the pin was validated.
+                Ok(None) | Err(ReadError::Gap { .. }) => {}
+                Err(e) => panic!("read mismatch: unexpected {e:?}"),
+            }
+            idle
+        }))
+    } else {
+        others.push(idle);
+        None
+    };
+    read_against_a_release_and_reuse_beside(producer, ring, &ledger, reader, others, beside);
 }
