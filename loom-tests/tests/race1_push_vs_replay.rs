@@ -3,7 +3,6 @@
 #![cfg(replay_ring_loom)]
 
 use std::ops::ControlFlow;
-
 use std::sync::Arc;
 
 use loom::thread;
