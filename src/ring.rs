@@ -212,7 +212,8 @@ impl<T> ReplayRing<T> {
     /// the reader is about to read (it sees backpressure instead), nor a release take them from it,
     /// until its first read, which lends them: the whole replay, or on a ring built with
     /// [`Builder::initial_slots`](crate::Builder::initial_slots) the part up to a slot segment
-    /// boundary, or one event for [`Reader::try_recv`](crate::Reader::try_recv). What that read
+    /// boundary, or one event for [`Reader::try_recv`](crate::Reader::try_recv) (and for `recv`,
+    /// `recv_timeout` and the `Stream`, which read one event at a time too). What that read
     /// leaves is then read like any other event: a release that overtook the reader is an explicit
     /// [`ReadError::Gap`](crate::ReadError::Gap), never a skip. A retention policy must not release
     /// what a reader that is still reading needs (the SSE and MCP layers release no further than
