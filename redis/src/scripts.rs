@@ -39,7 +39,11 @@ local function num(v, name)
     corrupt('field ' .. name .. ' is not a decimal number')
   end
   local n = tonumber(v)
-  if n > LIMIT then corrupt('field ' .. name .. ' is out of range') end
+  -- 2^53 + 1 is the one such decimal that converts to LIMIT itself (doubles round it to even):
+  -- only LIMIT's own spelling may.
+  if n > LIMIT or (n == LIMIT and v ~= '9007199254740992') then
+    corrupt('field ' .. name .. ' is out of range')
+  end
   return n
 end
 -- A stored head: an id, so below LIMIT (a floor may reach LIMIT, one past the last id).
@@ -49,6 +53,14 @@ local function head_of(v)
   return n
 end
 local function dec(n) return string.format('%d', n) end
+-- A stored close reason, or false while the stream is open. Replies spell "open" as an empty
+-- string, and no reason the crate stores is empty (`codec::encode_reason`): an empty one was
+-- written behind its back, and taken as a close it would stop the producer while every reader,
+-- told "open", waited.
+local function closed_of(v)
+  if v == '' then corrupt('field closed is empty') end
+  return v
+end
 -- A stored floor, given the stored head: 1 <= floor <= head + 1, as every script keeps it (and
 -- as `RedisStream::state` checks). Anything else was written behind the crate's back: going on
 -- would disable the window check (a floor past the head) or answer resumes with a floor above
@@ -108,7 +120,8 @@ return {'CREATED', ARGV[1], ARGV[2]}
 const STATE: &str = r#"
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'NOSTREAM'} end
 local m = redis.call('HMGET', KEYS[1], 'epoch', 'cap', 'head', 'floor', 'closed', 'fence', 'ttl')
-return {'OK', m[1] or '', m[2] or '', m[3] or '', m[4] or '', m[5] or '', m[6] or '', m[7] or ''}
+return {'OK', m[1] or '', m[2] or '', m[3] or '', m[4] or '', closed_of(m[5]) or '', m[6] or '',
+  m[7] or ''}
 "#;
 
 /// KEYS: meta log ctl lease. ARGV: epoch.
@@ -140,18 +153,28 @@ if redis.call('EXISTS', KEYS[1]) == 0 then return {'NOSTREAM'} end
 local m = redis.call('HMGET', KEYS[1], 'epoch', 'head', 'closed', 'fence', 'ttl')
 if m[1] ~= ARGV[1] then return {'LOST', m[1] or ''} end
 local head = head_of(m[2])
-num(m[4], 'fence')
+-- Below LIMIT, so the token granted next is too: a double holds it exactly, and no two grants
+-- share one.
+if num(m[4], 'fence') >= LIMIT then corrupt('field fence is out of range') end
 if head < num(ARGV[3], 'seen') then return {'BEHIND', dec(head)} end
-if m[3] then return {'CLOSED', m[3]} end
+local closed = closed_of(m[3])
+if closed then return {'CLOSED', closed} end
 local holder = redis.call('GET', KEYS[2])
 if holder then
+  -- Every lease this crate grants is a token with an expiry. Anything else in the key would be
+  -- waited on forever by a standby (`acquire_producer_when_free`).
+  if #holder > 16 or not string.find(holder, '^%d+$') then
+    corrupt('the lease key holds no fencing token')
+  end
   -- The caller's own earlier acquisition, whose reply it never got: the same token again.
   if holder == m[4] and redis.call('HGET', KEYS[1], 'claim') == holder .. ':' .. ARGV[4] then
     redis.call('PEXPIRE', KEYS[2], ARGV[2])
     touch(lease_ttl(num(m[5], 'ttl'), num(ARGV[2], 'lease')), KEYS[1], KEYS[3], KEYS[4])
     return {'OK', holder, dec(head)}
   end
-  return {'HELD', holder, dec(redis.call('PTTL', KEYS[2]))}
+  local ttl = redis.call('PTTL', KEYS[2])
+  if ttl < 0 then corrupt('the lease key has no expiry') end
+  return {'HELD', holder, dec(ttl)}
 end
 local token = redis.call('HINCRBY', KEYS[1], 'fence', 1)
 redis.call('HSET', KEYS[1], 'claim', dec(token) .. ':' .. ARGV[4])
@@ -218,7 +241,8 @@ if first <= head then
   return {'DUP', dec(first), dec(last), dec(floor)}
 end
 if first ~= head + 1 then return {'SEQ', dec(head)} end
-if m[4] then return {'CLOSED', m[4]} end
+local closed = closed_of(m[4])
+if closed then return {'CLOSED', closed} end
 if last - floor + 1 > cap then return {'FULL', dec(floor), dec(head), dec(cap)} end
 if last >= LIMIT then return {'EXHAUSTED', dec(head)} end
 local r = redis.pcall('XADD', KEYS[2], eid(first), 'd', ARGV[5])
@@ -270,7 +294,8 @@ local m = redis.call('HMGET', KEYS[1], 'closed', 'ttl', 'epoch', 'head')
 if m[3] ~= ARGV[3] then return {'LOST', m[3] or ''} end
 local holder = redis.call('GET', KEYS[2])
 if holder ~= ARGV[1] then return {'FENCED', holder or ''} end
-if m[1] then return {'CLOSED', m[1]} end
+local closed = closed_of(m[1])
+if closed then return {'CLOSED', closed} end
 local head = head_of(m[4])
 if head < num(ARGV[4], 'seen') then return {'BEHIND', dec(head)} end
 local ttl = num(m[2], 'ttl')
@@ -294,7 +319,7 @@ if m[1] ~= ARGV[1] then return {'LOST', m[1] or ''} end
 local head = head_of(m[2])
 local floor = floor_of(m[3], head)
 local x = num(ARGV[2], 'after')
-local closed = m[4] or ''
+local closed = closed_of(m[4]) or ''
 if x > head then return {'AHEAD', dec(floor), dec(head), closed} end
 if x + 1 < floor then return {'GAP', dec(floor), dec(head), closed} end
 local entries = {}

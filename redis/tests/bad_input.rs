@@ -187,6 +187,11 @@ async fn garbage_meta_fields_are_corrupt() {
         ("floor", ""),
         ("cap", "1e5"),
         ("ttl", "x"),
+        // 2^53 + 1, which a Lua number (a double) rounds to 2^53, the largest value allowed.
+        ("cap", "9007199254740993"),
+        ("ttl", "9007199254740993"),
+        // No reason the crate stores is empty: a closed stream that readers would call open.
+        ("closed", ""),
     ] {
         let name = format!("meta-{field}-{}", value.len());
         let stream = with_events(&backend, &name, 3).await;
@@ -210,14 +215,69 @@ async fn garbage_meta_fields_are_corrupt() {
             );
         }
         let producer = stream.acquire_producer().await;
-        // A grant reads the head, and the ttl to refresh the stream's expiry with.
-        if field == "head" || field == "ttl" {
+        // A grant reads the head, whether the stream is closed, and the ttl to refresh the
+        // stream's expiry with.
+        if field == "head" || field == "ttl" || field == "closed" {
             assert_corrupt(&format!("acquire {what}"), producer.map(|_| ()));
         } else {
             let mut p = producer.unwrap();
             assert_corrupt(&format!("append {what}"), p.append(b"x").await);
         }
     }
+}
+
+/// A lease key that holds no fencing token, or one without an expiry, is corrupt: taken for a
+/// live lease, it would keep a standby waiting for ever. A fence counter at 2^53 is corrupt too,
+/// so that no two grants get the same token (Lua counts in doubles).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_or_fence_written_behind_the_backends_back_is_corrupt() {
+    let server = RedisServer::start();
+    let backend = server.backend().await;
+    let set = |args: &[&str]| {
+        let _: () = redis::cmd("SET")
+            .arg(args)
+            .query(&mut server.raw())
+            .unwrap();
+    };
+    let stream = with_events(&backend, "lease", 1).await;
+    let lease = stream.key_names()[3].to_owned();
+    for (value, expiry) in [("garbage", None), ("7", None), ("", Some("60000"))] {
+        match expiry {
+            Some(ms) => set(&[&lease, value, "PX", ms]),
+            None => set(&[&lease, value]),
+        }
+        let what = format!("lease {value:?} expiring in {expiry:?} ms");
+        assert_corrupt(&what, stream.acquire_producer().await.map(|_| ()));
+        let standby =
+            tokio::time::timeout(Duration::from_secs(10), stream.acquire_producer_when_free())
+                .await
+                .unwrap_or_else(|_| panic!("{what}: a standby still waits"));
+        assert_corrupt(&format!("{what}, standby"), standby.map(|_| ()));
+    }
+    // A token with an expiry is a lease held by someone else, as before.
+    set(&[&lease, "7", "PX", "60000"]);
+    match stream.acquire_producer().await {
+        Err(Error::LeaseHeld {
+            holder: 7,
+            expires_in_ms,
+        }) => assert!((1..=60_000).contains(&expires_in_ms), "{expires_in_ms}"),
+        other => panic!("a live lease: {:?}", other.map(|_| ())),
+    }
+
+    let stream = with_events(&backend, "fence", 1).await;
+    let [meta, _, _, lease] = stream.key_names();
+    hset(&server, meta, "fence", "9007199254740991");
+    let last = stream.acquire_producer().await.unwrap();
+    assert_eq!(last.fencing_token(), 1 << 53, "the last token there is");
+    // The holder's lease lapses; the next grant would need a token past 2^53.
+    let _: () = redis::cmd("DEL")
+        .arg(lease)
+        .query(&mut server.raw())
+        .unwrap();
+    assert_corrupt(
+        "acquire past 2^53",
+        stream.acquire_producer().await.map(|_| ()),
+    );
 }
 
 /// A window written behind the backend's back that `state` calls corrupt (a floor of 0 or past
