@@ -300,7 +300,9 @@ pub enum BodyState {
     OpenAlive,
     /// The connection is open but nothing, not even a keep-alive, arrived within the idle timeout.
     OpenSilent,
-    /// The server ended the response without any event and without a terminal event.
+    /// The server ended the response without a terminal event: the connection is over, and
+    /// nothing said the stream was. (After a reconnect whose [`Reconnect::first_event`] is `None`,
+    /// the response ended without any event at all.)
     EndedEmpty,
     /// The server ended the response with the stream's terminal `event: end` frame: the stream
     /// completed, and nothing after the events received will ever come. (A `stream-error`
@@ -521,9 +523,10 @@ pub fn classify(observation: &Observation) -> StallClass {
     match r.first_event {
         Some(got) if got <= r.cursor => StallClass::ResumptionFailed(F::Repeated { expected, got }),
         Some(got) if got == expected => match r.body {
-            BodyState::OpenSilent => StallClass::Reconnect,
+            BodyState::OpenAlive => StallClass::Delayed,
+            // A proven resume whose connection then died: resume again from the last event.
+            BodyState::OpenSilent | BodyState::EndedEmpty => StallClass::Reconnect,
             BodyState::Completed => StallClass::Completed,
-            BodyState::OpenAlive | BodyState::EndedEmpty => StallClass::Delayed,
         },
         Some(got) => StallClass::ResumptionFailed(F::Skipped { expected, got }),
         None => match (r.body, r.replay_floor) {

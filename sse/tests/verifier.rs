@@ -231,6 +231,11 @@ fn classifier_covers_every_seed_case() {
             Observation::Reconnected(Reconnect { body: BodyState::OpenSilent, ..h }),
             StallClass::Reconnect,
         ),
+        (
+            "proven reconnect whose response then ended without a terminal frame",
+            Observation::Reconnected(Reconnect { body: BodyState::EndedEmpty, ..h }),
+            StallClass::Reconnect,
+        ),
     ];
     for (name, observation, expected) in cases {
         assert_eq!(classify(&observation), expected, "case: {name}");
