@@ -27,6 +27,12 @@
 //! The logic is pure (time is passed in) so any store can apply it: [`Retention`](crate::Retention)
 //! applies it to its connections; the transport only reports when a write started and when it was
 //! taken.
+//!
+//! The policy is applied when retention runs: each time a connection plans a release after it
+//! wrote, and while the producer waits on a full window. A connection stalled alone on a
+//! stream whose window still has room is therefore cut only once the window fills, when it
+//! would start to hold the producer back; until then it holds nothing back, and the server's
+//! write timeout (`replay_ring_sse::axum::serve`) may close it first.
 
 use std::fmt;
 use std::time::{Duration, Instant};
