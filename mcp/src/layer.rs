@@ -228,9 +228,11 @@ impl<S: Clone> ResumeGuard<S> {
 
     /// A request in a session that is not a resume (a POST, the standalone GET): passed on. rmcp
     /// checks the session first and answers a plain-text 404 if it is gone, and a session deleted
-    /// while rmcp serves the request (a `DELETE` racing it) fails inside with a 500; both are
-    /// answered 404 `session_lost`, as the transport requires for a request naming an unknown
-    /// session. A body that did not arrive or parse is answered as `client_errors.rs` says.
+    /// while rmcp serves the request (a `DELETE` racing it), or whose service has ended while the
+    /// manager still drains it (closed for inactivity: up to 5 s), fails inside with a 500 (a
+    /// `POST`; a `GET` is still served until the drain ends); all are answered 404
+    /// `session_lost`, as the transport requires for a request naming an unknown session. A body
+    /// that did not arrive or parse is answered as `client_errors.rs` says.
     fn in_session<B>(&mut self, req: Request<B>) -> GuardFuture<S::Error>
     where
         S: tower_service::Service<Request<B>, Response = Response<Body>> + Send + 'static,
@@ -251,7 +253,8 @@ impl<S: Clone> ResumeGuard<S> {
             if lost_under(&response, &manager, &session).await {
                 return Ok(refusal_answer(&session_lost(), envelope));
             }
-            Ok(answer_internal_failure(response, envelope).await)
+            let gone = || refusal_answer(&session_lost(), envelope);
+            Ok(answer_internal_failure(response, envelope, gone).await)
         })
     }
 

@@ -145,6 +145,55 @@ async fn a_request_naming_an_unknown_session_is_404_session_lost_as_json() {
     }
 }
 
+/// A session rmcp closed for inactivity, with a silent call still running, is drained for up to
+/// 5 s before the manager lets it go. Meanwhile rmcp answers a request in it with a plain-text
+/// 500 ("Session service terminated"): the guard answers 404 `session_lost`, as for a session
+/// already gone, and the call still ends with its explicit error. In virtual time: the idle
+/// timeout is the subject.
+#[tokio::test(start_paused = true)]
+async fn a_request_in_a_session_closed_for_inactivity_is_404_session_lost_while_rmcp_drains_it() {
+    const IDLE: std::time::Duration = std::time::Duration::from_millis(300);
+    let app = replay_ring_mcp_demo::store_app_with_limits(
+        RingEventStore::new(StoreConfig::default()),
+        replay_ring_mcp_demo::Limits {
+            session_idle: IDLE,
+            ..Default::default()
+        },
+    );
+    let session = initialize(&app).await;
+    // No progress token: the call sends nothing until it ends, a minute from now.
+    let silent = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
+        "name": "long_task", "arguments": {"n": 1, "delay_ms": 60_000}}});
+    let resp = call(&app, post(Some(&session), silent)).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let mut stream = resp.into_body();
+    let priming = in_process::events_from(&mut stream, 1).await;
+    let cursor = priming[0].id.clone().expect("the priming event has an id");
+    // Past the idle timeout, well inside rmcp's drain of the closed session.
+    tokio::time::sleep(IDLE * 3).await;
+    let ping = json!({"jsonrpc": "2.0", "id": 4, "method": "ping"});
+    let note = json!({"jsonrpc": "2.0", "method": "notifications/progress",
+        "params": {"progressToken": "x", "progress": 1}});
+    for req in [post(Some(&session), ping), post(Some(&session), note)] {
+        let method = req.method().clone();
+        let resp = call(&app, req).await;
+        assert_eq!(resp.status(), StatusCode::NOT_FOUND, "{method}");
+        assert_eq!(resp.headers()["content-type"], "application/json");
+        let reply = error_object(&method, &json_body(resp).await);
+        assert_eq!(reply["error"], "session_lost", "{method}: {reply}");
+    }
+    // A resume of the call's stream is still served meanwhile, and it ends with the call's
+    // explicit error once the drain is over, as the stream itself does.
+    let resumed = call(&app, get(&session, Some(&cursor))).await;
+    assert_eq!(resumed.status(), StatusCode::OK);
+    let mut resumed = resumed.into_body();
+    for body in [&mut stream, &mut resumed] {
+        let rest = in_process::events_from(body, usize::MAX).await;
+        let last = rest.last().expect("an error event ends the call's stream");
+        assert!(last.data.contains("session closed"), "{rest:?}");
+    }
+}
+
 /// A repeated `Mcp-Session-Id` or `MCP-Protocol-Version` is refused, whatever the values: which
 /// one counts would be a guess. So is a session id no session can have.
 #[tokio::test]

@@ -104,20 +104,32 @@ pub(crate) async fn answer_body_failure(
     }
 }
 
-/// `response` from rmcp, or a 503 with `Retry-After` if it is rmcp's plain-text 500 for a
-/// refusal or failure of the session manager that the request can be sent again after:
-/// `too_many_streams` when the session or the whole server holds its most request streams, and
-/// (with a Redis event log) `backend_unavailable` when the event log failed the request's new
-/// stream or its first event, as a resume refused while Redis is down is.
+/// rmcp's text for a request in a session whose service has ended: closed for inactivity, or
+/// ending after a `DELETE`. The session manager still holds such a session while rmcp drains it
+/// (up to 5 s), so a check of the manager does not tell it from a live one.
+const SESSION_SERVICE_TERMINATED: &str = "Session service terminated";
+
+/// `response` from rmcp, or, if it is rmcp's plain-text 500:
+/// - `session_gone()` when the session's service has ended (the session is lost, though the
+///   manager still drains it);
+/// - a 503 with `Retry-After` for a refusal or failure of the session manager that the request
+///   can be sent again after: `too_many_streams` when the session or the whole server holds its
+///   most request streams, and (with a Redis event log) `backend_unavailable` when the event log
+///   failed the request's new stream or its first event, as a resume refused while Redis is down
+///   is.
 pub(crate) async fn answer_internal_failure(
     response: Response<Body>,
     envelope: Envelope,
+    session_gone: impl FnOnce() -> Response<Body>,
 ) -> Response<Body> {
     let (parts, text) = match plain_text_500(response).await {
         Ok(read) => read,
         Err(other) => return other,
     };
     let full = String::from_utf8_lossy(&text);
+    if full.contains(SESSION_SERVICE_TERMINATED) {
+        return session_gone();
+    }
     // rmcp prefixes the manager's text with its own ("Encounter an error when get session: "):
     // the detail starts at the manager's, which is what a client can act on.
     let detail = [
@@ -297,6 +309,14 @@ mod tests {
             .unwrap()
     }
 
+    /// A stand-in for the layer's `session_lost` answer.
+    fn gone() -> Response<Body> {
+        Response::builder()
+            .status(StatusCode::NOT_FOUND)
+            .body(Full::new(Bytes::new()).boxed())
+            .unwrap()
+    }
+
     async fn body_text(response: Response<Body>) -> String {
         let bytes = response.into_body().collect().await.unwrap().to_bytes();
         String::from_utf8(bytes.to_vec()).unwrap()
@@ -309,7 +329,7 @@ mod tests {
              redis unavailable: Connection refused",
             crate::redis_log::EVENT_LOG
         );
-        let answer = answer_internal_failure(plain_500(&text), Envelope::Bare).await;
+        let answer = answer_internal_failure(plain_500(&text), Envelope::Bare, gone).await;
         assert_eq!(answer.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(answer.headers()[http::header::RETRY_AFTER], "1");
         let body: serde_json::Value = serde_json::from_str(&body_text(answer).await).unwrap();
@@ -323,8 +343,19 @@ mod tests {
     #[tokio::test]
     async fn any_other_500_passes_unchanged() {
         let text = "Encounter an error when get session: worker gone";
-        let answer = answer_internal_failure(plain_500(text), Envelope::Bare).await;
+        let answer = answer_internal_failure(plain_500(text), Envelope::Bare, gone).await;
         assert_eq!(answer.status(), StatusCode::INTERNAL_SERVER_ERROR);
         assert_eq!(body_text(answer).await, text);
+    }
+
+    #[tokio::test]
+    async fn a_500_for_a_terminated_session_service_is_the_session_gone_answer() {
+        for text in [
+            "Encounter an error when get session: Session error: Session service terminated",
+            "Encounter an error when accept message: Session error: Session service terminated",
+        ] {
+            let answer = answer_internal_failure(plain_500(text), Envelope::Bare, gone).await;
+            assert_eq!(answer.status(), StatusCode::NOT_FOUND, "{text}");
+        }
     }
 }
