@@ -901,6 +901,36 @@ async fn a_get_stream_resume_beside_a_live_one_delivers_nothing_twice(kind: Kind
     assert_eq!(messages(&replayed_from(&mut again, &cursor, 3).await), 3);
 }
 
+/// Concurrent resumes of one request stream are not shadows, unlike the GET stream's: each
+/// replays from its own cursor and follows the running call to its response.
+async fn concurrent_resumes_of_a_request_stream_each_follow_it_to_the_response(kind: Kind) {
+    let f = app_on(kind, StoreConfig::default()).await;
+    let app = f.app.clone();
+    let session = initialize(&app).await;
+    let call_resp = call(&app, post(Some(&session), long_task_paced(1, 6, 20))).await;
+    let mut post_body = call_resp.into_body();
+    // Priming (id 1) and progress 1 (id 2); the connection then drops while the call runs.
+    let first = events_from(&mut post_body, 2).await;
+    drop(post_body);
+    let ids: Vec<String> = first.iter().map(|e| e.id.clone().unwrap()).collect();
+    let a = call(&app, get(&session, Some(&ids[0]))).await;
+    let b = call(&app, get(&session, Some(&ids[1]))).await;
+    assert_eq!((a.status(), b.status()), (StatusCode::OK, StatusCode::OK));
+    let (a, b) = tokio::join!(replayed(a, &ids[0], 100), replayed(b, &ids[1], 100));
+    // Progress 2..=6 and the result after them: ids up to 8.
+    let prefix = ids[0].rsplit_once('.').unwrap().0;
+    for (got, from) in [(a, 2), (b, 3)] {
+        let got_ids: Vec<_> = got.iter().filter_map(|e| e.id.clone()).collect();
+        let want: Vec<_> = (from..=8).map(|s| format!("{prefix}.{s}")).collect();
+        assert_eq!(got_ids, want, "{got:?}");
+        let result = &got.last().unwrap().data;
+        assert!(
+            result.contains(r#""structuredContent":{"n":6}"#),
+            "{result}"
+        );
+    }
+}
+
 /// With polling (`frames_per_connection`), the connection that delivers the last event of a
 /// stream closed early still ends with the JSON-RPC error for its request, not with a retry hint
 /// whose reconnect could only be told 410: the error is what the SDKs surface to the caller.
@@ -986,6 +1016,7 @@ on_both_logs!(
     a_delete_racing_requests_of_its_session_leaves_nothing_behind,
     a_cancelled_call_ends_its_stream,
     a_get_stream_resume_beside_a_live_one_delivers_nothing_twice,
+    concurrent_resumes_of_a_request_stream_each_follow_it_to_the_response,
     polling_still_ends_a_stream_closed_early_with_its_error,
     a_cancellation_of_an_unknown_request_does_not_end_a_later_one,
     a_get_stream_no_client_opened_never_fills_up,
