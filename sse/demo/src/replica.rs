@@ -266,7 +266,7 @@ async fn produce_or_stand_by(
                 Some(Err(e)) if e.is_stream_lost() => return Err(e),
                 Some(Err(Error::Closed(_))) => return Ok(()),
                 Some(Err(e)) => {
-                    eprintln!("standby: cannot take the producer lease yet: {e}");
+                    eprintln!("standby: could not ask for the producer lease (trying again): {e}");
                     if until_stopped(stop, tokio::time::sleep(RETRY))
                         .await
                         .is_none()
