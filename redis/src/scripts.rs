@@ -39,8 +39,8 @@ local function num(v, name)
     corrupt('field ' .. name .. ' is not a decimal number')
   end
   local n = tonumber(v)
-  -- 2^53 + 1 is the one such decimal that converts to LIMIT itself (doubles round it to even):
-  -- only LIMIT's own spelling may.
+  -- Of the decimals above LIMIT, only 2^53 + 1 converts to LIMIT itself (doubles round it to
+  -- even), so LIMIT is checked by its spelling.
   if n > LIMIT or (n == LIMIT and v ~= '9007199254740992') then
     corrupt('field ' .. name .. ' is out of range')
   end
