@@ -11,7 +11,9 @@ use crate::producer::Producer;
 use crate::ring::ReplayRing;
 use crate::shared::{Shared, LAST_ID};
 use crate::slots::Slots;
-use crate::sync::{init_fences, Arc, AtomicBool, AtomicU64, AtomicWaker, Mutex, SlotTrackers};
+use crate::sync::{
+    init_fences, Arc, AtomicBool, AtomicU64, AtomicWaker, Mutex, SlotTrackers, WalkModel,
+};
 use crate::table::ReaderTable;
 pub use crate::table::MAX_READERS;
 use crate::wait::WaitList;
@@ -79,6 +81,7 @@ pub struct Builder<T> {
     max_readers: usize,
     first_id: u64,
     wakeup_fences: WakeupFences,
+    walk: WalkModel,
     _marker: PhantomData<fn() -> T>,
 }
 
@@ -102,6 +105,7 @@ impl<T> Default for Builder<T> {
             max_readers: 16,
             first_id: 1,
             wakeup_fences: WakeupFences::Symmetric,
+            walk: WalkModel::default(),
             _marker: PhantomData,
         }
     }
@@ -283,6 +287,16 @@ impl<T: Send> Builder<T> {
         Ok(capacity)
     }
 
+    /// Loom builds only: this ring's reader table gives its `initialised` bits loom twins, so a
+    /// model can check the metrics walk against a registration (model 8w in
+    /// `docs/verification.md`). Other models leave them out (see `InitialisedBits`).
+    #[cfg(replay_ring_loom)]
+    #[doc(hidden)]
+    pub fn loom_model_metrics_walk(mut self) -> Self {
+        self.walk = WalkModel(true);
+        self
+    }
+
     /// Allocates the ring: the slots (all of them, or the first [`initial_slots`](Self::initial_slots)),
     /// and the reader table's first segment. Nothing else is allocated after this,
     /// except the slot segments a ring built with `initial_slots < capacity` grows into and the
@@ -318,7 +332,7 @@ impl<T: Send> Builder<T> {
             slots,
             trackers: SlotTrackers::new(capacity),
             first_id: self.first_id,
-            readers: ReaderTable::new(self.max_readers),
+            readers: ReaderTable::new(self.max_readers, self.walk),
             waiters: WaitList::new(),
             producer_waiting: CachePadded::new(AtomicBool::new(false)),
             producer_waker: AtomicWaker::new(),

@@ -348,3 +348,101 @@ pub(crate) fn seq_cst_fence(name: &str) {
         fence(Ordering::SeqCst);
     }
 }
+
+/// Whether a ring's `initialised` bitmaps carry loom's edges: in loom builds, a ring built with
+/// `Builder::loom_model_metrics_walk` (model 8w); nothing in other builds.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct WalkModel(#[cfg(replay_ring_loom)] pub(crate) bool);
+
+/// Which entries of a reader-table segment hold a value: bit `i % 64` of word `i / 64`. Each bit
+/// is set once, by the claim that initialised its entry, and read by the walks that can meet an
+/// entry no claim has initialised yet (the metrics walk and the segment's `Drop`) and by a debug
+/// assertion.
+///
+/// The bits are std atomics in every build, which loom does not see, so that the debug assertion
+/// and `Drop` add no edge (and no schedule point) to a model. In a ring that models the metrics
+/// walk (loom builds only, [`WalkModel`]) every word also has a loom twin, which carries the one
+/// pair that matters: a claim's Release `set` and the walk's Acquire `is_set`. Model 8w
+/// (`docs/verification.md`) races the walk with a registration, and its two mutants break the
+/// pair. Other models leave the twin out: each set would add a schedule point to every claim of a
+/// fresh entry, which the preemption-bounded models pay for in reach.
+pub(crate) struct InitialisedBits {
+    words: Box<[std::sync::atomic::AtomicU64]>,
+    #[cfg(replay_ring_loom)]
+    modelled: Option<Box<[loom::sync::atomic::AtomicU64]>>,
+}
+
+impl InitialisedBits {
+    /// Bits for `len` entries, none set.
+    pub(crate) fn new(len: usize, walk: WalkModel) -> Self {
+        let words = len.div_ceil(64);
+        // Read only by loom builds.
+        let _ = walk;
+        InitialisedBits {
+            words: (0..words)
+                .map(|_| std::sync::atomic::AtomicU64::new(0))
+                .collect(),
+            #[cfg(replay_ring_loom)]
+            modelled: walk.0.then(|| {
+                (0..words)
+                    .map(|_| loom::sync::atomic::AtomicU64::new(0))
+                    .collect()
+            }),
+        }
+    }
+
+    /// Records that entry `offset` holds a value. Call after writing the entry (and after any
+    /// loom access guard on it ends): a walk that sees the bit reads the entry.
+    pub(crate) fn set(&self, offset: usize) {
+        let bit = 1 << (offset % 64);
+        // Release: pairs with the Acquire load in `is_set`, so a walk that finds the bit sees the
+        // entry written.
+        let set = ord(
+            "initialised_set_relaxed",
+            Ordering::Release,
+            Ordering::Relaxed,
+        );
+        #[cfg(replay_ring_loom)]
+        if let Some(modelled) = &self.modelled {
+            modelled[offset / 64].fetch_or(bit, set);
+        }
+        self.words[offset / 64].fetch_or(bit, set);
+    }
+
+    /// Whether entry `offset` holds a value; if so, its initialisation happens-before this call.
+    pub(crate) fn is_set(&self, offset: usize) -> bool {
+        // Acquire: pairs with the Release RMW in `set`.
+        let get = ord(
+            "initialised_load_relaxed",
+            Ordering::Acquire,
+            Ordering::Relaxed,
+        );
+        #[cfg(replay_ring_loom)]
+        if let Some(modelled) = &self.modelled {
+            return modelled[offset / 64].load(get) & (1 << (offset % 64)) != 0;
+        }
+        self.words[offset / 64].load(get) & (1 << (offset % 64)) != 0
+    }
+
+    /// Whether entry `offset` holds a value, with no ordering: for a check that must not add an
+    /// edge that would hide a missing one. If the initialisation happens-before the call,
+    /// coherence makes its bit visible.
+    pub(crate) fn is_set_unordered(&self, offset: usize) -> bool {
+        // Relaxed: see above.
+        self.words[offset / 64].load(Ordering::Relaxed) & (1 << (offset % 64)) != 0
+    }
+
+    /// Every entry that holds a value, given exclusive access (the segment's `Drop`).
+    pub(crate) fn set_offsets(&mut self) -> impl Iterator<Item = usize> + '_ {
+        self.words.iter_mut().enumerate().flat_map(|(w, word)| {
+            let mut word = *word.get_mut();
+            std::iter::from_fn(move || {
+                (word != 0).then(|| {
+                    let offset = w * 64 + word.trailing_zeros() as usize;
+                    word &= word - 1;
+                    offset
+                })
+            })
+        })
+    }
+}

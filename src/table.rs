@@ -28,9 +28,9 @@ use crossbeam_utils::CachePadded;
 
 use crate::slots::{uninit_slots, Slot};
 use crate::sync::{
-    seq_cst_fence, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, AtomicWaker,
+    seq_cst_fence, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, AtomicWaker, InitialisedBits,
     Ordering::{Acquire, Relaxed, Release},
-    SlotTrackers,
+    SlotTrackers, WalkModel,
 };
 
 /// `pin` value of a reader that borrows nothing.
@@ -147,13 +147,11 @@ struct Segment {
     /// Every index that reaches `entry` was handed out by `claim` after that initialisation and
     /// was passed on by an Acquire that follows it (see `ReaderTable::initialise`).
     entries: Box<[Slot<CachePadded<ReaderEntry>>]>,
-    /// Bit `i % 64` of word `i / 64`: entry `i` is initialised. Read by the walks that can meet an
-    /// entry whose claim has not initialised it yet (the metrics walk and `Drop`), and by a debug
-    /// assertion in `entry`. A std atomic in every build: loom models call neither walk, and a
-    /// loom atomic would add edges to the models that could hide a missing one; the
+    /// Which entries are initialised: read by the walks that can meet an entry whose claim has not
+    /// initialised it yet (the metrics walk and `Drop`), and by a debug assertion in `entry`. The
     /// initialisation reaches every other access through the Release/Acquire chains that hand the
     /// index over, which loom checks through `trackers`.
-    initialised: Box<[std::sync::atomic::AtomicU64]>,
+    initialised: InitialisedBits,
     /// Loom builds: one tracked cell per entry, written by `initialise` and read by every `entry`,
     /// so a model reports any access that the initialisation does not happen-before (nothing
     /// outside loom).
@@ -176,7 +174,7 @@ const _: () = {
 
 impl Segment {
     /// A segment of `len` entries, none initialised: one allocation, no pass over the entries.
-    fn new(len: usize) -> Segment {
+    fn new(len: usize, walk: WalkModel) -> Segment {
         let words = len.div_ceil(WORD_BITS);
         let summary_words = if words == 1 {
             0
@@ -191,9 +189,7 @@ impl Segment {
         });
         Segment {
             entries,
-            initialised: (0..len.div_ceil(64))
-                .map(|_| std::sync::atomic::AtomicU64::new(0))
-                .collect(),
+            initialised: InitialisedBits::new(len, walk),
             trackers: SlotTrackers::new(len),
             active: (0..words).map(|_| AtomicU64::new(0)).collect(),
             summary: (0..summary_words).map(|_| AtomicU64::new(0)).collect(),
@@ -207,21 +203,18 @@ impl Segment {
     /// Entry `offset` is uninitialised, and no other thread accesses it until something this
     /// thread publishes later leads there.
     unsafe fn initialise(&self, offset: usize) {
-        let _track = self.trackers.get(offset).write();
-        // SAFETY: the caller owns `offset` exclusively (this function's contract), so nothing
-        // reads or writes the cell concurrently; it held no value, so nothing is leaked.
-        unsafe { (*self.entries[offset].get()).write(CachePadded::new(ReaderEntry::new())) };
-        // Release: pairs with the Acquire load in `is_initialised`, so a walk that finds the bit
-        // sees the entry written.
-        self.initialised[offset / 64]
-            .fetch_or(1 << (offset % 64), std::sync::atomic::Ordering::Release);
+        {
+            let _track = self.trackers.get(offset).write();
+            // SAFETY: the caller owns `offset` exclusively (this function's contract), so nothing
+            // reads or writes the cell concurrently; it held no value, so nothing is leaked.
+            unsafe { (*self.entries[offset].get()).write(CachePadded::new(ReaderEntry::new())) };
+        }
+        // After the tracked write ends: a walk may read the entry as soon as it sees the bit.
+        self.initialised.set(offset);
     }
 
     fn is_initialised(&self, offset: usize) -> bool {
-        // Acquire: pairs with the Release RMW in `initialise`.
-        self.initialised[offset / 64].load(std::sync::atomic::Ordering::Acquire)
-            & (1 << (offset % 64))
-            != 0
+        self.initialised.is_set(offset)
     }
 
     /// Entry `offset`.
@@ -234,10 +227,9 @@ impl Segment {
     /// follows the initialisation. A debug assertion checks the first half.
     #[inline]
     unsafe fn entry(&self, offset: usize) -> &ReaderEntry {
-        // Relaxed: a check only, which must not add an edge that would hide a missing one. If the
-        // initialisation happens-before this call, coherence makes its bit visible here.
+        // Unordered: a check only, which must not add an edge that would hide a missing one.
         debug_assert!(
-            self.initialised[offset / 64].load(Relaxed) & (1 << (offset % 64)) != 0,
+            self.initialised.is_set_unordered(offset),
             "entry {offset} used before its claim"
         );
         let _track = self.trackers.get(offset).read();
@@ -365,14 +357,16 @@ pub(crate) struct ReaderTable {
     free: CachePadded<AtomicU64>,
     /// Indices `0..fresh` have been handed out at least once; the next fresh claim takes `fresh`.
     fresh: AtomicUsize,
+    /// Passed to every segment's `initialised` bitmap (loom builds: see `WalkModel`).
+    walk: WalkModel,
 }
 
 impl ReaderTable {
     /// A table for up to `limit` readers (`1..=MAX_READERS`, checked by the builder), with the first
     /// `min(limit, 64)` entries (rounded up to a power of two) allocated now.
-    pub(crate) fn new(limit: usize) -> Self {
+    pub(crate) fn new(limit: usize, walk: WalkModel) -> Self {
         let base = limit.min(MAX_BASE).next_power_of_two();
-        let first = Segment::new(base);
+        let first = Segment::new(base, walk);
         // Segment 0 is ready before any registration: a ring's first readers (at most 64) claim
         // their entries without allocating.
         for offset in 0..base {
@@ -388,6 +382,7 @@ impl ReaderTable {
             active_segments: CachePadded::new(AtomicU64::new(0)),
             free: CachePadded::new(AtomicU64::new(0)),
             fresh: AtomicUsize::new(0),
+            walk,
         }
     }
 
@@ -551,7 +546,7 @@ impl ReaderTable {
         // Full length even for the last segment, past the limit: the loom models rely on it for
         // a second segment with a summary word; untouched entries cost address space only.
         let len = self.segment_bounds(seg).1;
-        let new = Box::into_raw(Box::new(Segment::new(len)));
+        let new = Box::into_raw(Box::new(Segment::new(len, self.walk)));
         // Release: pairs with the Acquire load in `segment`, publishing the segment's bitmaps (its
         // entries are initialised later, one by one, by their claims). Relaxed on failure: the
         // loser only frees its own copy, and reaches the winner's segment through that Acquire load
@@ -785,15 +780,10 @@ impl Drop for ReaderTable {
 
 impl Drop for Segment {
     fn drop(&mut self) {
-        for (w, word) in self.initialised.iter_mut().enumerate() {
-            let mut word = *word.get_mut();
-            while word != 0 {
-                let offset = w * 64 + word.trailing_zeros() as usize;
-                word &= word - 1;
-                // SAFETY: the bit says the entry holds a value; `&mut self`: nothing else uses it,
-                // and it is dropped once (the segment goes with it).
-                unsafe { self.entries[offset].get_mut().assume_init_drop() };
-            }
+        for offset in self.initialised.set_offsets() {
+            // SAFETY: the bit says the entry holds a value; `&mut self`: nothing else uses it, and
+            // it is dropped once (the segment goes with it).
+            unsafe { self.entries[offset].get_mut().assume_init_drop() };
         }
     }
 }
@@ -824,7 +814,7 @@ mod tests {
     #[test]
     fn indices_map_to_segments_without_gaps() {
         for limit in [1, 3, 64, 100, 5_000] {
-            let table = ReaderTable::new(limit);
+            let table = ReaderTable::new(limit, WalkModel::default());
             let base = 1usize << table.base_shift;
             let mut expected = (0, 0);
             for index in 0..limit {
@@ -850,7 +840,7 @@ mod tests {
     /// Segments are written entry by entry as claims reach them.
     #[test]
     fn claims_initialise_their_entries_not_their_segments() {
-        let table = ReaderTable::new(100); // segment 0: 64 entries; segment 1: 128
+        let table = ReaderTable::new(100, WalkModel::default()); // segment 0: 64 entries; segment 1: 128
         let count = |table: &ReaderTable| {
             let mut n = 0;
             table.for_each_entry(|_| n += 1);
@@ -879,7 +869,7 @@ mod tests {
     #[test]
     fn a_scan_deactivates_unpinned_entries_and_keeps_pinned_ones() {
         let readers = 5_000;
-        let table = ReaderTable::new(readers);
+        let table = ReaderTable::new(readers, WalkModel::default());
         let indices: Vec<usize> = (0..readers).map(|_| table.claim().unwrap()).collect();
         for &i in &indices {
             table.activate(i);
@@ -915,7 +905,7 @@ mod tests {
     /// scans pass over the segment with one load; a reader that activates again brings it back.
     #[test]
     fn segments_whose_readers_are_all_unpinned_are_passed_over() {
-        let table = ReaderTable::new(5_000);
+        let table = ReaderTable::new(5_000, WalkModel::default());
         let indices: Vec<usize> = (0..5_000).map(|_| table.claim().unwrap()).collect();
         for &i in &indices {
             table.activate(i);
@@ -946,7 +936,7 @@ mod tests {
     /// chance: it is deactivated by the next scan that finds it unpinned and untouched.
     #[test]
     fn a_reader_that_keeps_reading_is_not_deactivated_per_scan() {
-        let table = ReaderTable::new(1);
+        let table = ReaderTable::new(1, WalkModel::default());
         let i = table.claim().unwrap();
         table.activate(i);
         let entry = claimed(&table, i);

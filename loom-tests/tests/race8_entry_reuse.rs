@@ -3,7 +3,10 @@
 //! here, the per-entry resume counters, which only their owner writes (a load and a store, no
 //! RMW), so a second owner that did not see the first's store would lose a count. Model 8b: the
 //! free list's generation tag, which makes a pop that raced with a pop-and-push of the same entry
-//! fail its CAS (the ABA problem of a Treiber stack).
+//! fail its CAS (the ABA problem of a Treiber stack). Model 8w: the metrics walk, which visits
+//! every entry handed out so far, beside a registration that initialises a fresh entry: the walk
+//! reads an entry only once its `initialised` bit says so, and that bit's Release/Acquire pair
+//! orders the entry's initialisation before the walk's read.
 #![cfg(replay_ring_loom)]
 
 use loom::thread;
@@ -86,6 +89,47 @@ fn a_pop_that_raced_with_a_pop_and_push_of_its_entry_fails() {
             );
             drop((third, kept, theirs));
             drop_and_check_ledger(&ledger, 0, Some(producer), ring);
+        },
+    );
+}
+
+/// Three reader entries: segment 0 holds two (initialised with the table, both claimed here), so
+/// this thread's next registration claims the first entry of segment 1, installing the segment and
+/// initialising the entry, while the other thread takes the ring's metrics. The walk meets the
+/// fresh index whenever it reads the claim's count of handed-out entries; it must read the entry
+/// only if its initialisation happens-before (loom's tracked write reports any other read), and
+/// count it active only once claimed. Afterwards the metrics see all three readers.
+///
+/// The walk runs on the spawned thread on purpose. Loom 0.7.3 compares a write with the last access
+/// to its atomic only, so when a thread loads and then writes an atomic that another thread loaded
+/// earlier in the schedule loom runs first (here the claim's load and CAS of the fresh-entry
+/// count, against the walk's load), it never tries the write before that other load
+/// (tokio-rs/loom#166, #392). With the roles swapped, this model ran a single execution.
+#[test]
+fn a_metrics_walk_beside_a_registration_into_a_fresh_segment() {
+    model(
+        "a_metrics_walk_beside_a_registration_into_a_fresh_segment",
+        Bound::Exhaustive,
+        || {
+            let (producer, ring) = ReplayRing::<u64>::builder()
+                .capacity(2)
+                .max_readers(3)
+                .loom_model_metrics_walk()
+                .build()
+                .unwrap();
+            let held = (ring.reader().unwrap(), ring.reader().unwrap());
+            let walk = {
+                let ring = ring.clone();
+                thread::spawn(move || ring.metrics().readers_active)
+            };
+            let third = ring.reader().unwrap();
+            let during = walk.join().unwrap();
+            assert!(
+                (2..=3).contains(&during),
+                "metrics walk beside a registration counted {during} active readers"
+            );
+            assert_eq!(ring.metrics().readers_active, 3);
+            drop((held, third, producer, ring));
         },
     );
 }
