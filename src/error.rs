@@ -148,7 +148,8 @@ impl<T> std::error::Error for PushError<T> {}
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ResumeError {
-    /// Events `requested + 1 ..= floor - 1` were released: replaying would skip them.
+    /// Events `requested + 1 ..= floor - 1` are not retained (released, or from before the ring's
+    /// [`first_id`](crate::Builder::first_id)): replaying would skip them.
     BelowFloor {
         /// The client's `Last-Event-ID`.
         requested: u64,
@@ -185,7 +186,7 @@ impl fmt::Display for ResumeError {
             } => {
                 write!(
                     f,
-                    "cannot resume after id {requested}: events {}..={} were released",
+                    "cannot resume after id {requested}: events {}..={} are not retained",
                     requested.saturating_add(1),
                     floor.saturating_sub(1)
                 )?;

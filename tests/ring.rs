@@ -136,6 +136,35 @@ fn capacity_rounds_up_to_a_power_of_two() {
     }
 }
 
+/// A ring that starts at a later id never held the ids before it: a resume from below them is
+/// `BelowFloor`, and its message says the ids are not retained rather than that they were released.
+#[test]
+fn a_resume_from_before_the_first_id_is_below_the_floor() {
+    let (mut producer, ring) = ReplayRing::<u8>::builder()
+        .capacity(4)
+        .first_id(41)
+        .build()
+        .unwrap();
+    assert_eq!(producer.try_push(1), Ok(41));
+    assert_eq!(producer.try_push(2), Ok(42));
+    let err = ring.resume(Some(10)).unwrap_err();
+    assert_eq!(
+        err,
+        ResumeError::BelowFloor {
+            requested: 10,
+            floor: 41,
+            head: 42
+        }
+    );
+    assert_eq!(
+        err.to_string(),
+        "cannot resume after id 10: events 11..=40 are not retained (retained 41..=42)"
+    );
+    let mut reader = ring.resume(Some(40)).unwrap();
+    let batch = reader.try_read().unwrap().unwrap();
+    assert_eq!((batch.first_id(), batch.as_slices().0), (41, &[1u8, 2][..]));
+}
+
 #[test]
 fn ids_stop_before_u64_max_and_never_wrap() {
     let (mut producer, ring) = ReplayRing::<u8>::builder()
@@ -360,7 +389,7 @@ fn resume_decisions_cover_every_case() {
     let err = ring.resume(Some(2)).unwrap_err().to_string();
     assert_eq!(
         err,
-        "cannot resume after id 2: events 3..=3 were released (retained 4..=6)"
+        "cannot resume after id 2: events 3..=3 are not retained (retained 4..=6)"
     );
     let mut noop = ring.resume(Some(6)).unwrap();
     assert!(noop.try_read().unwrap().is_none());
