@@ -87,8 +87,9 @@ pub struct Args {
     /// tight loop)
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
     pub retry_ms: u64,
-    /// Simultaneous event-stream connections
-    #[arg(long, default_value_t = 16)]
+    /// Simultaneous event-stream connections; one more is answered 503 `too_many_readers`. Leave
+    /// room for the clients of a replica that stops: they reconnect to the others at once
+    #[arg(long, default_value_t = 256)]
     pub max_readers: usize,
     /// Idle time after which a keep-alive is written (0 = none, else at least 10)
     #[arg(long, default_value_t = 15_000, value_parser = parse_keep_alive_ms)]
